@@ -1,0 +1,115 @@
+//! The command line, as clap types. Verbs are named after what users do.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// duet predicts how much two GPU jobs slow each other down when they share one GPU.
+#[derive(Debug, Parser)]
+#[command(name = "duet", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Import, inspect, validate and merge datasets.
+    Dataset {
+        #[command(subcommand)]
+        command: DatasetCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DatasetCommand {
+    /// Turn measurements made elsewhere into a duet dataset.
+    Import {
+        #[command(subcommand)]
+        source: ImportSource,
+    },
+    /// Summarise a dataset: workloads by kind, pairs by mode and status, speed distribution.
+    Inspect {
+        /// The dataset folder.
+        dir: PathBuf,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check every rule of the dataset format; exits non-zero naming the first problem.
+    Validate {
+        /// The dataset folder.
+        dir: PathBuf,
+    },
+    /// Join the shards of one campaign (same device, same columns) into one dataset.
+    Merge {
+        /// The shard folders.
+        #[arg(required = true, num_args = 1..)]
+        shards: Vec<PathBuf>,
+        /// The new dataset folder (must not exist).
+        #[arg(long)]
+        out: PathBuf,
+        /// Name of the merged dataset (default: the output folder's name).
+        #[arg(long)]
+        name: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImportSource {
+    /// Gavel's published throughput matrices (simulation_throughputs.json).
+    Gavel {
+        /// The Gavel JSON file.
+        json: PathBuf,
+        /// Which device's table to import: k80, p100 or v100.
+        #[arg(long)]
+        gpu: String,
+        /// The new dataset folder (must not exist).
+        #[arg(long)]
+        out: PathBuf,
+        /// Dataset name (default: the output folder's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Where the JSON comes from, for the provenance (default: names the file).
+        #[arg(long)]
+        source: Option<String>,
+        /// Licence notice to keep with the data (default: a LICENSE file beside the JSON).
+        #[arg(long)]
+        licence_file: Option<PathBuf>,
+        /// Import date for the provenance, YYYY-MM-DD (default: today).
+        #[arg(long)]
+        date: Option<String>,
+    },
+    /// Your own measurements as two CSV files (layout: README.md, "Bring your own data").
+    Csv {
+        /// One row per workload: workload, kind, solo_throughput, features...
+        #[arg(long)]
+        workloads: PathBuf,
+        /// One row per co-location setting: a, b, mode, throughput_a, throughput_b, ...
+        #[arg(long)]
+        pairs: PathBuf,
+        /// The new dataset folder (must not exist).
+        #[arg(long)]
+        out: PathBuf,
+        /// Device model the pairs ran on (also the default of a missing `gpu` column).
+        #[arg(long)]
+        gpu: String,
+        /// Dataset name (default: the output folder's name).
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long, default_value = "co-location measurements imported from CSV")]
+        description: String,
+        /// Where the measurements come from.
+        #[arg(long, default_value = "user-supplied CSV files")]
+        source: String,
+        /// Who measured them.
+        #[arg(long, default_value = "unknown")]
+        measured_by: String,
+        /// Licence of the data.
+        #[arg(long, default_value = "unspecified")]
+        licence: String,
+        /// Measurement date for the provenance, YYYY-MM-DD (default: today).
+        #[arg(long)]
+        date: Option<String>,
+    },
+}

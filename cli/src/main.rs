@@ -1,0 +1,23 @@
+//! The `duet` command. Parses arguments and hands each verb to the library that does the work.
+
+mod args;
+mod dataset_cmd;
+mod date;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = args::Cli::parse();
+    let result = match cli.command {
+        args::Command::Dataset { command } => dataset_cmd::run(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

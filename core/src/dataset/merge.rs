@@ -1,0 +1,143 @@
+//! Joining the shards of one campaign into one dataset.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::error::{DatasetError, Result};
+use super::types::{FeatureValue, Workload};
+use super::validate::setting_key;
+use super::{Dataset, META_FILE, PAIRS_FILE, WORKLOADS_FILE, modes_present};
+
+/// Weighted mean of two measurements of one quantity, weighted by their repetitions.
+fn pooled(x: f64, wx: f64, y: f64, wy: f64) -> f64 {
+    (x * wx + y * wy) / (wx + wy)
+}
+
+/// Folds `next` (a second solo profile of the same workload, from another shard) into `kept`.
+/// Numbers are pooled weighted by repetitions (1 where unknown); kinds and labels must agree.
+fn fold_workload(kept: &mut Workload, next: &Workload, file: &Path) -> Result<()> {
+    if kept == next {
+        return Ok(());
+    }
+    let at = |column: &str, message: &str| {
+        DatasetError::new(file, message)
+            .column(column)
+            .id(format!("workload `{}`", next.workload))
+    };
+    if kept.kind != next.kind {
+        return Err(at("kind", "kind differs from an earlier shard"));
+    }
+    let wk = f64::from(kept.repetitions.unwrap_or(1));
+    let wn = f64::from(next.repetitions.unwrap_or(1));
+    kept.solo_throughput = pooled(kept.solo_throughput, wk, next.solo_throughput, wn);
+    kept.solo_throughput_std = match (kept.solo_throughput_std, next.solo_throughput_std) {
+        (Some(a), Some(b)) => Some(pooled(a * a, wk, b * b, wn).sqrt()),
+        (a, b) => a.or(b),
+    };
+    kept.repetitions = match (kept.repetitions, next.repetitions) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    };
+    for (name, value) in &next.features {
+        let Some(current) = kept.features.get_mut(name) else {
+            continue;
+        };
+        match (current, value) {
+            (FeatureValue::Number(Some(a)), FeatureValue::Number(Some(b))) => {
+                *a = pooled(*a, wk, *b, wn);
+            }
+            (current @ FeatureValue::Number(None), FeatureValue::Number(b)) => {
+                *current = FeatureValue::Number(*b);
+            }
+            (FeatureValue::Number(_), FeatureValue::Number(None)) => {}
+            (FeatureValue::Category(a), FeatureValue::Category(b)) if a == b => {}
+            _ => return Err(at(name, "value differs from an earlier shard")),
+        }
+    }
+    Ok(())
+}
+
+/// Joins shards of one campaign. They must share the device and the declared columns. A
+/// workload profiled in several shards keeps one row (its measurements pooled by repetitions);
+/// a pair setting measured in two shards is an error, since shards split the pairs.
+pub fn merge(name: &str, shards: &[(PathBuf, Dataset)]) -> Result<Dataset> {
+    let Some((first_dir, first)) = shards.first() else {
+        return Err(DatasetError::new(
+            ".",
+            "nothing to merge: name at least one dataset",
+        ));
+    };
+    let mut meta = first.meta.clone();
+    meta.name = name.to_string();
+    let mut workloads: Vec<Workload> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut pairs = Vec::new();
+    let mut settings: HashMap<_, &PathBuf> = HashMap::new();
+    for (dir, shard) in shards {
+        let meta_file = dir.join(META_FILE);
+        let differs = |field: &str, what: &str| {
+            DatasetError::new(
+                &meta_file,
+                format!(
+                    "{what} differs from {}; only shards of one campaign can be merged",
+                    first_dir.display()
+                ),
+            )
+            .column(field)
+        };
+        if shard.meta.provenance.gpu != first.meta.provenance.gpu {
+            return Err(differs(
+                "provenance.gpu",
+                &format!("gpu `{}`", shard.meta.provenance.gpu),
+            ));
+        }
+        if shard.meta.workload_features != first.meta.workload_features {
+            return Err(differs("workload_features", "the feature columns"));
+        }
+        if shard.meta.pair_counters != first.meta.pair_counters {
+            return Err(differs("pair_counters", "the pair counter columns"));
+        }
+        for w in &shard.workloads {
+            match index.get(&w.workload) {
+                Some(&i) => fold_workload(&mut workloads[i], w, &dir.join(WORKLOADS_FILE))?,
+                None => {
+                    index.insert(w.workload.clone(), workloads.len());
+                    workloads.push(w.clone());
+                }
+            }
+        }
+        for (row, p) in shard.pairs.iter().enumerate() {
+            if let Some(earlier) = settings.insert(setting_key(p), dir) {
+                return Err(DatasetError::new(
+                    dir.join(PAIRS_FILE),
+                    format!(
+                        "this pair, mode and shares were measured in {} too; shards of one campaign split the pairs",
+                        earlier.display()
+                    ),
+                )
+                .column("a")
+                .row_index(row)
+                .id(format!("pair `{}` + `{}`", p.a, p.b)));
+            }
+            pairs.push(p.clone());
+        }
+    }
+    if shards.len() > 1 {
+        let sources: Vec<String> = shards
+            .iter()
+            .map(|(d, _)| d.display().to_string())
+            .collect();
+        meta.description = format!(
+            "{} (merged from {} shards: {})",
+            first.meta.description,
+            shards.len(),
+            sources.join(", ")
+        );
+    }
+    meta.modes = modes_present(&pairs);
+    Ok(Dataset {
+        meta,
+        workloads,
+        pairs,
+    })
+}

@@ -1,0 +1,83 @@
+//! `dataset.json`: what a dataset is, where it came from, and what its columns mean.
+
+use serde::{Deserialize, Serialize};
+
+use super::types::Mode;
+
+/// The value of `format` in every `dataset.json` this version writes and reads.
+pub const FORMAT: &str = "duet-dataset/1";
+
+/// The contents of `dataset.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetMeta {
+    /// Always [`FORMAT`].
+    pub format: String,
+    pub name: String,
+    pub description: String,
+    pub provenance: Provenance,
+    /// Feature columns of `workloads.parquet`, beyond the fixed ones.
+    pub workload_features: Vec<FeatureColumn>,
+    /// Counter columns of `pairs.parquet` measured while co-located, beyond the fixed ones.
+    #[serde(default)]
+    pub pair_counters: Vec<FeatureColumn>,
+    /// The sharing modes present in `pairs.parquet`, sorted.
+    pub modes: Vec<Mode>,
+}
+
+/// Where the measurements came from; enough for someone else to judge and repeat them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// Where the numbers come from: a publication, a repository and commit, or a campaign.
+    pub source: String,
+    /// Device model, for example `v100` or `NVIDIA H200`; `cpu` for CPU campaigns.
+    pub gpu: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Who measured it.
+    pub measured_by: String,
+    /// With what it was measured (and, for imports, with what it was converted).
+    pub tool: String,
+    /// The exact command that produced this dataset, when duet produced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// When it was measured or imported (ISO 8601 date).
+    pub date: String,
+    /// Licence of the data, for example `MIT`.
+    pub licence: String,
+    /// The full licence notice to keep with every copy; also written as `LICENSE` in the folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub licence_text: Option<String>,
+}
+
+/// Whether a feature is a number or a label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FeatureKind {
+    Numeric,
+    Categorical,
+}
+
+impl FeatureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FeatureKind::Numeric => "numeric",
+            FeatureKind::Categorical => "categorical",
+        }
+    }
+}
+
+/// One declared feature (or counter) column.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureColumn {
+    pub name: String,
+    pub kind: FeatureKind,
+    /// Unit of a numeric column (`%`, `MiB`, `W`...), `None` for counts and labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    pub meaning: String,
+}

@@ -1,0 +1,230 @@
+//! The dataset format: a folder holding `dataset.json`, `workloads.parquet` and `pairs.parquet`.
+//!
+//! [`Dataset::read`] checks everything before it hands a dataset out; [`Dataset::write`] checks
+//! again and writes into a temporary folder that is renamed into place only when complete, so a
+//! reader never sees half a dataset.
+
+mod error;
+mod merge;
+mod meta;
+mod parquet;
+mod summary;
+mod types;
+pub mod validate;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+pub use error::{DatasetError, Result};
+pub use merge::merge;
+pub use meta::{DatasetMeta, FORMAT, FeatureColumn, FeatureKind, Provenance};
+pub use parquet::{PAIR_COLUMNS, WORKLOAD_COLUMNS};
+pub use summary::{ModeCounts, Quantiles, Summary};
+pub use types::{FeatureValue, JobKind, Mode, Pair, Status, Workload, slowdown, speed};
+
+pub const META_FILE: &str = "dataset.json";
+pub const WORKLOADS_FILE: &str = "workloads.parquet";
+pub const PAIRS_FILE: &str = "pairs.parquet";
+pub const LICENSE_FILE: &str = "LICENSE";
+
+/// A whole dataset in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dataset {
+    pub meta: DatasetMeta,
+    pub workloads: Vec<Workload>,
+    pub pairs: Vec<Pair>,
+}
+
+/// One job's side of a successful co-location: how fast it ran next to the other.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DirectedSpeed<'a> {
+    pub pair: &'a Pair,
+    /// The job whose speed this is.
+    pub job: &'a str,
+    /// The job next to it.
+    pub other: &'a str,
+    /// Co-located throughput over solo throughput.
+    pub speed: f64,
+}
+
+/// The sorted, distinct modes that `pairs` use: what `dataset.json` lists as `modes`.
+pub fn modes_present(pairs: &[Pair]) -> Vec<Mode> {
+    pairs
+        .iter()
+        .map(|p| p.mode)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+impl Dataset {
+    /// Reads and fully validates the dataset in `dir`.
+    pub fn read(dir: &Path) -> Result<Dataset> {
+        if !dir.is_dir() {
+            return Err(DatasetError::new(
+                dir,
+                "not a dataset folder (no such directory)",
+            ));
+        }
+        let meta_path = dir.join(META_FILE);
+        let text = fs::read_to_string(&meta_path)
+            .map_err(|e| DatasetError::new(&meta_path, format!("cannot read: {e}")))?;
+        let meta: DatasetMeta = serde_json::from_str(&text)
+            .map_err(|e| DatasetError::new(&meta_path, format!("invalid: {e}")))?;
+        validate::meta(&meta_path, &meta)?;
+
+        let workloads_path = dir.join(WORKLOADS_FILE);
+        let frame = parquet::read_parquet(&workloads_path)?;
+        let workloads = parquet::workloads_from_frame(&meta, &frame, &workloads_path)?;
+        let pairs_path = dir.join(PAIRS_FILE);
+        let frame = parquet::read_parquet(&pairs_path)?;
+        let pairs = parquet::pairs_from_frame(&meta, &frame, &pairs_path)?;
+
+        let dataset = Dataset {
+            meta,
+            workloads,
+            pairs,
+        };
+        dataset.validate_tables(dir)?;
+        Ok(dataset)
+    }
+
+    /// Checks every rule of the format; errors name files as they would be inside `dir`.
+    pub fn validate(&self, dir: &Path) -> Result<()> {
+        validate::meta(&dir.join(META_FILE), &self.meta)?;
+        self.validate_tables(dir)
+    }
+
+    fn validate_tables(&self, dir: &Path) -> Result<()> {
+        validate::workloads(&dir.join(WORKLOADS_FILE), &self.meta, &self.workloads)?;
+        validate::pairs(
+            &dir.join(PAIRS_FILE),
+            &self.meta,
+            &self.workloads,
+            &self.pairs,
+        )?;
+        let present = modes_present(&self.pairs);
+        if present != self.meta.modes {
+            let names: Vec<&str> = present.iter().map(|m| m.as_str()).collect();
+            return Err(DatasetError::new(
+                dir.join(META_FILE),
+                format!(
+                    "modes must list exactly the modes in {PAIRS_FILE}: [{}]",
+                    names.join(", ")
+                ),
+            )
+            .column("modes"));
+        }
+        Ok(())
+    }
+
+    /// Writes the dataset to the new folder `out`, atomically: it is built under a temporary
+    /// name beside `out` and renamed into place only once complete. `out` must not exist.
+    pub fn write(&self, out: &Path) -> Result<()> {
+        if out.exists() {
+            return Err(DatasetError::new(
+                out,
+                "output folder already exists; choose a new one or remove it first",
+            ));
+        }
+        self.validate(out)?;
+        let staging = staging_path(out)?;
+        if staging.exists() {
+            fs::remove_dir_all(&staging).map_err(|e| {
+                DatasetError::new(
+                    &staging,
+                    format!("cannot remove a stale temporary folder: {e}"),
+                )
+            })?;
+        }
+        let result = self.write_files(&staging).and_then(|()| {
+            fs::rename(&staging, out)
+                .map_err(|e| DatasetError::new(out, format!("cannot move into place: {e}")))
+        });
+        if result.is_err() {
+            let _ = fs::remove_dir_all(&staging);
+        }
+        result
+    }
+
+    fn write_files(&self, dir: &Path) -> Result<()> {
+        fs::create_dir_all(dir)
+            .map_err(|e| DatasetError::new(dir, format!("cannot create: {e}")))?;
+        let frame = parquet::workloads_frame(&self.meta, &self.workloads)
+            .map_err(|e| DatasetError::new(dir.join(WORKLOADS_FILE), e.to_string()))?;
+        parquet::write_parquet(&dir.join(WORKLOADS_FILE), frame)?;
+        let frame = parquet::pairs_frame(&self.meta, &self.pairs)
+            .map_err(|e| DatasetError::new(dir.join(PAIRS_FILE), e.to_string()))?;
+        parquet::write_parquet(&dir.join(PAIRS_FILE), frame)?;
+        let mut json = serde_json::to_string_pretty(&self.meta)
+            .map_err(|e| DatasetError::new(dir.join(META_FILE), e.to_string()))?;
+        json.push('\n');
+        write_text(&dir.join(META_FILE), &json)?;
+        if let Some(text) = &self.meta.provenance.licence_text {
+            write_text(&dir.join(LICENSE_FILE), text)?;
+        }
+        Ok(())
+    }
+
+    pub fn workload(&self, id: &str) -> Option<&Workload> {
+        self.workloads.iter().find(|w| w.workload == id)
+    }
+
+    /// Both directions of every successful pair: the speed of `a` next to `b` and of `b` next
+    /// to `a`. Infeasible and failed runs have no speed and are left out.
+    pub fn directed_speeds(&self) -> Vec<DirectedSpeed<'_>> {
+        let solo: std::collections::HashMap<&str, f64> = self
+            .workloads
+            .iter()
+            .map(|w| (w.workload.as_str(), w.solo_throughput))
+            .collect();
+        let mut out = Vec::with_capacity(self.pairs.len() * 2);
+        for pair in self.pairs.iter().filter(|p| p.status == Status::Ok) {
+            let (Some(solo_a), Some(solo_b)) =
+                (solo.get(pair.a.as_str()), solo.get(pair.b.as_str()))
+            else {
+                continue;
+            };
+            out.push(DirectedSpeed {
+                pair,
+                job: &pair.a,
+                other: &pair.b,
+                speed: speed(pair.throughput_a, *solo_a),
+            });
+            out.push(DirectedSpeed {
+                pair,
+                job: &pair.b,
+                other: &pair.a,
+                speed: speed(pair.throughput_b, *solo_b),
+            });
+        }
+        out
+    }
+}
+
+fn write_text(path: &Path, text: &str) -> Result<()> {
+    fs::write(path, text).map_err(|e| DatasetError::new(path, format!("cannot write: {e}")))
+}
+
+/// `<parent>/.<name>.tmp-<pid>`: where a dataset is built before it is renamed to `out`.
+fn staging_path(out: &Path) -> Result<PathBuf> {
+    let name = out
+        .file_name()
+        .ok_or_else(|| DatasetError::new(out, "output path has no folder name"))?;
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.is_dir() {
+        return Err(DatasetError::new(
+            &parent,
+            "parent folder of the output does not exist",
+        ));
+    }
+    Ok(parent.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    )))
+}

@@ -1,0 +1,369 @@
+//! Converting the typed tables to and from Parquet with polars. Reading checks each column's
+//! presence and type and each required cell; the rules between rows live in `validate`.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::Path;
+
+use polars::prelude::*;
+
+use super::error::{DatasetError, Result};
+use super::meta::{DatasetMeta, FeatureKind};
+use super::types::{FeatureValue, Pair, Workload};
+
+/// Fixed columns of `workloads.parquet`, before the declared feature columns.
+pub const WORKLOAD_COLUMNS: [&str; 5] = [
+    "workload",
+    "kind",
+    "solo_throughput",
+    "solo_throughput_std",
+    "repetitions",
+];
+
+/// Fixed columns of `pairs.parquet`, before the declared counter columns.
+pub const PAIR_COLUMNS: [&str; 13] = [
+    "a",
+    "b",
+    "gpu",
+    "mode",
+    "share_a",
+    "share_b",
+    "throughput_a",
+    "throughput_b",
+    "throughput_a_std",
+    "throughput_b_std",
+    "repetitions",
+    "status",
+    "note",
+];
+
+fn polars_error(file: &Path, context: &str, e: &PolarsError) -> DatasetError {
+    DatasetError::new(file, format!("{context}: {e}"))
+}
+
+fn strings(name: &str, values: impl Iterator<Item = Option<String>>) -> Column {
+    Column::new(name.into(), values.collect::<Vec<_>>())
+}
+
+fn numbers(name: &str, values: impl Iterator<Item = Option<f64>>) -> Column {
+    Column::new(name.into(), values.collect::<Vec<_>>())
+}
+
+fn counts(name: &str, values: impl Iterator<Item = Option<u32>>) -> Column {
+    Column::new(name.into(), values.collect::<Vec<_>>())
+}
+
+pub fn workloads_frame(meta: &DatasetMeta, rows: &[Workload]) -> PolarsResult<DataFrame> {
+    let mut columns = vec![
+        strings("workload", rows.iter().map(|w| Some(w.workload.clone()))),
+        strings("kind", rows.iter().map(|w| Some(w.kind.to_string()))),
+        numbers(
+            "solo_throughput",
+            rows.iter().map(|w| Some(w.solo_throughput)),
+        ),
+        numbers(
+            "solo_throughput_std",
+            rows.iter().map(|w| w.solo_throughput_std),
+        ),
+        counts("repetitions", rows.iter().map(|w| w.repetitions)),
+    ];
+    for feature in &meta.workload_features {
+        let cell = |w: &Workload| w.features.get(&feature.name).cloned();
+        columns.push(match feature.kind {
+            FeatureKind::Numeric => numbers(
+                &feature.name,
+                rows.iter().map(|w| cell(w).and_then(|v| v.as_number())),
+            ),
+            FeatureKind::Categorical => strings(
+                &feature.name,
+                rows.iter()
+                    .map(|w| cell(w).and_then(|v| v.as_category().map(str::to_string))),
+            ),
+        });
+    }
+    DataFrame::new(rows.len(), columns)
+}
+
+pub fn pairs_frame(meta: &DatasetMeta, rows: &[Pair]) -> PolarsResult<DataFrame> {
+    let mut columns = vec![
+        strings("a", rows.iter().map(|p| Some(p.a.clone()))),
+        strings("b", rows.iter().map(|p| Some(p.b.clone()))),
+        strings("gpu", rows.iter().map(|p| Some(p.gpu.clone()))),
+        strings("mode", rows.iter().map(|p| Some(p.mode.to_string()))),
+        numbers("share_a", rows.iter().map(|p| p.share_a)),
+        numbers("share_b", rows.iter().map(|p| p.share_b)),
+        numbers("throughput_a", rows.iter().map(|p| Some(p.throughput_a))),
+        numbers("throughput_b", rows.iter().map(|p| Some(p.throughput_b))),
+        numbers("throughput_a_std", rows.iter().map(|p| p.throughput_a_std)),
+        numbers("throughput_b_std", rows.iter().map(|p| p.throughput_b_std)),
+        counts("repetitions", rows.iter().map(|p| p.repetitions)),
+        strings("status", rows.iter().map(|p| Some(p.status.to_string()))),
+        strings("note", rows.iter().map(|p| p.note.clone())),
+    ];
+    for counter in &meta.pair_counters {
+        columns.push(numbers(
+            &counter.name,
+            rows.iter()
+                .map(|p| p.counters.get(&counter.name).copied().flatten()),
+        ));
+    }
+    DataFrame::new(rows.len(), columns)
+}
+
+/// Writes `frame` to `path` as Parquet.
+pub fn write_parquet(path: &Path, mut frame: DataFrame) -> Result<()> {
+    let file =
+        File::create(path).map_err(|e| DatasetError::new(path, format!("cannot create: {e}")))?;
+    ParquetWriter::new(file)
+        .finish(&mut frame)
+        .map_err(|e| polars_error(path, "cannot write Parquet", &e))?;
+    Ok(())
+}
+
+/// Reads a whole Parquet file.
+pub fn read_parquet(path: &Path) -> Result<DataFrame> {
+    let file =
+        File::open(path).map_err(|e| DatasetError::new(path, format!("cannot open: {e}")))?;
+    ParquetReader::new(file)
+        .finish()
+        .map_err(|e| polars_error(path, "not a readable Parquet file", &e))
+}
+
+/// A read Parquet table with its file name, for errors that say where.
+struct Table<'a> {
+    frame: &'a DataFrame,
+    file: &'a Path,
+}
+
+impl Table<'_> {
+    fn column(&self, name: &str) -> Result<&Column> {
+        self.frame
+            .column(name)
+            .map_err(|_| DatasetError::new(self.file, "missing column").column(name))
+    }
+
+    fn wrong_type(&self, name: &str, dtype: &DataType, expected: &str) -> DatasetError {
+        DatasetError::new(self.file, format!("has type {dtype}, expected {expected}")).column(name)
+    }
+
+    fn optional_strings(&self, name: &str) -> Result<Vec<Option<String>>> {
+        let column = self.column(name)?;
+        match column.dtype() {
+            DataType::String => {}
+            DataType::Null => return Ok(vec![None; column.len()]),
+            other => return Err(self.wrong_type(name, other, "text")),
+        }
+        let values = column
+            .str()
+            .map_err(|e| polars_error(self.file, name, &e))?;
+        Ok(values.iter().map(|v| v.map(str::to_string)).collect())
+    }
+
+    fn optional_numbers(&self, name: &str) -> Result<Vec<Option<f64>>> {
+        let column = self.column(name)?;
+        let dtype = column.dtype();
+        if !(dtype.is_primitive_numeric() || matches!(dtype, DataType::Null)) {
+            return Err(self.wrong_type(name, dtype, "numbers"));
+        }
+        let cast = column
+            .cast(&DataType::Float64)
+            .map_err(|e| polars_error(self.file, name, &e))?;
+        let values = cast.f64().map_err(|e| polars_error(self.file, name, &e))?;
+        Ok(values.iter().collect())
+    }
+
+    fn optional_counts(&self, name: &str) -> Result<Vec<Option<u32>>> {
+        let numbers = self.optional_numbers(name)?;
+        numbers
+            .into_iter()
+            .enumerate()
+            .map(|(row, v)| match v {
+                None => Ok(None),
+                Some(x) if x.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&x) =>
+                {
+                    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                    Ok(Some(x as u32))
+                }
+                Some(x) => Err(DatasetError::new(
+                    self.file,
+                    format!("{x} is not a count (a whole number >= 0)"),
+                )
+                .column(name)
+                .row_index(row)),
+            })
+            .collect()
+    }
+
+    fn required<T>(&self, name: &str, values: Vec<Option<T>>) -> Result<Vec<T>> {
+        values
+            .into_iter()
+            .enumerate()
+            .map(|(row, v)| {
+                v.ok_or_else(|| {
+                    DatasetError::new(self.file, "missing value (null) in a required column")
+                        .column(name)
+                        .row_index(row)
+                })
+            })
+            .collect()
+    }
+
+    fn required_strings(&self, name: &str) -> Result<Vec<String>> {
+        self.required(name, self.optional_strings(name)?)
+    }
+
+    fn required_numbers(&self, name: &str) -> Result<Vec<f64>> {
+        self.required(name, self.optional_numbers(name)?)
+    }
+
+    fn parsed<T>(
+        &self,
+        name: &str,
+        ids: &[String],
+        parse: impl Fn(&str) -> std::result::Result<T, String>,
+    ) -> Result<Vec<T>> {
+        self.required_strings(name)?
+            .iter()
+            .enumerate()
+            .map(|(row, v)| {
+                parse(v).map_err(|message| {
+                    DatasetError::new(self.file, message)
+                        .column(name)
+                        .row_index(row)
+                        .id(ids[row].clone())
+                })
+            })
+            .collect()
+    }
+}
+
+/// Rejects columns that neither the fixed layout nor `dataset.json` declares.
+fn check_no_undeclared(file: &Path, frame: &DataFrame, known: &[&str]) -> Result<()> {
+    for name in frame.get_column_names() {
+        if !known.contains(&name.as_str()) {
+            return Err(
+                DatasetError::new(file, "column is not declared in dataset.json")
+                    .column(name.as_str()),
+            );
+        }
+    }
+    Ok(())
+}
+
+pub fn workloads_from_frame(
+    meta: &DatasetMeta,
+    frame: &DataFrame,
+    file: &Path,
+) -> Result<Vec<Workload>> {
+    let table = Table { frame, file };
+    let mut known: Vec<&str> = WORKLOAD_COLUMNS.to_vec();
+    known.extend(meta.workload_features.iter().map(|f| f.name.as_str()));
+    check_no_undeclared(file, frame, &known)?;
+
+    let ids = table.required_strings("workload")?;
+    let kinds = table.parsed("kind", &ids, str::parse)?;
+    let solo = table.required_numbers("solo_throughput")?;
+    let solo_std = table.optional_numbers("solo_throughput_std")?;
+    let repetitions = table.optional_counts("repetitions")?;
+    let mut features: Vec<BTreeMap<String, FeatureValue>> = vec![BTreeMap::new(); ids.len()];
+    for feature in &meta.workload_features {
+        let values: Vec<FeatureValue> = match feature.kind {
+            FeatureKind::Numeric => table
+                .optional_numbers(&feature.name)?
+                .into_iter()
+                .map(FeatureValue::Number)
+                .collect(),
+            FeatureKind::Categorical => table
+                .optional_strings(&feature.name)?
+                .into_iter()
+                .map(FeatureValue::Category)
+                .collect(),
+        };
+        for (row, value) in values.into_iter().enumerate() {
+            features[row].insert(feature.name.clone(), value);
+        }
+    }
+    Ok(ids
+        .into_iter()
+        .zip(kinds)
+        .zip(solo)
+        .zip(solo_std)
+        .zip(repetitions)
+        .zip(features)
+        .map(
+            |(
+                ((((workload, kind), solo_throughput), solo_throughput_std), repetitions),
+                features,
+            )| {
+                Workload {
+                    workload,
+                    kind,
+                    solo_throughput,
+                    solo_throughput_std,
+                    repetitions,
+                    features,
+                }
+            },
+        )
+        .collect())
+}
+
+pub fn pairs_from_frame(meta: &DatasetMeta, frame: &DataFrame, file: &Path) -> Result<Vec<Pair>> {
+    let table = Table { frame, file };
+    let mut known: Vec<&str> = PAIR_COLUMNS.to_vec();
+    known.extend(meta.pair_counters.iter().map(|f| f.name.as_str()));
+    check_no_undeclared(file, frame, &known)?;
+
+    let a = table.required_strings("a")?;
+    let b = table.required_strings("b")?;
+    let ids: Vec<String> = a
+        .iter()
+        .zip(&b)
+        .map(|(a, b)| format!("pair {a} + {b}"))
+        .collect();
+    let gpu = table.required_strings("gpu")?;
+    let mode = table.parsed("mode", &ids, str::parse)?;
+    let share_a = table.optional_numbers("share_a")?;
+    let share_b = table.optional_numbers("share_b")?;
+    let throughput_a = table.required_numbers("throughput_a")?;
+    let throughput_b = table.required_numbers("throughput_b")?;
+    let throughput_a_std = table.optional_numbers("throughput_a_std")?;
+    let throughput_b_std = table.optional_numbers("throughput_b_std")?;
+    let repetitions = table.optional_counts("repetitions")?;
+    let status = table.parsed("status", &ids, str::parse)?;
+    let note = table.optional_strings("note")?;
+    let mut counters: Vec<BTreeMap<String, Option<f64>>> = vec![BTreeMap::new(); a.len()];
+    for counter in &meta.pair_counters {
+        if counter.kind != FeatureKind::Numeric {
+            return Err(DatasetError::new(file, "pair counters must be numeric")
+                .column(counter.name.clone()));
+        }
+        for (row, value) in table
+            .optional_numbers(&counter.name)?
+            .into_iter()
+            .enumerate()
+        {
+            counters[row].insert(counter.name.clone(), value);
+        }
+    }
+    let mut pairs = Vec::with_capacity(a.len());
+    for (row, (a, b)) in a.into_iter().zip(b).enumerate() {
+        pairs.push(Pair {
+            a,
+            b,
+            gpu: gpu[row].clone(),
+            mode: mode[row],
+            share_a: share_a[row],
+            share_b: share_b[row],
+            throughput_a: throughput_a[row],
+            throughput_b: throughput_b[row],
+            throughput_a_std: throughput_a_std[row],
+            throughput_b_std: throughput_b_std[row],
+            repetitions: repetitions[row],
+            status: status[row],
+            note: note[row].clone(),
+            counters: std::mem::take(&mut counters[row]),
+        });
+    }
+    Ok(pairs)
+}

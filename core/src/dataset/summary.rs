@@ -1,0 +1,151 @@
+//! What `duet dataset inspect` reports: counts by kind, mode and status, and the distribution of
+//! measured speeds.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::Dataset;
+use super::types::{Mode, Status};
+
+/// Order statistics of a set of speeds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Quantiles {
+    pub count: usize,
+    pub min: f64,
+    pub p10: f64,
+    pub median: f64,
+    pub p90: f64,
+    pub max: f64,
+}
+
+impl Quantiles {
+    /// `None` for an empty set. Quantiles interpolate linearly between order statistics.
+    pub fn of(values: &[f64]) -> Option<Quantiles> {
+        let mut sorted: Vec<f64> = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let (&min, &max) = (sorted.first()?, sorted.last()?);
+        let at = |q: f64| {
+            #[allow(clippy::cast_precision_loss)]
+            let pos = q * (sorted.len() - 1) as f64;
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let lo = pos.floor() as usize;
+            let hi = (lo + 1).min(sorted.len() - 1);
+            sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - pos.floor())
+        };
+        Some(Quantiles {
+            count: sorted.len(),
+            min,
+            p10: at(0.1),
+            median: at(0.5),
+            p90: at(0.9),
+            max,
+        })
+    }
+}
+
+/// Pairs of one sharing mode.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModeCounts {
+    pub mode: Mode,
+    pub pairs: usize,
+    /// Pairs by status (`ok`, `oom`, `crash`, `timeout`); statuses with no pair are left out.
+    pub by_status: BTreeMap<Status, usize>,
+    /// Speeds of both jobs of every successful pair of this mode.
+    pub speed: Option<Quantiles>,
+}
+
+/// The summary `duet dataset inspect` prints.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub name: String,
+    pub gpu: String,
+    pub source: String,
+    pub workloads: usize,
+    pub workloads_by_kind: BTreeMap<String, usize>,
+    pub workload_features: Vec<String>,
+    pub pairs: usize,
+    /// Pairs that ran together (status `ok`).
+    pub feasible: usize,
+    /// Pairs that cannot run together (status `oom`).
+    pub infeasible: usize,
+    /// Pairs whose run crashed or timed out.
+    pub failed: usize,
+    /// Pairs by status, all modes together; statuses with no pair are left out.
+    pub by_status: BTreeMap<Status, usize>,
+    pub by_mode: Vec<ModeCounts>,
+    /// Speeds of both jobs of every successful pair, all modes together.
+    pub speed: Option<Quantiles>,
+}
+
+impl Summary {
+    pub fn of(dataset: &Dataset) -> Summary {
+        let mut workloads_by_kind = BTreeMap::new();
+        for w in &dataset.workloads {
+            *workloads_by_kind.entry(w.kind.to_string()).or_insert(0) += 1;
+        }
+        let count = |status: Status| dataset.pairs.iter().filter(|p| p.status == status).count();
+        let speeds = dataset.directed_speeds();
+        let by_mode = dataset
+            .meta
+            .modes
+            .iter()
+            .map(|&mode| {
+                let mut by_status = BTreeMap::new();
+                for p in dataset.pairs.iter().filter(|p| p.mode == mode) {
+                    *by_status.entry(p.status).or_insert(0) += 1;
+                }
+                let mode_speeds: Vec<f64> = speeds
+                    .iter()
+                    .filter(|s| s.pair.mode == mode)
+                    .map(|s| s.speed)
+                    .collect();
+                ModeCounts {
+                    mode,
+                    pairs: by_status.values().sum(),
+                    by_status,
+                    speed: Quantiles::of(&mode_speeds),
+                }
+            })
+            .collect();
+        let mut by_status = BTreeMap::new();
+        for p in &dataset.pairs {
+            *by_status.entry(p.status).or_insert(0) += 1;
+        }
+        let all: Vec<f64> = speeds.iter().map(|s| s.speed).collect();
+        Summary {
+            name: dataset.meta.name.clone(),
+            gpu: dataset.meta.provenance.gpu.clone(),
+            source: dataset.meta.provenance.source.clone(),
+            workloads: dataset.workloads.len(),
+            workloads_by_kind,
+            workload_features: dataset
+                .meta
+                .workload_features
+                .iter()
+                .map(|f| f.name.clone())
+                .collect(),
+            pairs: dataset.pairs.len(),
+            feasible: count(Status::Ok),
+            infeasible: count(Status::Oom),
+            failed: count(Status::Crash) + count(Status::Timeout),
+            by_status,
+            by_mode,
+            speed: Quantiles::of(&all),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Quantiles;
+
+    #[test]
+    fn quantiles_interpolate_between_order_statistics() {
+        let q = Quantiles::of(&[4.0, 1.0, 3.0, 2.0, 5.0]).expect("non-empty");
+        assert_eq!((q.min, q.median, q.max, q.count), (1.0, 3.0, 5.0, 5));
+        assert!((q.p10 - 1.4).abs() < 1e-12);
+        assert!((q.p90 - 4.6).abs() < 1e-12);
+        assert!(Quantiles::of(&[]).is_none());
+    }
+}

@@ -1,0 +1,14 @@
+//! duet's data contracts, shared by every other crate.
+//!
+//! `core` defines the dataset format (a folder of `dataset.json` plus Parquet tables), its
+//! validation, the canonical feature names, and importers that turn measurements made elsewhere
+//! into that format. It knows nothing of HTTP, NVML or training.
+
+pub mod dataset;
+pub mod features;
+pub mod import;
+
+pub use dataset::{
+    Dataset, DatasetError, DatasetMeta, FeatureColumn, FeatureKind, FeatureValue, JobKind, Mode,
+    Pair, Provenance, Status, Workload,
+};
