@@ -93,7 +93,7 @@ pub fn import(text: &str, file: &Path, options: &GavelImport) -> Result<Dataset>
         .column(options.gpu.clone()));
     };
 
-    // Single-GPU job types, in file order.
+    // Single-GPU job types, in key order.
     let mut jobs: Vec<(&str, String)> = Vec::new();
     for key in table.keys() {
         let (job, scale) = parse_job_key(key).ok_or_else(|| {

@@ -1,0 +1,434 @@
+//! The `duet dataset` commands as a user runs them: the real binary, real files.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use duet_core::dataset::{Dataset, Status, modes_present};
+use duet_core::import::gavel;
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn gavel_json() -> PathBuf {
+    repo().join("datasets/sources/gavel/simulation_throughputs.json")
+}
+
+fn duet(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_duet"))
+        .args(args)
+        .output()
+        .expect("run duet")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = duet(args);
+    assert!(
+        out.status.success(),
+        "duet {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// Runs a command that must fail; returns its one-line error.
+fn fails(args: &[&str]) -> String {
+    let out = duet(args);
+    assert_eq!(out.status.code(), Some(1), "duet {args:?} should fail");
+    let err = String::from_utf8(out.stderr).expect("utf-8");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    err
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn source() -> Value {
+    serde_json::from_str(&fs::read_to_string(gavel_json()).expect("read")).expect("json")
+}
+
+/// Single-GPU job keys of one device's table, in file order.
+fn single_gpu_keys(table: &serde_json::Map<String, Value>) -> Vec<&String> {
+    table.keys().filter(|k| k.ends_with(", 1)")).collect()
+}
+
+fn import_gavel(gpu: &str, out: &Path) {
+    ok(&[
+        "dataset",
+        "import",
+        "gavel",
+        s(&gavel_json()),
+        "--gpu",
+        gpu,
+        "--out",
+        s(out),
+    ]);
+}
+
+#[test]
+fn inspect_counts_match_the_source_json_for_every_gpu() {
+    let root = source();
+    let tmp = tempfile::tempdir().expect("tmp");
+    for gpu in ["k80", "p100", "v100"] {
+        let table = root[gpu].as_object().expect("table");
+        let keys = single_gpu_keys(table);
+        let (mut feasible, mut infeasible) = (0, 0);
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i..] {
+                let v = &table[a.as_str()][b.as_str()];
+                if v[0].as_f64() == Some(0.0) && v[1].as_f64() == Some(0.0) {
+                    infeasible += 1;
+                } else {
+                    feasible += 1;
+                }
+            }
+        }
+        let out = tmp.path().join(gpu);
+        import_gavel(gpu, &out);
+        for dir in [out, repo().join(format!("datasets/gavel-{gpu}"))] {
+            let summary: Value =
+                serde_json::from_str(&ok(&["dataset", "inspect", s(&dir), "--json"]))
+                    .expect("json");
+            assert_eq!(summary["workloads"], 26, "{gpu}");
+            assert_eq!(keys.len(), 26);
+            assert_eq!(summary["feasible"], feasible, "{gpu} {}", dir.display());
+            assert_eq!(summary["infeasible"], infeasible, "{gpu} {}", dir.display());
+            assert_eq!(summary["pairs"], feasible + infeasible);
+        }
+    }
+}
+
+#[test]
+fn import_write_read_gives_back_the_source_numbers_exactly() {
+    let root = source();
+    let tmp = tempfile::tempdir().expect("tmp");
+    for gpu in ["k80", "p100", "v100"] {
+        let out = tmp.path().join(gpu);
+        import_gavel(gpu, &out);
+        let dataset = Dataset::read(&out).expect("read");
+        let table = root[gpu].as_object().expect("table");
+        let keys = single_gpu_keys(table);
+        let id_of = |key: &str| {
+            let (job, _) = gavel::parse_job_key(key).expect("key");
+            gavel::workload_id(&job)
+        };
+        for key in &keys {
+            let w = dataset.workload(&id_of(key)).expect("workload present");
+            assert_eq!(
+                Some(w.solo_throughput),
+                table[key.as_str()]["null"].as_f64()
+            );
+        }
+        let mut checked = 0;
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i..] {
+                let v = &table[a.as_str()][b.as_str()];
+                let pair = dataset
+                    .pairs
+                    .iter()
+                    .find(|p| p.a == id_of(a) && p.b == id_of(b))
+                    .expect("pair present");
+                assert_eq!(Some(pair.throughput_a), v[0].as_f64(), "{gpu} {a} {b}");
+                assert_eq!(Some(pair.throughput_b), v[1].as_f64(), "{gpu} {a} {b}");
+                let infeasible = pair.throughput_a == 0.0 && pair.throughput_b == 0.0;
+                assert_eq!(pair.status == Status::Oom, infeasible);
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, dataset.pairs.len());
+        // The licence notice of the source travels with the data.
+        let licence = fs::read_to_string(out.join("LICENSE")).expect("LICENSE");
+        assert!(licence.starts_with("MIT License"));
+        assert_eq!(dataset.meta.provenance.licence, "MIT");
+    }
+}
+
+#[test]
+fn committed_gavel_datasets_equal_a_fresh_import() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    for gpu in ["k80", "p100", "v100"] {
+        let out = tmp.path().join(format!("gavel-{gpu}"));
+        import_gavel(gpu, &out);
+        let fresh = Dataset::read(&out).expect("fresh");
+        let committed =
+            Dataset::read(&repo().join(format!("datasets/gavel-{gpu}"))).expect("committed");
+        assert_eq!(fresh.workloads, committed.workloads, "{gpu}");
+        assert_eq!(fresh.pairs, committed.pairs, "{gpu}");
+    }
+}
+
+#[test]
+fn inspect_prints_a_readable_table() {
+    let text = ok(&["dataset", "inspect", s(&repo().join("datasets/gavel-v100"))]);
+    assert!(text.contains("workloads   26 (train 26)"), "{text}");
+    assert!(
+        text.contains("pairs       351 (feasible 330, infeasible 21, failed 0)"),
+        "{text}"
+    );
+    let space = text
+        .lines()
+        .find(|l| l.starts_with("space"))
+        .expect("space row");
+    let cells: Vec<&str> = space.split_whitespace().collect();
+    assert_eq!(
+        &cells[..6],
+        ["space", "351", "330", "21", "0", "0"],
+        "{text}"
+    );
+}
+
+#[test]
+fn unknown_gpu_and_existing_output_are_refused() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("x");
+    let err = fails(&[
+        "dataset",
+        "import",
+        "gavel",
+        s(&gavel_json()),
+        "--gpu",
+        "h100",
+        "--out",
+        s(&out),
+    ]);
+    assert!(
+        err.contains("no table for gpu `h100`; the file has: k80, k80_unconsolidated, p100"),
+        "{err}"
+    );
+    assert!(!out.exists());
+
+    fs::create_dir(&out).expect("mkdir");
+    let err = fails(&[
+        "dataset",
+        "import",
+        "gavel",
+        s(&gavel_json()),
+        "--gpu",
+        "v100",
+        "--out",
+        s(&out),
+    ]);
+    assert!(err.contains("output folder already exists"), "{err}");
+    assert!(entries(&out).is_empty());
+}
+
+const WORKLOADS_CSV: &str = "\
+workload,kind,solo_throughput,solo_throughput_std,repetitions,gpu_util,model,framework:categorical,queue:numeric:requests
+bert,infer,120.5,1.5,3,71.2,bert,torch,4
+resnet,train,40,,3,95,resnet,jax,
+gpt,train,8.25,0.1,3,,gpt,torch,1
+";
+
+const PAIRS_CSV: &str = "\
+a,b,mode,share_a,share_b,throughput_a,throughput_b,status,power_w
+bert,resnet,mps,50,50,90,30,,250.5
+bert,gpt,mps,50,50,0,0,oom,
+resnet,gpt,timeslice,,,20,5,ok,300
+";
+
+fn write_csvs(dir: &Path, workloads: &str, pairs: &str) -> (PathBuf, PathBuf) {
+    let (w, p) = (dir.join("w.csv"), dir.join("p.csv"));
+    fs::write(&w, workloads).expect("write");
+    fs::write(&p, pairs).expect("write");
+    (w, p)
+}
+
+fn import_csv(w: &Path, p: &Path, out: &Path) -> Output {
+    duet(&[
+        "dataset",
+        "import",
+        "csv",
+        "--workloads",
+        s(w),
+        "--pairs",
+        s(p),
+        "--gpu",
+        "a100",
+        "--out",
+        s(out),
+    ])
+}
+
+#[test]
+fn csv_import_keeps_declared_columns_and_values() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (w, p) = write_csvs(tmp.path(), WORKLOADS_CSV, PAIRS_CSV);
+    let out = tmp.path().join("mine");
+    let result = import_csv(&w, &p, &out);
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let d = Dataset::read(&out).expect("read");
+    let names: Vec<&str> = d
+        .meta
+        .workload_features
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    assert_eq!(names, ["gpu_util", "model", "framework", "queue"]);
+    assert_eq!(
+        d.meta.workload_features[3].unit.as_deref(),
+        Some("requests")
+    );
+    assert_eq!(d.meta.pair_counters[0].name, "power_w");
+    assert_eq!(d.workloads[0].solo_throughput, 120.5);
+    assert_eq!(d.workloads[1].solo_throughput_std, None);
+    assert!(d.workloads[2].features["gpu_util"].is_missing());
+    assert_eq!(
+        d.workloads[1].features["framework"].as_category(),
+        Some("jax")
+    );
+    assert_eq!(
+        d.pairs[0].status,
+        Status::Ok,
+        "derived from positive throughputs"
+    );
+    assert_eq!(d.pairs[0].gpu, "a100");
+    assert_eq!(d.pairs[0].counters["power_w"], Some(250.5));
+    assert_eq!(d.pairs[2].share_a, None);
+    assert_eq!(d.meta.modes, modes_present(&d.pairs));
+    ok(&["dataset", "validate", s(&out)]);
+}
+
+/// Each bad CSV gets one line naming the file, the column and the line, and leaves nothing.
+#[test]
+fn bad_csv_input_is_named_and_leaves_nothing() {
+    let cases: [(&str, &str, &str); 7] = [
+        (
+            &WORKLOADS_CSV.replace("120.5", "fast"),
+            PAIRS_CSV,
+            "w.csv: column `solo_throughput`, line 2: `fast` is not a number",
+        ),
+        (
+            WORKLOADS_CSV,
+            &PAIRS_CSV.replace(",90,", ",NaN,"),
+            "p.csv: column `throughput_a`, line 2: `NaN` is not a finite number",
+        ),
+        (
+            &WORKLOADS_CSV.replace("gpt,train", "bert,train"),
+            PAIRS_CSV,
+            "w.csv: column `workload`, line 4 (workload `bert`): duplicate workload id, first seen in row 1",
+        ),
+        (
+            WORKLOADS_CSV,
+            &PAIRS_CSV.replace("resnet,gpt", "resnet,llama"),
+            "p.csv: column `b`, line 4 (pair `resnet` + `llama`): unknown workload `llama`",
+        ),
+        (
+            WORKLOADS_CSV,
+            &PAIRS_CSV.replace("timeslice", "warp"),
+            "p.csv: column `mode`, line 4: unknown mode `warp`",
+        ),
+        (
+            &WORKLOADS_CSV.replace("gpu_util", "sm_magic"),
+            PAIRS_CSV,
+            "w.csv: column `sm_magic`, line 1: not a known column; declare its kind",
+        ),
+        (
+            &WORKLOADS_CSV.replace("kind,", "type,"),
+            PAIRS_CSV,
+            "w.csv: column `kind`, line 1: missing column",
+        ),
+    ];
+    for (workloads, pairs, expected) in cases {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (w, p) = write_csvs(tmp.path(), workloads, pairs);
+        let out = tmp.path().join("mine");
+        let result = import_csv(&w, &p, &out);
+        assert_eq!(result.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&result.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(expected), "expected `{expected}` in: {err}");
+        assert_eq!(
+            entries(tmp.path()),
+            ["p.csv", "w.csv"],
+            "nothing left behind"
+        );
+    }
+}
+
+#[test]
+fn validate_names_a_truncated_table() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("v100");
+    import_gavel("v100", &out);
+    ok(&["dataset", "validate", s(&out)]);
+    let path = out.join("workloads.parquet");
+    let bytes = fs::read(&path).expect("read");
+    fs::write(&path, &bytes[..100]).expect("truncate");
+    let err = fails(&["dataset", "validate", s(&out)]);
+    assert!(
+        err.contains("workloads.parquet: not a readable Parquet file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn merging_two_shards_gives_the_unsharded_pairs() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let whole = Dataset::read(&repo().join("datasets/gavel-p100")).expect("read");
+    let mut shards = Vec::new();
+    for i in 0..2 {
+        let mut shard = whole.clone();
+        shard.pairs = whole
+            .pairs
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| k % 2 == i)
+            .map(|(_, p)| p.clone())
+            .collect();
+        shard.meta.modes = modes_present(&shard.pairs);
+        let dir = tmp.path().join(format!("shard-{i}"));
+        shard.write(&dir).expect("write shard");
+        shards.push(dir);
+    }
+    let out = tmp.path().join("merged");
+    ok(&[
+        "dataset",
+        "merge",
+        s(&shards[0]),
+        s(&shards[1]),
+        "--out",
+        s(&out),
+    ]);
+    let merged = Dataset::read(&out).expect("read merged");
+    assert_eq!(merged.workloads, whole.workloads);
+    let key = |p: &duet_core::Pair| (p.a.clone(), p.b.clone());
+    let mut got: Vec<_> = merged.pairs.clone();
+    let mut want: Vec<_> = whole.pairs.clone();
+    got.sort_by_key(key);
+    want.sort_by_key(key);
+    assert_eq!(got, want);
+
+    // Shards of different devices are refused with the folder and field named.
+    let other = tmp.path().join("k80");
+    import_gavel("k80", &other);
+    let out2 = tmp.path().join("merged2");
+    let err = fails(&[
+        "dataset",
+        "merge",
+        s(&shards[0]),
+        s(&other),
+        "--out",
+        s(&out2),
+    ]);
+    assert!(
+        err.contains("k80/dataset.json: column `provenance.gpu`: gpu `k80` differs"),
+        "{err}"
+    );
+    assert!(!out2.exists());
+}

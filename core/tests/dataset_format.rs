@@ -1,0 +1,450 @@
+//! The dataset format end to end on real files: write, read back, and every rule's error.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use duet_core::dataset::{
+    Dataset, DatasetMeta, FORMAT, FeatureColumn, FeatureKind, FeatureValue, JobKind, Mode, Pair,
+    Provenance, Status, Workload, merge, modes_present,
+};
+
+fn workload(id: &str, solo: f64) -> Workload {
+    Workload {
+        workload: id.to_string(),
+        kind: JobKind::Train,
+        solo_throughput: solo,
+        solo_throughput_std: Some(0.1),
+        repetitions: Some(3),
+        features: BTreeMap::from([
+            ("gpu_util".to_string(), FeatureValue::Number(Some(50.0))),
+            (
+                "model".to_string(),
+                FeatureValue::Category(Some("mlp".into())),
+            ),
+        ]),
+    }
+}
+
+fn pair(a: &str, b: &str, ta: f64, tb: f64, status: Status) -> Pair {
+    Pair {
+        a: a.to_string(),
+        b: b.to_string(),
+        gpu: "cpu".to_string(),
+        mode: Mode::Cpu,
+        share_a: None,
+        share_b: None,
+        throughput_a: ta,
+        throughput_b: tb,
+        throughput_a_std: None,
+        throughput_b_std: Some(0.01),
+        repetitions: Some(3),
+        status,
+        note: None,
+        counters: BTreeMap::from([("power_w".to_string(), Some(120.5))]),
+    }
+}
+
+fn sample() -> Dataset {
+    let mut workloads = vec![workload("x", 10.0), workload("y", 4.0), workload("z", 2.5)];
+    workloads[2]
+        .features
+        .insert("gpu_util".into(), FeatureValue::Number(None));
+    workloads[2]
+        .features
+        .insert("model".into(), FeatureValue::Category(None));
+    workloads[1].kind = JobKind::Infer;
+    let mut pairs = vec![
+        pair("x", "y", 5.0, 3.0, Status::Ok),
+        pair("x", "x", 6.0, 6.5, Status::Ok),
+        pair("y", "z", 0.0, 0.0, Status::Oom),
+    ];
+    pairs[2].note = Some("CUDA out of memory".into());
+    pairs[2].counters.insert("power_w".into(), None);
+    let meta = DatasetMeta {
+        format: FORMAT.to_string(),
+        name: "sample".into(),
+        description: "three workloads".into(),
+        provenance: Provenance {
+            source: "unit test".into(),
+            gpu: "cpu".into(),
+            driver: None,
+            host: Some("test-host".into()),
+            measured_by: "the test".into(),
+            tool: "duet tests".into(),
+            command: Some("cargo test".into()),
+            date: "2026-11-30".into(),
+            licence: "MIT".into(),
+            licence_text: Some("notice\n".into()),
+        },
+        workload_features: vec![
+            FeatureColumn {
+                name: "gpu_util".into(),
+                kind: FeatureKind::Numeric,
+                unit: Some("%".into()),
+                meaning: "utilisation".into(),
+            },
+            FeatureColumn {
+                name: "model".into(),
+                kind: FeatureKind::Categorical,
+                unit: None,
+                meaning: "family".into(),
+            },
+        ],
+        pair_counters: vec![FeatureColumn {
+            name: "power_w".into(),
+            kind: FeatureKind::Numeric,
+            unit: Some("W".into()),
+            meaning: "power".into(),
+        }],
+        modes: modes_present(&pairs),
+    };
+    Dataset {
+        meta,
+        workloads,
+        pairs,
+    }
+}
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temporary folder")
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Writes `dataset` through the public writer into `root/ds`, for a test to read or damage.
+fn written(dataset: &Dataset, root: &Path) -> PathBuf {
+    let dir = root.join("ds");
+    dataset.write(&dir).expect("write");
+    dir
+}
+
+#[test]
+fn write_then_read_gives_back_every_value() {
+    let tmp = scratch();
+    let original = sample();
+    let dir = written(&original, tmp.path());
+    assert_eq!(
+        entries(&dir),
+        [
+            "LICENSE",
+            "dataset.json",
+            "pairs.parquet",
+            "workloads.parquet"
+        ]
+    );
+    let back = Dataset::read(&dir).expect("read");
+    assert_eq!(back, original);
+    assert_eq!(
+        fs::read_to_string(dir.join("LICENSE")).expect("licence"),
+        "notice\n"
+    );
+    // Nothing but the dataset itself is left beside it.
+    assert_eq!(entries(tmp.path()), ["ds"]);
+}
+
+#[test]
+fn speeds_are_derived_from_solo_throughput() {
+    let d = sample();
+    let speeds = d.directed_speeds();
+    assert_eq!(
+        speeds.len(),
+        4,
+        "two ok pairs, both directions; oom has none"
+    );
+    assert_eq!(speeds[0].job, "x");
+    assert!((speeds[0].speed - 0.5).abs() < 1e-12);
+    assert!((speeds[1].speed - 0.75).abs() < 1e-12);
+    assert!((duet_core::dataset::slowdown(5.0, 10.0) - 2.0).abs() < 1e-12);
+}
+
+fn rejected(dataset: &Dataset) -> String {
+    let tmp = scratch();
+    let out = tmp.path().join("ds");
+    let err = dataset.write(&out).expect_err("must be rejected");
+    assert!(!out.exists(), "no output folder after a rejected write");
+    assert!(
+        entries(tmp.path()).is_empty(),
+        "no temporary folder left behind"
+    );
+    err.to_string()
+}
+
+#[test]
+fn duplicate_workload_id_is_named() {
+    let mut d = sample();
+    d.workloads.push(workload("y", 1.0));
+    let msg = rejected(&d);
+    assert!(
+        msg.contains("workloads.parquet: column `workload`, row 4 (workload `y`)"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("duplicate workload id, first seen in row 2"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn pair_naming_an_unknown_workload_is_named() {
+    let mut d = sample();
+    d.pairs[1].b = "ghost".into();
+    let msg = rejected(&d);
+    assert!(msg.contains("pairs.parquet: column `b`, row 2"), "{msg}");
+    assert!(msg.contains("unknown workload `ghost`"), "{msg}");
+}
+
+#[test]
+fn non_finite_and_negative_throughputs_are_rejected() {
+    for (value, word) in [
+        (f64::NAN, "NaN"),
+        (f64::INFINITY, "infinite"),
+        (-1.0, "negative"),
+    ] {
+        let mut d = sample();
+        d.pairs[0].throughput_b = value;
+        let msg = rejected(&d);
+        assert!(msg.contains("column `throughput_b`, row 1"), "{msg}");
+        assert!(msg.contains(word), "{msg}");
+        let mut d = sample();
+        d.workloads[0].solo_throughput = value;
+        let msg = rejected(&d);
+        assert!(
+            msg.contains("column `solo_throughput`, row 1 (workload `x`)"),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn status_must_match_the_throughputs() {
+    let mut d = sample();
+    d.pairs[0].throughput_a = 0.0;
+    assert!(rejected(&d).contains("status is ok but a co-located throughput is 0"));
+    let mut d = sample();
+    d.pairs[2].throughput_a = 1.0;
+    d.pairs[2].throughput_b = 1.0;
+    assert!(rejected(&d).contains("status is oom but both co-located throughputs are positive"));
+}
+
+#[test]
+fn shares_must_lie_in_0_100() {
+    for bad in [0.0, -5.0, 100.5] {
+        let mut d = sample();
+        d.pairs[0].share_a = Some(bad);
+        let msg = rejected(&d);
+        assert!(msg.contains("column `share_a`, row 1"), "{msg}");
+        assert!(msg.contains("outside (0, 100]"), "{msg}");
+    }
+    let mut d = sample();
+    d.pairs[0].share_a = Some(100.0);
+    d.pairs[0].share_b = Some(0.5);
+    let tmp = scratch();
+    d.write(&tmp.path().join("ok")).expect("edges are valid");
+}
+
+#[test]
+fn the_same_setting_twice_is_rejected_even_mirrored() {
+    let mut d = sample();
+    let mut mirror = d.pairs[0].clone();
+    std::mem::swap(&mut mirror.a, &mut mirror.b);
+    d.pairs.push(mirror);
+    let msg = rejected(&d);
+    assert!(msg.contains("row 4"), "{msg}");
+    assert!(msg.contains("measured again (first in row 1)"), "{msg}");
+}
+
+#[test]
+fn existing_output_folder_is_refused_and_left_untouched() {
+    let tmp = scratch();
+    let out = tmp.path().join("ds");
+    fs::create_dir(&out).expect("mkdir");
+    fs::write(out.join("keep.txt"), "mine").expect("write");
+    let err = sample().write(&out).expect_err("must refuse");
+    assert!(err.to_string().contains("already exists"), "{err}");
+    assert_eq!(entries(&out), ["keep.txt"]);
+}
+
+#[test]
+fn truncated_parquet_names_the_file() {
+    let tmp = scratch();
+    let dir = written(&sample(), tmp.path());
+    let path = dir.join("pairs.parquet");
+    let bytes = fs::read(&path).expect("read");
+    fs::write(&path, &bytes[..bytes.len() / 2]).expect("truncate");
+    let msg = Dataset::read(&dir).expect_err("must fail").to_string();
+    assert!(
+        msg.contains("pairs.parquet: not a readable Parquet file"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn non_parquet_file_names_the_file() {
+    let tmp = scratch();
+    let dir = written(&sample(), tmp.path());
+    fs::write(dir.join("workloads.parquet"), "workload,kind\nx,train\n").expect("write");
+    let msg = Dataset::read(&dir).expect_err("must fail").to_string();
+    assert!(
+        msg.contains("workloads.parquet: not a readable Parquet file"),
+        "{msg}"
+    );
+}
+
+/// Rewrites one table of a written dataset through polars, to plant a fault a well-behaved
+/// writer never makes.
+fn rewrite_table(path: &Path, edit: impl FnOnce(&mut polars::prelude::DataFrame)) {
+    use polars::prelude::*;
+    let mut frame = ParquetReader::new(fs::File::open(path).expect("open"))
+        .finish()
+        .expect("read");
+    edit(&mut frame);
+    ParquetWriter::new(fs::File::create(path).expect("create"))
+        .finish(&mut frame)
+        .expect("write");
+}
+
+#[test]
+fn missing_column_is_named() {
+    let tmp = scratch();
+    let dir = written(&sample(), tmp.path());
+    rewrite_table(&dir.join("workloads.parquet"), |f| {
+        f.drop_in_place("solo_throughput").expect("drop");
+    });
+    let msg = Dataset::read(&dir).expect_err("must fail").to_string();
+    assert!(
+        msg.ends_with("workloads.parquet: column `solo_throughput`: missing column"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn text_in_a_numeric_column_is_named() {
+    use polars::prelude::*;
+    let tmp = scratch();
+    let dir = written(&sample(), tmp.path());
+    rewrite_table(&dir.join("pairs.parquet"), |f| {
+        let text = Column::new("throughput_a".into(), ["5", "6", "0"]);
+        f.with_column(text).expect("replace");
+    });
+    let msg = Dataset::read(&dir).expect_err("must fail").to_string();
+    assert!(
+        msg.contains("pairs.parquet: column `throughput_a`: has type str"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn unknown_mode_and_undeclared_column_are_named() {
+    use polars::prelude::*;
+    let tmp = scratch();
+    let dir = written(&sample(), tmp.path());
+    rewrite_table(&dir.join("pairs.parquet"), |f| {
+        f.with_column(Column::new("mode".into(), ["cpu", "warp", "cpu"]))
+            .expect("replace");
+    });
+    let msg = Dataset::read(&dir).expect_err("must fail").to_string();
+    assert!(
+        msg.contains("column `mode`, row 2 (pair x + x): unknown mode `warp`"),
+        "{msg}"
+    );
+
+    let dir2 = tmp.path().join("ds2");
+    sample().write(&dir2).expect("write");
+    rewrite_table(&dir2.join("workloads.parquet"), |f| {
+        f.with_column(Column::new("surprise".into(), [1.0, 2.0, 3.0]))
+            .expect("add");
+    });
+    let msg = Dataset::read(&dir2).expect_err("must fail").to_string();
+    assert!(
+        msg.contains("column `surprise`: column is not declared in dataset.json"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn bad_dataset_json_names_the_field() {
+    let tmp = scratch();
+    let dir = written(&sample(), tmp.path());
+    let path = dir.join("dataset.json");
+    let text = fs::read_to_string(&path).expect("read");
+    fs::write(&path, text.replace("\"measured_by\"", "\"measured_bye\"")).expect("write");
+    let msg = Dataset::read(&dir).expect_err("must fail").to_string();
+    assert!(
+        msg.contains("dataset.json: invalid: unknown field `measured_bye`"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn merged_shards_equal_the_whole() {
+    let whole = sample();
+    let mut first = whole.clone();
+    let mut second = whole.clone();
+    first.pairs.truncate(1);
+    second.pairs.drain(..1);
+    for part in [&mut first, &mut second] {
+        part.meta.modes = modes_present(&part.pairs);
+    }
+    let merged = merge(
+        "sample",
+        &[(PathBuf::from("s0"), first), (PathBuf::from("s1"), second)],
+    )
+    .expect("merge");
+    assert_eq!(merged.workloads, whole.workloads);
+    assert_eq!(merged.pairs, whole.pairs);
+}
+
+#[test]
+fn merge_pools_repeated_solo_profiles_and_refuses_overlap() {
+    let whole = sample();
+    let mut other = whole.clone();
+    other.workloads[0].solo_throughput = 12.0;
+    other.workloads[0].repetitions = Some(1);
+    other.pairs.clear();
+    other.meta.modes.clear();
+    let merged = merge(
+        "m",
+        &[
+            (PathBuf::from("s0"), whole.clone()),
+            (PathBuf::from("s1"), other),
+        ],
+    )
+    .expect("merge");
+    // (10 * 3 + 12 * 1) / 4
+    assert!((merged.workloads[0].solo_throughput - 10.5).abs() < 1e-12);
+    assert_eq!(merged.workloads[0].repetitions, Some(4));
+
+    let err = merge(
+        "m",
+        &[
+            (PathBuf::from("s0"), whole.clone()),
+            (PathBuf::from("s1"), whole.clone()),
+        ],
+    )
+    .expect_err("overlap");
+    assert!(err.to_string().contains("were measured in s0 too"), "{err}");
+
+    let mut elsewhere = whole.clone();
+    elsewhere.meta.provenance.gpu = "h200".into();
+    let err = merge(
+        "m",
+        &[
+            (PathBuf::from("s0"), whole),
+            (PathBuf::from("s1"), elsewhere),
+        ],
+    )
+    .expect_err("different gpu");
+    assert!(
+        err.to_string()
+            .contains("s1/dataset.json: column `provenance.gpu`"),
+        "{err}"
+    );
+}
