@@ -14,6 +14,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Fit the degradation regressor on datasets, evaluate it honestly, write a model folder.
+    Train(TrainArgs),
     /// Import, inspect, validate and merge datasets.
     Dataset {
         #[command(subcommand)]
@@ -112,4 +114,29 @@ pub enum ImportSource {
         #[arg(long)]
         date: Option<String>,
     },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TrainArgs {
+    /// A dataset folder; repeat for several (for example one per device).
+    #[arg(long, required = true)]
+    pub data: Vec<PathBuf>,
+    /// The new model folder (must not exist).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Model name (default: the output folder's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Seed of every random choice: the same seed gives the same model and metrics.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Hidden layer widths, comma-separated.
+    #[arg(long, default_value = "64,64", value_delimiter = ',')]
+    pub hidden: Vec<usize>,
+    /// Upper bound on training epochs (early stopping usually ends sooner).
+    #[arg(long, default_value_t = 1500)]
+    pub max_epochs: usize,
+    /// Where to train: `cpu` (Burn's Flex backend).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }

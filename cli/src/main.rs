@@ -3,6 +3,7 @@
 mod args;
 mod dataset_cmd;
 mod date;
+mod train_cmd;
 
 use std::process::ExitCode;
 
@@ -12,6 +13,7 @@ fn main() -> ExitCode {
     let cli = args::Cli::parse();
     let result = match cli.command {
         args::Command::Dataset { command } => dataset_cmd::run(command),
+        args::Command::Train(args) => train_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@
 //! validation, the canonical feature names, and importers that turn measurements made elsewhere
 //! into that format. It knows nothing of HTTP, NVML or training.
 
+pub mod atomic;
 pub mod dataset;
 pub mod features;
 pub mod import;

@@ -1,5 +1,12 @@
 //! duet's trainer: feature building, the Burn degradation regressor, honest evaluation against
 //! baselines, and the model artifact the server loads.
-//!
-//! The training loop lands with the trainer work (see the issue tracker); until then this crate
-//! holds no code.
+
+pub mod artifact;
+pub mod baselines;
+pub mod eval;
+pub mod features;
+pub mod metrics;
+pub mod model;
+pub mod pipeline;
+pub mod report;
+pub mod rows;

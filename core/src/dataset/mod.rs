@@ -14,7 +14,7 @@ pub mod validate;
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub use error::{DatasetError, Result};
 pub use merge::merge;
@@ -129,28 +129,14 @@ impl Dataset {
             ));
         }
         self.validate(out)?;
-        let staging = staging_path(out)?;
-        if staging.exists() {
-            fs::remove_dir_all(&staging).map_err(|e| {
-                DatasetError::new(
-                    &staging,
-                    format!("cannot remove a stale temporary folder: {e}"),
-                )
-            })?;
-        }
-        let result = self.write_files(&staging).and_then(|()| {
-            fs::rename(&staging, out)
-                .map_err(|e| DatasetError::new(out, format!("cannot move into place: {e}")))
-        });
-        if result.is_err() {
-            let _ = fs::remove_dir_all(&staging);
-        }
-        result
+        crate::atomic::write_folder(
+            out,
+            |p, m| DatasetError::new(p, m),
+            |dir| self.write_files(dir),
+        )
     }
 
     fn write_files(&self, dir: &Path) -> Result<()> {
-        fs::create_dir_all(dir)
-            .map_err(|e| DatasetError::new(dir, format!("cannot create: {e}")))?;
         let frame = parquet::workloads_frame(&self.meta, &self.workloads)
             .map_err(|e| DatasetError::new(dir.join(WORKLOADS_FILE), e.to_string()))?;
         parquet::write_parquet(&dir.join(WORKLOADS_FILE), frame)?;
@@ -205,26 +191,4 @@ impl Dataset {
 
 fn write_text(path: &Path, text: &str) -> Result<()> {
     fs::write(path, text).map_err(|e| DatasetError::new(path, format!("cannot write: {e}")))
-}
-
-/// `<parent>/.<name>.tmp-<pid>`: where a dataset is built before it is renamed to `out`.
-fn staging_path(out: &Path) -> Result<PathBuf> {
-    let name = out
-        .file_name()
-        .ok_or_else(|| DatasetError::new(out, "output path has no folder name"))?;
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    if !parent.is_dir() {
-        return Err(DatasetError::new(
-            &parent,
-            "parent folder of the output does not exist",
-        ));
-    }
-    Ok(parent.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    )))
 }

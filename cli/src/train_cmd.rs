@@ -1,0 +1,65 @@
+//! `duet train`.
+
+use anyhow::{Result, bail};
+use duet_trainer::model::TrainConfig;
+use duet_trainer::pipeline::{self, TrainOptions};
+
+use crate::args::TrainArgs;
+use crate::date::today;
+
+pub fn run(args: TrainArgs) -> Result<()> {
+    match args.device.as_str() {
+        "cpu" => {}
+        d if d == "cuda" || d.starts_with("cuda:") => bail!(
+            "--device {d}: this duet trains on the CPU only (Burn's Flex backend); CUDA training is not built yet"
+        ),
+        d => bail!("--device {d}: unknown device, expected cpu"),
+    }
+    if args.hidden.is_empty() || args.hidden.contains(&0) {
+        bail!("--hidden: give one or more positive layer widths, for example 64,64");
+    }
+    if args.max_epochs == 0 {
+        bail!("--max-epochs: must be at least 1");
+    }
+    let config = TrainConfig {
+        hidden: args.hidden,
+        max_epochs: args.max_epochs,
+        seed: args.seed,
+        ..TrainConfig::default()
+    };
+    let name = args.name.unwrap_or_else(|| {
+        args.out
+            .file_name()
+            .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
+    });
+    let options = TrainOptions {
+        data: args.data,
+        out: args.out,
+        name,
+        config,
+        created: today(),
+    };
+    let summary = pipeline::run(&options, |line| eprintln!("{line}"))?;
+    for w in &summary.warnings {
+        eprintln!("warning: {w}");
+    }
+    for r in summary
+        .meta
+        .metrics
+        .iter()
+        .filter(|r| r.gpu == "all" && r.predictor == "mlp")
+    {
+        println!(
+            "{:<17} MAPE speed {:>6.2}%  Spearman {:.3}",
+            r.split.as_str(),
+            r.metrics.mape_speed * 100.0,
+            r.metrics.spearman
+        );
+    }
+    println!(
+        "wrote {} (version {})",
+        options.out.display(),
+        summary.meta.version
+    );
+    Ok(())
+}

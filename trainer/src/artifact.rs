@@ -1,0 +1,152 @@
+//! The model artifact, a folder: `model.json` (everything needed to encode inputs and judge the
+//! model), `model.mpk` (the Burn record of the network) and `report.md`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use burn::backend::Flex;
+use burn::module::Module;
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
+use serde::{Deserialize, Serialize};
+
+use crate::eval::{Evaluation, MetricsRow};
+use crate::features::FeatureSpec;
+use crate::model::{Mlp, Rng, TrainConfig, TrainOutcome, init};
+
+pub const MODEL_JSON: &str = "model.json";
+/// The Burn record, without the extension Burn's recorder adds.
+pub const RECORD_STEM: &str = "model";
+pub const RECORD_FILE: &str = "model.mpk";
+pub const REPORT_FILE: &str = "report.md";
+pub const FORMAT: &str = "duet-model/1";
+
+/// A dataset the model was trained on, with a fingerprint of its files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainingData {
+    pub name: String,
+    pub path: String,
+    pub gpu: String,
+    /// FNV-1a 64 of `dataset.json`, `workloads.parquet` and `pairs.parquet`, in that order.
+    pub fingerprint: String,
+    pub workloads: usize,
+    pub pairs: usize,
+}
+
+/// The contents of `model.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelMeta {
+    pub format: String,
+    pub name: String,
+    /// `<duet version>+<fingerprint of data and configuration>`: changes whenever either does.
+    pub version: String,
+    pub duet_version: String,
+    pub created: String,
+    /// The network predicts `ln(speed of a)`; speed = exp(output), slowdown = 1 / speed.
+    pub target_transform: String,
+    pub outputs: Vec<String>,
+    pub config: TrainConfig,
+    pub spec: FeatureSpec,
+    pub data: Vec<TrainingData>,
+    pub training: TrainOutcome,
+    pub folds: std::collections::BTreeMap<String, usize>,
+    pub metrics: Vec<MetricsRow>,
+}
+
+/// 64-bit FNV-1a: a stable fingerprint of bytes (not a cryptographic hash).
+pub fn fnv1a(bytes: &[u8], mut hash: u64) -> u64 {
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01B3);
+    }
+    hash
+}
+
+pub const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
+
+/// Fingerprint of a dataset folder's three files.
+pub fn fingerprint(dir: &Path) -> std::io::Result<String> {
+    let mut hash = FNV_OFFSET;
+    for file in ["dataset.json", "workloads.parquet", "pairs.parquet"] {
+        hash = fnv1a(&fs::read(dir.join(file))?, hash);
+    }
+    Ok(format!("{hash:016x}"))
+}
+
+fn recorder() -> NamedMpkFileRecorder<FullPrecisionSettings> {
+    NamedMpkFileRecorder::<FullPrecisionSettings>::new()
+}
+
+/// Why an artifact could not be written or read; always names the file.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {message}", path.display())]
+pub struct ArtifactError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+fn err(path: &Path, message: impl Into<String>) -> ArtifactError {
+    ArtifactError {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+/// Writes the artifact folder `out` atomically.
+/// `files` are the report and its figures: (file name, contents).
+pub fn write(
+    out: &Path,
+    meta: &ModelMeta,
+    net: &Mlp<Flex>,
+    files: &[(String, String)],
+) -> Result<(), ArtifactError> {
+    duet_core::atomic::write_folder(out, err, |dir| {
+        let mut json = serde_json::to_string_pretty(meta).map_err(|e| err(dir, e.to_string()))?;
+        json.push('\n');
+        fs::write(dir.join(MODEL_JSON), json)
+            .map_err(|e| err(&dir.join(MODEL_JSON), e.to_string()))?;
+        net.clone()
+            .save_file(dir.join(RECORD_STEM), &recorder())
+            .map_err(|e| err(&dir.join(RECORD_FILE), e.to_string()))?;
+        for (name, contents) in files {
+            let path = dir.join(name);
+            fs::write(&path, contents).map_err(|e| err(&path, e.to_string()))?;
+        }
+        Ok(())
+    })
+}
+
+/// Reads `model.json` and the network it describes.
+pub fn load(dir: &Path) -> Result<(ModelMeta, Mlp<Flex>), ArtifactError> {
+    let path = dir.join(MODEL_JSON);
+    let text = fs::read_to_string(&path).map_err(|e| err(&path, format!("cannot read: {e}")))?;
+    let meta: ModelMeta =
+        serde_json::from_str(&text).map_err(|e| err(&path, format!("invalid: {e}")))?;
+    if meta.format != FORMAT {
+        return Err(err(
+            &path,
+            format!("format is `{}`, this duet reads `{FORMAT}`", meta.format),
+        ));
+    }
+    let device = Default::default();
+    let skeleton: Mlp<Flex> = init(
+        meta.spec.pair_width(),
+        &meta.config.hidden,
+        &mut Rng::new(0),
+        &device,
+    );
+    let record = dir.join(RECORD_FILE);
+    let net = skeleton
+        .load_file(dir.join(RECORD_STEM), &recorder(), &device)
+        .map_err(|e| err(&record, format!("cannot load the Burn record: {e}")))?;
+    Ok((meta, net))
+}
+
+impl ModelMeta {
+    pub fn evaluation(&self) -> Evaluation {
+        Evaluation {
+            folds: self.folds.clone(),
+            table: self.metrics.clone(),
+            held_out: Vec::new(),
+        }
+    }
+}

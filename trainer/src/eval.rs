@@ -1,0 +1,364 @@
+//! Honest evaluation: k-fold over three splits, the MLP and every baseline on the same folds.
+//!
+//! - `random`: directed rows in random folds (a pair's mirror may be in training).
+//! - `unseen_pairs`: folds of unordered pair settings; a pair and its mirror leave together.
+//! - `unseen_workloads`: leave one workload out; test rows touch it, training rows do not (a
+//!   new job that was only profiled alone).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use burn::backend::{Autodiff, Flex};
+use duet_core::dataset::Dataset;
+use serde::{Deserialize, Serialize};
+
+use crate::baselines::{LowRank, Ridge, constant, utilisation_sum};
+use crate::features::{FeatureSpec, JobFeatures, job_features};
+use crate::metrics::{Metrics, Scored};
+use crate::model::{
+    Batch, Mlp, OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig,
+    TrainError, TrainOutcome, fit, forward,
+};
+use crate::rows::{Example, examples};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Split {
+    Random,
+    UnseenPairs,
+    UnseenWorkloads,
+}
+
+impl Split {
+    pub const ALL: [Split; 3] = [Split::Random, Split::UnseenPairs, Split::UnseenWorkloads];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Split::Random => "random",
+            Split::UnseenPairs => "unseen_pairs",
+            Split::UnseenWorkloads => "unseen_workloads",
+        }
+    }
+}
+
+/// Number of folds of the random and unseen-pairs splits.
+pub const FOLDS: usize = 5;
+
+/// The predictors every report compares, in table order.
+pub const PREDICTORS: [&str; 5] = ["mlp", "ridge", "low_rank", "utilisation_sum", "constant"];
+
+/// Datasets loaded for training: their examples and every job's raw features.
+#[derive(Debug)]
+pub struct Corpus {
+    pub datasets: Vec<Dataset>,
+    pub jobs: Vec<BTreeMap<String, JobFeatures>>,
+    pub examples: Vec<Example>,
+}
+
+impl Corpus {
+    pub fn new(datasets: Vec<Dataset>) -> Corpus {
+        let jobs = datasets.iter().map(job_features).collect();
+        let examples = examples(&datasets);
+        Corpus {
+            datasets,
+            jobs,
+            examples,
+        }
+    }
+
+    fn job(&self, e: &Example, id: &str) -> &JobFeatures {
+        &self.jobs[e.dataset][id]
+    }
+
+    fn encode(&self, spec: &FeatureSpec, rows: &[usize]) -> Batch {
+        let mut batch = Batch {
+            width: spec.pair_width(),
+            ..Batch::default()
+        };
+        let mut buf = Vec::with_capacity(batch.width);
+        for &i in rows {
+            let e = &self.examples[i];
+            buf.clear();
+            spec.encode_pair(
+                self.job(e, &e.a),
+                self.job(e, &e.b),
+                &e.gpu,
+                e.mode,
+                e.share_a,
+                e.share_b,
+                &mut buf,
+            );
+            batch.push(&buf, e.speed);
+        }
+        batch
+    }
+
+    /// Fits the feature spec and the MLP on `rows`, holding out a share of their settings for
+    /// early stopping.
+    pub fn train(&self, rows: &[usize], config: &TrainConfig) -> Result<Trained, TrainError> {
+        let spec = FeatureSpec::fit(
+            &self.datasets.iter().collect::<Vec<_>>(),
+            rows.iter().flat_map(|&i| {
+                let e = &self.examples[i];
+                [self.job(e, &e.a), self.job(e, &e.b)]
+            }),
+            rows.iter().map(|&i| self.examples[i].gpu.clone()),
+            rows.iter().map(|&i| self.examples[i].mode),
+        );
+        let settings: BTreeSet<usize> = rows.iter().map(|&i| self.examples[i].setting).collect();
+        let mut settings: Vec<usize> = settings.into_iter().collect();
+        let mut rng = Rng::new(config.seed ^ 0x5EED);
+        rng.shuffle(&mut settings);
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let held = ((settings.len() as f64) * config.validation_fraction).round() as usize;
+        let held: BTreeSet<usize> = settings.into_iter().take(held).collect();
+        let (validation, train): (Vec<usize>, Vec<usize>) = rows
+            .iter()
+            .partition(|&&i| held.contains(&self.examples[i].setting));
+        let device = Default::default();
+        let (net, outcome) = fit::<Autodiff<Flex>>(
+            &self.encode(&spec, &train),
+            &self.encode(&spec, &validation),
+            config,
+            &device,
+        )?;
+        Ok(Trained { spec, net, outcome })
+    }
+}
+
+/// A fitted feature spec and network.
+#[derive(Debug)]
+pub struct Trained {
+    pub spec: FeatureSpec,
+    pub net: Mlp<Flex>,
+    pub outcome: TrainOutcome,
+}
+
+impl Trained {
+    /// Network outputs for `rows` of the corpus.
+    fn outputs(&self, corpus: &Corpus, rows: &[usize]) -> Vec<f32> {
+        let batch = corpus.encode(&self.spec, rows);
+        forward(&self.net, &batch.inputs, batch.width, &Default::default())
+    }
+}
+
+/// The train and test rows of one fold.
+#[derive(Debug, Clone)]
+pub struct Fold {
+    pub train: Vec<usize>,
+    pub test: Vec<usize>,
+}
+
+/// The folds of `split` over the corpus' examples.
+pub fn folds(split: Split, examples: &[Example], seed: u64) -> Vec<Fold> {
+    let all: Vec<usize> = (0..examples.len()).collect();
+    let from_groups = |group_of: &dyn Fn(usize) -> usize, groups: usize| -> Vec<Fold> {
+        (0..groups)
+            .map(|g| {
+                let (test, train) = all.iter().partition(|&&i| group_of(i) == g);
+                Fold { train, test }
+            })
+            .filter(|f: &Fold| !f.test.is_empty() && !f.train.is_empty())
+            .collect()
+    };
+    let mut rng = Rng::new(seed);
+    match split {
+        Split::Random => {
+            let mut order = all.clone();
+            rng.shuffle(&mut order);
+            let mut fold_of = vec![0; examples.len()];
+            for (k, &i) in order.iter().enumerate() {
+                fold_of[i] = k % FOLDS;
+            }
+            from_groups(&|i| fold_of[i], FOLDS)
+        }
+        Split::UnseenPairs => {
+            let settings: BTreeSet<usize> = examples.iter().map(|e| e.setting).collect();
+            let mut order: Vec<usize> = settings.into_iter().collect();
+            rng.shuffle(&mut order);
+            let fold_of: BTreeMap<usize, usize> = order
+                .iter()
+                .enumerate()
+                .map(|(k, &s)| (s, k % FOLDS))
+                .collect();
+            from_groups(&|i| fold_of[&examples[i].setting], FOLDS)
+        }
+        Split::UnseenWorkloads => {
+            let ids: BTreeSet<&str> = examples
+                .iter()
+                .flat_map(|e| [e.a.as_str(), e.b.as_str()])
+                .collect();
+            ids.into_iter()
+                .map(|id| {
+                    let (test, train) = all
+                        .iter()
+                        .partition(|&&i| examples[i].a == id || examples[i].b == id);
+                    Fold { train, test }
+                })
+                .filter(|f| !f.test.is_empty() && !f.train.is_empty())
+                .collect()
+        }
+    }
+}
+
+/// One line of the metrics table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricsRow {
+    pub split: Split,
+    pub predictor: String,
+    /// A device, or `all`.
+    pub gpu: String,
+    /// A mode, or `all`.
+    pub mode: String,
+    pub metrics: Metrics,
+}
+
+/// One held-out MLP prediction, kept for the report's plots.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeldOut {
+    pub split: Split,
+    pub gpu: String,
+    pub a: String,
+    pub b: String,
+    pub speed: f64,
+    pub predicted: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    pub folds: BTreeMap<String, usize>,
+    pub table: Vec<MetricsRow>,
+    #[serde(skip)]
+    pub held_out: Vec<HeldOut>,
+}
+
+/// Predictions of every predictor for the test rows of one fold.
+fn score_fold(
+    corpus: &Corpus,
+    fold: &Fold,
+    config: &TrainConfig,
+) -> Result<BTreeMap<&'static str, Vec<Option<Scored>>>, TrainError> {
+    let trained = corpus.train(&fold.train, config)?;
+    let out = trained.outputs(corpus, &fold.test);
+    let train_rows: Vec<&Example> = fold.train.iter().map(|&i| &corpus.examples[i]).collect();
+    let feasible_train: Vec<usize> = fold
+        .train
+        .iter()
+        .copied()
+        .filter(|&i| corpus.examples[i].speed.is_some())
+        .collect();
+    let ridge_batch = corpus.encode(&trained.spec, &feasible_train);
+    let ridge_y: Vec<f64> = feasible_train
+        .iter()
+        .filter_map(|&i| corpus.examples[i].speed.map(f64::ln))
+        .collect();
+    let ridge = Ridge::fit(&ridge_batch.inputs, ridge_batch.width, &ridge_y, 1.0);
+    let test_batch = corpus.encode(&trained.spec, &fold.test);
+    let low_rank = LowRank::fit(&train_rows, config.seed);
+    let mean = constant(&train_rows);
+
+    let mut scored: BTreeMap<&'static str, Vec<Option<Scored>>> = BTreeMap::new();
+    for (k, &i) in fold.test.iter().enumerate() {
+        let e = &corpus.examples[i];
+        let plain = |predicted: f64| {
+            Some(Scored {
+                speed: e.speed,
+                predicted,
+                conservative: None,
+                feasible: None,
+            })
+        };
+        let o = &out[k * OUTPUTS..(k + 1) * OUTPUTS];
+        let row = &test_batch.inputs[k * test_batch.width..(k + 1) * test_batch.width];
+        let entries = [
+            (
+                "mlp",
+                Some(Scored {
+                    speed: e.speed,
+                    predicted: f64::from(o[OUT_LOG_SPEED]).exp(),
+                    conservative: Some(f64::from(o[OUT_LOG_SPEED_P10]).exp()),
+                    feasible: Some(o[OUT_FEASIBLE_LOGIT] > 0.0),
+                }),
+            ),
+            ("ridge", plain(ridge.predict(row).exp())),
+            ("low_rank", plain(low_rank.predict(e).exp())),
+            (
+                "utilisation_sum",
+                utilisation_sum(corpus.job(e, &e.a), corpus.job(e, &e.b)).and_then(plain),
+            ),
+            ("constant", plain(mean)),
+        ];
+        for (name, s) in entries {
+            scored.entry(name).or_default().push(s);
+        }
+    }
+    Ok(scored)
+}
+
+/// Runs every split's folds; `progress` hears about each finished fold.
+pub fn evaluate(
+    corpus: &Corpus,
+    config: &TrainConfig,
+    mut progress: impl FnMut(Split, usize, usize),
+) -> Result<Evaluation, TrainError> {
+    let mut table = Vec::new();
+    let mut held_out = Vec::new();
+    let mut fold_counts = BTreeMap::new();
+    for split in Split::ALL {
+        let folds = folds(split, &corpus.examples, config.seed);
+        fold_counts.insert(split.as_str().to_string(), folds.len());
+        // predictor -> (gpu, mode) -> scored rows
+        let mut groups: BTreeMap<&str, BTreeMap<(String, String), Vec<Scored>>> = BTreeMap::new();
+        for (n, fold) in folds.iter().enumerate() {
+            let scored = score_fold(corpus, fold, config)?;
+            for (name, rows) in scored {
+                for (k, s) in rows.into_iter().enumerate() {
+                    let Some(s) = s else { continue };
+                    let e = &corpus.examples[fold.test[k]];
+                    if name == "mlp"
+                        && let Some(speed) = e.speed
+                    {
+                        held_out.push(HeldOut {
+                            split,
+                            gpu: e.gpu.clone(),
+                            a: e.a.clone(),
+                            b: e.b.clone(),
+                            speed,
+                            predicted: s.predicted,
+                        });
+                    }
+                    let g = groups.entry(name).or_default();
+                    for key in [
+                        (e.gpu.clone(), e.mode.to_string()),
+                        ("all".to_string(), "all".to_string()),
+                    ] {
+                        g.entry(key).or_default().push(s);
+                    }
+                }
+            }
+            progress(split, n + 1, folds.len());
+        }
+        for predictor in PREDICTORS {
+            let Some(g) = groups.get(predictor) else {
+                continue;
+            };
+            for ((gpu, mode), rows) in g {
+                table.push(MetricsRow {
+                    split,
+                    predictor: predictor.to_string(),
+                    gpu: gpu.clone(),
+                    mode: mode.clone(),
+                    metrics: Metrics::of(rows),
+                });
+            }
+        }
+    }
+    Ok(Evaluation {
+        folds: fold_counts,
+        table,
+        held_out,
+    })
+}

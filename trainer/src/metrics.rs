@@ -1,0 +1,160 @@
+//! Accuracy measures of predicted speeds against measured ones.
+
+use serde::{Deserialize, Serialize};
+
+/// One held-out prediction of one directed row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scored {
+    /// Measured speed (None: the pair is infeasible).
+    pub speed: Option<f64>,
+    /// Predicted speed.
+    pub predicted: f64,
+    /// Predicted conservative (p10) speed, where the predictor has one.
+    pub conservative: Option<f64>,
+    /// Predicted feasibility, where the predictor has one.
+    pub feasible: Option<bool>,
+}
+
+/// The metrics of one predictor on one group of held-out rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metrics {
+    /// Feasible rows scored.
+    pub rows: usize,
+    pub mape_speed: f64,
+    pub mape_slowdown: f64,
+    pub mae_speed: f64,
+    pub spearman: f64,
+    /// Of rows predicted to keep speed >= 0.8, the share that did.
+    pub precision_at_08: f64,
+    /// Of rows that kept speed >= 0.8, the share predicted to.
+    pub recall_at_08: f64,
+    /// Share of all rows (feasible or not) whose feasibility was predicted right.
+    pub feasibility_accuracy: Option<f64>,
+    /// Share of feasible rows whose measured slowdown is at or below the predicted p90 slowdown.
+    pub p90_coverage: Option<f64>,
+}
+
+/// Speed threshold of "this pair is worth co-locating".
+pub const GOOD_SPEED: f64 = 0.8;
+
+#[allow(clippy::cast_precision_loss)]
+fn mean(xs: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = xs.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    if n == 0 { f64::NAN } else { sum / n as f64 }
+}
+
+/// Average ranks (ties share their mean rank).
+fn ranks(xs: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..xs.len()).collect();
+    order.sort_by(|&i, &j| xs[i].total_cmp(&xs[j]));
+    let mut out = vec![0.0; xs.len()];
+    let mut i = 0;
+    while i < order.len() {
+        let mut j = i;
+        while j + 1 < order.len() && xs[order[j + 1]] == xs[order[i]] {
+            j += 1;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let rank = (i + j) as f64 / 2.0;
+        for &k in &order[i..=j] {
+            out[k] = rank;
+        }
+        i = j + 1;
+    }
+    out
+}
+
+/// Spearman's rank correlation; NaN when either side is constant.
+pub fn spearman(xs: &[f64], ys: &[f64]) -> f64 {
+    let (rx, ry) = (ranks(xs), ranks(ys));
+    let (mx, my) = (mean(rx.iter().copied()), mean(ry.iter().copied()));
+    let cov: f64 = rx.iter().zip(&ry).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let vx: f64 = rx.iter().map(|a| (a - mx).powi(2)).sum();
+    let vy: f64 = ry.iter().map(|b| (b - my).powi(2)).sum();
+    cov / (vx * vy).sqrt()
+}
+
+impl Metrics {
+    pub fn of(rows: &[Scored]) -> Metrics {
+        let feasible: Vec<(f64, &Scored)> = rows
+            .iter()
+            .filter_map(|r| r.speed.map(|s| (s, r)))
+            .collect();
+        let truth: Vec<f64> = feasible.iter().map(|(s, _)| *s).collect();
+        let pred: Vec<f64> = feasible.iter().map(|(_, r)| r.predicted).collect();
+        let pairs = || truth.iter().zip(&pred);
+        let predicted_good = pairs().filter(|(_, p)| **p >= GOOD_SPEED).count();
+        let actually_good = pairs().filter(|(t, _)| **t >= GOOD_SPEED).count();
+        let both = pairs()
+            .filter(|(t, p)| **t >= GOOD_SPEED && **p >= GOOD_SPEED)
+            .count();
+        #[allow(clippy::cast_precision_loss)]
+        let share = |n: usize, d: usize| {
+            if d == 0 {
+                f64::NAN
+            } else {
+                n as f64 / d as f64
+            }
+        };
+        let with_feasibility: Vec<(bool, bool)> = rows
+            .iter()
+            .filter_map(|r| r.feasible.map(|f| (f, r.speed.is_some())))
+            .collect();
+        let covered: Vec<bool> = feasible
+            .iter()
+            .filter_map(|(s, r)| r.conservative.map(|c| *s >= c))
+            .collect();
+        Metrics {
+            rows: truth.len(),
+            mape_speed: mean(pairs().map(|(t, p)| (p - t).abs() / t)),
+            mape_slowdown: mean(pairs().map(|(t, p)| (1.0 / p - 1.0 / t).abs() * t)),
+            mae_speed: mean(pairs().map(|(t, p)| (p - t).abs())),
+            spearman: spearman(&truth, &pred),
+            precision_at_08: share(both, predicted_good),
+            recall_at_08: share(both, actually_good),
+            feasibility_accuracy: (!with_feasibility.is_empty()).then(|| {
+                share(
+                    with_feasibility.iter().filter(|(p, t)| p == t).count(),
+                    with_feasibility.len(),
+                )
+            }),
+            p90_coverage: (!covered.is_empty())
+                .then(|| share(covered.iter().filter(|c| **c).count(), covered.len())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(speed: f64, predicted: f64) -> Scored {
+        Scored {
+            speed: Some(speed),
+            predicted,
+            conservative: Some(predicted * 0.9),
+            feasible: Some(true),
+        }
+    }
+
+    #[test]
+    fn metrics_of_known_predictions() {
+        let m = Metrics::of(&[row(0.5, 0.6), row(1.0, 0.9), row(0.9, 0.7)]);
+        assert_eq!(m.rows, 3);
+        // |0.1|/0.5, |0.1|/1.0, |0.2|/0.9
+        assert!((m.mape_speed - (0.2 + 0.1 + 0.2 / 0.9) / 3.0).abs() < 1e-12);
+        assert!((m.mae_speed - 0.4 / 3.0).abs() < 1e-12);
+        assert!((m.spearman - 0.5).abs() < 1e-12);
+        // predicted good: 0.9 only (true 1.0) -> precision 1; actually good: 1.0, 0.9 -> recall 1/2
+        assert_eq!((m.precision_at_08, m.recall_at_08), (1.0, 0.5));
+        assert_eq!(m.feasibility_accuracy, Some(1.0));
+        // coverage: 0.5 >= 0.54? no; 1.0 >= 0.81 yes; 0.9 >= 0.63 yes
+        assert!((m.p90_coverage.expect("coverage") - 2.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn spearman_handles_ties_and_reversal() {
+        assert!((spearman(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]) + 1.0).abs() < 1e-12);
+        assert!((spearman(&[1.0, 1.0, 2.0], &[1.0, 1.0, 2.0]) - 1.0).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,362 @@
+//! `report.md` and its SVG figures: how far to trust the model, in numbers and pictures.
+
+use std::fmt::Write as _;
+
+use crate::artifact::{ModelMeta, REPORT_FILE};
+use crate::eval::{HeldOut, MetricsRow, PREDICTORS, Split};
+
+fn pct(x: f64) -> String {
+    if x.is_finite() {
+        format!("{:.1}%", x * 100.0)
+    } else {
+        "n/a".into()
+    }
+}
+
+fn num(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.3}")
+    } else {
+        "n/a".into()
+    }
+}
+
+fn opt_pct(x: Option<f64>) -> String {
+    x.map_or_else(|| "n/a".into(), pct)
+}
+
+const HEADER: &str = "| split | predictor | device | mode | rows | MAPE speed | MAPE slowdown | MAE speed | Spearman | precision@0.8 | recall@0.8 | feasibility acc. | p90 coverage |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+
+fn table_row(out: &mut String, r: &MetricsRow) {
+    let m = &r.metrics;
+    let _ = writeln!(
+        out,
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        r.split.as_str(),
+        r.predictor,
+        r.gpu,
+        r.mode,
+        m.rows,
+        pct(m.mape_speed),
+        pct(m.mape_slowdown),
+        num(m.mae_speed),
+        num(m.spearman),
+        pct(m.precision_at_08),
+        pct(m.recall_at_08),
+        opt_pct(m.feasibility_accuracy),
+        opt_pct(m.p90_coverage),
+    );
+}
+
+/// A measured-against-predicted matrix for the heatmap figure.
+#[derive(Debug, Clone)]
+pub struct Matrix {
+    pub title: String,
+    pub ids: Vec<String>,
+    /// `[a][b]`: speed of a next to b; `None` where infeasible or not measured.
+    pub measured: Vec<Vec<Option<f64>>>,
+    pub predicted: Vec<Vec<Option<f64>>>,
+}
+
+/// The report and its figures: `(file name, contents)`.
+pub fn render(
+    meta: &ModelMeta,
+    held_out: &[HeldOut],
+    matrix: Option<&Matrix>,
+) -> Vec<(String, String)> {
+    let mut md = String::new();
+    let _ = writeln!(md, "# duet model `{}`\n", meta.name);
+    let _ = writeln!(
+        md,
+        "Version `{}`, trained by duet {} on {} with seed {}. Target: ln(speed of job a next to \
+         job b); every pair trains in both orders. Outputs: {}.\n",
+        meta.version,
+        meta.duet_version,
+        meta.created,
+        meta.config.seed,
+        meta.outputs.join(", ")
+    );
+    let _ = writeln!(
+        md,
+        "## Data\n\n| dataset | device | workloads | pairs | fingerprint |\n|---|---|---|---|---|"
+    );
+    for d in &meta.data {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | `{}` |",
+            d.name, d.gpu, d.workloads, d.pairs, d.fingerprint
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nInputs per pair: {} values (numeric features standardised, log where they span orders of \
+         magnitude, each with a missing flag; categorical one-hot with an unknown slot; device, mode \
+         and shares).",
+        meta.spec.pair_width()
+    );
+    for d in &meta.spec.dropped {
+        let _ = writeln!(md, "\nLeft out: {d}.");
+    }
+    let _ = writeln!(
+        md,
+        "\n## Training\n\nMLP {:?} hidden units, Adam (learning rate {}, weight decay {}), full batch, \
+         early stopping on {}% of the pair settings: stopped after {} epochs, best at epoch {} \
+         (validation loss {:.4}).",
+        meta.config.hidden,
+        meta.config.learning_rate,
+        meta.config.weight_decay,
+        meta.config.validation_fraction * 100.0,
+        meta.training.epochs,
+        meta.training.best_epoch,
+        meta.training.best_validation_loss
+    );
+    let folds: Vec<String> = meta.folds.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let _ = writeln!(
+        md,
+        "\n## Accuracy on held-out rows\n\nFolds: {}. Every predictor is fitted on the same training \
+         rows and scored on the same held-out rows. MAPE and MAE are over feasible rows; \
+         precision and recall are of \"speed >= 0.8\"; p90 coverage is the share of held-out rows \
+         whose measured slowdown is at or below the predicted p90 slowdown (0.9 is calibrated).\n",
+        folds.join(", ")
+    );
+    md.push_str(HEADER);
+    for split in Split::ALL {
+        for predictor in PREDICTORS {
+            for r in meta
+                .metrics
+                .iter()
+                .filter(|r| r.split == split && r.predictor == predictor && r.gpu == "all")
+            {
+                table_row(&mut md, r);
+            }
+        }
+    }
+    let _ = writeln!(md, "\n### By device and mode\n");
+    md.push_str(HEADER);
+    for split in Split::ALL {
+        for predictor in ["mlp", "ridge", "low_rank"] {
+            for r in meta
+                .metrics
+                .iter()
+                .filter(|r| r.split == split && r.predictor == predictor && r.gpu != "all")
+            {
+                table_row(&mut md, r);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    if !held_out.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n## Figures\n\n![Predicted against measured speed, held-out rows](scatter.svg)\n\n\
+             ![Cumulative distribution of absolute percentage error of speed, per split](error-cdf.svg)"
+        );
+        files.push(("scatter.svg".to_string(), scatter(held_out)));
+        files.push(("error-cdf.svg".to_string(), error_cdf(held_out)));
+    }
+    if let Some(m) = matrix {
+        let _ = writeln!(md, "\n![{}](heatmap.svg)", m.title);
+        files.push(("heatmap.svg".to_string(), heatmap(m)));
+    }
+    files.push((REPORT_FILE.to_string(), md));
+    files
+}
+
+const COLOURS: [&str; 3] = ["#1f77b4", "#d62728", "#2ca02c"];
+
+fn svg_open(width: u32, height: u32) -> String {
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    )
+}
+
+fn legend(svg: &mut String, x: f64, y: f64) {
+    for (i, split) in Split::ALL.iter().enumerate() {
+        #[allow(clippy::cast_precision_loss)]
+        let yy = y + 16.0 * i as f64;
+        let _ = writeln!(
+            svg,
+            "<rect x=\"{x}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}</text>",
+            yy - 9.0,
+            COLOURS[i],
+            x + 14.0,
+            yy,
+            split.as_str()
+        );
+    }
+}
+
+/// Predicted against measured speed, one colour per split, with the diagonal.
+fn scatter(held_out: &[HeldOut]) -> String {
+    let (w, h, m) = (520.0, 480.0, 50.0);
+    let top = held_out
+        .iter()
+        .flat_map(|r| [r.speed, r.predicted])
+        .fold(1.0f64, f64::max)
+        .min(3.0);
+    let sx = |v: f64| m + (v / top).min(1.0) * (w - 2.0 * m);
+    let sy = |v: f64| h - m - (v / top).min(1.0) * (h - 2.0 * m);
+    let mut svg = svg_open(520, 480);
+    let _ = writeln!(
+        svg,
+        "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#888\"/>",
+        sx(0.0),
+        sy(0.0),
+        sx(top),
+        sy(top)
+    );
+    let _ = writeln!(
+        svg,
+        "<rect x=\"{m}\" y=\"{m}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"black\"/>",
+        w - 2.0 * m,
+        h - 2.0 * m
+    );
+    for (i, split) in Split::ALL.iter().enumerate() {
+        for r in held_out.iter().filter(|r| r.split == *split) {
+            let _ = writeln!(
+                svg,
+                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2\" fill=\"{}\" fill-opacity=\"0.5\"/>",
+                sx(r.speed),
+                sy(r.predicted),
+                COLOURS[i]
+            );
+        }
+    }
+    let _ = writeln!(
+        svg,
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">measured speed</text>",
+        w / 2.0,
+        h - 15.0
+    );
+    let _ = writeln!(
+        svg,
+        "<text x=\"15\" y=\"{}\" transform=\"rotate(-90 15 {})\" text-anchor=\"middle\">predicted speed</text>",
+        h / 2.0,
+        h / 2.0
+    );
+    let _ = writeln!(
+        svg,
+        "<text x=\"{m}\" y=\"{}\">0</text><text x=\"{}\" y=\"{}\">{top:.2}</text>",
+        h - m + 14.0,
+        w - m - 20.0,
+        h - m + 14.0
+    );
+    legend(&mut svg, m + 10.0, m + 20.0);
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// Cumulative share of held-out rows by absolute percentage error of speed, one line per split.
+fn error_cdf(held_out: &[HeldOut]) -> String {
+    let (w, h, m) = (520.0, 400.0, 50.0);
+    let max_err = 0.5;
+    let mut svg = svg_open(520, 400);
+    let _ = writeln!(
+        svg,
+        "<rect x=\"{m}\" y=\"{m}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"black\"/>",
+        w - 2.0 * m,
+        h - 2.0 * m
+    );
+    for (i, split) in Split::ALL.iter().enumerate() {
+        let mut errs: Vec<f64> = held_out
+            .iter()
+            .filter(|r| r.split == *split)
+            .map(|r| (r.predicted - r.speed).abs() / r.speed)
+            .collect();
+        errs.sort_by(f64::total_cmp);
+        #[allow(clippy::cast_precision_loss)]
+        let points: Vec<String> = errs
+            .iter()
+            .enumerate()
+            .map(|(k, e)| {
+                let x = m + (e / max_err).min(1.0) * (w - 2.0 * m);
+                let y = h - m - ((k + 1) as f64 / errs.len() as f64) * (h - 2.0 * m);
+                format!("{x:.1},{y:.1}")
+            })
+            .collect();
+        let _ = writeln!(
+            svg,
+            "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>",
+            COLOURS[i],
+            points.join(" ")
+        );
+    }
+    let _ = writeln!(
+        svg,
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">absolute error of speed / measured speed (axis to 50%)</text>",
+        w / 2.0,
+        h - 15.0
+    );
+    let _ = writeln!(
+        svg,
+        "<text x=\"15\" y=\"{}\" transform=\"rotate(-90 15 {})\" text-anchor=\"middle\">share of held-out rows</text>",
+        h / 2.0,
+        h / 2.0
+    );
+    legend(&mut svg, w - m - 130.0, h - m - 50.0);
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// Colour of a speed in [0, 1.2]: red (slow) through yellow to green (no interference).
+fn speed_colour(v: Option<f64>) -> String {
+    let Some(v) = v else { return "#444".into() };
+    let t = (v / 1.2).clamp(0.0, 1.0);
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let (r, g) = if t < 0.5 {
+        (255, (t * 2.0 * 255.0) as u8)
+    } else {
+        (((1.0 - t) * 2.0 * 255.0) as u8, 255)
+    };
+    format!("#{r:02x}{g:02x}40")
+}
+
+/// Measured and predicted speed matrices side by side (row: job a, column: job b).
+fn heatmap(m: &Matrix) -> String {
+    let n = m.ids.len();
+    let cell = 12.0;
+    let label = 170.0;
+    #[allow(clippy::cast_precision_loss)]
+    let side = cell * n as f64;
+    let width = label + 2.0 * side + 60.0;
+    let height = side + 90.0;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let mut svg = svg_open(width as u32, height as u32);
+    let _ = writeln!(
+        svg,
+        "<text x=\"{label}\" y=\"20\">{} (dark: infeasible or not measured)</text>",
+        m.title
+    );
+    for (panel, (name, matrix)) in [("measured", &m.measured), ("predicted", &m.predicted)]
+        .iter()
+        .enumerate()
+    {
+        #[allow(clippy::cast_precision_loss)]
+        let x0 = label + panel as f64 * (side + 40.0);
+        let _ = writeln!(svg, "<text x=\"{x0}\" y=\"40\">{name}</text>");
+        for (i, row) in matrix.iter().enumerate() {
+            for (j, v) in row.iter().enumerate() {
+                #[allow(clippy::cast_precision_loss)]
+                let _ = writeln!(
+                    svg,
+                    "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{cell}\" height=\"{cell}\" fill=\"{}\"/>",
+                    x0 + j as f64 * cell,
+                    50.0 + i as f64 * cell,
+                    speed_colour(*v)
+                );
+            }
+        }
+    }
+    for (i, id) in m.ids.iter().enumerate() {
+        #[allow(clippy::cast_precision_loss)]
+        let _ = writeln!(
+            svg,
+            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\" font-size=\"9\">{id}</text>",
+            label - 4.0,
+            59.0 + i as f64 * cell
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}

@@ -1,0 +1,73 @@
+//! Training examples: every co-location measurement seen from each of its two jobs.
+
+use duet_core::dataset::{Dataset, Mode, Status, speed};
+
+/// One job `a` running next to `b`: the unit the model predicts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Example {
+    /// Index of the dataset the measurement comes from.
+    pub dataset: usize,
+    /// Index of the unordered pair setting (a pair and its mirror share it).
+    pub setting: usize,
+    pub a: String,
+    pub b: String,
+    pub gpu: String,
+    pub mode: Mode,
+    pub share_a: Option<f64>,
+    pub share_b: Option<f64>,
+    /// Whether the two jobs ran together (status `ok`); `oom` rows are infeasible.
+    pub feasible: bool,
+    /// Co-located over solo throughput of `a`, for feasible rows.
+    pub speed: Option<f64>,
+}
+
+/// Both directions of every `ok` and `oom` pair of every dataset. Crashed and timed-out runs say
+/// nothing about interference and are left out.
+pub fn examples(datasets: &[Dataset]) -> Vec<Example> {
+    let mut out = Vec::new();
+    let mut setting = 0;
+    for (index, d) in datasets.iter().enumerate() {
+        for p in &d.pairs {
+            if !matches!(p.status, Status::Ok | Status::Oom) {
+                continue;
+            }
+            let (Some(wa), Some(wb)) = (d.workload(&p.a), d.workload(&p.b)) else {
+                continue;
+            };
+            let feasible = p.status == Status::Ok;
+            for (a, b, ta, sa, sb, solo) in [
+                (
+                    &p.a,
+                    &p.b,
+                    p.throughput_a,
+                    p.share_a,
+                    p.share_b,
+                    wa.solo_throughput,
+                ),
+                (
+                    &p.b,
+                    &p.a,
+                    p.throughput_b,
+                    p.share_b,
+                    p.share_a,
+                    wb.solo_throughput,
+                ),
+            ] {
+                out.push(Example {
+                    dataset: index,
+                    setting,
+                    a: a.clone(),
+                    b: b.clone(),
+                    gpu: p.gpu.clone(),
+                    mode: p.mode,
+                    share_a: sa,
+                    share_b: sb,
+                    feasible,
+                    speed: feasible.then(|| speed(ta, solo)),
+                });
+            }
+            setting += 1;
+        }
+    }
+    out
+}
