@@ -14,9 +14,15 @@ use crate::features::FeatureSpec;
 use crate::model::{Mlp, Rng, TrainConfig, TrainOutcome, init};
 
 pub const MODEL_JSON: &str = "model.json";
-/// The Burn record, without the extension Burn's recorder adds.
-pub const RECORD_STEM: &str = "model";
-pub const RECORD_FILE: &str = "model.mpk";
+/// The Burn record of ensemble member `k`, without the extension Burn's recorder adds.
+pub fn record_stem(k: usize) -> String {
+    format!("member-{k}")
+}
+
+/// The file Burn writes for [`record_stem`].
+pub fn record_file(k: usize) -> String {
+    format!("member-{k}.mpk")
+}
 pub const REPORT_FILE: &str = "report.md";
 pub const FORMAT: &str = "duet-model/1";
 
@@ -47,7 +53,8 @@ pub struct ModelMeta {
     pub config: TrainConfig,
     pub spec: FeatureSpec,
     pub data: Vec<TrainingData>,
-    pub training: TrainOutcome,
+    /// How training ended, per ensemble member.
+    pub training: Vec<TrainOutcome>,
     pub folds: std::collections::BTreeMap<String, usize>,
     pub metrics: Vec<MetricsRow>,
 }
@@ -96,7 +103,7 @@ fn err(path: &Path, message: impl Into<String>) -> ArtifactError {
 pub fn write(
     out: &Path,
     meta: &ModelMeta,
-    net: &Mlp<Flex>,
+    nets: &[Mlp<Flex>],
     files: &[(String, String)],
 ) -> Result<(), ArtifactError> {
     duet_core::atomic::write_folder(out, err, |dir| {
@@ -104,9 +111,11 @@ pub fn write(
         json.push('\n');
         fs::write(dir.join(MODEL_JSON), json)
             .map_err(|e| err(&dir.join(MODEL_JSON), e.to_string()))?;
-        net.clone()
-            .save_file(dir.join(RECORD_STEM), &recorder())
-            .map_err(|e| err(&dir.join(RECORD_FILE), e.to_string()))?;
+        for (k, net) in nets.iter().enumerate() {
+            net.clone()
+                .save_file(dir.join(record_stem(k)), &recorder())
+                .map_err(|e| err(&dir.join(record_file(k)), e.to_string()))?;
+        }
         for (name, contents) in files {
             let path = dir.join(name);
             fs::write(&path, contents).map_err(|e| err(&path, e.to_string()))?;
@@ -115,8 +124,8 @@ pub fn write(
     })
 }
 
-/// Reads `model.json` and the network it describes.
-pub fn load(dir: &Path) -> Result<(ModelMeta, Mlp<Flex>), ArtifactError> {
+/// Reads `model.json` and the networks it describes.
+pub fn load(dir: &Path) -> Result<(ModelMeta, Vec<Mlp<Flex>>), ArtifactError> {
     let path = dir.join(MODEL_JSON);
     let text = fs::read_to_string(&path).map_err(|e| err(&path, format!("cannot read: {e}")))?;
     let meta: ModelMeta =
@@ -127,18 +136,29 @@ pub fn load(dir: &Path) -> Result<(ModelMeta, Mlp<Flex>), ArtifactError> {
             format!("format is `{}`, this duet reads `{FORMAT}`", meta.format),
         ));
     }
+    if meta.training.is_empty() {
+        return Err(err(&path, "`training` lists no ensemble member"));
+    }
     let device = Default::default();
-    let skeleton: Mlp<Flex> = init(
-        meta.spec.pair_width(),
-        &meta.config.hidden,
-        &mut Rng::new(0),
-        &device,
-    );
-    let record = dir.join(RECORD_FILE);
-    let net = skeleton
-        .load_file(dir.join(RECORD_STEM), &recorder(), &device)
-        .map_err(|e| err(&record, format!("cannot load the Burn record: {e}")))?;
-    Ok((meta, net))
+    let mut nets = Vec::with_capacity(meta.training.len());
+    for k in 0..meta.training.len() {
+        let skeleton: Mlp<Flex> = init(
+            meta.spec.pair_width(),
+            &meta.config.hidden,
+            &mut Rng::new(0),
+            &device,
+        );
+        let net = skeleton
+            .load_file(dir.join(record_stem(k)), &recorder(), &device)
+            .map_err(|e| {
+                err(
+                    &dir.join(record_file(k)),
+                    format!("cannot load the Burn record: {e}"),
+                )
+            })?;
+        nets.push(net);
+    }
+    Ok((meta, nets))
 }
 
 impl ModelMeta {

@@ -127,11 +127,29 @@ fn solve_spd(a: &mut [f64], b: &[f64], n: usize) -> Vec<f64> {
 #[derive(Debug, Clone)]
 pub struct LowRank {
     mu: f64,
-    context: HashMap<String, f64>,
-    row_bias: HashMap<String, f64>,
-    col_bias: HashMap<String, f64>,
-    row_factor: HashMap<String, Vec<f64>>,
-    col_factor: HashMap<String, Vec<f64>>,
+    contexts: Index,
+    jobs: Index,
+    context_bias: Vec<f64>,
+    row_bias: Vec<f64>,
+    col_bias: Vec<f64>,
+    /// `RANK` values per job.
+    row_factor: Vec<f64>,
+    col_factor: Vec<f64>,
+}
+
+/// Dense numbering of string keys.
+#[derive(Debug, Clone, Default)]
+struct Index(HashMap<String, usize>);
+
+impl Index {
+    fn add(&mut self, key: String) -> usize {
+        let next = self.0.len();
+        *self.0.entry(key).or_insert(next)
+    }
+
+    fn get(&self, key: &str) -> Option<usize> {
+        self.0.get(key).copied()
+    }
 }
 
 fn job_key(e: &Example, id: &str) -> String {
@@ -144,83 +162,85 @@ fn context_key(e: &Example) -> String {
 
 impl LowRank {
     pub const RANK: usize = 3;
+    const EPOCHS: usize = 400;
+    const LEARNING_RATE: f64 = 0.03;
+    const L2: f64 = 0.02;
 
     pub fn fit(train: &[&Example], seed: u64) -> LowRank {
-        let data: Vec<(&Example, f64)> = train
+        let mut contexts = Index::default();
+        let mut jobs = Index::default();
+        let data: Vec<(usize, usize, usize, f64)> = train
             .iter()
-            .filter_map(|e| e.speed.map(|s| (*e, s.ln())))
+            .filter_map(|e| {
+                let y = e.speed?.ln();
+                Some((
+                    contexts.add(context_key(e)),
+                    jobs.add(job_key(e, &e.a)),
+                    jobs.add(job_key(e, &e.b)),
+                    y,
+                ))
+            })
             .collect();
         #[allow(clippy::cast_precision_loss)]
-        let mu = data.iter().map(|(_, y)| y).sum::<f64>() / data.len().max(1) as f64;
+        let mu = data.iter().map(|d| d.3).sum::<f64>() / data.len().max(1) as f64;
         let mut rng = Rng::new(seed);
-        let mut model = LowRank {
+        let n = jobs.0.len();
+        let mut factor =
+            |len: usize| -> Vec<f64> { (0..len).map(|_| (rng.unit() - 0.5) * 0.1).collect() };
+        let mut m = LowRank {
             mu,
-            context: HashMap::new(),
-            row_bias: HashMap::new(),
-            col_bias: HashMap::new(),
-            row_factor: HashMap::new(),
-            col_factor: HashMap::new(),
+            context_bias: vec![0.0; contexts.0.len()],
+            row_bias: vec![0.0; n],
+            col_bias: vec![0.0; n],
+            row_factor: factor(n * Self::RANK),
+            col_factor: factor(n * Self::RANK),
+            contexts,
+            jobs,
         };
-        let factor = |rng: &mut Rng| -> Vec<f64> {
-            (0..Self::RANK).map(|_| (rng.unit() - 0.5) * 0.1).collect()
-        };
-        for (e, _) in &data {
-            model.context.entry(context_key(e)).or_insert(0.0);
-            let (a, b) = (job_key(e, &e.a), job_key(e, &e.b));
-            model.row_bias.entry(a.clone()).or_insert(0.0);
-            model.col_bias.entry(b.clone()).or_insert(0.0);
-            model
-                .row_factor
-                .entry(a)
-                .or_insert_with(|| factor(&mut rng));
-            model
-                .col_factor
-                .entry(b)
-                .or_insert_with(|| factor(&mut rng));
-        }
-        let (lr, reg) = (0.03, 0.02);
+        let (lr, l2, r) = (Self::LEARNING_RATE, Self::L2, Self::RANK);
         let mut order: Vec<usize> = (0..data.len()).collect();
-        for _ in 0..400 {
+        let mut rng = Rng::new(seed ^ 0x10_4A4E);
+        for _ in 0..Self::EPOCHS {
             rng.shuffle(&mut order);
             for &i in &order {
-                let (e, y) = data[i];
-                let (a, b, c) = (job_key(e, &e.a), job_key(e, &e.b), context_key(e));
-                let err = y - model.raw(&c, &a, &b);
-                *model.context.get_mut(&c).expect("fitted") += lr * err;
-                let rb = model.row_bias.get_mut(&a).expect("fitted");
-                *rb += lr * (err - reg * *rb);
-                let cb = model.col_bias.get_mut(&b).expect("fitted");
-                *cb += lr * (err - reg * *cb);
-                let p = model.row_factor[&a].clone();
-                let q = model.col_factor[&b].clone();
-                let pf = model.row_factor.get_mut(&a).expect("fitted");
-                for k in 0..Self::RANK {
-                    pf[k] += lr * (err * q[k] - reg * p[k]);
-                }
-                let qf = model.col_factor.get_mut(&b).expect("fitted");
-                for k in 0..Self::RANK {
-                    qf[k] += lr * (err * p[k] - reg * q[k]);
+                let (c, a, b, y) = data[i];
+                let err = y - m.raw(Some(c), Some(a), Some(b));
+                m.context_bias[c] += lr * err;
+                m.row_bias[a] += lr * (err - l2 * m.row_bias[a]);
+                m.col_bias[b] += lr * (err - l2 * m.col_bias[b]);
+                for k in 0..r {
+                    let p = m.row_factor[a * r + k];
+                    let q = m.col_factor[b * r + k];
+                    m.row_factor[a * r + k] += lr * (err * q - l2 * p);
+                    m.col_factor[b * r + k] += lr * (err * p - l2 * q);
                 }
             }
         }
-        model
+        m
     }
 
-    fn raw(&self, context: &str, a: &str, b: &str) -> f64 {
-        let dot = match (self.row_factor.get(a), self.col_factor.get(b)) {
-            (Some(p), Some(q)) => p.iter().zip(q).map(|(x, y)| x * y).sum(),
+    fn raw(&self, context: Option<usize>, a: Option<usize>, b: Option<usize>) -> f64 {
+        let r = Self::RANK;
+        let dot = match (a, b) {
+            (Some(a), Some(b)) => (0..r)
+                .map(|k| self.row_factor[a * r + k] * self.col_factor[b * r + k])
+                .sum(),
             _ => 0.0,
         };
         self.mu
-            + self.context.get(context).copied().unwrap_or(0.0)
-            + self.row_bias.get(a).copied().unwrap_or(0.0)
-            + self.col_bias.get(b).copied().unwrap_or(0.0)
+            + context.map_or(0.0, |c| self.context_bias[c])
+            + a.map_or(0.0, |a| self.row_bias[a])
+            + b.map_or(0.0, |b| self.col_bias[b])
             + dot
     }
 
     /// Predicted log speed of `e`.
     pub fn predict(&self, e: &Example) -> f64 {
-        self.raw(&context_key(e), &job_key(e, &e.a), &job_key(e, &e.b))
+        self.raw(
+            self.contexts.get(&context_key(e)),
+            self.jobs.get(&job_key(e, &e.a)),
+            self.jobs.get(&job_key(e, &e.b)),
+        )
     }
 }
 

@@ -105,27 +105,42 @@ impl Corpus {
             rows.iter().map(|&i| self.examples[i].mode),
         );
         let settings: BTreeSet<usize> = rows.iter().map(|&i| self.examples[i].setting).collect();
-        let mut settings: Vec<usize> = settings.into_iter().collect();
-        let mut rng = Rng::new(config.seed ^ 0x5EED);
-        rng.shuffle(&mut settings);
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let held = ((settings.len() as f64) * config.validation_fraction).round() as usize;
-        let held: BTreeSet<usize> = settings.into_iter().take(held).collect();
-        let (validation, train): (Vec<usize>, Vec<usize>) = rows
-            .iter()
-            .partition(|&&i| held.contains(&self.examples[i].setting));
-        let device = Default::default();
-        let (net, outcome) = fit::<Autodiff<Flex>>(
-            &self.encode(&spec, &train),
-            &self.encode(&spec, &validation),
-            config,
-            &device,
-        )?;
-        Ok(Trained { spec, net, outcome })
+        let settings: Vec<usize> = settings.into_iter().collect();
+        let mut nets = Vec::with_capacity(config.ensemble.max(1));
+        let mut outcomes = Vec::new();
+        for member in 0..config.ensemble.max(1) as u64 {
+            let member_config = TrainConfig {
+                seed: config.seed.wrapping_add(member.wrapping_mul(0x9E37_79B9)),
+                ..config.clone()
+            };
+            let mut order = settings.clone();
+            let mut rng = Rng::new(member_config.seed ^ 0x5EED);
+            rng.shuffle(&mut order);
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                clippy::cast_precision_loss
+            )]
+            let held = ((order.len() as f64) * config.validation_fraction).round() as usize;
+            let held: BTreeSet<usize> = order.into_iter().take(held).collect();
+            let (validation, train): (Vec<usize>, Vec<usize>) = rows
+                .iter()
+                .partition(|&&i| held.contains(&self.examples[i].setting));
+            let device = Default::default();
+            let (net, outcome) = fit::<Autodiff<Flex>>(
+                &self.encode(&spec, &train),
+                &self.encode(&spec, &validation),
+                &member_config,
+                &device,
+            )?;
+            nets.push(net);
+            outcomes.push(outcome);
+        }
+        Ok(Trained {
+            spec,
+            nets,
+            outcomes,
+        })
     }
 }
 
@@ -133,15 +148,34 @@ impl Corpus {
 #[derive(Debug)]
 pub struct Trained {
     pub spec: FeatureSpec,
-    pub net: Mlp<Flex>,
-    pub outcome: TrainOutcome,
+    /// The ensemble's members.
+    pub nets: Vec<Mlp<Flex>>,
+    pub outcomes: Vec<TrainOutcome>,
 }
 
 impl Trained {
     /// Network outputs for `rows` of the corpus.
     fn outputs(&self, corpus: &Corpus, rows: &[usize]) -> Vec<f32> {
         let batch = corpus.encode(&self.spec, rows);
-        forward(&self.net, &batch.inputs, batch.width, &Default::default())
+        self.forward(&batch.inputs)
+    }
+
+    /// The ensemble's mean output for encoded rows.
+    pub fn forward(&self, inputs: &[f32]) -> Vec<f32> {
+        let width = self.spec.pair_width();
+        let mut sum: Vec<f32> = Vec::new();
+        for net in &self.nets {
+            let out = forward(net, inputs, width, &Default::default());
+            if sum.is_empty() {
+                sum = out;
+            } else {
+                sum.iter_mut().zip(out).for_each(|(s, o)| *s += o);
+            }
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let n = self.nets.len() as f32;
+        sum.iter_mut().for_each(|s| *s /= n);
+        sum
     }
 }
 
@@ -240,7 +274,7 @@ fn score_fold(
     corpus: &Corpus,
     fold: &Fold,
     config: &TrainConfig,
-) -> Result<BTreeMap<&'static str, Vec<Option<Scored>>>, TrainError> {
+) -> Result<FoldScores, TrainError> {
     let trained = corpus.train(&fold.train, config)?;
     let out = trained.outputs(corpus, &fold.test);
     let train_rows: Vec<&Example> = fold.train.iter().map(|&i| &corpus.examples[i]).collect();
@@ -298,6 +332,49 @@ fn score_fold(
     Ok(scored)
 }
 
+type FoldScores = BTreeMap<&'static str, Vec<Option<Scored>>>;
+
+/// Scores every fold, on as many threads as the machine has cores. Results come back in fold
+/// order, so the outcome does not depend on scheduling; `progress` hears the count done.
+fn run_folds(
+    corpus: &Corpus,
+    folds: &[Fold],
+    config: &TrainConfig,
+    mut progress: impl FnMut(usize),
+) -> Vec<Result<FoldScores, TrainError>> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(folds.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (send, receive) = std::sync::mpsc::channel();
+    let mut results: Vec<Option<Result<FoldScores, TrainError>>> = Vec::new();
+    results.resize_with(folds.len(), || None);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let send = send.clone();
+            let next = &next;
+            scope.spawn(move || {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(fold) = folds.get(i) else { break };
+                    if send.send((i, score_fold(corpus, fold, config))).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(send);
+        for (done, (i, result)) in receive.iter().enumerate() {
+            results[i] = Some(result);
+            progress(done + 1);
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or(Err(TrainError::Empty)))
+        .collect()
+}
+
 /// Runs every split's folds; `progress` hears about each finished fold.
 pub fn evaluate(
     corpus: &Corpus,
@@ -312,8 +389,11 @@ pub fn evaluate(
         fold_counts.insert(split.as_str().to_string(), folds.len());
         // predictor -> (gpu, mode) -> scored rows
         let mut groups: BTreeMap<&str, BTreeMap<(String, String), Vec<Scored>>> = BTreeMap::new();
-        for (n, fold) in folds.iter().enumerate() {
-            let scored = score_fold(corpus, fold, config)?;
+        let results = run_folds(corpus, &folds, config, |done| {
+            progress(split, done, folds.len())
+        });
+        for (fold, scored) in folds.iter().zip(results) {
+            let scored = scored?;
             for (name, rows) in scored {
                 for (k, s) in rows.into_iter().enumerate() {
                     let Some(s) = s else { continue };
@@ -339,7 +419,6 @@ pub fn evaluate(
                     }
                 }
             }
-            progress(split, n + 1, folds.len());
         }
         for predictor in PREDICTORS {
             let Some(g) = groups.get(predictor) else {

@@ -59,6 +59,8 @@ pub struct TrainConfig {
     /// Share of training settings held out for early stopping.
     pub validation_fraction: f64,
     pub seed: u64,
+    /// Networks trained from different seeds and validation splits; outputs are averaged.
+    pub ensemble: usize,
 }
 
 impl Default for TrainConfig {
@@ -71,6 +73,7 @@ impl Default for TrainConfig {
             patience: 150,
             validation_fraction: 0.15,
             seed: 7,
+            ensemble: 5,
         }
     }
 }
@@ -194,8 +197,9 @@ fn tensors<B: Backend>(batch: &Batch, device: &B::Device) -> Tensors<B> {
     }
 }
 
-/// The training objective: squared error of log speed and pinball loss of its 10th percentile
-/// on feasible rows, plus the cross-entropy of feasibility on all rows.
+/// The training objective: absolute error of log speed (close to the relative error of speed,
+/// which is what MAPE measures) and pinball loss of its 10th percentile on feasible rows, plus
+/// the cross-entropy of feasibility on all rows.
 fn loss<B: Backend>(out: Tensor<B, 2>, t: &Tensors<B>) -> Tensor<B, 1> {
     let n = out.dims()[0];
     let point = out.clone().slice([0..n, OUT_LOG_SPEED..OUT_LOG_SPEED + 1]);
@@ -204,7 +208,7 @@ fn loss<B: Backend>(out: Tensor<B, 2>, t: &Tensors<B>) -> Tensor<B, 1> {
         .slice([0..n, OUT_LOG_SPEED_P10..OUT_LOG_SPEED_P10 + 1]);
     let logit = out.slice([0..n, OUT_FEASIBLE_LOGIT..OUT_FEASIBLE_LOGIT + 1]);
     let err = t.y.clone() - point;
-    let mse = (err.clone() * err * t.m.clone()).sum() / t.feasible_count;
+    let absolute = (err.abs() * t.m.clone()).sum() / t.feasible_count;
     let e = t.y.clone() - p10;
     let pinball = ((e.clone() * CONSERVATIVE_QUANTILE + relu(e.neg())) * t.m.clone()).sum()
         / t.feasible_count;
@@ -212,7 +216,7 @@ fn loss<B: Backend>(out: Tensor<B, 2>, t: &Tensors<B>) -> Tensor<B, 1> {
         + log_sigmoid(logit.neg()) * (t.m.clone().neg() + 1.0))
         .mean()
         .neg();
-    mse + pinball + bce * 0.1
+    absolute + pinball + bce * 0.1
 }
 
 fn scalar<B: Backend>(t: Tensor<B, 1>) -> f64 {

@@ -8,7 +8,7 @@ use duet_core::dataset::{Dataset, DatasetError};
 
 use crate::artifact::{self, ArtifactError, FORMAT, ModelMeta, TrainingData, fingerprint, fnv1a};
 use crate::eval::{Corpus, Split, evaluate};
-use crate::model::{OUT_LOG_SPEED, OUTPUTS, TrainConfig, TrainError, forward};
+use crate::model::{OUT_LOG_SPEED, OUTPUTS, TrainConfig, TrainError};
 use crate::report::{self, Matrix};
 
 #[derive(Debug, Clone)]
@@ -116,12 +116,7 @@ fn matrix(corpus: &Corpus, trained: &crate::eval::Trained) -> Matrix {
                 &mut inputs,
             );
         }
-        forward(
-            &trained.net,
-            &inputs,
-            spec.pair_width(),
-            &Default::default(),
-        )
+        trained.forward(&inputs)
     };
     for (k, &i) in rows.iter().enumerate() {
         let e = &corpus.examples[i];
@@ -165,10 +160,12 @@ pub fn run(
     })?;
     let all: Vec<usize> = (0..corpus.examples.len()).collect();
     let trained = corpus.train(&all, &options.config)?;
-    progress(&format!(
-        "final model: {} epochs, best {}",
-        trained.outcome.epochs, trained.outcome.best_epoch
-    ));
+    for (k, o) in trained.outcomes.iter().enumerate() {
+        progress(&format!(
+            "final model, member {k}: {} epochs, best {}",
+            o.epochs, o.best_epoch
+        ));
+    }
     let mut warnings: Vec<String> = trained
         .spec
         .dropped
@@ -201,7 +198,7 @@ pub fn run(
         config: options.config.clone(),
         spec: trained.spec.clone(),
         data,
-        training: trained.outcome.clone(),
+        training: trained.outcomes.clone(),
         folds: evaluation.folds.clone(),
         metrics: evaluation.table.clone(),
     };
@@ -210,6 +207,6 @@ pub fn run(
         &evaluation.held_out,
         Some(&matrix(&corpus, &trained)),
     );
-    artifact::write(&options.out, &meta, &trained.net, &files)?;
+    artifact::write(&options.out, &meta, &trained.nets, &files)?;
     Ok(TrainSummary { meta, warnings })
 }

@@ -99,17 +99,22 @@ pub fn render(
     }
     let _ = writeln!(
         md,
-        "\n## Training\n\nMLP {:?} hidden units, Adam (learning rate {}, weight decay {}), full batch, \
-         early stopping on {}% of the pair settings: stopped after {} epochs, best at epoch {} \
-         (validation loss {:.4}).",
+        "\n## Training\n\nAn ensemble of {} MLPs with {:?} hidden units, outputs averaged; each \
+         trained by full-batch Adam (learning rate {}, weight decay {}) from its own seed, with early \
+         stopping on its own {}% of the pair settings.\n\n| member | epochs | best epoch | validation loss |\n|---|---|---|---|",
+        meta.training.len(),
         meta.config.hidden,
         meta.config.learning_rate,
         meta.config.weight_decay,
         meta.config.validation_fraction * 100.0,
-        meta.training.epochs,
-        meta.training.best_epoch,
-        meta.training.best_validation_loss
     );
+    for (k, t) in meta.training.iter().enumerate() {
+        let _ = writeln!(
+            md,
+            "| {k} | {} | {} | {:.4} |",
+            t.epochs, t.best_epoch, t.best_validation_loss
+        );
+    }
     let folds: Vec<String> = meta.folds.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(
         md,
