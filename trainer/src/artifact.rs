@@ -1,5 +1,6 @@
 //! The model artifact, a folder: `model.json` (everything needed to encode inputs and judge the
-//! model), `model.mpk` (the Burn record of the network) and `report.md`.
+//! model), `member-<k>.mpk` (the Burn record of each ensemble member), `model.onnx` (the same
+//! ensemble as an ONNX graph) and `report.md` with its figures.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,7 @@ pub fn record_file(k: usize) -> String {
     format!("member-{k}.mpk")
 }
 pub const REPORT_FILE: &str = "report.md";
+pub const ONNX_FILE: &str = "model.onnx";
 pub const FORMAT: &str = "duet-model/1";
 
 /// A dataset the model was trained on, with a fingerprint of its files.
@@ -116,6 +118,10 @@ pub fn write(
                 .save_file(dir.join(record_stem(k)), &recorder())
                 .map_err(|e| err(&dir.join(record_file(k)), e.to_string()))?;
         }
+        let onnx = crate::onnx::export(nets, meta.spec.pair_width(), &meta.version)
+            .map_err(|e| err(&dir.join(ONNX_FILE), e))?;
+        fs::write(dir.join(ONNX_FILE), onnx)
+            .map_err(|e| err(&dir.join(ONNX_FILE), e.to_string()))?;
         for (name, contents) in files {
             let path = dir.join(name);
             fs::write(&path, contents).map_err(|e| err(&path, e.to_string()))?;

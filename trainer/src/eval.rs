@@ -15,8 +15,8 @@ use crate::baselines::{LowRank, Ridge, constant, utilisation_sum};
 use crate::features::{FeatureSpec, JobFeatures, job_features};
 use crate::metrics::{Metrics, Scored};
 use crate::model::{
-    Batch, Mlp, OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig,
-    TrainError, TrainOutcome, fit, forward,
+    Batch, CONSERVATIVE_QUANTILE, Mlp, OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10,
+    OUTPUTS, Rng, TrainConfig, TrainError, TrainOutcome, fit, forward,
 };
 use crate::rows::{Example, examples};
 
@@ -127,13 +127,14 @@ impl Corpus {
                 .iter()
                 .partition(|&&i| held.contains(&self.examples[i].setting));
             let device = Default::default();
+            let validation = self.encode(&spec, &validation);
             let (net, outcome) = fit::<Autodiff<Flex>>(
                 &self.encode(&spec, &train),
-                &self.encode(&spec, &validation),
+                &validation,
                 &member_config,
                 &device,
             )?;
-            nets.push(net);
+            nets.push(calibrate(net, &validation));
             outcomes.push(outcome);
         }
         Ok(Trained {
@@ -142,6 +143,56 @@ impl Corpus {
             outcomes,
         })
     }
+}
+
+/// Shifts the conservative head of `net` so that, on its held-out validation rows, 90% of
+/// measured log speeds lie at or above it (split-conformal calibration). The shift goes into
+/// the output bias, so Burn and the ONNX graph carry it alike.
+fn calibrate(net: Mlp<Flex>, validation: &Batch) -> Mlp<Flex> {
+    let out = forward(
+        &net,
+        &validation.inputs,
+        validation.width,
+        &Default::default(),
+    );
+    let mut residuals: Vec<f64> = (0..validation.rows())
+        .filter(|&r| validation.feasible[r] > 0.0)
+        .map(|r| {
+            f64::from(validation.log_speed[r]) - f64::from(out[r * OUTPUTS + OUT_LOG_SPEED_P10])
+        })
+        .collect();
+    if residuals.len() < 10 {
+        return net;
+    }
+    residuals.sort_by(f64::total_cmp);
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let k = ((residuals.len() as f64) * CONSERVATIVE_QUANTILE).floor() as usize;
+    let shift = residuals[k.min(residuals.len() - 1)];
+    let mut net = net;
+    if let Some(last) = net.layers.last_mut() {
+        let mut bias = last
+            .bias
+            .val()
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap_or_default();
+        if let Some(b) = bias.get_mut(OUT_LOG_SPEED_P10) {
+            #[allow(clippy::cast_possible_truncation)]
+            {
+                *b += shift as f32;
+            }
+            let n = bias.len();
+            last.bias = burn::module::Param::from_tensor(burn::tensor::Tensor::from_data(
+                burn::tensor::TensorData::new(bias, [n]),
+                &Default::default(),
+            ));
+        }
+    }
+    net
 }
 
 /// A fitted feature spec and network.

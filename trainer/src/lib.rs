@@ -7,6 +7,7 @@ pub mod eval;
 pub mod features;
 pub mod metrics;
 pub mod model;
+pub mod onnx;
 pub mod pipeline;
 pub mod report;
 pub mod rows;

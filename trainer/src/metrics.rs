@@ -144,7 +144,7 @@ mod tests {
         // |0.1|/0.5, |0.1|/1.0, |0.2|/0.9
         assert!((m.mape_speed - (0.2 + 0.1 + 0.2 / 0.9) / 3.0).abs() < 1e-12);
         assert!((m.mae_speed - 0.4 / 3.0).abs() < 1e-12);
-        assert!((m.spearman - 0.5).abs() < 1e-12);
+        assert!((m.spearman - 1.0).abs() < 1e-12, "same order on both sides");
         // predicted good: 0.9 only (true 1.0) -> precision 1; actually good: 1.0, 0.9 -> recall 1/2
         assert_eq!((m.precision_at_08, m.recall_at_08), (1.0, 0.5));
         assert_eq!(m.feasibility_accuracy, Some(1.0));
