@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs duet's whole test suite: sets up the Python environment (ONNX Runtime for the ONNX
-# agreement tests, the notebook's packages), then the Rust tests of every crate.
+# agreement tests, the notebook's packages), runs the Rust tests of every crate, then executes
+# the notebooks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(scripts/python-env.sh)"
 cargo test --workspace "$@"
+"$DUET_VENV/bin/python" scripts/run-notebooks.py

@@ -133,9 +133,18 @@ pub struct TrainArgs {
     /// Hidden layer widths, comma-separated.
     #[arg(long, default_value = "64,64", value_delimiter = ',')]
     pub hidden: Vec<usize>,
+    /// Networks in the ensemble (each from its own seed and validation split).
+    #[arg(long, default_value_t = 5)]
+    pub ensemble: usize,
     /// Upper bound on training epochs (early stopping usually ends sooner).
-    #[arg(long, default_value_t = 1500)]
+    #[arg(long, default_value_t = 800)]
     pub max_epochs: usize,
+    /// Adam's learning rate.
+    #[arg(long, default_value_t = 0.01)]
+    pub learning_rate: f64,
+    /// Stop a network when its validation loss has not improved for this many epochs.
+    #[arg(long, default_value_t = 50)]
+    pub patience: usize,
     /// Where to train: `cpu` (Burn's Flex backend).
     #[arg(long, default_value = "cpu")]
     pub device: String,

@@ -18,12 +18,21 @@ pub fn run(args: TrainArgs) -> Result<()> {
     if args.hidden.is_empty() || args.hidden.contains(&0) {
         bail!("--hidden: give one or more positive layer widths, for example 64,64");
     }
+    if args.ensemble == 0 {
+        bail!("--ensemble: must be at least 1");
+    }
+    if !(args.learning_rate.is_finite() && args.learning_rate > 0.0) {
+        bail!("--learning-rate: must be a positive number");
+    }
     if args.max_epochs == 0 {
         bail!("--max-epochs: must be at least 1");
     }
     let config = TrainConfig {
         hidden: args.hidden,
         max_epochs: args.max_epochs,
+        ensemble: args.ensemble,
+        learning_rate: args.learning_rate,
+        patience: args.patience,
         seed: args.seed,
         ..TrainConfig::default()
     };

@@ -67,10 +67,10 @@ impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
             hidden: vec![64, 64],
-            learning_rate: 3e-3,
+            learning_rate: 1e-2,
             weight_decay: 1e-4,
-            max_epochs: 1500,
-            patience: 150,
+            max_epochs: 800,
+            patience: 50,
             validation_fraction: 0.15,
             seed: 7,
             ensemble: 5,

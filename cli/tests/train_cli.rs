@@ -1,0 +1,283 @@
+//! `duet train` as a user runs it: a dataset written by `duet dataset import csv`, trained by
+//! the real binary, read back as a model folder; and every bad input refused clearly.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn duet(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_duet"))
+        .args(args)
+        .output()
+        .expect("run duet")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// Six workloads whose co-located speed follows their utilisation: enough structure to learn.
+fn small_dataset(
+    dir: &Path,
+    name: &str,
+    pairs_filter: impl Fn(usize, &str) -> Option<String>,
+) -> PathBuf {
+    let utils = [20.0, 35.0, 50.0, 65.0, 80.0, 95.0];
+    let mut w = String::from("workload,kind,solo_throughput,gpu_util,model\n");
+    for (i, u) in utils.iter().enumerate() {
+        let kind = if i % 2 == 0 { "train" } else { "infer" };
+        let model = ["mlp", "cnn", "llm"][i % 3];
+        w.push_str(&format!(
+            "w{i},{kind},{},{u},{model}\n",
+            10.0 + 5.0 * i as f64
+        ));
+    }
+    let mut p = String::from("a,b,mode,throughput_a,throughput_b\n");
+    let mut k = 0;
+    for i in 0..utils.len() {
+        for j in i..utils.len() {
+            let total: f64 = utils[i] + utils[j];
+            let speed = if total <= 100.0 { 0.97 } else { 100.0 / total };
+            let line = format!(
+                "w{i},w{j},timeslice,{},{}",
+                (10.0 + 5.0 * i as f64) * speed,
+                (10.0 + 5.0 * j as f64) * speed
+            );
+            if let Some(line) = pairs_filter(k, &line) {
+                p.push_str(&line);
+                p.push('\n');
+            }
+            k += 1;
+        }
+    }
+    let (wp, pp) = (
+        dir.join(format!("{name}-w.csv")),
+        dir.join(format!("{name}-p.csv")),
+    );
+    fs::write(&wp, w).expect("write");
+    fs::write(&pp, p).expect("write");
+    let out = dir.join(name);
+    let result = duet(&[
+        "dataset",
+        "import",
+        "csv",
+        "--workloads",
+        s(&wp),
+        "--pairs",
+        s(&pp),
+        "--gpu",
+        "cpu",
+        "--out",
+        s(&out),
+    ]);
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    out
+}
+
+const QUICK: [&str; 6] = ["--ensemble", "2", "--max-epochs", "80", "--hidden", "16"];
+
+fn train(data: &[&Path], out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["train"];
+    for d in data {
+        args.extend(["--data", s(d)]);
+    }
+    args.extend(["--out", s(out)]);
+    args.extend(QUICK);
+    args.extend(extra);
+    duet(&args)
+}
+
+#[test]
+fn train_writes_a_complete_model_folder() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = small_dataset(tmp.path(), "six", |_, l| Some(l.to_string()));
+    let out = tmp.path().join("model");
+    let result = train(&[&data], &out, &[]);
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let mut files: Vec<String> = fs::read_dir(&out)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "error-cdf.svg",
+            "heatmap.svg",
+            "member-0.mpk",
+            "member-1.mpk",
+            "model.json",
+            "model.onnx",
+            "report.md",
+            "scatter.svg"
+        ]
+    );
+    let meta: Value =
+        serde_json::from_str(&fs::read_to_string(out.join("model.json")).expect("read"))
+            .expect("json");
+    assert_eq!(meta["format"], "duet-model/1");
+    assert_eq!(meta["data"][0]["name"], "six");
+    assert_eq!(meta["folds"]["unseen_workloads"], 6);
+    let splits: Vec<&str> = meta["metrics"]
+        .as_array()
+        .expect("metrics")
+        .iter()
+        .filter(|r| r["predictor"] == "mlp" && r["gpu"] == "all")
+        .map(|r| r["split"].as_str().expect("split"))
+        .collect();
+    assert_eq!(splits, ["random", "unseen_pairs", "unseen_workloads"]);
+    // Baselines sit in the same table; this dataset has utilisation, so the rule is there too.
+    for predictor in ["ridge", "low_rank", "utilisation_sum", "constant"] {
+        assert!(
+            meta["metrics"]
+                .as_array()
+                .expect("metrics")
+                .iter()
+                .any(|r| r["predictor"] == predictor),
+            "{predictor} missing"
+        );
+    }
+    let report = fs::read_to_string(out.join("report.md")).expect("report");
+    assert!(
+        report.contains("| unseen_workloads | mlp | all | all |"),
+        "{report}"
+    );
+    assert!(report.contains("![Predicted against measured speed"));
+
+    // The same seed gives the same metrics to the last digit.
+    let again = tmp.path().join("again");
+    assert!(train(&[&data], &again, &[]).status.success());
+    let meta2: Value =
+        serde_json::from_str(&fs::read_to_string(again.join("model.json")).expect("read"))
+            .expect("json");
+    assert_eq!(meta["metrics"], meta2["metrics"]);
+    assert_eq!(meta["version"], meta2["version"]);
+}
+
+fn import(dir: &Path, name: &str, workloads: &str, pairs: &str) -> PathBuf {
+    let (wp, pp) = (
+        dir.join(format!("{name}-w.csv")),
+        dir.join(format!("{name}-p.csv")),
+    );
+    fs::write(&wp, workloads).expect("write");
+    fs::write(&pp, pairs).expect("write");
+    let out = dir.join(name);
+    let result = duet(&[
+        "dataset",
+        "import",
+        "csv",
+        "--workloads",
+        s(&wp),
+        "--pairs",
+        s(&pp),
+        "--gpu",
+        "cpu",
+        "--out",
+        s(&out),
+    ]);
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    out
+}
+
+#[test]
+fn a_constant_feature_is_left_out_with_a_warning() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = import(
+        tmp.path(),
+        "flat",
+        "workload,kind,solo_throughput,gpu_util\nw0,train,10,50\nw1,infer,20,50\nw2,train,30,50\n",
+        "a,b,mode,throughput_a,throughput_b\nw0,w1,cpu,5,15\nw0,w2,cpu,6,20\nw1,w2,cpu,12,18\nw0,w0,cpu,7,7\nw1,w1,cpu,11,11\nw2,w2,cpu,16,16\n",
+    );
+    let out = tmp.path().join("model");
+    let result = train(&[&data], &out, &[]);
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let err = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        err.contains("warning: feature left out: gpu_util: constant (50) in the training data"),
+        "{err}"
+    );
+    let report = fs::read_to_string(out.join("report.md")).expect("report");
+    assert!(report.contains("Left out: gpu_util: constant"), "{report}");
+}
+
+fn refused(output: &Output) -> String {
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let err = String::from_utf8_lossy(&output.stderr).into_owned();
+    err.lines().last().unwrap_or_default().to_string()
+}
+
+#[test]
+fn bad_training_input_is_refused_and_writes_nothing() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("model");
+
+    let no_pairs = small_dataset(tmp.path(), "nopairs", |_, _| None);
+    let err = refused(&train(&[&no_pairs], &out, &[]));
+    assert!(err.contains("nopairs: dataset has no pairs"), "{err}");
+
+    let infeasible = small_dataset(tmp.path(), "oom", |_, l| {
+        let cells: Vec<&str> = l.split(',').collect();
+        Some(format!("{},{},{},0,0", cells[0], cells[1], cells[2]))
+    });
+    let err = refused(&train(&[&infeasible], &out, &[]));
+    assert!(err.contains("oom: dataset has no feasible pair"), "{err}");
+
+    let data = small_dataset(tmp.path(), "six", |_, l| Some(l.to_string()));
+    let err = refused(&train(&[&data], &out, &["--device", "tpu"]));
+    assert!(err.contains("--device tpu: unknown device"), "{err}");
+    let err = refused(&train(&[&data], &out, &["--device", "cuda"]));
+    assert!(err.contains("--device cuda"), "{err}");
+    let err = refused(&duet(&[
+        "train",
+        "--data",
+        s(&data),
+        "--out",
+        s(&out),
+        "--ensemble",
+        "0",
+    ]));
+    assert!(err.contains("--ensemble"), "{err}");
+    let err = refused(&train(&[&tmp.path().join("missing")], &out, &[]));
+    assert!(err.contains("missing: not a dataset folder"), "{err}");
+    assert!(!out.exists(), "no model folder after a refusal");
+
+    let single = import(
+        tmp.path(),
+        "single",
+        "workload,kind,solo_throughput\nw0,train,10\n",
+        "a,b,mode,throughput_a,throughput_b\nw0,w0,timeslice,6,6\n",
+    );
+    let err = refused(&train(&[&single], &out, &[]));
+    assert!(
+        err.contains("single: dataset has a single workload"),
+        "{err}"
+    );
+    assert!(!out.exists(), "no model folder after a refusal");
+
+    fs::create_dir(&out).expect("mkdir");
+    let err = refused(&train(&[&data], &out, &[]));
+    assert!(err.contains("output folder already exists"), "{err}");
+}
