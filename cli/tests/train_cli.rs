@@ -52,32 +52,7 @@ fn small_dataset(
             k += 1;
         }
     }
-    let (wp, pp) = (
-        dir.join(format!("{name}-w.csv")),
-        dir.join(format!("{name}-p.csv")),
-    );
-    fs::write(&wp, w).expect("write");
-    fs::write(&pp, p).expect("write");
-    let out = dir.join(name);
-    let result = duet(&[
-        "dataset",
-        "import",
-        "csv",
-        "--workloads",
-        s(&wp),
-        "--pairs",
-        s(&pp),
-        "--gpu",
-        "cpu",
-        "--out",
-        s(&out),
-    ]);
-    assert!(
-        result.status.success(),
-        "{}",
-        String::from_utf8_lossy(&result.stderr)
-    );
-    out
+    import(dir, name, &w, &p)
 }
 
 const QUICK: [&str; 6] = ["--ensemble", "2", "--max-epochs", "80", "--hidden", "16"];
@@ -260,6 +235,9 @@ fn bad_training_input_is_refused_and_writes_nothing() {
         "0",
     ]));
     assert!(err.contains("--ensemble"), "{err}");
+    let err = refused(&train(&[&data], &out, &["--learning-rate", "1e30"]));
+    assert!(err.contains("training diverged"), "{err}");
+    assert!(err.contains("nothing was written"), "{err}");
     let err = refused(&train(&[&tmp.path().join("missing")], &out, &[]));
     assert!(err.contains("missing: not a dataset folder"), "{err}");
     assert!(!out.exists(), "no model folder after a refusal");

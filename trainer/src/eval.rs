@@ -12,7 +12,7 @@ use duet_core::dataset::Dataset;
 use serde::{Deserialize, Serialize};
 
 use crate::baselines::{LowRank, Ridge, constant, utilisation_sum};
-use crate::features::{FeatureSpec, JobFeatures, job_features};
+use crate::features::{FeatureSpec, IDENTITY, JobFeatures, job_features};
 use crate::metrics::{Metrics, Scored};
 use crate::model::{
     Batch, CONSERVATIVE_QUANTILE, Mlp, OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10,
@@ -70,6 +70,20 @@ impl Corpus {
     }
 
     fn encode(&self, spec: &FeatureSpec, rows: &[usize]) -> Batch {
+        self.encode_as(spec, rows, true)
+    }
+
+    /// Training rows twice: as known workloads, and with their ids hidden, as a new job would
+    /// look. The network learns to use identities without depending on them.
+    fn encode_for_training(&self, spec: &FeatureSpec, rows: &[usize]) -> Batch {
+        let mut batch = self.encode_as(spec, rows, true);
+        if !spec.identities.is_empty() {
+            batch.extend(&self.encode_as(spec, rows, false));
+        }
+        batch
+    }
+
+    fn encode_as(&self, spec: &FeatureSpec, rows: &[usize], identity: bool) -> Batch {
         let mut batch = Batch {
             width: spec.pair_width(),
             ..Batch::default()
@@ -78,15 +92,17 @@ impl Corpus {
         for &i in rows {
             let e = &self.examples[i];
             buf.clear();
-            spec.encode_pair(
-                self.job(e, &e.a),
-                self.job(e, &e.b),
-                &e.gpu,
-                e.mode,
-                e.share_a,
-                e.share_b,
-                &mut buf,
-            );
+            let hide = |job: &JobFeatures| {
+                let mut job = job.clone();
+                job.remove(IDENTITY);
+                job
+            };
+            let (a, b) = if identity {
+                (self.job(e, &e.a).clone(), self.job(e, &e.b).clone())
+            } else {
+                (hide(self.job(e, &e.a)), hide(self.job(e, &e.b)))
+            };
+            spec.encode_pair(&a, &b, &e.gpu, e.mode, e.share_a, e.share_b, &mut buf);
             batch.push(&buf, e.speed);
         }
         batch
@@ -127,9 +143,9 @@ impl Corpus {
                 .iter()
                 .partition(|&&i| held.contains(&self.examples[i].setting));
             let device = Default::default();
-            let validation = self.encode(&spec, &validation);
+            let validation = self.encode_for_training(&spec, &validation);
             let (net, outcome) = fit::<Autodiff<Flex>>(
-                &self.encode(&spec, &train),
+                &self.encode_for_training(&spec, &train),
                 &validation,
                 &member_config,
                 &device,

@@ -2,7 +2,8 @@
 //!
 //! A job's vector: every numeric column standardised (log first where the column is positive and
 //! spans orders of magnitude) followed by a "missing" flag, and every categorical column one-hot
-//! with a final "unknown" slot; a missing value is all zeros plus its flag, never invented. A
+//! with a final "unknown" slot; a missing value is all zeros plus its flag, never invented; then
+//! one slot per training workload id (all zeros for a workload the model never saw). A
 //! pair's vector: job a, job b, the device one-hot (plus unknown), the mode one-hot, and the two
 //! shares as fractions (0 where the mode has none). The spec is fitted on training data only and
 //! stored in `model.json`, so the server encodes exactly as training did.
@@ -14,6 +15,10 @@ use serde::{Deserialize, Serialize};
 
 /// The column that carries a workload's solo throughput in the feature vector.
 pub const SOLO_THROUGHPUT: &str = "solo_throughput";
+
+/// The key that carries a workload's id: a job the model was trained on is recognised by it (one
+/// slot per training workload); any other job leaves those slots at zero.
+pub const IDENTITY: &str = "workload";
 
 /// A positive column whose max/min ratio reaches this is log-transformed before standardising.
 const LOG_SPAN: f64 = 20.0;
@@ -39,6 +44,9 @@ pub struct CategoricalFeature {
 pub struct FeatureSpec {
     pub numeric: Vec<NumericFeature>,
     pub categorical: Vec<CategoricalFeature>,
+    /// Ids of the training workloads, one-hot; an unknown id is all zeros.
+    #[serde(default)]
+    pub identities: Vec<String>,
     /// Devices seen in training, one-hot plus an unknown slot.
     pub gpus: Vec<String>,
     pub modes: Vec<Mode>,
@@ -59,6 +67,10 @@ pub fn job_features(dataset: &Dataset) -> BTreeMap<String, JobFeatures> {
             f.insert(
                 SOLO_THROUGHPUT.to_string(),
                 FeatureValue::Number(Some(w.solo_throughput)),
+            );
+            f.insert(
+                IDENTITY.to_string(),
+                FeatureValue::Category(Some(w.workload.clone())),
             );
             (w.workload.clone(), f)
         })
@@ -116,11 +128,17 @@ impl FeatureSpec {
                 }
             }
         }
+        let identities: BTreeSet<String> = jobs
+            .iter()
+            .filter_map(|j| j.get(IDENTITY).and_then(|v| v.as_category()))
+            .map(str::to_string)
+            .collect();
         let gpus: BTreeSet<String> = gpus.into_iter().collect();
         let modes: BTreeSet<Mode> = modes.into_iter().collect();
         FeatureSpec {
             numeric,
             categorical,
+            identities: identities.into_iter().collect(),
             gpus: gpus.into_iter().collect(),
             modes: modes.into_iter().collect(),
             dropped,
@@ -135,6 +153,7 @@ impl FeatureSpec {
                 .iter()
                 .map(|c| c.vocabulary.len() + 1)
                 .sum::<usize>()
+            + self.identities.len()
     }
 
     /// Length of one pair's encoding.
@@ -170,6 +189,12 @@ impl FeatureSpec {
                 out.push(if hot { 1.0 } else { 0.0 });
             }
         }
+        let id = job.get(IDENTITY).and_then(|v| v.as_category());
+        out.extend(
+            self.identities
+                .iter()
+                .map(|known| if Some(known.as_str()) == id { 1.0 } else { 0.0 }),
+        );
     }
 
     /// Appends the encoding of `a` running next to `b` on `gpu` under `mode` to `out`.

@@ -164,6 +164,13 @@ impl Batch {
         self.feasible.len()
     }
 
+    /// Appends the rows of `other` (of the same width).
+    pub fn extend(&mut self, other: &Batch) {
+        self.inputs.extend_from_slice(&other.inputs);
+        self.log_speed.extend_from_slice(&other.log_speed);
+        self.feasible.extend_from_slice(&other.feasible);
+    }
+
     pub fn push(&mut self, encoded: &[f32], speed: Option<f64>) {
         self.inputs.extend_from_slice(encoded);
         #[allow(clippy::cast_possible_truncation)]

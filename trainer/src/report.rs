@@ -90,8 +90,8 @@ pub fn render(
     let _ = writeln!(
         md,
         "\nInputs per pair: {} values (numeric features standardised, log where they span orders of \
-         magnitude, each with a missing flag; categorical one-hot with an unknown slot; device, mode \
-         and shares).",
+         magnitude, each with a missing flag; categorical one-hot with an unknown slot; one slot per \
+         training workload; device, mode and shares).",
         meta.spec.pair_width()
     );
     for d in &meta.spec.dropped {

@@ -160,3 +160,21 @@ fn the_same_seed_gives_the_same_model() {
         .expect("training");
     assert_ne!(first.forward(&inputs), other.forward(&inputs));
 }
+
+#[test]
+fn a_diverging_run_stops_with_a_clear_error() {
+    let corpus = Corpus::new(vec![dataset("gavel-v100")]);
+    let all: Vec<usize> = (0..corpus.examples.len()).collect();
+    let config = TrainConfig {
+        learning_rate: 1e30,
+        ensemble: 1,
+        ..quick_config()
+    };
+    let err = corpus.train(&all, &config).expect_err("must diverge");
+    let message = err.to_string();
+    assert!(
+        message.starts_with("training diverged: the loss became"),
+        "{message}"
+    );
+    assert!(message.ends_with("nothing was written"), "{message}");
+}
