@@ -145,7 +145,8 @@ pub struct TrainArgs {
     /// Stop a network when its validation loss has not improved for this many epochs.
     #[arg(long, default_value_t = 50)]
     pub patience: usize,
-    /// Where to train: `cpu` (Burn's Flex backend).
+    /// Where to train: `cpu` (Burn's Flex backend), or `cuda` / `cuda:N` (burn-cuda; needs a
+    /// duet built with `--features cuda`).
     #[arg(long, default_value = "cpu")]
     pub device: String,
 }

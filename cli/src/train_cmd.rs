@@ -1,19 +1,28 @@
 //! `duet train`.
 
 use anyhow::{Result, bail};
-use duet_trainer::model::TrainConfig;
+use duet_trainer::model::{TrainConfig, TrainDevice};
 use duet_trainer::pipeline::{self, TrainOptions};
 
 use crate::args::TrainArgs;
 use crate::date::today;
 
 pub fn run(args: TrainArgs) -> Result<()> {
-    match args.device.as_str() {
-        "cpu" => {}
-        d if d == "cuda" || d.starts_with("cuda:") => bail!(
-            "--device {d}: this duet trains on the CPU only (Burn's Flex backend); CUDA training is not built yet"
-        ),
-        d => bail!("--device {d}: unknown device, expected cpu"),
+    let device = match args.device.as_str() {
+        "cpu" => TrainDevice::Cpu,
+        "cuda" => TrainDevice::Cuda(0),
+        d => match d.strip_prefix("cuda:").map(str::parse::<usize>) {
+            Some(Ok(index)) => TrainDevice::Cuda(index),
+            _ => bail!("--device {d}: unknown device, expected cpu, cuda or cuda:N"),
+        },
+    };
+    if let TrainDevice::Cuda(index) = device
+        && !cfg!(feature = "cuda")
+    {
+        bail!(
+            "--device {}: this duet was built without the `cuda` feature; rebuild with `cargo build --release --features cuda` (cuda:{index})",
+            args.device
+        );
     }
     if args.hidden.is_empty() || args.hidden.contains(&0) {
         bail!("--hidden: give one or more positive layer widths, for example 64,64");
@@ -31,6 +40,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         hidden: args.hidden,
         max_epochs: args.max_epochs,
         ensemble: args.ensemble,
+        device,
         learning_rate: args.learning_rate,
         patience: args.patience,
         seed: args.seed,

@@ -16,7 +16,7 @@ use crate::features::{FeatureSpec, IDENTITY, JobFeatures, job_features};
 use crate::metrics::{Metrics, Scored};
 use crate::model::{
     Batch, CONSERVATIVE_QUANTILE, Mlp, OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10,
-    OUTPUTS, Rng, TrainConfig, TrainError, TrainOutcome, fit, forward,
+    OUTPUTS, Rng, TrainConfig, TrainDevice, TrainError, TrainOutcome, fit, forward,
 };
 use crate::rows::{Example, examples};
 
@@ -142,14 +142,14 @@ impl Corpus {
             let (validation, train): (Vec<usize>, Vec<usize>) = rows
                 .iter()
                 .partition(|&&i| held.contains(&self.examples[i].setting));
-            let device = Default::default();
             let validation = self.encode_for_training(&spec, &validation);
-            let (net, outcome) = fit::<Autodiff<Flex>>(
-                &self.encode_for_training(&spec, &train),
-                &validation,
-                &member_config,
-                &device,
-            )?;
+            let train = self.encode_for_training(&spec, &train);
+            let (net, outcome) = match config.device {
+                TrainDevice::Cpu => {
+                    fit::<Autodiff<Flex>>(&train, &validation, &member_config, &Default::default())?
+                }
+                TrainDevice::Cuda(index) => fit_cuda(&train, &validation, &member_config, index)?,
+            };
             nets.push(calibrate(net, &validation));
             outcomes.push(outcome);
         }
@@ -159,6 +159,32 @@ impl Corpus {
             outcomes,
         })
     }
+}
+
+#[cfg(feature = "cuda")]
+fn fit_cuda(
+    train: &Batch,
+    validation: &Batch,
+    config: &TrainConfig,
+    index: usize,
+) -> Result<(Mlp<Flex>, TrainOutcome), TrainError> {
+    use burn::backend::Cuda;
+    use burn::backend::cuda::CudaDevice;
+
+    use crate::model::to_cpu;
+    let device = CudaDevice::new(index);
+    let (net, outcome) = fit::<Autodiff<Cuda>>(train, validation, config, &device)?;
+    Ok((to_cpu(&net), outcome))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn fit_cuda(
+    _train: &Batch,
+    _validation: &Batch,
+    _config: &TrainConfig,
+    index: usize,
+) -> Result<(Mlp<Flex>, TrainOutcome), TrainError> {
+    Err(TrainError::NoCuda { index })
 }
 
 /// Shifts the conservative head of `net` so that, on its held-out validation rows, 90% of

@@ -47,6 +47,17 @@ impl<B: Backend> Mlp<B> {
     }
 }
 
+/// Where the networks are trained. Inference and the artifact always use the CPU (`Flex`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrainDevice {
+    /// Burn's pure-Rust `Flex` backend.
+    #[default]
+    Cpu,
+    /// GPU `N` through burn-cuda (built with the `cuda` feature).
+    Cuda(usize),
+}
+
 /// Hyper-parameters of one training run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainConfig {
@@ -61,6 +72,8 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Networks trained from different seeds and validation splits; outputs are averaged.
     pub ensemble: usize,
+    #[serde(default)]
+    pub device: TrainDevice,
 }
 
 impl Default for TrainConfig {
@@ -74,6 +87,7 @@ impl Default for TrainConfig {
             validation_fraction: 0.15,
             seed: 7,
             ensemble: 5,
+            device: TrainDevice::Cpu,
         }
     }
 }
@@ -249,6 +263,10 @@ pub enum TrainError {
     Diverged { epoch: usize, loss: f64 },
     #[error("no training rows")]
     Empty,
+    #[error(
+        "--device cuda:{index}: this duet was built without the `cuda` feature; rebuild with `cargo build --release --features cuda`"
+    )]
+    NoCuda { index: usize },
 }
 
 /// Full-batch Adam with early stopping on `validation`; returns the best network seen.
@@ -326,4 +344,26 @@ pub fn forward<B: Backend>(
         .into_data()
         .to_vec::<f32>()
         .unwrap_or_default()
+}
+
+/// A copy of `net` on the CPU backend, for inference and the artifact wherever it was trained.
+pub fn to_cpu<B: Backend>(net: &Mlp<B>) -> Mlp<burn::backend::Flex> {
+    let device = Default::default();
+    let copy = |data: TensorData| data.convert::<f32>();
+    Mlp {
+        layers: net
+            .layers
+            .iter()
+            .map(|layer| Dense {
+                weight: Param::from_tensor(Tensor::from_data(
+                    copy(layer.weight.val().into_data()),
+                    &device,
+                )),
+                bias: Param::from_tensor(Tensor::from_data(
+                    copy(layer.bias.val().into_data()),
+                    &device,
+                )),
+            })
+            .collect(),
+    }
 }
