@@ -16,6 +16,18 @@ pub struct Cli {
 pub enum Command {
     /// Fit the degradation regressor on datasets, evaluate it honestly, write a model folder.
     Train(TrainArgs),
+    /// Score a trained model on datasets (its own or new ones): accuracy per device and mode.
+    Evaluate {
+        /// The model folder written by `duet train`.
+        #[arg(long)]
+        model: PathBuf,
+        /// A dataset folder; repeat for several.
+        #[arg(long, required = true)]
+        data: Vec<PathBuf>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Import, inspect, validate and merge datasets.
     Dataset {
         #[command(subcommand)]

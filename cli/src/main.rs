@@ -3,6 +3,7 @@
 mod args;
 mod dataset_cmd;
 mod date;
+mod evaluate_cmd;
 mod train_cmd;
 
 use std::process::ExitCode;
@@ -14,6 +15,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         args::Command::Dataset { command } => dataset_cmd::run(command),
         args::Command::Train(args) => train_cmd::run(args),
+        args::Command::Evaluate { model, data, json } => evaluate_cmd::run(&model, &data, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

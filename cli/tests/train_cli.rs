@@ -259,3 +259,58 @@ fn bad_training_input_is_refused_and_writes_nothing() {
     let err = refused(&train(&[&data], &out, &[]));
     assert!(err.contains("output folder already exists"), "{err}");
 }
+
+#[test]
+fn evaluate_scores_a_model_and_refuses_missing_features() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = small_dataset(tmp.path(), "six", |_, l| Some(l.to_string()));
+    let model = tmp.path().join("model");
+    assert!(train(&[&data], &model, &[]).status.success());
+
+    let result = duet(&[
+        "evaluate",
+        "--model",
+        s(&model),
+        "--data",
+        s(&data),
+        "--json",
+    ]);
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let report: Value = serde_json::from_slice(&result.stdout).expect("json");
+    let all = report["table"]
+        .as_array()
+        .expect("table")
+        .iter()
+        .find(|r| r["gpu"] == "all")
+        .expect("all row");
+    assert_eq!(
+        all["metrics"]["rows"], 42,
+        "21 feasible pairs, both directions"
+    );
+    let err = String::from_utf8_lossy(&result.stderr);
+    assert!(err.contains("in-sample"), "{err}");
+
+    // A dataset without the model's `model` and `gpu_util` features cannot be scored.
+    let bare = import(
+        tmp.path(),
+        "bare",
+        "workload,kind,solo_throughput\nx,train,10\ny,infer,20\n",
+        "a,b,mode,throughput_a,throughput_b\nx,y,timeslice,5,10\n",
+    );
+    let err = refused(&duet(&[
+        "evaluate",
+        "--model",
+        s(&model),
+        "--data",
+        s(&bare),
+    ]));
+    assert!(
+        err.contains("bare/dataset.json: column `workload_features`"),
+        "{err}"
+    );
+    assert!(err.contains("the model needs feature"), "{err}");
+}

@@ -248,7 +248,7 @@ pub struct Trained {
 
 impl Trained {
     /// Network outputs for `rows` of the corpus.
-    fn outputs(&self, corpus: &Corpus, rows: &[usize]) -> Vec<f32> {
+    pub fn outputs(&self, corpus: &Corpus, rows: &[usize]) -> Vec<f32> {
         let batch = corpus.encode(&self.spec, rows);
         self.forward(&batch.inputs)
     }

@@ -2,6 +2,7 @@
 //! baselines, and the model artifact the server loads.
 
 pub mod artifact;
+pub mod assess;
 pub mod baselines;
 pub mod eval;
 pub mod features;

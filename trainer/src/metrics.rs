@@ -20,18 +20,42 @@ pub struct Scored {
 pub struct Metrics {
     /// Feasible rows scored.
     pub rows: usize,
+    #[serde(with = "undefined_as_null")]
     pub mape_speed: f64,
+    #[serde(with = "undefined_as_null")]
     pub mape_slowdown: f64,
+    #[serde(with = "undefined_as_null")]
     pub mae_speed: f64,
+    #[serde(with = "undefined_as_null")]
     pub spearman: f64,
     /// Of rows predicted to keep speed >= 0.8, the share that did.
+    #[serde(with = "undefined_as_null")]
     pub precision_at_08: f64,
     /// Of rows that kept speed >= 0.8, the share predicted to.
+    #[serde(with = "undefined_as_null")]
     pub recall_at_08: f64,
     /// Share of all rows (feasible or not) whose feasibility was predicted right.
     pub feasibility_accuracy: Option<f64>,
     /// Share of feasible rows whose measured slowdown is at or below the predicted p90 slowdown.
     pub p90_coverage: Option<f64>,
+}
+
+/// An undefined metric (NaN: no rows, or a constant side) is `null` in JSON and NaN again when
+/// read back.
+mod undefined_as_null {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if value.is_finite() {
+            s.serialize_f64(*value)
+        } else {
+            s.serialize_none()
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+    }
 }
 
 /// Speed threshold of "this pair is worth co-locating".
@@ -150,6 +174,17 @@ mod tests {
         assert_eq!(m.feasibility_accuracy, Some(1.0));
         // coverage: 0.5 >= 0.54? no; 1.0 >= 0.81 yes; 0.9 >= 0.63 yes
         assert!((m.p90_coverage.expect("coverage") - 2.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn undefined_metrics_survive_json() {
+        let m = Metrics::of(&[row(0.5, 0.6)]);
+        assert!(m.spearman.is_nan());
+        let text = serde_json::to_string(&m).expect("serialise");
+        assert!(text.contains("\"spearman\":null"), "{text}");
+        let back: Metrics = serde_json::from_str(&text).expect("read back");
+        assert!(back.spearman.is_nan());
+        assert_eq!(back.mape_speed, m.mape_speed);
     }
 
     #[test]

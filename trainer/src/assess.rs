@@ -1,0 +1,164 @@
+//! `duet evaluate`: how a trained model does on datasets it may never have seen.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use duet_core::dataset::{DatasetError, FeatureKind, META_FILE};
+use serde::Serialize;
+
+use crate::artifact;
+use crate::eval::{Corpus, Trained};
+use crate::features::SOLO_THROUGHPUT;
+use crate::metrics::{Metrics, Scored};
+use crate::model::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS};
+use crate::pipeline::{PipelineError, load};
+
+/// Metrics of one device and mode (or `all`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Assessment {
+    pub gpu: String,
+    pub mode: String,
+    pub metrics: Metrics,
+}
+
+/// The outcome of `duet evaluate`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub model: String,
+    pub version: String,
+    pub table: Vec<Assessment>,
+    /// What the model could not use or did not know, in words.
+    pub warnings: Vec<String>,
+}
+
+/// Every feature the model encodes must be declared by each dataset with the same kind.
+fn check_columns(
+    spec: &crate::features::FeatureSpec,
+    dir: &Path,
+    declared: &BTreeMap<String, FeatureKind>,
+) -> Result<(), DatasetError> {
+    let expected = spec
+        .numeric
+        .iter()
+        .filter(|f| f.name != SOLO_THROUGHPUT)
+        .map(|f| (&f.name, FeatureKind::Numeric))
+        .chain(
+            spec.categorical
+                .iter()
+                .map(|c| (&c.name, FeatureKind::Categorical)),
+        );
+    for (name, kind) in expected {
+        match declared.get(name) {
+            Some(k) if *k == kind => {}
+            Some(k) => {
+                return Err(DatasetError::new(
+                    dir.join(META_FILE),
+                    format!(
+                        "the model reads `{name}` as {}, the dataset declares it {}",
+                        kind.as_str(),
+                        k.as_str()
+                    ),
+                )
+                .column("workload_features"));
+            }
+            None => {
+                return Err(DatasetError::new(
+                    dir.join(META_FILE),
+                    format!(
+                        "the model needs feature `{name}` ({}), the dataset does not declare it",
+                        kind.as_str()
+                    ),
+                )
+                .column("workload_features"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Scores the model in `model_dir` on every feasible and infeasible pair of `data`.
+pub fn evaluate(model_dir: &Path, data: &[PathBuf]) -> Result<Report, PipelineError> {
+    let (meta, nets) = artifact::load(model_dir)?;
+    let (datasets, data_info) = load(data)?;
+    let mut warnings = Vec::new();
+    for info in &data_info {
+        if meta.data.iter().any(|d| d.fingerprint == info.fingerprint) {
+            warnings.push(format!(
+                "{}: the model was trained on this dataset; these figures are in-sample, not held out",
+                info.path
+            ));
+        }
+    }
+    for (dir, d) in data.iter().zip(&datasets) {
+        let declared: BTreeMap<String, FeatureKind> = d
+            .meta
+            .workload_features
+            .iter()
+            .map(|f| (f.name.clone(), f.kind))
+            .collect();
+        check_columns(&meta.spec, dir, &declared)?;
+        for name in declared.keys() {
+            let used = meta.spec.numeric.iter().any(|f| &f.name == name)
+                || meta.spec.categorical.iter().any(|c| &c.name == name);
+            if !used {
+                warnings.push(format!(
+                    "{}: feature `{name}` is not used by the model",
+                    dir.display()
+                ));
+            }
+        }
+        if !meta.spec.gpus.contains(&d.meta.provenance.gpu) {
+            warnings.push(format!(
+                "{}: device `{}` was not in the training data; encoded as unknown",
+                dir.display(),
+                d.meta.provenance.gpu
+            ));
+        }
+        for mode in &d.meta.modes {
+            if !meta.spec.modes.contains(mode) {
+                warnings.push(format!(
+                    "{}: mode `{mode}` was not in the training data; its predictions are extrapolation",
+                    dir.display()
+                ));
+            }
+        }
+    }
+    let corpus = Corpus::new(datasets);
+    let trained = Trained {
+        spec: meta.spec.clone(),
+        nets,
+        outcomes: meta.training.clone(),
+    };
+    let rows: Vec<usize> = (0..corpus.examples.len()).collect();
+    let out = trained.outputs(&corpus, &rows);
+    let mut groups: BTreeMap<(String, String), Vec<Scored>> = BTreeMap::new();
+    for (k, e) in corpus.examples.iter().enumerate() {
+        let o = &out[k * OUTPUTS..(k + 1) * OUTPUTS];
+        let scored = Scored {
+            speed: e.speed,
+            predicted: f64::from(o[OUT_LOG_SPEED]).exp(),
+            conservative: Some(f64::from(o[OUT_LOG_SPEED_P10]).exp()),
+            feasible: Some(o[OUT_FEASIBLE_LOGIT] > 0.0),
+        };
+        for key in [
+            (e.gpu.clone(), e.mode.to_string()),
+            ("all".to_string(), "all".to_string()),
+        ] {
+            groups.entry(key).or_default().push(scored);
+        }
+    }
+    let table = groups
+        .into_iter()
+        .map(|((gpu, mode), rows)| Assessment {
+            gpu,
+            mode,
+            metrics: Metrics::of(&rows),
+        })
+        .collect();
+    Ok(Report {
+        model: meta.name,
+        version: meta.version,
+        table,
+        warnings,
+    })
+}
