@@ -73,9 +73,22 @@ impl Corpus {
         self.encode_as(spec, rows, true)
     }
 
+    /// The feature spec fitted on the jobs, devices and modes of `rows`.
+    pub fn fit_spec(&self, rows: &[usize]) -> FeatureSpec {
+        FeatureSpec::fit(
+            &self.datasets.iter().collect::<Vec<_>>(),
+            rows.iter().flat_map(|&i| {
+                let e = &self.examples[i];
+                [self.job(e, &e.a), self.job(e, &e.b)]
+            }),
+            rows.iter().map(|&i| self.examples[i].gpu.clone()),
+            rows.iter().map(|&i| self.examples[i].mode),
+        )
+    }
+
     /// Training rows twice: as known workloads, and with their ids hidden, as a new job would
     /// look. The network learns to use identities without depending on them.
-    fn encode_for_training(&self, spec: &FeatureSpec, rows: &[usize]) -> Batch {
+    pub fn encode_for_training(&self, spec: &FeatureSpec, rows: &[usize]) -> Batch {
         let mut batch = self.encode_as(spec, rows, true);
         if !spec.identities.is_empty() {
             batch.extend(&self.encode_as(spec, rows, false));
@@ -111,15 +124,7 @@ impl Corpus {
     /// Fits the feature spec and the MLP on `rows`, holding out a share of their settings for
     /// early stopping.
     pub fn train(&self, rows: &[usize], config: &TrainConfig) -> Result<Trained, TrainError> {
-        let spec = FeatureSpec::fit(
-            &self.datasets.iter().collect::<Vec<_>>(),
-            rows.iter().flat_map(|&i| {
-                let e = &self.examples[i];
-                [self.job(e, &e.a), self.job(e, &e.b)]
-            }),
-            rows.iter().map(|&i| self.examples[i].gpu.clone()),
-            rows.iter().map(|&i| self.examples[i].mode),
-        );
+        let spec = self.fit_spec(rows);
         let settings: BTreeSet<usize> = rows.iter().map(|&i| self.examples[i].setting).collect();
         let settings: Vec<usize> = settings.into_iter().collect();
         let mut nets = Vec::with_capacity(config.ensemble.max(1));
