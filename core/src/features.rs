@@ -104,11 +104,6 @@ pub fn canonical(name: &str) -> Option<FeatureColumn> {
     })
 }
 
-/// Names of all canonical features, in table order.
-pub fn canonical_names() -> impl Iterator<Item = &'static str> {
-    CANONICAL.iter().map(|(n, ..)| *n)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +121,5 @@ mod tests {
         );
         assert!(canonical("model_p95").is_none());
         assert!(canonical("nonsense").is_none());
-        assert_eq!(canonical_names().count(), CANONICAL.len());
     }
 }

@@ -10,7 +10,7 @@ use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use serde::{Deserialize, Serialize};
 
-use crate::eval::{Evaluation, MetricsRow};
+use crate::eval::MetricsRow;
 use crate::features::FeatureSpec;
 use crate::model::{Mlp, Rng, TrainConfig, TrainOutcome, init};
 
@@ -165,14 +165,4 @@ pub fn load(dir: &Path) -> Result<(ModelMeta, Vec<Mlp<Flex>>), ArtifactError> {
         nets.push(net);
     }
     Ok((meta, nets))
-}
-
-impl ModelMeta {
-    pub fn evaluation(&self) -> Evaluation {
-        Evaluation {
-            folds: self.folds.clone(),
-            table: self.metrics.clone(),
-            held_out: Vec::new(),
-        }
-    }
 }

@@ -128,7 +128,7 @@ fn matrix(corpus: &Corpus, trained: &crate::eval::Trained) -> Matrix {
     }
     Matrix {
         title: format!(
-            "Speed of the row job next to the column job, {} ({}): measured beside predicted by the final model",
+            "Speed of the row job next to the column job, {} ({}): measured, and predicted by the final model",
             d.meta.name, d.meta.provenance.gpu
         ),
         ids,

@@ -289,10 +289,26 @@ fn error_cdf(held_out: &[HeldOut]) -> String {
     }
     let _ = writeln!(
         svg,
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">absolute error of speed / measured speed (axis to 50%)</text>",
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">absolute error of speed / measured speed</text>",
         w / 2.0,
         h - 15.0
     );
+    for (frac, label) in [(0.0, "0%"), (0.5, "25%"), (1.0, "50%")] {
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{label}</text>",
+            m + frac * (w - 2.0 * m),
+            h - m + 14.0
+        );
+    }
+    for (frac, label) in [(0.0, "0"), (0.5, "0.5"), (1.0, "1")] {
+        let _ = writeln!(
+            svg,
+            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{label}</text>",
+            m - 4.0,
+            h - m - frac * (h - 2.0 * m) + 4.0
+        );
+    }
     let _ = writeln!(
         svg,
         "<text x=\"15\" y=\"{}\" transform=\"rotate(-90 15 {})\" text-anchor=\"middle\">share of held-out rows</text>",
@@ -328,10 +344,10 @@ fn heatmap(m: &Matrix) -> String {
     let height = side + 90.0;
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let mut svg = svg_open(width as u32, height as u32);
+    let _ = writeln!(svg, "<text x=\"{label}\" y=\"16\">{}</text>", m.title);
     let _ = writeln!(
         svg,
-        "<text x=\"{label}\" y=\"20\">{} (dark: infeasible or not measured)</text>",
-        m.title
+        "<text x=\"{label}\" y=\"31\" font-size=\"10\">colour: speed, red 0 / orange 0.3 / yellow 0.6 / green 1.2; dark: infeasible or not measured</text>"
     );
     for (panel, (name, matrix)) in [("measured", &m.measured), ("predicted", &m.predicted)]
         .iter()
@@ -339,7 +355,7 @@ fn heatmap(m: &Matrix) -> String {
     {
         #[allow(clippy::cast_precision_loss)]
         let x0 = label + panel as f64 * (side + 40.0);
-        let _ = writeln!(svg, "<text x=\"{x0}\" y=\"40\">{name}</text>");
+        let _ = writeln!(svg, "<text x=\"{x0}\" y=\"46\">{name}</text>");
         for (i, row) in matrix.iter().enumerate() {
             for (j, v) in row.iter().enumerate() {
                 #[allow(clippy::cast_precision_loss)]

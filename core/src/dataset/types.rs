@@ -229,19 +229,3 @@ pub fn speed(co_located_throughput: f64, solo_throughput: f64) -> f64 {
 pub fn slowdown(co_located_throughput: f64, solo_throughput: f64) -> f64 {
     1.0 / speed(co_located_throughput, solo_throughput)
 }
-
-impl Pair {
-    /// Whether `a` and `b` name the same two workloads as `other`, in either order, under the
-    /// same device, mode and shares.
-    pub fn same_setting(&self, other: &Pair) -> bool {
-        let straight = self.a == other.a
-            && self.b == other.b
-            && self.share_a == other.share_a
-            && self.share_b == other.share_b;
-        let mirrored = self.a == other.b
-            && self.b == other.a
-            && self.share_a == other.share_b
-            && self.share_b == other.share_a;
-        self.gpu == other.gpu && self.mode == other.mode && (straight || mirrored)
-    }
-}

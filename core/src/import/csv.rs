@@ -18,32 +18,10 @@ use std::path::Path;
 
 use crate::dataset::{
     Dataset, DatasetError, DatasetMeta, FORMAT, FeatureColumn, FeatureKind, FeatureValue, Mode,
-    Pair, Provenance, Result, Status, Workload, modes_present, validate,
+    PAIR_COLUMNS, Pair, Provenance, Result, Status, WORKLOAD_COLUMNS, Workload, modes_present,
+    validate,
 };
 use crate::features::canonical;
-
-const WORKLOAD_FIXED: [&str; 5] = [
-    "workload",
-    "kind",
-    "solo_throughput",
-    "solo_throughput_std",
-    "repetitions",
-];
-const PAIR_FIXED: [&str; 13] = [
-    "a",
-    "b",
-    "gpu",
-    "mode",
-    "share_a",
-    "share_b",
-    "throughput_a",
-    "throughput_b",
-    "throughput_a_std",
-    "throughput_b_std",
-    "repetitions",
-    "status",
-    "note",
-];
 
 /// What the importer needs beside the two files.
 #[derive(Debug, Clone)]
@@ -243,7 +221,7 @@ fn read_workloads(sheet: &Sheet<'_>) -> Result<(Vec<FeatureColumn>, Vec<Workload
     let solo = sheet.require("solo_throughput")?;
     let solo_std = sheet.index("solo_throughput_std");
     let repetitions = sheet.index("repetitions");
-    let extra = sheet.extra_columns(&WORKLOAD_FIXED)?;
+    let extra = sheet.extra_columns(&WORKLOAD_COLUMNS)?;
     let mut workloads = Vec::with_capacity(sheet.rows.len());
     for row in &sheet.rows {
         let mut features = BTreeMap::new();
@@ -287,7 +265,7 @@ fn read_pairs(sheet: &Sheet<'_>, default_gpu: &str) -> Result<(Vec<FeatureColumn
         "note",
     ]
     .map(|c| sheet.index(c));
-    let counters = sheet.extra_columns(&PAIR_FIXED)?;
+    let counters = sheet.extra_columns(&PAIR_COLUMNS)?;
     if let Some((index, c)) = counters
         .iter()
         .find(|(_, c)| c.kind != FeatureKind::Numeric)
