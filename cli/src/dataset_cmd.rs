@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow};
 use duet_core::Provenance;
 use duet_core::dataset::{Dataset, Quantiles, Status, Summary, merge};
 use duet_core::import::csv::{self, CsvImport};
@@ -45,13 +45,7 @@ pub fn run(command: DatasetCommand) -> Result<()> {
 
 /// Checked before any work, so a long import does not end in "already exists".
 fn refuse_existing(out: &Path) -> Result<()> {
-    if out.exists() {
-        bail!(
-            "{}: output folder already exists; choose a new one or remove it first",
-            out.display()
-        );
-    }
-    Ok(())
+    duet_core::atomic::refuse_existing(out, |p, m| anyhow!("{}: {m}", p.display()))
 }
 
 fn folder_name(out: &Path) -> String {

@@ -29,6 +29,18 @@ pub fn staging_path(out: &Path) -> io::Result<PathBuf> {
     )))
 }
 
+/// Refuses an `out` that already exists, with `error(out, why)`. [`write_folder`] checks it;
+/// commands also call it before any long work, so that a run does not end in this error.
+pub fn refuse_existing<E>(out: &Path, error: impl Fn(&Path, String) -> E) -> Result<(), E> {
+    if out.exists() {
+        return Err(error(
+            out,
+            "output folder already exists; choose a new one or remove it first".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Builds the new folder `out` by calling `fill` on an empty temporary folder beside it, then
 /// renames it into place. On any error nothing is left behind. `out` must not exist.
 pub fn write_folder<E>(
@@ -36,12 +48,7 @@ pub fn write_folder<E>(
     io_error: impl Fn(&Path, String) -> E,
     fill: impl FnOnce(&Path) -> Result<(), E>,
 ) -> Result<(), E> {
-    if out.exists() {
-        return Err(io_error(
-            out,
-            "output folder already exists; choose a new one or remove it first".into(),
-        ));
-    }
+    refuse_existing(out, &io_error)?;
     let staging = staging_path(out).map_err(|e| io_error(out, e.to_string()))?;
     if staging.exists() {
         fs::remove_dir_all(&staging).map_err(|e| {

@@ -142,12 +142,9 @@ pub fn run(
     options: &TrainOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<TrainSummary, PipelineError> {
-    if options.out.exists() {
-        return Err(PipelineError::Data(format!(
-            "{}: output folder already exists; choose a new one or remove it first",
-            options.out.display()
-        )));
-    }
+    duet_core::atomic::refuse_existing(&options.out, |p, m| {
+        PipelineError::Data(format!("{}: {m}", p.display()))
+    })?;
     let (datasets, data) = load(&options.data)?;
     let corpus = Corpus::new(datasets);
     progress(&format!(

@@ -122,12 +122,7 @@ impl Dataset {
     /// Writes the dataset to the new folder `out`, atomically: it is built under a temporary
     /// name beside `out` and renamed into place only once complete. `out` must not exist.
     pub fn write(&self, out: &Path) -> Result<()> {
-        if out.exists() {
-            return Err(DatasetError::new(
-                out,
-                "output folder already exists; choose a new one or remove it first",
-            ));
-        }
+        crate::atomic::refuse_existing(out, |p, m| DatasetError::new(p, m))?;
         self.validate(out)?;
         crate::atomic::write_folder(
             out,
