@@ -7,10 +7,10 @@ use duet_core::dataset::{DatasetError, FeatureKind, META_FILE};
 use serde::Serialize;
 
 use crate::artifact;
-use crate::eval::{Corpus, Trained};
+use crate::eval::{self, Corpus, Trained, mlp_scored};
 use crate::features::SOLO_THROUGHPUT;
 use crate::metrics::{Metrics, Scored};
-use crate::model::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS};
+use crate::model::OUTPUTS;
 use crate::pipeline::{PipelineError, load};
 
 /// Metrics of one device and mode (or `all`).
@@ -133,18 +133,9 @@ pub fn evaluate(model_dir: &Path, data: &[PathBuf]) -> Result<Report, PipelineEr
     let out = trained.outputs(&corpus, &rows);
     let mut groups: BTreeMap<(String, String), Vec<Scored>> = BTreeMap::new();
     for (k, e) in corpus.examples.iter().enumerate() {
-        let o = &out[k * OUTPUTS..(k + 1) * OUTPUTS];
-        let scored = Scored {
-            speed: e.speed,
-            predicted: f64::from(o[OUT_LOG_SPEED]).exp(),
-            conservative: Some(f64::from(o[OUT_LOG_SPEED_P10]).exp()),
-            feasible: Some(o[OUT_FEASIBLE_LOGIT] > 0.0),
-        };
-        for key in [
-            (e.gpu.clone(), e.mode.to_string()),
-            ("all".to_string(), "all".to_string()),
-        ] {
-            groups.entry(key).or_default().push(scored);
+        let s = mlp_scored(&out[k * OUTPUTS..(k + 1) * OUTPUTS], e.speed);
+        for key in eval::metric_groups(e) {
+            groups.entry(key).or_default().push(s);
         }
     }
     let table = groups

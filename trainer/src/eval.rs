@@ -5,6 +5,7 @@
 //! - `unseen_workloads`: leave one workload out; test rows touch it, training rows do not (a
 //!   new job that was only profiled alone).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use burn::backend::{Autodiff, Flex};
@@ -105,16 +106,10 @@ impl Corpus {
         for &i in rows {
             let e = &self.examples[i];
             buf.clear();
-            let hide = |job: &JobFeatures| {
-                let mut job = job.clone();
-                job.remove(IDENTITY);
-                job
-            };
-            let (a, b) = if identity {
-                (self.job(e, &e.a).clone(), self.job(e, &e.b).clone())
-            } else {
-                (hide(self.job(e, &e.a)), hide(self.job(e, &e.b)))
-            };
+            let (a, b) = (
+                view(self.job(e, &e.a), identity),
+                view(self.job(e, &e.b), identity),
+            );
             spec.encode_pair(&a, &b, &e.gpu, e.mode, e.share_a, e.share_b, &mut buf);
             batch.push(&buf, e.speed);
         }
@@ -242,6 +237,18 @@ fn calibrate(net: Mlp<Flex>, validation: &Batch) -> Mlp<Flex> {
     net
 }
 
+/// A job's features as the network sees them: as they are, or with the identity hidden (only
+/// then is a copy needed).
+fn view(job: &JobFeatures, identity: bool) -> Cow<'_, JobFeatures> {
+    if identity {
+        Cow::Borrowed(job)
+    } else {
+        let mut job = job.clone();
+        job.remove(IDENTITY);
+        Cow::Owned(job)
+    }
+}
+
 /// A fitted feature spec and network.
 #[derive(Debug)]
 pub struct Trained {
@@ -275,6 +282,24 @@ impl Trained {
         sum.iter_mut().for_each(|s| *s /= n);
         sum
     }
+}
+
+/// The MLP's prediction for one row from its network outputs `o` (`OUTPUTS` values).
+pub fn mlp_scored(o: &[f32], speed: Option<f64>) -> Scored {
+    Scored {
+        speed,
+        predicted: f64::from(o[OUT_LOG_SPEED]).exp(),
+        conservative: Some(f64::from(o[OUT_LOG_SPEED_P10]).exp()),
+        feasible: Some(o[OUT_FEASIBLE_LOGIT] > 0.0),
+    }
+}
+
+/// The metrics-table groups a row counts in: its device and mode, and `all`.
+pub fn metric_groups(e: &Example) -> [(String, String); 2] {
+    [
+        (e.gpu.clone(), e.mode.to_string()),
+        ("all".to_string(), "all".to_string()),
+    ]
 }
 
 /// The train and test rows of one fold.
@@ -374,7 +399,8 @@ fn score_fold(
     config: &TrainConfig,
 ) -> Result<FoldScores, TrainError> {
     let trained = corpus.train(&fold.train, config)?;
-    let out = trained.outputs(corpus, &fold.test);
+    let test_batch = corpus.encode(&trained.spec, &fold.test);
+    let out = trained.forward(&test_batch.inputs);
     let train_rows: Vec<&Example> = fold.train.iter().map(|&i| &corpus.examples[i]).collect();
     let feasible_train: Vec<usize> = fold
         .train
@@ -388,7 +414,6 @@ fn score_fold(
         .filter_map(|&i| corpus.examples[i].speed.map(f64::ln))
         .collect();
     let ridge = Ridge::fit(&ridge_batch.inputs, ridge_batch.width, &ridge_y, 1.0);
-    let test_batch = corpus.encode(&trained.spec, &fold.test);
     let low_rank = LowRank::fit(&train_rows, config.seed);
     let mean = constant(&train_rows);
 
@@ -406,15 +431,7 @@ fn score_fold(
         let o = &out[k * OUTPUTS..(k + 1) * OUTPUTS];
         let row = &test_batch.inputs[k * test_batch.width..(k + 1) * test_batch.width];
         let entries = [
-            (
-                "mlp",
-                Some(Scored {
-                    speed: e.speed,
-                    predicted: f64::from(o[OUT_LOG_SPEED]).exp(),
-                    conservative: Some(f64::from(o[OUT_LOG_SPEED_P10]).exp()),
-                    feasible: Some(o[OUT_FEASIBLE_LOGIT] > 0.0),
-                }),
-            ),
+            ("mlp", Some(mlp_scored(o, e.speed))),
             ("ridge", plain(ridge.predict(row).exp())),
             ("low_rank", plain(low_rank.predict(e).exp())),
             (
@@ -509,10 +526,7 @@ pub fn evaluate(
                         });
                     }
                     let g = groups.entry(name).or_default();
-                    for key in [
-                        (e.gpu.clone(), e.mode.to_string()),
-                        ("all".to_string(), "all".to_string()),
-                    ] {
+                    for key in metric_groups(e) {
                         g.entry(key).or_default().push(s);
                     }
                 }

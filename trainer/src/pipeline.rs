@@ -100,24 +100,7 @@ fn matrix(corpus: &Corpus, trained: &crate::eval::Trained) -> Matrix {
     let rows: Vec<usize> = (0..corpus.examples.len())
         .filter(|&i| corpus.examples[i].dataset == 0)
         .collect();
-    let batch_rows = rows.clone();
-    let out = {
-        let spec = &trained.spec;
-        let mut inputs = Vec::new();
-        for &i in &batch_rows {
-            let e = &corpus.examples[i];
-            spec.encode_pair(
-                &corpus.jobs[0][&e.a],
-                &corpus.jobs[0][&e.b],
-                &e.gpu,
-                e.mode,
-                e.share_a,
-                e.share_b,
-                &mut inputs,
-            );
-        }
-        trained.forward(&inputs)
-    };
+    let out = trained.outputs(corpus, &rows);
     for (k, &i) in rows.iter().enumerate() {
         let e = &corpus.examples[i];
         let (a, b) = (index[e.a.as_str()], index[e.b.as_str()]);

@@ -176,6 +176,16 @@ fn svg_open(width: u32, height: u32) -> String {
     )
 }
 
+/// The plot area's border: a `w` x `h` figure with margin `m`.
+fn frame(svg: &mut String, w: f64, h: f64, m: f64) {
+    let _ = writeln!(
+        svg,
+        "<rect x=\"{m}\" y=\"{m}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"black\"/>",
+        w - 2.0 * m,
+        h - 2.0 * m
+    );
+}
+
 fn legend(svg: &mut String, x: f64, y: f64) {
     for (i, split) in Split::ALL.iter().enumerate() {
         #[allow(clippy::cast_precision_loss)]
@@ -211,12 +221,7 @@ fn scatter(held_out: &[HeldOut]) -> String {
         sx(top),
         sy(top)
     );
-    let _ = writeln!(
-        svg,
-        "<rect x=\"{m}\" y=\"{m}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"black\"/>",
-        w - 2.0 * m,
-        h - 2.0 * m
-    );
+    frame(&mut svg, w, h, m);
     for (i, split) in Split::ALL.iter().enumerate() {
         for r in held_out.iter().filter(|r| r.split == *split) {
             let _ = writeln!(
@@ -257,12 +262,7 @@ fn error_cdf(held_out: &[HeldOut]) -> String {
     let (w, h, m) = (520.0, 400.0, 50.0);
     let max_err = 0.5;
     let mut svg = svg_open(520, 400);
-    let _ = writeln!(
-        svg,
-        "<rect x=\"{m}\" y=\"{m}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"black\"/>",
-        w - 2.0 * m,
-        h - 2.0 * m
-    );
+    frame(&mut svg, w, h, m);
     for (i, split) in Split::ALL.iter().enumerate() {
         let mut errs: Vec<f64> = held_out
             .iter()
