@@ -14,6 +14,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve /v1/predict on a model: the workload registry, metrics, hot reload.
+    Serve(ServeArgs),
+    /// Ask a running server for predictions: pairs from arguments or a CSV/JSONL file.
+    Predict(PredictArgs),
     /// Fit the degradation regressor on datasets, evaluate it honestly, write a model folder.
     Train(TrainArgs),
     /// Score a trained model on datasets (its own or new ones): accuracy per device and mode.
@@ -161,4 +165,79 @@ pub struct TrainArgs {
     /// duet built with `--features cuda`).
     #[arg(long, default_value = "cpu")]
     pub device: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The model folder written by `duet train`.
+    #[arg(long, default_value = "models/default")]
+    pub model: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: String,
+    /// Inference engine: `burn` (Burn's Flex CPU backend) or `onnx` (ONNX Runtime through
+    /// ORT_DYLIB_PATH, which `eval "$(scripts/python-env.sh)"` sets).
+    #[arg(long, default_value = "burn")]
+    pub engine: String,
+    /// SQLite file keeping the workloads clients register across restarts (default: memory
+    /// only).
+    #[arg(long)]
+    pub state: Option<PathBuf>,
+    /// File holding the bearer token that write endpoints require (also `DUET_TOKEN`).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Require the token on read endpoints too (health, readiness and metrics stay open).
+    #[arg(long)]
+    pub protect_reads: bool,
+    /// Device of pairs that name none (default: the model's only device, if it has one).
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Largest request body accepted, bytes.
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Most pairs in one prediction request.
+    #[arg(long, default_value_t = 100_000)]
+    pub max_pairs: usize,
+    /// Seconds a request may take before it is answered 503.
+    #[arg(long, default_value_t = 30.0)]
+    pub request_timeout: f64,
+    /// Log lines as `text` or `json`.
+    #[arg(long, default_value = "text")]
+    pub log_format: String,
+    /// Worker threads (default: one per core).
+    #[arg(long)]
+    pub workers: Option<usize>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PredictArgs {
+    /// Pairs of registered workload ids, `a,b` (or `a:b`).
+    pub pairs: Vec<String>,
+    /// A file of pairs: CSV with columns a, b and optionally mode, share_a, share_b, gpu; or
+    /// JSON lines, one `/v1/predict` pair object per line (`.jsonl`).
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// The server's base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8080", env = "DUET_SERVER")]
+    pub server: String,
+    /// Sharing mode of pairs that name none.
+    #[arg(long)]
+    pub mode: Option<String>,
+    /// Share of job a (MPS active-thread percentage) for pairs that name none.
+    #[arg(long)]
+    pub share_a: Option<f64>,
+    #[arg(long)]
+    pub share_b: Option<f64>,
+    /// Device of pairs that name none.
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// File holding a bearer token, for servers that protect reads (also `DUET_TOKEN`).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Print the server's JSON answer instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds to wait for the answer.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout: f64,
 }

@@ -4,6 +4,8 @@ mod args;
 mod dataset_cmd;
 mod date;
 mod evaluate_cmd;
+mod predict_cmd;
+mod serve_cmd;
 mod train_cmd;
 
 use std::process::ExitCode;
@@ -13,6 +15,8 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = args::Cli::parse();
     let result = match cli.command {
+        args::Command::Serve(args) => serve_cmd::run(args),
+        args::Command::Predict(args) => predict_cmd::run(args),
         args::Command::Dataset { command } => dataset_cmd::run(command),
         args::Command::Train(args) => train_cmd::run(args),
         args::Command::Evaluate { model, data, json } => evaluate_cmd::run(&model, &data, json),

@@ -2,8 +2,9 @@
 //!
 //! `core` defines the dataset format (a folder of `dataset.json` plus Parquet tables), its
 //! validation, the canonical feature names, and importers that turn measurements made elsewhere
-//! into that format. It knows nothing of HTTP, NVML or training.
+//! into that format, and the prediction API's bodies. It knows nothing of HTTP, NVML or training.
 
+pub mod api;
 pub mod atomic;
 pub mod dataset;
 pub mod features;

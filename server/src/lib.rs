@@ -1,5 +1,102 @@
 //! duet's server: the axum app answering `/v1/predict`, the inference engines and the workload
 //! registry. The only crate that speaks HTTP.
 //!
-//! The routes land with the server work (see the issue tracker); until then this crate holds no
-//! code.
+//! `serve` binds nothing itself: it takes a listener, answers `/healthz` at once, loads and warms
+//! the model in the background (`/readyz` turns 200 when it is in), reloads on SIGHUP and stops
+//! gracefully on SIGTERM or Ctrl-C, letting in-flight requests finish.
+
+pub mod app;
+pub mod engine;
+pub mod error;
+pub mod kserve;
+pub mod metrics;
+pub mod model;
+pub mod openapi;
+pub mod predict;
+pub mod registry;
+
+use std::sync::Arc;
+
+pub use app::{AppState, Config};
+pub use engine::EngineKind;
+
+/// Serves `config` on `listener` until SIGTERM or Ctrl-C. Fails when the registry database
+/// cannot be opened or the first model cannot be loaded.
+pub async fn serve(config: Config, listener: tokio::net::TcpListener) -> Result<(), String> {
+    let state = AppState::new(config)?;
+    let app = app::router(state.clone());
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(%addr, "listening");
+    let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel::<String>();
+    let loader = state.clone();
+    tokio::spawn(async move {
+        if let Err(f) = loader.reload(None).await {
+            let _ = fatal_tx.send(f.error);
+        }
+    });
+    spawn_sighup(state.clone());
+    let shutdown = async move {
+        // The loader drops the sender once the first model is in: only a message stops us.
+        let failed = async {
+            match (&mut fatal_rx).await {
+                Ok(m) => tracing::error!(error = %m, "cannot start"),
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            () = terminated() => tracing::info!("shutting down; finishing in-flight requests"),
+            () = failed => {}
+        }
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|e| e.to_string())?;
+    if state.is_ready() {
+        tracing::info!("stopped");
+        Ok(())
+    } else {
+        Err("no model was loaded; see the log above".into())
+    }
+}
+
+/// SIGTERM or Ctrl-C.
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = tokio::signal::ctrl_c() => {},
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Reloads the model on every SIGHUP.
+fn spawn_sighup(state: Arc<AppState>) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::warn!("SIGHUP cannot be watched; reload with POST /v1/models/reload");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the model");
+            let _ = state.reload(None).await;
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = state;
+}

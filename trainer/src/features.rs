@@ -158,7 +158,7 @@ impl FeatureSpec {
 
     /// Length of one pair's encoding.
     pub fn pair_width(&self) -> usize {
-        2 * self.job_width() + self.gpus.len() + 1 + self.modes.len() + 2
+        2 * self.job_width() + self.context_width()
     }
 
     /// Appends the encoding of one job to `out`.
@@ -211,6 +211,23 @@ impl FeatureSpec {
     ) {
         self.encode_job(a, out);
         self.encode_job(b, out);
+        self.encode_context(gpu, mode, share_a, share_b, out);
+    }
+
+    /// Length of the context that follows the two jobs: device, mode and shares.
+    pub fn context_width(&self) -> usize {
+        self.gpus.len() + 1 + self.modes.len() + 2
+    }
+
+    /// Appends the context of a pair (device one-hot, mode one-hot, shares) to `out`.
+    pub fn encode_context(
+        &self,
+        gpu: &str,
+        mode: Mode,
+        share_a: Option<f64>,
+        share_b: Option<f64>,
+        out: &mut Vec<f32>,
+    ) {
         let g = self
             .gpus
             .iter()

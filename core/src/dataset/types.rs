@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// How two jobs share one device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Two processes, the driver's default time-slicing.
@@ -72,6 +73,7 @@ impl fmt::Display for Mode {
 
 /// What a workload does with the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum JobKind {
     Train,

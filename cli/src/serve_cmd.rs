@@ -1,0 +1,88 @@
+//! `duet serve`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use duet_server::{Config, EngineKind};
+
+use crate::args::ServeArgs;
+
+/// The environment variable that may hold the bearer token instead of `--token-file`.
+pub const TOKEN_ENV: &str = "DUET_TOKEN";
+
+/// The token from `file`, else from `DUET_TOKEN`; an empty token is refused.
+pub fn read_token(file: Option<&Path>) -> Result<Option<String>> {
+    let (token, origin) = match file {
+        Some(f) => (
+            std::fs::read_to_string(f).with_context(|| format!("--token-file {}", f.display()))?,
+            format!("--token-file {}", f.display()),
+        ),
+        None => match std::env::var(TOKEN_ENV) {
+            Ok(t) => (t, TOKEN_ENV.to_string()),
+            Err(_) => return Ok(None),
+        },
+    };
+    let token = token.trim().to_string();
+    if token.is_empty() {
+        bail!("{origin}: the token is empty");
+    }
+    Ok(Some(token))
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let engine: EngineKind = args
+        .engine
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--engine: {e}"))?;
+    if !(args.request_timeout > 0.0 && args.request_timeout.is_finite()) {
+        bail!("--request-timeout must be a positive number of seconds");
+    }
+    if args.max_pairs == 0 || args.max_body_bytes == 0 {
+        bail!("--max-pairs and --max-body-bytes must be positive");
+    }
+    let json_logs = match args.log_format.as_str() {
+        "text" => false,
+        "json" => true,
+        other => bail!("--log-format: unknown format `{other}`, expected text or json"),
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let subscriber = tracing_subscriber::fmt().with_env_filter(filter);
+    if json_logs {
+        subscriber.json().init();
+    } else {
+        subscriber.init();
+    }
+    let config = Config {
+        engine,
+        state: args.state,
+        token: read_token(args.token_file.as_deref())?,
+        protect_reads: args.protect_reads,
+        gpu: args.gpu,
+        max_body_bytes: args.max_body_bytes,
+        max_pairs: args.max_pairs,
+        request_timeout: Duration::from_secs_f64(args.request_timeout),
+        ..Config::new(args.model)
+    };
+    if config.protect_reads && config.token.is_none() {
+        bail!("--protect-reads needs a token (--token-file or {TOKEN_ENV})");
+    }
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if let Some(n) = args.workers {
+        if n == 0 {
+            bail!("--workers must be at least 1");
+        }
+        runtime.worker_threads(n);
+    }
+    let runtime = runtime.build().context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&args.addr)
+            .await
+            .with_context(|| format!("--addr {}: cannot listen", args.addr))?;
+        duet_server::serve(config, listener)
+            .await
+            .map_err(|e| anyhow::anyhow!(e))
+    })
+}

@@ -1,0 +1,98 @@
+//! The prediction path in process on the shipped default model: one 10,000-pair request by
+//! workload id (parse, encode both directions, one forward pass, serialize), and each engine's
+//! forward pass alone on the same 20,000 rows.
+//!
+//! `cargo bench -p duet-server --bench predict --profile dev` (the ONNX rows need
+//! `ORT_DYLIB_PATH`, set by `eval "$(scripts/python-env.sh)"`).
+
+use std::hint::black_box;
+use std::path::Path;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use duet_core::api::{JobRef, PairQuery, PredictRequest};
+use duet_core::dataset::Mode;
+use duet_server::{AppState, Config, EngineKind};
+
+fn model_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default")
+}
+
+/// `n` pairs of the model's workloads, by id, in a fixed pseudo-random order.
+fn request(ids: &[String], n: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        usize::try_from(x % ids.len() as u64).expect("index")
+    };
+    let pairs = (0..n)
+        .map(|_| PairQuery {
+            a: JobRef::workload(ids[next()].clone()),
+            b: JobRef::workload(ids[next()].clone()),
+            mode: Mode::Space,
+            share_a: None,
+            share_b: None,
+            gpu: None,
+        })
+        .collect();
+    serde_json::to_vec(&PredictRequest {
+        gpu: Some("v100".into()),
+        pairs,
+    })
+    .expect("json")
+}
+
+fn state(engine: EngineKind) -> std::sync::Arc<AppState> {
+    let state = AppState::new(Config {
+        engine,
+        ..Config::new(model_dir())
+    })
+    .expect("state");
+    state.load_model(None).expect("model");
+    state
+}
+
+fn bench(c: &mut Criterion) {
+    let mut engines = vec![EngineKind::Burn];
+    if std::env::var_os("ORT_DYLIB_PATH").is_some() {
+        engines.push(EngineKind::Onnx);
+    }
+    for engine in engines {
+        let state = state(engine);
+        let ids: Vec<String> = {
+            let guard = state.serving.read().expect("lock");
+            let serving = guard.as_ref().expect("loaded");
+            serving
+                .registry
+                .list()
+                .iter()
+                .map(|w| w.workload.clone())
+                .collect()
+        };
+        let body = request(&ids, 10_000);
+        c.bench_function(&format!("predict_10k_pairs_{engine}"), |b| {
+            b.iter(|| {
+                black_box(duet_server::app::answer(&state, black_box(&body)).expect("answer"))
+            });
+        });
+        let single = request(&ids, 1);
+        c.bench_function(&format!("predict_1_pair_{engine}"), |b| {
+            b.iter(|| {
+                black_box(duet_server::app::answer(&state, black_box(&single)).expect("answer"))
+            });
+        });
+        let model = state.model().expect("model");
+        let rows = vec![0.1f32; 20_000 * model.meta.spec.pair_width()];
+        c.bench_function(&format!("forward_20k_rows_{engine}"), |b| {
+            b.iter(|| black_box(model.engine.run(black_box(&rows)).expect("run")));
+        });
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20);
+    targets = bench
+}
+criterion_main!(benches);

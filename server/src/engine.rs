@@ -1,0 +1,180 @@
+//! Inference engines: the same model run by Burn (the `Flex` CPU backend) or by ONNX Runtime.
+//!
+//! An engine takes encoded pairs, `rows x width` floats row-major, and returns the ensemble's mean
+//! outputs, `rows x OUTPUTS`. Both read the same artifact folder: Burn its records, ONNX Runtime
+//! `model.onnx`, which `duet train` wrote from those records.
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::{Mutex, OnceLock};
+
+use burn::backend::Flex;
+use duet_trainer::artifact::ONNX_FILE;
+use duet_trainer::model::{Mlp, OUTPUTS, forward};
+use duet_trainer::onnx;
+use ort::session::Session;
+use ort::value::Tensor;
+
+/// Which engine runs the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    Burn,
+    Onnx,
+}
+
+impl EngineKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Burn => "burn",
+            EngineKind::Onnx => "onnx",
+        }
+    }
+}
+
+impl fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EngineKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "burn" => Ok(EngineKind::Burn),
+            "onnx" => Ok(EngineKind::Onnx),
+            _ => Err(format!("unknown engine `{s}`, expected burn or onnx")),
+        }
+    }
+}
+
+/// Runs a model on encoded pairs.
+pub trait Engine: Send + Sync + fmt::Debug {
+    fn kind(&self) -> EngineKind;
+    /// The ensemble's mean outputs for `inputs.len() / width` rows.
+    fn run(&self, inputs: &[f32]) -> Result<Vec<f32>, String>;
+}
+
+/// Burn on the CPU: every ensemble member's forward pass, averaged.
+#[derive(Debug)]
+pub struct BurnEngine {
+    nets: Vec<Mlp<Flex>>,
+    width: usize,
+}
+
+impl BurnEngine {
+    pub fn new(nets: Vec<Mlp<Flex>>, width: usize) -> BurnEngine {
+        BurnEngine { nets, width }
+    }
+}
+
+impl Engine for BurnEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Burn
+    }
+
+    fn run(&self, inputs: &[f32]) -> Result<Vec<f32>, String> {
+        let rows = inputs.len() / self.width;
+        let mut sum = vec![0.0f32; rows * OUTPUTS];
+        for net in &self.nets {
+            let out = forward(net, inputs, self.width, &Default::default());
+            if out.len() != sum.len() {
+                return Err(format!(
+                    "Burn returned {} values for {rows} rows",
+                    out.len()
+                ));
+            }
+            sum.iter_mut().zip(out).for_each(|(s, o)| *s += o);
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let n = self.nets.len() as f32;
+        sum.iter_mut().for_each(|s| *s /= n);
+        Ok(sum)
+    }
+}
+
+/// ONNX Runtime allows one environment per process; every session shares it.
+static ORT: OnceLock<Result<ort::environment::Environment, String>> = OnceLock::new();
+
+/// The environment variable naming ONNX Runtime's shared library (`scripts/python-env.sh`
+/// prints it).
+pub const ORT_DYLIB_PATH: &str = "ORT_DYLIB_PATH";
+
+fn ort_environment() -> Result<&'static ort::environment::Environment, String> {
+    ORT.get_or_init(|| {
+        let path = std::env::var(ORT_DYLIB_PATH).map_err(|_| {
+            format!(
+                "the onnx engine needs ONNX Runtime: set {ORT_DYLIB_PATH} to its shared library \
+                 (`eval \"$(scripts/python-env.sh)\"` installs it and sets it)"
+            )
+        })?;
+        let builder = ort::init_from(&path).map_err(|e| format!("{ORT_DYLIB_PATH}={path}: {e}"))?;
+        builder
+            .with_name("duet")
+            .build()
+            .map_err(|e| format!("ONNX Runtime environment: {e}"))
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// ONNX Runtime on the CPU: a pool of sessions, one per concurrent request up to the cores.
+#[derive(Debug)]
+pub struct OnnxEngine {
+    sessions: Vec<Mutex<Session>>,
+    width: usize,
+}
+
+impl OnnxEngine {
+    /// Loads `model.onnx` from the artifact folder `dir`.
+    pub fn load(dir: &Path, width: usize) -> Result<OnnxEngine, String> {
+        let env = ort_environment()?;
+        let path = dir.join(ONNX_FILE);
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let mut sessions = Vec::with_capacity(cores);
+        for _ in 0..cores {
+            let session = Session::builder(env)
+                .map_err(|e| e.to_string())?
+                .with_intra_threads(cores)
+                .map_err(|e| e.to_string())?
+                .commit_from_memory(&bytes)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            sessions.push(Mutex::new(session));
+        }
+        Ok(OnnxEngine { sessions, width })
+    }
+}
+
+impl Engine for OnnxEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Onnx
+    }
+
+    fn run(&self, inputs: &[f32]) -> Result<Vec<f32>, String> {
+        let rows = inputs.len() / self.width;
+        let tensor =
+            Tensor::from_array(([rows, self.width], inputs.to_vec())).map_err(|e| e.to_string())?;
+        // Any idle session, else wait for the first.
+        let mut session = self
+            .sessions
+            .iter()
+            .find_map(|s| s.try_lock().ok())
+            .map_or_else(|| self.sessions[0].lock(), Ok)
+            .map_err(|_| "an ONNX Runtime session panicked".to_string())?;
+        let outputs = session
+            .run(ort::inputs![onnx::INPUT => tensor])
+            .map_err(|e| e.to_string())?;
+        let (_, values) = outputs[onnx::OUTPUT]
+            .try_extract_tensor::<f32>()
+            .map_err(|e| e.to_string())?;
+        if values.len() != rows * OUTPUTS {
+            return Err(format!(
+                "ONNX Runtime returned {} values for {rows} rows",
+                values.len()
+            ));
+        }
+        Ok(values.to_vec())
+    }
+}

@@ -1,0 +1,73 @@
+//! The one error every route answers with: a status and a JSON body naming the offending field.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use duet_core::api::ApiError;
+
+/// A failed request: what went wrong and the request field to blame, where there is one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub status: StatusCode,
+    pub error: String,
+    pub field: Option<String>,
+}
+
+impl Failure {
+    pub fn new(status: StatusCode, error: impl Into<String>) -> Failure {
+        Failure {
+            status,
+            error: error.into(),
+            field: None,
+        }
+    }
+
+    /// 422: a well-formed request the model cannot answer, because of `field`.
+    pub fn field(field: impl Into<String>, error: impl Into<String>) -> Failure {
+        Failure {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            error: error.into(),
+            field: Some(field.into()),
+        }
+    }
+
+    pub fn with_status(mut self, status: StatusCode) -> Failure {
+        self.status = status;
+        self
+    }
+
+    pub fn body(&self) -> ApiError {
+        ApiError {
+            error: self.error.clone(),
+            field: self.field.clone(),
+        }
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body())).into_response()
+    }
+}
+
+/// Parses a JSON body; a syntax or type error names the path of the field it concerns.
+pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Failure> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let status = if inner.is_syntax() || inner.is_eof() {
+            StatusCode::BAD_REQUEST
+        } else {
+            StatusCode::UNPROCESSABLE_ENTITY
+        };
+        Failure {
+            status,
+            error: format!("invalid JSON body: {inner}"),
+            field: (path != ".").then_some(path),
+        }
+    })?;
+    de.end()
+        .map_err(|e| Failure::new(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))?;
+    Ok(value)
+}

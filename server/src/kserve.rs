@@ -1,0 +1,258 @@
+//! Open Inference Protocol (KServe v2) aliases over the same model: health, model metadata, and
+//! `infer` on the encoded tensor (`pairs`, FP32 `[N, width]` -> `outputs`, FP32 `[N, 3]`: ln speed,
+//! ln p10 speed, feasibility logit), for tooling that speaks the protocol.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use duet_trainer::model::OUTPUTS;
+use duet_trainer::onnx::{INPUT, OUTPUT};
+use serde::{Deserialize, Serialize};
+
+use crate::app::{AppState, authorize_read, not_ready_failure};
+use crate::error::{Failure, parse_json};
+use crate::model::LoadedModel;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v2/health/live", get(live))
+        .route("/v2/health/ready", get(ready))
+        .route("/v2/models/{name}", get(metadata))
+        .route("/v2/models/{name}/ready", get(model_ready))
+        .route("/v2/models/{name}/infer", post(infer))
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Live {
+    pub live: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Ready {
+    pub ready: bool,
+}
+
+async fn live() -> Json<Live> {
+    Json(Live { live: true })
+}
+
+async fn ready(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Ready>) {
+    let ready = state.is_ready();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(Ready { ready }))
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TensorMeta {
+    pub name: String,
+    pub datatype: String,
+    pub shape: Vec<i64>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ModelMetadata {
+    pub name: String,
+    pub versions: Vec<String>,
+    pub platform: String,
+    pub inputs: Vec<TensorMeta>,
+    pub outputs: Vec<TensorMeta>,
+}
+
+/// The model `name` names, or 404.
+fn named(state: &AppState, name: &str) -> Result<Arc<LoadedModel>, Failure> {
+    let model = state.model()?;
+    if model.meta.name == name {
+        Ok(model)
+    } else {
+        Err(Failure::field(
+            "name",
+            format!(
+                "no model `{name}`; this server serves `{}`",
+                model.meta.name
+            ),
+        )
+        .with_status(StatusCode::NOT_FOUND))
+    }
+}
+
+#[allow(clippy::cast_possible_wrap)]
+async fn metadata(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<ModelMetadata>, Failure> {
+    authorize_read(&state, &headers)?;
+    let model = named(&state, &name)?;
+    Ok(Json(ModelMetadata {
+        name: model.meta.name.clone(),
+        versions: vec![model.version().to_string()],
+        platform: format!("duet_{}", model.engine.kind()),
+        inputs: vec![TensorMeta {
+            name: INPUT.into(),
+            datatype: "FP32".into(),
+            shape: vec![-1, model.meta.spec.pair_width() as i64],
+        }],
+        outputs: vec![TensorMeta {
+            name: OUTPUT.into(),
+            datatype: "FP32".into(),
+            shape: vec![-1, OUTPUTS as i64],
+        }],
+    }))
+}
+
+async fn model_ready(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<Json<Ready>, Failure> {
+    if !state.is_ready() {
+        return Err(not_ready_failure());
+    }
+    named(&state, &name)?;
+    Ok(Json(Ready { ready: true }))
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferTensor {
+    pub name: String,
+    pub shape: Vec<i64>,
+    pub datatype: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<serde_json::Value>,
+    pub data: Vec<f32>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<serde_json::Value>,
+    pub inputs: Vec<InferTensor>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct InferResponse {
+    pub model_name: String,
+    pub model_version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub outputs: Vec<InferTensor>,
+}
+
+fn check_tensor(input: &InferTensor, width: usize, max_rows: usize) -> Result<usize, Failure> {
+    if input.name != INPUT {
+        return Err(Failure::field(
+            "inputs[0].name",
+            format!("the model's input is `{INPUT}`, not `{}`", input.name),
+        ));
+    }
+    if input.datatype != "FP32" {
+        return Err(Failure::field(
+            "inputs[0].datatype",
+            format!("the input is FP32, not {}", input.datatype),
+        ));
+    }
+    let rows = match input.shape.as_slice() {
+        [rows, w] if *rows > 0 && usize::try_from(*w).ok() == Some(width) => {
+            usize::try_from(*rows).unwrap_or(usize::MAX)
+        }
+        _ => {
+            return Err(Failure::field(
+                "inputs[0].shape",
+                format!(
+                    "the input's shape is [rows, {width}], got {:?}",
+                    input.shape
+                ),
+            ));
+        }
+    };
+    if rows > max_rows {
+        return Err(Failure::field(
+            "inputs[0].shape",
+            format!("{rows} rows is over the server's limit of {max_rows}"),
+        )
+        .with_status(StatusCode::PAYLOAD_TOO_LARGE));
+    }
+    if input.data.len() != rows * width {
+        return Err(Failure::field(
+            "inputs[0].data",
+            format!(
+                "{} values for shape [{rows}, {width}] ({} expected)",
+                input.data.len(),
+                rows * width
+            ),
+        ));
+    }
+    if let Some(i) = input.data.iter().position(|v| !v.is_finite()) {
+        return Err(Failure::field(
+            format!("inputs[0].data[{i}]"),
+            "not a finite number",
+        ));
+    }
+    Ok(rows)
+}
+
+async fn infer(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<InferResponse>, Failure> {
+    authorize_read(&state, &headers)?;
+    let model = named(&state, &name)?;
+    let body = body.map_err(|e| Failure::new(e.status(), format!("cannot read the body: {e}")))?;
+    let max_rows = state.config.max_pairs * 2;
+    tokio::task::spawn_blocking(move || {
+        let request: InferRequest = parse_json(&body)?;
+        let [input] = request.inputs.as_slice() else {
+            return Err(Failure::field(
+                "inputs",
+                format!(
+                    "one input tensor `{INPUT}` expected, got {}",
+                    request.inputs.len()
+                ),
+            ));
+        };
+        let rows = check_tensor(input, model.meta.spec.pair_width(), max_rows)?;
+        let data = model.engine.run(&input.data).map_err(|e| {
+            Failure::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("inference failed: {e}"),
+            )
+        })?;
+        #[allow(clippy::cast_possible_wrap)]
+        let shape = vec![rows as i64, OUTPUTS as i64];
+        Ok(Json(InferResponse {
+            model_name: model.meta.name.clone(),
+            model_version: model.version().to_string(),
+            id: request.id,
+            outputs: vec![InferTensor {
+                name: OUTPUT.into(),
+                shape,
+                datatype: "FP32".into(),
+                parameters: None,
+                data,
+            }],
+        }))
+    })
+    .await
+    .map_err(|e| {
+        Failure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("inference panicked: {e}"),
+        )
+    })?
+}

@@ -1,0 +1,230 @@
+//! A model folder loaded for serving: its metadata, an engine, and the rules that turn a client's
+//! features into the model's inputs.
+
+use std::path::{Path, PathBuf};
+
+use duet_core::api::{FeatureInput, Features};
+use duet_core::dataset::{FeatureValue, Mode};
+use duet_trainer::artifact::{self, ModelMeta};
+use duet_trainer::features::{IDENTITY, JobFeatures, SOLO_THROUGHPUT};
+use duet_trainer::model::OUTPUTS;
+
+use crate::engine::{BurnEngine, Engine, EngineKind, OnnxEngine};
+use crate::error::Failure;
+
+/// How far the ONNX engine may stray from Burn on the probe batch before a model is refused.
+const ENGINE_AGREEMENT: f32 = 1e-3;
+
+/// A model ready to answer: loaded, run once on a probe batch, its outputs checked.
+#[derive(Debug)]
+pub struct LoadedModel {
+    pub meta: ModelMeta,
+    pub dir: PathBuf,
+    pub engine: Box<dyn Engine>,
+    /// Unix seconds when it was loaded.
+    pub loaded_at: u64,
+}
+
+impl LoadedModel {
+    /// Loads the artifact at `dir`, builds the engine and checks it on a probe batch; nothing
+    /// half-loaded ever comes back.
+    pub fn load(dir: &Path, kind: EngineKind) -> Result<LoadedModel, String> {
+        let (meta, nets) = artifact::load(dir).map_err(|e| e.to_string())?;
+        let width = meta.spec.pair_width();
+        let burn = BurnEngine::new(nets, width);
+        let probe = probe_batch(&meta);
+        let reference = burn.run(&probe)?;
+        check_outputs(&reference, probe.len() / width, "Burn")?;
+        let engine: Box<dyn Engine> = match kind {
+            EngineKind::Burn => Box::new(burn),
+            EngineKind::Onnx => {
+                let onnx = OnnxEngine::load(dir, width)?;
+                let got = onnx.run(&probe)?;
+                check_outputs(&got, probe.len() / width, "ONNX Runtime")?;
+                let worst = reference
+                    .iter()
+                    .zip(&got)
+                    .map(|(r, g)| (r - g).abs())
+                    .fold(0.0f32, f32::max);
+                if worst > ENGINE_AGREEMENT {
+                    return Err(format!(
+                        "{}: ONNX Runtime differs from the Burn records by {worst} on the probe \
+                         batch (at most {ENGINE_AGREEMENT} allowed)",
+                        dir.join(artifact::ONNX_FILE).display()
+                    ));
+                }
+                Box::new(onnx)
+            }
+        };
+        let loaded_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Ok(LoadedModel {
+            meta,
+            dir: dir.to_path_buf(),
+            engine,
+            loaded_at,
+        })
+    }
+
+    pub fn version(&self) -> &str {
+        &self.meta.version
+    }
+
+    /// The feature names a client may send: the model's inputs, and dataset columns the
+    /// trainer found no signal in (accepted, unused).
+    pub fn knows_feature(&self, name: &str) -> bool {
+        let spec = &self.meta.spec;
+        name == SOLO_THROUGHPUT
+            || spec.numeric.iter().any(|f| f.name == name)
+            || spec.categorical.iter().any(|f| f.name == name)
+            || spec
+                .dropped
+                .iter()
+                .any(|d| d.split(':').next() == Some(name))
+    }
+
+    /// A client's features as the model's job features, checked: every feature the model
+    /// uses present (`null` where not measured), no unknown name, numbers where numbers belong,
+    /// `solo_throughput` a positive number. `field` prefixes the paths of errors.
+    pub fn job_features(&self, features: &Features, field: &str) -> Result<JobFeatures, Failure> {
+        let spec = &self.meta.spec;
+        let mut job = JobFeatures::new();
+        for (name, value) in features {
+            if !self.knows_feature(name) {
+                return Err(Failure::field(
+                    format!("{field}.{name}"),
+                    format!(
+                        "unknown feature `{name}`; this model knows {}",
+                        self.feature_names().join(", ")
+                    ),
+                ));
+            }
+            let numeric = name == SOLO_THROUGHPUT || spec.numeric.iter().any(|f| &f.name == name);
+            let value = match (value, numeric) {
+                (FeatureInput::Number(v), true) => FeatureValue::Number(Some(*v)),
+                (FeatureInput::Null, true) => FeatureValue::Number(None),
+                (FeatureInput::Text(v), false) => FeatureValue::Category(Some(v.clone())),
+                (FeatureInput::Null, false) => FeatureValue::Category(None),
+                (FeatureInput::Text(_), true) => {
+                    return Err(Failure::field(
+                        format!("{field}.{name}"),
+                        format!("`{name}` is numeric: send a number or null"),
+                    ));
+                }
+                (FeatureInput::Number(_), false) => {
+                    return Err(Failure::field(
+                        format!("{field}.{name}"),
+                        format!("`{name}` is categorical: send a string or null"),
+                    ));
+                }
+            };
+            job.insert(name.clone(), value);
+        }
+        match job.get(SOLO_THROUGHPUT).and_then(FeatureValue::as_number) {
+            Some(v) if v > 0.0 => {}
+            Some(v) => {
+                return Err(Failure::field(
+                    format!("{field}.{SOLO_THROUGHPUT}"),
+                    format!("{SOLO_THROUGHPUT} must be positive, got {v}"),
+                ));
+            }
+            None => {
+                return Err(Failure::field(
+                    format!("{field}.{SOLO_THROUGHPUT}"),
+                    format!(
+                        "missing feature `{SOLO_THROUGHPUT}` (iterations per second alone on the \
+                         pair's device)"
+                    ),
+                ));
+            }
+        }
+        for name in self.feature_names() {
+            if !job.contains_key(&name) {
+                return Err(Failure::field(
+                    format!("{field}.{name}"),
+                    format!("missing feature `{name}` (send null if it was not measured)"),
+                ));
+            }
+        }
+        Ok(job)
+    }
+
+    /// The features the model uses, `solo_throughput` first.
+    pub fn feature_names(&self) -> Vec<String> {
+        let spec = &self.meta.spec;
+        let mut names = vec![SOLO_THROUGHPUT.to_string()];
+        names.extend(
+            spec.numeric
+                .iter()
+                .map(|f| f.name.clone())
+                .filter(|n| n != SOLO_THROUGHPUT),
+        );
+        names.extend(spec.categorical.iter().map(|f| f.name.clone()));
+        names
+    }
+
+    /// The encoding of a registered workload's profile (its id marks it as a training
+    /// workload where it is one).
+    pub fn encode_registered(&self, id: &str, mut job: JobFeatures) -> Vec<f32> {
+        job.insert(
+            IDENTITY.to_string(),
+            FeatureValue::Category(Some(id.to_string())),
+        );
+        let mut out = Vec::with_capacity(self.meta.spec.job_width());
+        self.meta.spec.encode_job(&job, &mut out);
+        out
+    }
+
+    /// The modes the model was trained on, for error messages.
+    pub fn modes(&self) -> String {
+        let names: Vec<&str> = self.meta.spec.modes.iter().map(|m| m.as_str()).collect();
+        names.join(", ")
+    }
+
+    pub fn knows_mode(&self, mode: Mode) -> bool {
+        self.meta.spec.modes.contains(&mode)
+    }
+}
+
+/// A few pairs covering every device and mode the model knows, with missing and present
+/// features, so a model is exercised before it serves.
+fn probe_batch(meta: &ModelMeta) -> Vec<f32> {
+    let spec = &meta.spec;
+    let empty = JobFeatures::new();
+    let mut typical = JobFeatures::new();
+    for f in &spec.numeric {
+        let x = if f.log { f.mean.exp() } else { f.mean };
+        typical.insert(f.name.clone(), FeatureValue::Number(Some(x)));
+    }
+    for c in &spec.categorical {
+        if let Some(v) = c.vocabulary.first() {
+            typical.insert(c.name.clone(), FeatureValue::Category(Some(v.clone())));
+        }
+    }
+    let mut out = Vec::new();
+    let gpus = spec.gpus.iter().map(String::as_str).chain(["unseen"]);
+    for gpu in gpus {
+        for &mode in &spec.modes {
+            for (a, b) in [(&typical, &empty), (&empty, &typical), (&typical, &typical)] {
+                spec.encode_pair(a, b, gpu, mode, Some(50.0), Some(50.0), &mut out);
+            }
+        }
+    }
+    out
+}
+
+fn check_outputs(outputs: &[f32], rows: usize, engine: &str) -> Result<(), String> {
+    if outputs.len() != rows * OUTPUTS {
+        return Err(format!(
+            "{engine} returned {} outputs for {rows} probe rows",
+            outputs.len()
+        ));
+    }
+    if let Some(bad) = outputs.iter().find(|v| !v.is_finite()) {
+        return Err(format!(
+            "{engine} returned a non-finite output ({bad}) on the probe batch"
+        ));
+    }
+    Ok(())
+}

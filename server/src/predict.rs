@@ -1,0 +1,174 @@
+//! `/v1/predict`: pairs to encoded rows (both directions), one forward pass, rows to predictions.
+
+use duet_core::api::{JobRef, PairQuery, PredictRequest, Prediction};
+use duet_trainer::model::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS};
+
+use crate::error::Failure;
+use crate::model::LoadedModel;
+use crate::registry::{Registry, not_found};
+
+/// Encodes every pair of `request` twice, `(a, b)` then `(b, a)`, for `model`; checks every
+/// field first, so a bad pair fails the request before any work is done.
+pub fn encode(
+    model: &LoadedModel,
+    registry: &Registry,
+    request: &PredictRequest,
+    default_gpu: Option<&str>,
+) -> Result<Vec<f32>, Failure> {
+    let spec = &model.meta.spec;
+    let width = spec.pair_width();
+    let job_width = spec.job_width();
+    let mut inputs = Vec::with_capacity(request.pairs.len() * 2 * width);
+    let mut scratch_a = Vec::with_capacity(job_width);
+    let mut scratch_b = Vec::with_capacity(job_width);
+    let model_gpu = (spec.gpus.len() == 1).then(|| spec.gpus[0].as_str());
+    for (i, pair) in request.pairs.iter().enumerate() {
+        let field = |name: &str| format!("pairs[{i}].{name}");
+        let gpu = pair
+            .gpu
+            .as_deref()
+            .or(request.gpu.as_deref())
+            .or(default_gpu)
+            .or(model_gpu)
+            .ok_or_else(|| {
+                Failure::field(
+                    field("gpu"),
+                    format!(
+                        "no device: give `gpu` in the pair or the request (the model knows {})",
+                        spec.gpus.join(", ")
+                    ),
+                )
+            })?;
+        if !model.knows_mode(pair.mode) {
+            return Err(Failure::field(
+                field("mode"),
+                format!(
+                    "the model was not trained on mode `{}`; it knows {}",
+                    pair.mode,
+                    model.modes()
+                ),
+            ));
+        }
+        for (name, share) in [("share_a", pair.share_a), ("share_b", pair.share_b)] {
+            if let Some(s) = share
+                && !(s > 0.0 && s <= 100.0)
+            {
+                return Err(Failure::field(
+                    field(name),
+                    format!("share {s} is outside (0, 100]"),
+                ));
+            }
+        }
+        let a = job(model, registry, &pair.a, gpu, &field("a"), &mut scratch_a)?;
+        let b = job(model, registry, &pair.b, gpu, &field("b"), &mut scratch_b)?;
+        push_row(&mut inputs, a, b, spec, gpu, pair, false);
+        push_row(&mut inputs, b, a, spec, gpu, pair, true);
+    }
+    Ok(inputs)
+}
+
+fn push_row(
+    inputs: &mut Vec<f32>,
+    first: &[f32],
+    second: &[f32],
+    spec: &duet_trainer::features::FeatureSpec,
+    gpu: &str,
+    pair: &PairQuery,
+    swapped: bool,
+) {
+    inputs.extend_from_slice(first);
+    inputs.extend_from_slice(second);
+    let (s1, s2) = if swapped {
+        (pair.share_b, pair.share_a)
+    } else {
+        (pair.share_a, pair.share_b)
+    };
+    spec.encode_context(gpu, pair.mode, s1, s2, inputs);
+}
+
+/// One job's encoding: a registered workload's cached profile, or inline features encoded into
+/// `scratch`.
+fn job<'a>(
+    model: &LoadedModel,
+    registry: &'a Registry,
+    job: &JobRef,
+    gpu: &str,
+    field: &str,
+    scratch: &'a mut Vec<f32>,
+) -> Result<&'a [f32], Failure> {
+    match (&job.workload, &job.features) {
+        (Some(id), None) => {
+            let entry = registry
+                .get(id)
+                .ok_or_else(|| not_found(id, &format!("{field}.workload")))?;
+            if let Some(encoded) = entry.encoded.get(gpu) {
+                return Ok(encoded);
+            }
+            if let Some(features) = entry.registered.body.profiles.get(gpu) {
+                // Registered before a reload whose model reads its features differently.
+                let why = model
+                    .job_features(features, &format!("workload `{id}` profile `{gpu}`"))
+                    .err()
+                    .map_or_else(String::new, |f| f.error);
+                return Err(Failure::field(
+                    format!("{field}.workload"),
+                    format!(
+                        "workload `{id}`'s profile on `{gpu}` does not fit the loaded model: {why}"
+                    ),
+                ));
+            }
+            let known: Vec<&str> = entry
+                .registered
+                .body
+                .profiles
+                .keys()
+                .map(String::as_str)
+                .collect();
+            Err(Failure::field(
+                format!("{field}.workload"),
+                format!(
+                    "workload `{id}` has no profile on `{gpu}`; it has {}",
+                    known.join(", ")
+                ),
+            ))
+        }
+        (None, Some(features)) => {
+            let parsed = model.job_features(features, &format!("{field}.features"))?;
+            scratch.clear();
+            model.meta.spec.encode_job(&parsed, scratch);
+            Ok(scratch)
+        }
+        _ => Err(Failure::field(
+            field.to_string(),
+            "give exactly one of `workload` (a registered id) or `features`",
+        )),
+    }
+}
+
+/// Predictions from the engine's outputs for the rows `encode` built.
+pub fn predictions(outputs: &[f32]) -> Vec<Prediction> {
+    outputs
+        .chunks_exact(2 * OUTPUTS)
+        .map(|rows| {
+            let (ab, ba) = rows.split_at(OUTPUTS);
+            let speed_a = f64::from(ab[OUT_LOG_SPEED]).exp();
+            let speed_b = f64::from(ba[OUT_LOG_SPEED]).exp();
+            let logit =
+                (f64::from(ab[OUT_FEASIBLE_LOGIT]) + f64::from(ba[OUT_FEASIBLE_LOGIT])) / 2.0;
+            let p = 1.0 / (1.0 + (-logit).exp());
+            #[allow(clippy::cast_possible_truncation)]
+            let single = |x: f64| x as f32;
+            Prediction {
+                feasible: p >= 0.5,
+                feasible_probability: single(p),
+                speed_a: single(speed_a),
+                speed_b: single(speed_b),
+                slowdown_a: single(1.0 / speed_a),
+                slowdown_b: single(1.0 / speed_b),
+                slowdown_a_p90: single((-f64::from(ab[OUT_LOG_SPEED_P10])).exp()),
+                slowdown_b_p90: single((-f64::from(ba[OUT_LOG_SPEED_P10])).exp()),
+                combined: single(speed_a + speed_b),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,382 @@
+//! The workload registry: solo profiles by id, so the pricing loop sends ids instead of
+//! features.
+//!
+//! It starts with the workloads of the model's training datasets (`source: dataset:<name>`);
+//! clients add, replace and delete entries (`source: client`). Client writes and deletions go to
+//! an SQLite database first and to memory second, so a restart keeps every acknowledged write.
+//! Each entry keeps its profiles encoded for the loaded model; a reload re-encodes them all.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use duet_core::Dataset;
+use duet_core::api::{FeatureInput, RegisteredWorkload, WorkloadBody};
+use duet_core::dataset::FeatureValue;
+use duet_trainer::features::SOLO_THROUGHPUT;
+use rusqlite::{Connection, OptionalExtension};
+
+use crate::error::Failure;
+use crate::model::LoadedModel;
+
+pub const SOURCE_CLIENT: &str = "client";
+
+/// The longest workload id accepted.
+const MAX_ID: usize = 200;
+
+/// Durable client writes: `workloads(id, body)`, a NULL body marking a deleted dataset workload.
+#[derive(Debug)]
+pub struct Store {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+impl Store {
+    pub fn open(path: &Path) -> Result<Store, String> {
+        let fail = |e: rusqlite::Error| format!("{}: {e}", path.display());
+        let conn = Connection::open(path).map_err(fail)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;
+             CREATE TABLE IF NOT EXISTS workloads (id TEXT PRIMARY KEY, body TEXT);",
+        )
+        .map_err(fail)?;
+        Ok(Store {
+            path: path.to_path_buf(),
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// Every stored entry: `Some(body)` registered, `None` deleted.
+    pub fn entries(&self) -> Result<Vec<(String, Option<WorkloadBody>)>, String> {
+        let fail = |e: rusqlite::Error| format!("{}: {e}", self.path.display());
+        let conn = self.conn.lock().map_err(|_| "registry lock poisoned")?;
+        let mut stmt = conn
+            .prepare("SELECT id, body FROM workloads ORDER BY id")
+            .map_err(fail)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+            })
+            .map_err(fail)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, body) = row.map_err(fail)?;
+            let body = match body {
+                Some(text) => Some(
+                    serde_json::from_str(&text)
+                        .map_err(|e| format!("{}: workload `{id}`: {e}", self.path.display()))?,
+                ),
+                None => None,
+            };
+            out.push((id, body));
+        }
+        Ok(out)
+    }
+
+    fn write(&self, id: &str, body: Option<&WorkloadBody>) -> Result<(), String> {
+        let text = body
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        let conn = self.conn.lock().map_err(|_| "registry lock poisoned")?;
+        conn.execute(
+            "INSERT INTO workloads (id, body) VALUES (?1, ?2)
+             ON CONFLICT(id) DO UPDATE SET body = excluded.body",
+            rusqlite::params![id, text],
+        )
+        .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        Ok(())
+    }
+
+    fn forget(&self, id: &str) -> Result<(), String> {
+        let conn = self.conn.lock().map_err(|_| "registry lock poisoned")?;
+        conn.execute("DELETE FROM workloads WHERE id = ?1", [id])
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        Ok(())
+    }
+
+    pub fn has(&self, id: &str) -> Result<bool, String> {
+        let conn = self.conn.lock().map_err(|_| "registry lock poisoned")?;
+        conn.query_row("SELECT 1 FROM workloads WHERE id = ?1", [id], |_| Ok(()))
+            .optional()
+            .map(|r| r.is_some())
+            .map_err(|e| format!("{}: {e}", self.path.display()))
+    }
+}
+
+/// One workload with its profiles encoded for the loaded model, by device.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub registered: RegisteredWorkload,
+    pub encoded: HashMap<String, Box<[f32]>>,
+}
+
+/// The registry in memory.
+#[derive(Debug, Default)]
+pub struct Registry {
+    /// The model's dataset workloads, as loaded.
+    seeds: BTreeMap<String, RegisteredWorkload>,
+    /// Client entries (`Some`) and deleted dataset workloads (`None`).
+    client: BTreeMap<String, Option<WorkloadBody>>,
+    entries: HashMap<String, Entry>,
+}
+
+impl Registry {
+    /// The registry for `model`: its datasets' workloads, then the client entries over them.
+    pub fn build(
+        model: &LoadedModel,
+        client: BTreeMap<String, Option<WorkloadBody>>,
+    ) -> (Registry, Vec<String>) {
+        let (seeds, warnings) = seeds(model);
+        let mut registry = Registry {
+            seeds,
+            client,
+            entries: HashMap::new(),
+        };
+        registry.encode_all(model);
+        (registry, warnings)
+    }
+
+    /// The same client entries, re-encoded for a new model and its datasets.
+    pub fn rebuild(&self, model: &LoadedModel) -> (Registry, Vec<String>) {
+        Registry::build(model, self.client.clone())
+    }
+
+    fn encode_all(&mut self, model: &LoadedModel) {
+        let mut all: BTreeMap<String, RegisteredWorkload> = self.seeds.clone();
+        for (id, body) in &self.client {
+            match body {
+                Some(body) => {
+                    all.insert(
+                        id.clone(),
+                        RegisteredWorkload {
+                            workload: id.clone(),
+                            source: SOURCE_CLIENT.to_string(),
+                            body: body.clone(),
+                        },
+                    );
+                }
+                None => {
+                    all.remove(id);
+                }
+            }
+        }
+        self.entries = all
+            .into_values()
+            .map(|w| (w.workload.clone(), encode(model, w)))
+            .collect();
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Entry> {
+        self.entries.get(id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Every entry, by id.
+    pub fn list(&self) -> Vec<&RegisteredWorkload> {
+        let mut all: Vec<&RegisteredWorkload> =
+            self.entries.values().map(|e| &e.registered).collect();
+        all.sort_by(|a, b| a.workload.cmp(&b.workload));
+        all
+    }
+
+    /// Registers or replaces `id` after checking it against `model`: durable first.
+    /// Returns whether the id is new.
+    pub fn put(
+        &mut self,
+        store: Option<&Store>,
+        model: &LoadedModel,
+        id: &str,
+        body: WorkloadBody,
+    ) -> Result<bool, Failure> {
+        check_id(id)?;
+        check_body(model, &body)?;
+        if let Some(store) = store {
+            store.write(id, Some(&body)).map_err(internal)?;
+        }
+        let created = !self.entries.contains_key(id);
+        let registered = RegisteredWorkload {
+            workload: id.to_string(),
+            source: SOURCE_CLIENT.to_string(),
+            body: body.clone(),
+        };
+        self.client.insert(id.to_string(), Some(body));
+        self.entries
+            .insert(id.to_string(), encode(model, registered));
+        Ok(created)
+    }
+
+    /// Deletes `id`; a dataset workload stays deleted across restarts.
+    pub fn delete(&mut self, store: Option<&Store>, id: &str) -> Result<(), Failure> {
+        if !self.entries.contains_key(id) {
+            return Err(not_found(id, "workload"));
+        }
+        let seeded = self.seeds.contains_key(id);
+        if let Some(store) = store {
+            if seeded {
+                store.write(id, None)
+            } else {
+                store.forget(id)
+            }
+            .map_err(internal)?;
+        }
+        if seeded {
+            self.client.insert(id.to_string(), None);
+        } else {
+            self.client.remove(id);
+        }
+        self.entries.remove(id);
+        Ok(())
+    }
+}
+
+pub fn not_found(id: &str, field: &str) -> Failure {
+    Failure::field(field, format!("unknown workload `{id}`"))
+        .with_status(axum::http::StatusCode::NOT_FOUND)
+}
+
+fn internal(message: String) -> Failure {
+    tracing::error!(error = %message, "registry write failed");
+    Failure::new(
+        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+        format!("the registry could not be written: {message}"),
+    )
+}
+
+fn check_id(id: &str) -> Result<(), Failure> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_ID
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '+'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Failure::field(
+            "id",
+            format!(
+                "workload id `{id}` must be 1 to {MAX_ID} characters of letters, digits and - _ . : +"
+            ),
+        ))
+    }
+}
+
+fn check_body(model: &LoadedModel, body: &WorkloadBody) -> Result<(), Failure> {
+    if body.profiles.is_empty() {
+        return Err(Failure::field(
+            "profiles",
+            "no profile: give the solo features measured on at least one device",
+        ));
+    }
+    for (gpu, features) in &body.profiles {
+        if gpu.trim().is_empty() {
+            return Err(Failure::field("profiles", "a device name is empty"));
+        }
+        model.job_features(features, &format!("profiles.{gpu}"))?;
+    }
+    Ok(())
+}
+
+/// Encodes every profile of `w` for `model`. A profile the model cannot read (a client entry
+/// from before a reload that changed the features) keeps its raw form and is reported at
+/// prediction time.
+fn encode(model: &LoadedModel, w: RegisteredWorkload) -> Entry {
+    let encoded = w
+        .body
+        .profiles
+        .iter()
+        .filter_map(|(gpu, features)| {
+            let job = model.job_features(features, "").ok()?;
+            Some((
+                gpu.clone(),
+                model.encode_registered(&w.workload, job).into_boxed_slice(),
+            ))
+        })
+        .collect();
+    Entry {
+        registered: w,
+        encoded,
+    }
+}
+
+/// The workloads of the model's training datasets, with their profile on each device.
+fn seeds(model: &LoadedModel) -> (BTreeMap<String, RegisteredWorkload>, Vec<String>) {
+    let mut out: BTreeMap<String, RegisteredWorkload> = BTreeMap::new();
+    let mut warnings = Vec::new();
+    let used: BTreeSet<String> = model.feature_names().into_iter().collect();
+    for data in &model.meta.data {
+        let Some(dir) = locate(&model.dir, &data.path) else {
+            warnings.push(format!(
+                "dataset `{}` ({}) not found next to the model or the working directory; its \
+                 workloads are not registered",
+                data.name, data.path
+            ));
+            continue;
+        };
+        let dataset = match Dataset::read(&dir) {
+            Ok(d) => d,
+            Err(e) => {
+                warnings.push(format!("dataset `{}`: {e}", data.name));
+                continue;
+            }
+        };
+        for w in &dataset.workloads {
+            let mut features: BTreeMap<String, FeatureInput> = w
+                .features
+                .iter()
+                .filter(|(name, _)| used.contains(*name))
+                .map(|(name, v)| {
+                    let input = match v {
+                        FeatureValue::Number(Some(x)) => FeatureInput::Number(*x),
+                        FeatureValue::Category(Some(c)) => FeatureInput::Text(c.clone()),
+                        _ => FeatureInput::Null,
+                    };
+                    (name.clone(), input)
+                })
+                .collect();
+            for name in &used {
+                features.entry(name.clone()).or_insert(FeatureInput::Null);
+            }
+            features.insert(
+                SOLO_THROUGHPUT.to_string(),
+                FeatureInput::Number(w.solo_throughput),
+            );
+            let entry = out
+                .entry(w.workload.clone())
+                .or_insert_with(|| RegisteredWorkload {
+                    workload: w.workload.clone(),
+                    source: format!("dataset:{}", data.name),
+                    body: WorkloadBody {
+                        kind: Some(w.kind),
+                        profiles: BTreeMap::new(),
+                    },
+                });
+            if !entry.source.ends_with(&data.name) {
+                entry.source = "dataset".to_string();
+            }
+            entry
+                .body
+                .profiles
+                .insert(dataset.meta.provenance.gpu.clone(), features);
+        }
+    }
+    (out, warnings)
+}
+
+/// A training dataset's folder: as recorded, else under the working directory, else under
+/// one of the model folder's ancestors.
+fn locate(model_dir: &Path, recorded: &str) -> Option<PathBuf> {
+    let recorded = Path::new(recorded);
+    let candidates = std::iter::once(recorded.to_path_buf())
+        .chain(model_dir.ancestors().map(|a| a.join(recorded)));
+    candidates
+        .into_iter()
+        .find(|p| p.join(duet_core::dataset::META_FILE).is_file())
+}

@@ -1,0 +1,633 @@
+//! The axum app in process on the shipped default model: every route, and every kind of bad
+//! input answered with a 4xx naming the field while the server keeps serving.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use duet_server::{AppState, Config, EngineKind};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const TOKEN: &str = "s3cret-token";
+
+fn model_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default")
+}
+
+fn app_with(config: Config) -> (Router, Arc<AppState>) {
+    let state = AppState::new(config).expect("state");
+    state.load_model(None).expect("the default model loads");
+    (duet_server::app::router(state.clone()), state)
+}
+
+fn app() -> Router {
+    app_with(Config {
+        token: Some(TOKEN.into()),
+        max_pairs: 1000,
+        max_body_bytes: 200_000,
+        ..Config::new(model_dir())
+    })
+    .0
+}
+
+async fn call(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    body: Option<Value>,
+    token: Option<&str>,
+) -> (StatusCode, Value) {
+    call_raw(app, method, uri, body.map(|b| b.to_string()), token).await
+}
+
+async fn call_raw(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    body: Option<String>,
+    token: Option<&str>,
+) -> (StatusCode, Value) {
+    let mut request = Request::builder().method(method).uri(uri);
+    if let Some(t) = token {
+        request = request.header("Authorization", format!("Bearer {t}"));
+    }
+    let request = request
+        .header("content-type", "application/json")
+        .body(body.map_or_else(Body::empty, Body::from))
+        .expect("request");
+    let response = app.clone().oneshot(request).await.expect("response");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, value)
+}
+
+fn pair(a: &str, b: &str) -> Value {
+    json!({"a": {"workload": a}, "b": {"workload": b}, "mode": "space"})
+}
+
+fn resnet_features() -> Value {
+    json!({"solo_throughput": 11.2, "model": "ResNet-50", "batch_size": 64})
+}
+
+/// Asserts a 4xx JSON error whose field is `field` and whose message contains `says`.
+fn assert_error(got: &(StatusCode, Value), status: StatusCode, field: Option<&str>, says: &str) {
+    let (s, body) = got;
+    assert_eq!(*s, status, "{body}");
+    assert_eq!(body["field"].as_str(), field, "{body}");
+    let error = body["error"].as_str().expect("error message");
+    assert!(error.contains(says), "`{error}` does not say `{says}`");
+}
+
+#[tokio::test]
+async fn predicts_in_request_order_with_mirrored_pairs_consistent() {
+    let app = app();
+    let body = json!({"gpu": "v100", "pairs": [
+        pair("resnet-50-bs64", "transformer-bs32"),
+        pair("a3c", "cyclegan"),
+        pair("transformer-bs32", "resnet-50-bs64"),
+    ]});
+    let (status, answer) = call(&app, "POST", "/v1/predict", Some(body.clone()), None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let p = answer["predictions"].as_array().expect("predictions");
+    assert_eq!(p.len(), 3);
+    assert_eq!(p[0]["speed_a"], p[2]["speed_b"]);
+    assert_eq!(p[0]["speed_b"], p[2]["speed_a"]);
+    assert_ne!(p[0]["speed_a"], p[1]["speed_a"]);
+    for q in p {
+        let f = |k: &str| q[k].as_f64().expect(k);
+        assert!(f("speed_a") > 0.0 && f("speed_b") > 0.0);
+        assert!((f("slowdown_a") * f("speed_a") - 1.0).abs() < 1e-5);
+        assert!((f("combined") - f("speed_a") - f("speed_b")).abs() < 1e-5);
+        assert!(f("slowdown_a_p90") >= f("slowdown_a") * 0.999, "{q}");
+        assert!((0.0..=1.0).contains(&f("feasible_probability")));
+    }
+    assert!(
+        answer["model_version"]
+            .as_str()
+            .expect("version")
+            .starts_with("0.1.0+")
+    );
+    // The path users try first answers the same.
+    let (status, again) = call(&app, "POST", "/predict", Some(body), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(again, answer);
+}
+
+#[tokio::test]
+async fn a_registered_workload_predicts_like_its_inline_features() {
+    let app = app();
+    let put = json!({"kind": "train", "profiles": {"v100": resnet_features()}});
+    let created = call(
+        &app,
+        "PUT",
+        "/v1/workloads/my-resnet",
+        Some(put.clone()),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(created.0, StatusCode::CREATED, "{}", created.1);
+    assert_eq!(created.1["source"], "client");
+    let replaced = call(
+        &app,
+        "PUT",
+        "/v1/workloads/my-resnet",
+        Some(put),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(replaced.0, StatusCode::OK);
+    let by_id = json!({"gpu": "v100", "pairs": [pair("my-resnet", "a3c")]});
+    let inline = json!({"pairs": [{"a": {"features": resnet_features()}, "b": {"workload": "a3c"},
+        "mode": "space", "gpu": "v100"}]});
+    let (s1, a1) = call(&app, "POST", "/v1/predict", Some(by_id), None).await;
+    let (s2, a2) = call(&app, "POST", "/v1/predict", Some(inline), None).await;
+    assert_eq!((s1, s2), (StatusCode::OK, StatusCode::OK), "{a1} {a2}");
+    assert_eq!(a1["predictions"], a2["predictions"]);
+
+    let (s, got) = call(&app, "GET", "/v1/workloads/my-resnet", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(got["profiles"]["v100"]["batch_size"], 64.0);
+    let (_, list) = call(&app, "GET", "/v1/workloads", None, None).await;
+    assert_eq!(list.as_array().expect("list").len(), 27);
+    let gone = call(&app, "DELETE", "/v1/workloads/my-resnet", None, Some(TOKEN)).await;
+    assert_eq!(gone.0, StatusCode::NO_CONTENT);
+    let missing = call(&app, "GET", "/v1/workloads/my-resnet", None, None).await;
+    assert_error(&missing, StatusCode::NOT_FOUND, Some("id"), "my-resnet");
+}
+
+#[tokio::test]
+async fn writes_need_the_token_reads_do_not() {
+    let app = app();
+    let put = json!({"profiles": {"v100": resnet_features()}});
+    let none = call(&app, "PUT", "/v1/workloads/x", Some(put.clone()), None).await;
+    assert_error(
+        &none,
+        StatusCode::UNAUTHORIZED,
+        Some("Authorization"),
+        "Bearer",
+    );
+    let wrong = call(&app, "PUT", "/v1/workloads/x", Some(put), Some("nope")).await;
+    assert_error(
+        &wrong,
+        StatusCode::UNAUTHORIZED,
+        Some("Authorization"),
+        "wrong",
+    );
+    let reload = call(&app, "POST", "/v1/models/reload", None, None).await;
+    assert_eq!(reload.0, StatusCode::UNAUTHORIZED);
+    let delete = call(&app, "DELETE", "/v1/workloads/a3c", None, None).await;
+    assert_eq!(delete.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        call(&app, "GET", "/v1/workloads/a3c", None, None).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&app, "GET", "/v1/models", None, None).await.0,
+        StatusCode::OK
+    );
+
+    let (closed, _) = app_with(Config {
+        token: Some(TOKEN.into()),
+        protect_reads: true,
+        ..Config::new(model_dir())
+    });
+    assert_eq!(
+        call(&closed, "GET", "/v1/models", None, None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        call(&closed, "GET", "/v1/models", None, Some(TOKEN))
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&closed, "GET", "/healthz", None, None).await.0,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn bad_predictions_name_the_field_and_the_server_keeps_serving() {
+    let app = app();
+    let one = |p: Value| Some(json!({"gpu": "v100", "pairs": [p]}));
+    let cases: Vec<(Option<String>, StatusCode, Option<&str>, &str)> = vec![
+        (Some("{\"pairs\": [".into()), StatusCode::BAD_REQUEST, Some("pairs"), "EOF"),
+        (Some("not json".into()), StatusCode::BAD_REQUEST, None, "expected ident"),
+        (Some("42".into()), StatusCode::UNPROCESSABLE_ENTITY, None, "expected struct PredictRequest"),
+        (
+            one(json!({"a": {"workload": "a3c"}, "b": {"workload": "a3c"}, "mode": "space", "share_a": "half"})).map(|v| v.to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("pairs[0].share_a"),
+            "invalid type",
+        ),
+        (
+            one(json!({"a": {"workload": "a3c"}, "b": {"workload": "a3c"}, "mode": "warp"})).map(|v| v.to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("pairs[0].mode"),
+            "unknown variant `warp`",
+        ),
+        (
+            one(json!({"a": {"workload": "a3c"}, "b": {"workload": "a3c"}, "mode": "mps"})).map(|v| v.to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("pairs[0].mode"),
+            "not trained on mode `mps`",
+        ),
+        (
+            one(json!({"a": {"workload": "a3c"}, "b": {"workload": "a3c"}, "mode": "space", "share_a": 150})).map(|v| v.to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("pairs[0].share_a"),
+            "outside (0, 100]",
+        ),
+        (
+            one(json!({"a": {"workload": "a3c"}, "b": {"workload": "a3c"}, "mode": "space", "share_b": 0})).map(|v| v.to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("pairs[0].share_b"),
+            "outside (0, 100]",
+        ),
+        (
+            one(pair("a3c", "no-such-job")).map(|v| v.to_string()),
+            StatusCode::NOT_FOUND,
+            Some("pairs[0].b.workload"),
+            "no-such-job",
+        ),
+        (
+            one(json!({"a": {"features": {"solo_throughput": 3.0, "model": "A3C"}}, "b": {"workload": "a3c"}, "mode": "space"})).map(|v| v.to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("pairs[0].a.features.batch_size"),
+            "missing feature `batch_size`",
+        ),
+        (
+            Some(r#"{"gpu": "v100", "pairs": [{"a": {"features": {"solo_throughput": 1e999, "model": "A3C", "batch_size": null}}, "b": {"workload": "a3c"}, "mode": "space"}]}"#.into()),
+            StatusCode::BAD_REQUEST,
+            Some("pairs[0].a.features.solo_throughput"),
+            "number out of range",
+        ),
+        (
+            one(json!({"a": {"features": {"solo_throughput": "NaN", "model": "A3C", "batch_size": null}}, "b": {"workload": "a3c"}, "mode": "space"})).map(|v| v.to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("pairs[0].a.features.solo_throughput"),
+            "numeric",
+        ),
+        (
+            one(json!({"a": {"features": {"solo_throughput": -2.0, "model": "A3C", "batch_size": null}}, "b": {"workload": "a3c"}, "mode": "space"})).map(|v| v.to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("pairs[0].a.features.solo_throughput"),
+            "must be positive",
+        ),
+        (
+            one(json!({"a": {"features": {"solo_throughput": 2.0, "model": "A3C", "batch_size": null, "flops": 3}}, "b": {"workload": "a3c"}, "mode": "space"})).map(|v| v.to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("pairs[0].a.features.flops"),
+            "unknown feature `flops`",
+        ),
+        (
+            one(json!({"a": {"workload": "a3c", "features": {}}, "b": {"workload": "a3c"}, "mode": "space"})).map(|v| v.to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("pairs[0].a"),
+            "exactly one",
+        ),
+        (
+            Some(json!({"pairs": [pair("a3c", "a3c")]}).to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("pairs[0].gpu"),
+            "no device",
+        ),
+        (
+            Some(json!({"pairs": []}).to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("pairs"),
+            "no pairs",
+        ),
+        (
+            Some(json!({"gpu": "v100", "pairs": vec![pair("a3c", "a3c"); 1001]}).to_string()),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Some("pairs"),
+            "limit of 1000",
+        ),
+        (
+            Some(format!("{{\"pad\": \"{}\"}}", "x".repeat(300_000))),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+            "--max-body-bytes",
+        ),
+        (
+            one(json!({"a": {"workload": "a3c"}, "b": {"workload": "a3c"}, "mode": "space", "gpu": "h200"})).map(|v| v.to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("pairs[0].a.workload"),
+            "no profile on `h200`",
+        ),
+    ];
+    for (body, status, field, says) in cases {
+        let got = call_raw(&app, "POST", "/v1/predict", body.clone(), None).await;
+        assert_error(&got, status, field, says);
+    }
+    // Still serving.
+    let ok = call(&app, "POST", "/v1/predict", one(pair("a3c", "a3c")), None).await;
+    assert_eq!(ok.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn bad_registrations_leave_the_registry_as_it_was() {
+    let app = app();
+    let put = |body: Value| {
+        call(
+            &app,
+            "PUT",
+            "/v1/workloads/new-job",
+            Some(body),
+            Some(TOKEN),
+        )
+    };
+    assert_error(
+        &put(json!({"profiles": {"v100": {"solo_throughput": 2.0, "model": "A3C", "batch_size": 8, "color": "red"}}})).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("profiles.v100.color"),
+        "unknown feature `color`",
+    );
+    assert_error(
+        &put(json!({"profiles": {"v100": {"solo_throughput": 2.0, "model": 7, "batch_size": 8}}}))
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("profiles.v100.model"),
+        "categorical",
+    );
+    assert_error(
+        &put(json!({"profiles": {}})).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("profiles"),
+        "no profile",
+    );
+    assert_error(
+        &put(json!({"profile": {}})).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("profile"),
+        "unknown field `profile`",
+    );
+    let bad_id = call(
+        &app,
+        "PUT",
+        "/v1/workloads/a%20b",
+        Some(json!({"profiles": {"v100": resnet_features()}})),
+        Some(TOKEN),
+    )
+    .await;
+    assert_error(
+        &bad_id,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("id"),
+        "must be 1 to 200",
+    );
+    let missing = call(&app, "GET", "/v1/workloads/new-job", None, None).await;
+    assert_eq!(missing.0, StatusCode::NOT_FOUND);
+    let delete_missing = call(&app, "DELETE", "/v1/workloads/new-job", None, Some(TOKEN)).await;
+    assert_eq!(delete_missing.0, StatusCode::NOT_FOUND);
+    let (_, list) = call(&app, "GET", "/v1/workloads", None, None).await;
+    assert_eq!(list.as_array().expect("list").len(), 26);
+}
+
+#[tokio::test]
+async fn a_broken_model_never_replaces_the_working_one() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let broken = dir.path().join("broken");
+    std::fs::create_dir(&broken).expect("mkdir");
+    for f in std::fs::read_dir(model_dir()).expect("model") {
+        let f = f.expect("entry").path();
+        std::fs::copy(&f, broken.join(f.file_name().expect("name"))).expect("copy");
+    }
+    std::fs::write(broken.join("member-0.mpk"), b"not a record").expect("corrupt");
+    let app = app();
+    let (_, before) = call(&app, "GET", "/v1/models", None, None).await;
+    let refused = call(
+        &app,
+        "POST",
+        "/v1/models/reload",
+        Some(json!({"model": broken.display().to_string()})),
+        Some(TOKEN),
+    )
+    .await;
+    assert_error(
+        &refused,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        None,
+        "member-0.mpk",
+    );
+    let (_, after) = call(&app, "GET", "/v1/models", None, None).await;
+    assert_eq!(before, after);
+    let ok = call(
+        &app,
+        "POST",
+        "/v1/predict",
+        Some(json!({"gpu": "v100", "pairs": [pair("a3c", "a3c")]})),
+        None,
+    )
+    .await;
+    assert_eq!(ok.0, StatusCode::OK);
+    let (_, metrics) = call(&app, "GET", "/metrics", None, None).await;
+    let text = metrics.as_str().expect("text");
+    assert!(
+        text.contains("duet_model_reload_failures_total 1"),
+        "{text}"
+    );
+    // A good reload of the same folder goes through.
+    let reloaded = call(&app, "POST", "/v1/models/reload", None, Some(TOKEN)).await;
+    assert_eq!(reloaded.0, StatusCode::OK, "{}", reloaded.1);
+}
+
+#[tokio::test]
+async fn health_models_metrics_and_openapi() {
+    let app = app();
+    assert_eq!(
+        call(&app, "GET", "/healthz", None, None).await.0,
+        StatusCode::OK
+    );
+    let (s, ready) = call(&app, "GET", "/readyz", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(ready["status"], "ready");
+    let (_, models) = call(&app, "GET", "/v1/models", None, None).await;
+    assert_eq!(models[0]["name"], "default");
+    assert_eq!(models[0]["engine"], "burn");
+    assert!(
+        models[0]["meta"]["metrics"]
+            .as_array()
+            .is_some_and(|m| !m.is_empty())
+    );
+    call(
+        &app,
+        "POST",
+        "/v1/predict",
+        Some(json!({"gpu": "v100", "pairs": [pair("a3c", "a3c")]})),
+        None,
+    )
+    .await;
+    call(
+        &app,
+        "POST",
+        "/v1/predict",
+        Some(json!({"pairs": []})),
+        None,
+    )
+    .await;
+    let (_, metrics) = call(&app, "GET", "/metrics", None, None).await;
+    let text = metrics.as_str().expect("text");
+    for line in [
+        "duet_requests_total{route=\"/v1/predict\",status=\"200\"} 1",
+        "duet_requests_total{route=\"/v1/predict\",status=\"422\"} 1",
+        "duet_request_duration_seconds_count{route=\"/v1/predict\"} 2",
+        "duet_predict_pairs_count 1",
+        "duet_model_info{version=\"0.1.0+",
+        "duet_registered_workloads 26",
+    ] {
+        assert!(text.contains(line), "missing `{line}` in\n{text}");
+    }
+    let (_, doc) = call(&app, "GET", "/openapi.json", None, None).await;
+    assert_eq!(doc["info"]["title"], "duet");
+    for path in [
+        "/v1/predict",
+        "/v1/workloads/{id}",
+        "/v1/models/reload",
+        "/readyz",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path} missing");
+    }
+    assert!(doc["components"]["schemas"]["PairQuery"]["properties"]["share_a"].is_object());
+    let (s, body) = call(&app, "GET", "/v1/nothing", None, None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert!(body["error"].as_str().is_some());
+}
+
+#[tokio::test]
+async fn kserve_v2_aliases_run_the_same_model() {
+    let (app, state) = app_with(Config::new(model_dir()));
+    assert_eq!(
+        call(&app, "GET", "/v2/health/live", None, None).await.0,
+        StatusCode::OK
+    );
+    let (s, ready) = call(&app, "GET", "/v2/health/ready", None, None).await;
+    assert_eq!((s, ready["ready"].as_bool()), (StatusCode::OK, Some(true)));
+    let (s, meta) = call(&app, "GET", "/v2/models/default", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    let width = usize::try_from(meta["inputs"][0]["shape"][1].as_i64().expect("width")).expect("w");
+    let model = state.model().expect("model");
+    assert_eq!(width, model.meta.spec.pair_width());
+    let data: Vec<f32> = (0..2 * width).map(|i| ((i % 7) as f32) / 7.0).collect();
+    let body = json!({"id": "r1", "inputs": [{"name": "pairs", "shape": [2, width], "datatype": "FP32", "data": data}]});
+    let (s, out) = call(&app, "POST", "/v2/models/default/infer", Some(body), None).await;
+    assert_eq!(s, StatusCode::OK, "{out}");
+    assert_eq!(out["id"], "r1");
+    assert_eq!(out["outputs"][0]["shape"], json!([2, 3]));
+    let expected = model.engine.run(&data).expect("run");
+    let got: Vec<f32> = serde_json::from_value(out["outputs"][0]["data"].clone()).expect("floats");
+    assert_eq!(got, expected);
+    let wrong = json!({"inputs": [{"name": "pairs", "shape": [2, width + 1], "datatype": "FP32", "data": [0.0]}]});
+    let bad = call(&app, "POST", "/v2/models/default/infer", Some(wrong), None).await;
+    assert_error(
+        &bad,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("inputs[0].shape"),
+        "shape",
+    );
+    let unknown = call(&app, "GET", "/v2/models/other", None, None).await;
+    assert_error(
+        &unknown,
+        StatusCode::NOT_FOUND,
+        Some("name"),
+        "no model `other`",
+    );
+}
+
+#[tokio::test]
+async fn the_registry_survives_a_new_server_on_the_same_state_file() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let config = Config {
+        state: Some(dir.path().join("registry.sqlite")),
+        ..Config::new(model_dir())
+    };
+    {
+        let (app, _) = app_with(config.clone());
+        let put = json!({"profiles": {"v100": resnet_features(), "k80": {"solo_throughput": 2.0, "model": "ResNet-50", "batch_size": 64}}});
+        assert_eq!(
+            call(&app, "PUT", "/v1/workloads/kept", Some(put), None)
+                .await
+                .0,
+            StatusCode::CREATED
+        );
+        assert_eq!(
+            call(&app, "DELETE", "/v1/workloads/a3c", None, None)
+                .await
+                .0,
+            StatusCode::NO_CONTENT
+        );
+    }
+    let (app, _) = app_with(config);
+    let (s, kept) = call(&app, "GET", "/v1/workloads/kept", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(kept["profiles"]["k80"]["solo_throughput"], 2.0);
+    assert_eq!(
+        call(&app, "GET", "/v1/workloads/a3c", None, None).await.0,
+        StatusCode::NOT_FOUND
+    );
+}
+
+/// Both engines give the same predictions for the same request (ONNX Runtime comes from
+/// `scripts/python-env.sh`, which the test command runs).
+#[tokio::test]
+async fn burn_and_onnx_engines_agree() {
+    assert!(
+        std::env::var_os("ORT_DYLIB_PATH").is_some(),
+        "ORT_DYLIB_PATH names ONNX Runtime's shared library; run the tests through scripts/test.sh"
+    );
+    let (burn, _) = app_with(Config::new(model_dir()));
+    let (onnx, _) = app_with(Config {
+        engine: EngineKind::Onnx,
+        ..Config::new(model_dir())
+    });
+    let ids = [
+        "a3c",
+        "cyclegan",
+        "resnet-50-bs64",
+        "transformer-bs32",
+        "lm-bs80",
+    ];
+    let mut pairs = Vec::new();
+    for a in ids {
+        for b in ids {
+            pairs.push(pair(a, b));
+        }
+    }
+    pairs.push(
+        json!({"a": {"features": resnet_features()}, "b": {"workload": "a3c"}, "mode": "space"}),
+    );
+    let body = json!({"gpu": "p100", "pairs": pairs});
+    let (s1, a) = call(&burn, "POST", "/v1/predict", Some(body.clone()), None).await;
+    let (s2, b) = call(&onnx, "POST", "/v1/predict", Some(body), None).await;
+    assert_eq!((s1, s2), (StatusCode::OK, StatusCode::OK), "{a} {b}");
+    let (pa, pb) = (
+        a["predictions"].as_array().expect("a"),
+        b["predictions"].as_array().expect("b"),
+    );
+    assert_eq!(pa.len(), 26);
+    for (x, y) in pa.iter().zip(pb) {
+        assert_eq!(x["feasible"], y["feasible"]);
+        for k in [
+            "speed_a",
+            "speed_b",
+            "slowdown_a_p90",
+            "slowdown_b_p90",
+            "combined",
+        ] {
+            let (u, v) = (x[k].as_f64().expect("x"), y[k].as_f64().expect("y"));
+            assert!(
+                (u - v).abs() <= 1e-4 * u.abs().max(1.0),
+                "{k}: burn {u} onnx {v}"
+            );
+        }
+    }
+}
