@@ -171,7 +171,8 @@ pub struct WorkloadBody {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RegisteredWorkload {
     pub workload: String,
-    /// `dataset:<name>` for profiles from the model's training data, `client` for PUTs.
+    /// `dataset:<name>` for profiles from the model's training data (comma-separated where several
+    /// datasets have it), `client` for PUTs.
     pub source: String,
     #[serde(flatten)]
     pub body: WorkloadBody,

@@ -85,7 +85,7 @@ fn bench(c: &mut Criterion) {
         let model = state.model().expect("model");
         let rows = vec![0.1f32; 20_000 * model.meta.spec.pair_width()];
         c.bench_function(&format!("forward_20k_rows_{engine}"), |b| {
-            b.iter(|| black_box(model.engine.run(black_box(&rows)).expect("run")));
+            b.iter(|| black_box(model.engine.run(black_box(rows.clone())).expect("run")));
         });
     }
 }

@@ -179,18 +179,28 @@ impl AppState {
         Ok(version)
     }
 
-    /// `load_model` from async code, one at a time, counted and logged.
-    pub async fn reload(self: &Arc<Self>, dir: Option<PathBuf>) -> Result<String, Failure> {
+    /// The first load, from async code.
+    pub async fn start(self: &Arc<Self>) -> Result<String, Failure> {
         let _one = self.reloading.lock().await;
+        self.load_blocking(None).await
+    }
+
+    async fn load_blocking(self: &Arc<Self>, dir: Option<PathBuf>) -> Result<String, Failure> {
         let state = self.clone();
-        let result = tokio::task::spawn_blocking(move || state.load_model(dir))
+        tokio::task::spawn_blocking(move || state.load_model(dir))
             .await
             .unwrap_or_else(|e| {
                 Err(Failure::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     format!("model load panicked: {e}"),
                 ))
-            });
+            })
+    }
+
+    /// `load_model` from async code, one at a time, counted and logged.
+    pub async fn reload(self: &Arc<Self>, dir: Option<PathBuf>) -> Result<String, Failure> {
+        let _one = self.reloading.lock().await;
+        let result = self.load_blocking(dir).await;
         self.metrics.reload(result.is_ok());
         match &result {
             Ok(version) => tracing::info!(version = %version, "model reloaded"),
@@ -206,7 +216,7 @@ impl AppState {
 fn warm_up(model: &LoadedModel) -> Result<(), String> {
     let rows = 2048;
     let inputs = vec![0.0f32; rows * model.meta.spec.pair_width()];
-    let out = model.engine.run(&inputs)?;
+    let out = model.engine.run(inputs)?;
     if out.iter().all(|v| v.is_finite()) {
         Ok(())
     } else {
@@ -407,7 +417,7 @@ pub fn answer(state: &AppState, body: &[u8]) -> Result<Vec<u8>, Failure> {
         )?;
         (serving.model.clone(), inputs)
     };
-    let outputs = model.engine.run(&inputs).map_err(|e| {
+    let outputs = model.engine.run(inputs).map_err(|e| {
         tracing::error!(error = %e, "inference failed");
         Failure::new(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -10,11 +10,12 @@ use std::str::FromStr;
 use std::sync::{Mutex, OnceLock};
 
 use burn::backend::Flex;
+use burn::tensor::{Tensor, TensorData};
 use duet_trainer::artifact::ONNX_FILE;
-use duet_trainer::model::{Mlp, OUTPUTS, forward};
+use duet_trainer::model::{Mlp, OUTPUTS};
 use duet_trainer::onnx;
 use ort::session::Session;
-use ort::value::Tensor;
+use ort::value::Tensor as OrtTensor;
 
 /// Which engine runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,8 +53,9 @@ impl FromStr for EngineKind {
 /// Runs a model on encoded pairs.
 pub trait Engine: Send + Sync + fmt::Debug {
     fn kind(&self) -> EngineKind;
-    /// The ensemble's mean outputs for `inputs.len() / width` rows.
-    fn run(&self, inputs: &[f32]) -> Result<Vec<f32>, String>;
+    /// The ensemble's mean outputs for `inputs.len() / width` rows (taken by value: the
+    /// engines consume the buffer without copying it).
+    fn run(&self, inputs: Vec<f32>) -> Result<Vec<f32>, String>;
 }
 
 /// Burn on the CPU: every ensemble member's forward pass, averaged.
@@ -74,23 +76,33 @@ impl Engine for BurnEngine {
         EngineKind::Burn
     }
 
-    fn run(&self, inputs: &[f32]) -> Result<Vec<f32>, String> {
+    fn run(&self, inputs: Vec<f32>) -> Result<Vec<f32>, String> {
         let rows = inputs.len() / self.width;
-        let mut sum = vec![0.0f32; rows * OUTPUTS];
+        let device = Default::default();
+        let x: Tensor<Flex, 2> =
+            Tensor::from_data(TensorData::new(inputs, [rows, self.width]), &device);
+        let mut sum: Option<Tensor<Flex, 2>> = None;
         for net in &self.nets {
-            let out = forward(net, inputs, self.width, &Default::default());
-            if out.len() != sum.len() {
-                return Err(format!(
-                    "Burn returned {} values for {rows} rows",
-                    out.len()
-                ));
-            }
-            sum.iter_mut().zip(out).for_each(|(s, o)| *s += o);
+            let out = net.forward(x.clone());
+            sum = Some(match sum {
+                Some(s) => s + out,
+                None => out,
+            });
         }
+        let sum = sum.ok_or("the model has no ensemble member")?;
         #[allow(clippy::cast_precision_loss)]
-        let n = self.nets.len() as f32;
-        sum.iter_mut().for_each(|s| *s /= n);
-        Ok(sum)
+        let mean = sum / self.nets.len() as f32;
+        let out = mean
+            .into_data()
+            .to_vec::<f32>()
+            .map_err(|e| format!("Burn output: {e:?}"))?;
+        if out.len() != rows * OUTPUTS {
+            return Err(format!(
+                "Burn returned {} values for {rows} rows",
+                out.len()
+            ));
+        }
+        Ok(out)
     }
 }
 
@@ -152,10 +164,10 @@ impl Engine for OnnxEngine {
         EngineKind::Onnx
     }
 
-    fn run(&self, inputs: &[f32]) -> Result<Vec<f32>, String> {
+    fn run(&self, inputs: Vec<f32>) -> Result<Vec<f32>, String> {
         let rows = inputs.len() / self.width;
         let tensor =
-            Tensor::from_array(([rows, self.width], inputs.to_vec())).map_err(|e| e.to_string())?;
+            OrtTensor::from_array(([rows, self.width], inputs)).map_err(|e| e.to_string())?;
         // Any idle session, else wait for the first.
         let mut session = self
             .sessions

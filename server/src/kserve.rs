@@ -227,7 +227,7 @@ async fn infer(
             ));
         };
         let rows = check_tensor(input, model.meta.spec.pair_width(), max_rows)?;
-        let data = model.engine.run(&input.data).map_err(|e| {
+        let data = model.engine.run(input.data.clone()).map_err(|e| {
             Failure::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("inference failed: {e}"),

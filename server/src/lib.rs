@@ -28,9 +28,11 @@ pub async fn serve(config: Config, listener: tokio::net::TcpListener) -> Result<
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(%addr, "listening");
     let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel::<String>();
+    let fatal = Arc::new(std::sync::Mutex::new(None::<String>));
+    let fatal_seen = fatal.clone();
     let loader = state.clone();
     tokio::spawn(async move {
-        if let Err(f) = loader.reload(None).await {
+        if let Err(f) = loader.start().await {
             let _ = fatal_tx.send(f.error);
         }
     });
@@ -39,7 +41,12 @@ pub async fn serve(config: Config, listener: tokio::net::TcpListener) -> Result<
         // The loader drops the sender once the first model is in: only a message stops us.
         let failed = async {
             match (&mut fatal_rx).await {
-                Ok(m) => tracing::error!(error = %m, "cannot start"),
+                Ok(m) => {
+                    tracing::error!(error = %m, "cannot start");
+                    if let Ok(mut f) = fatal_seen.lock() {
+                        *f = Some(m);
+                    }
+                }
                 Err(_) => std::future::pending::<()>().await,
             }
         };
@@ -56,7 +63,8 @@ pub async fn serve(config: Config, listener: tokio::net::TcpListener) -> Result<
         tracing::info!("stopped");
         Ok(())
     } else {
-        Err("no model was loaded; see the log above".into())
+        let why = fatal.lock().ok().and_then(|f| f.clone());
+        Err(why.unwrap_or_else(|| "stopped before a model was loaded".into()))
     }
 }
 

@@ -33,13 +33,13 @@ impl LoadedModel {
         let width = meta.spec.pair_width();
         let burn = BurnEngine::new(nets, width);
         let probe = probe_batch(&meta);
-        let reference = burn.run(&probe)?;
+        let reference = burn.run(probe.clone())?;
         check_outputs(&reference, probe.len() / width, "Burn")?;
         let engine: Box<dyn Engine> = match kind {
             EngineKind::Burn => Box::new(burn),
             EngineKind::Onnx => {
                 let onnx = OnnxEngine::load(dir, width)?;
-                let got = onnx.run(&probe)?;
+                let got = onnx.run(probe.clone())?;
                 check_outputs(&got, probe.len() / width, "ONNX Runtime")?;
                 let worst = reference
                     .iter()

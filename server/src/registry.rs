@@ -358,8 +358,9 @@ fn seeds(model: &LoadedModel) -> (BTreeMap<String, RegisteredWorkload>, Vec<Stri
                         profiles: BTreeMap::new(),
                     },
                 });
-            if !entry.source.ends_with(&data.name) {
-                entry.source = "dataset".to_string();
+            let tag = format!("dataset:{}", data.name);
+            if !entry.source.split(',').any(|s| s == tag) {
+                entry.source = format!("{},{tag}", entry.source);
             }
             entry
                 .body

@@ -523,7 +523,7 @@ async fn kserve_v2_aliases_run_the_same_model() {
     assert_eq!(s, StatusCode::OK, "{out}");
     assert_eq!(out["id"], "r1");
     assert_eq!(out["outputs"][0]["shape"], json!([2, 3]));
-    let expected = model.engine.run(&data).expect("run");
+    let expected = model.engine.run(data.clone()).expect("run");
     let got: Vec<f32> = serde_json::from_value(out["outputs"][0]["data"].clone()).expect("floats");
     assert_eq!(got, expected);
     let wrong = json!({"inputs": [{"name": "pairs", "shape": [2, width + 1], "datatype": "FP32", "data": [0.0]}]});

@@ -1,0 +1,300 @@
+//! The real `duet serve` binary on a free loopback port, driven from outside: register a
+//! workload, predict with `duet predict`, reload by request and by SIGHUP, stop with SIGTERM
+//! while a request is in flight, restart on the same state file and find the workload again.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const TOKEN: &str = "e2e-token";
+
+fn duet() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_duet"))
+}
+
+fn model_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    fn start(dir: &Path) -> Server {
+        let port = free_port();
+        let child = duet()
+            .args(["serve", "--engine", "burn", "--addr"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--model")
+            .arg(model_dir())
+            .arg("--state")
+            .arg(dir.join("registry.sqlite"))
+            .arg("--token-file")
+            .arg(dir.join("token"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("duet serve starts");
+        let server = Server {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            if let Ok(r) = ureq::get(&format!("{}/readyz", server.base)).call()
+                && r.status() == 200
+            {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("duet serve did not become ready");
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// SIGTERM, then the exit status within `within`.
+    fn stop(self, within: Duration) -> std::process::ExitStatus {
+        self.signal("TERM");
+        self.wait(within)
+    }
+
+    fn wait(mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "duet serve ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn metric(server: &Server, name: &str) -> f64 {
+    let text = ureq::get(&server.url("/metrics"))
+        .call()
+        .expect("metrics")
+        .into_string()
+        .expect("text");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+}
+
+#[test]
+fn serve_register_predict_reload_restart_and_stop() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("token"), format!("{TOKEN}\n")).expect("token");
+    let server = Server::start(dir.path());
+
+    // Register a workload (writes need the token).
+    let profile = json!({"kind": "infer", "profiles": {"v100": {
+        "solo_throughput": 40.0, "model": "ResNet-18", "batch_size": 32}}});
+    let refused = ureq::put(&server.url("/v1/workloads/my-infer")).send_json(profile.clone());
+    assert!(matches!(refused, Err(ureq::Error::Status(401, _))));
+    let created = ureq::put(&server.url("/v1/workloads/my-infer"))
+        .set("Authorization", &format!("Bearer {TOKEN}"))
+        .send_json(profile)
+        .expect("registered");
+    assert_eq!(created.status(), 201);
+
+    // `duet predict` as a separate process, by id.
+    let out = duet()
+        .args([
+            "predict",
+            "--server",
+            &server.base,
+            "--gpu",
+            "v100",
+            "--mode",
+            "space",
+            "--json",
+        ])
+        .args(["my-infer,resnet-50-bs64", "a3c,my-infer"])
+        .output()
+        .expect("duet predict");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let p = answer["predictions"].as_array().expect("predictions");
+    assert_eq!(p.len(), 2);
+    assert!(p[0]["speed_a"].as_f64().expect("speed") > 0.0);
+    // The table form, and a clear error for an unknown id.
+    let table = duet()
+        .args([
+            "predict",
+            "--server",
+            &server.base,
+            "--gpu",
+            "v100",
+            "--mode",
+            "space",
+            "a3c,cyclegan",
+        ])
+        .output()
+        .expect("duet predict");
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("a3c") && text.contains("cyclegan") && text.contains("combined"),
+        "{text}"
+    );
+    let unknown = duet()
+        .args([
+            "predict",
+            "--server",
+            &server.base,
+            "--gpu",
+            "v100",
+            "--mode",
+            "space",
+            "a3c,nobody",
+        ])
+        .output()
+        .expect("duet predict");
+    assert!(!unknown.status.success());
+    let err = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        err.contains("404") && err.contains("pairs[0].b.workload") && err.contains("nobody"),
+        "{err}"
+    );
+
+    // Reload by request and by SIGHUP.
+    let version = |s: &Server| -> String {
+        let models: Value = ureq::get(&s.url("/v1/models"))
+            .call()
+            .expect("models")
+            .into_json()
+            .expect("json");
+        models[0]["version"].as_str().expect("version").to_string()
+    };
+    let before = version(&server);
+    let reloaded: Value = ureq::post(&server.url("/v1/models/reload"))
+        .set("Authorization", &format!("Bearer {TOKEN}"))
+        .call()
+        .expect("reload")
+        .into_json()
+        .expect("json");
+    assert_eq!(reloaded["model_version"], before.as_str());
+    server.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&server, "duet_model_reloads_total") < 2.0 {
+        assert!(Instant::now() < deadline, "SIGHUP did not reload");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(metric(&server, "duet_model_reload_failures_total"), 0.0);
+    // The registered workload survived the reloads.
+    assert_eq!(
+        ureq::get(&server.url("/v1/workloads/my-infer"))
+            .call()
+            .expect("get")
+            .status(),
+        200
+    );
+
+    // SIGTERM while a request is in flight (headers and half its body sent): it still gets its
+    // answer, then the server exits cleanly.
+    let pairs: Vec<Value> = (0..2_000)
+        .map(|i| {
+            json!({"a": {"workload": if i % 2 == 0 { "a3c" } else { "my-infer" }},
+                        "b": {"workload": "lm-bs80"}, "mode": "space"})
+        })
+        .collect();
+    let body = json!({"gpu": "v100", "pairs": pairs}).to_string();
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
+    write!(
+        stream,
+        "POST /v1/predict HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .expect("headers");
+    let (first, rest) = body.as_bytes().split_at(body.len() / 2);
+    stream.write_all(first).expect("first half");
+    std::thread::sleep(Duration::from_millis(300));
+    server.signal("TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    stream.write_all(rest).expect("second half");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("answer");
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "{}",
+        &answer[..answer.len().min(300)]
+    );
+    assert!(answer.contains("\"predictions\""));
+    let status = server.wait(Duration::from_secs(30));
+    assert!(status.success(), "duet serve exited with {status}");
+
+    // A restart on the same state file knows the workload.
+    let again = Server::start(dir.path());
+    let got: Value = ureq::get(&again.url("/v1/workloads/my-infer"))
+        .call()
+        .expect("kept across restarts")
+        .into_json()
+        .expect("json");
+    assert_eq!(got["kind"], "infer");
+    assert_eq!(got["profiles"]["v100"]["solo_throughput"], 40.0);
+    assert!(again.stop(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn serve_refuses_bad_flags_and_a_missing_model() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let run = |args: &[&str]| {
+        let out = duet().arg("serve").args(args).output().expect("duet serve");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(run(&["--engine", "tpu"]).contains("--engine: unknown engine `tpu`"));
+    let missing = dir.path().join("no-model");
+    let port = free_port().to_string();
+    let err = run(&[
+        "--model",
+        missing.to_str().expect("utf8"),
+        "--addr",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    assert!(err.contains("model.json"), "{err}");
+    std::fs::write(dir.path().join("empty"), "  \n").expect("token");
+    let err = run(&[
+        "--token-file",
+        dir.path().join("empty").to_str().expect("utf8"),
+    ]);
+    assert!(err.contains("the token is empty"), "{err}");
+}
