@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs duet's whole test suite: sets up the Python environment (ONNX Runtime for the ONNX
 # agreement tests, the notebook's packages), runs the Rust tests of every crate, then executes
-# the notebooks.
+# the notebooks and validates the Kubernetes manifests offline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(scripts/python-env.sh)"
 cargo test --workspace "$@"
+deploy/validate.sh
 "$DUET_VENV/bin/python" scripts/run-notebooks.py

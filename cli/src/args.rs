@@ -175,9 +175,10 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub addr: String,
-    /// Inference engine: `burn` (Burn's Flex CPU backend) or `onnx` (ONNX Runtime through
-    /// ORT_DYLIB_PATH, which `eval "$(scripts/python-env.sh)"` sets).
-    #[arg(long, default_value = "burn")]
+    /// Inference engine: `onnx` (ONNX Runtime, the faster: its shared library through
+    /// ORT_DYLIB_PATH, which `eval "$(scripts/python-env.sh)"` sets) or `burn` (Burn's Flex CPU
+    /// backend, nothing to install).
+    #[arg(long, default_value = "onnx")]
     pub engine: String,
     /// SQLite file keeping the workloads clients register across restarts (default: memory
     /// only).
