@@ -16,7 +16,7 @@ work=$(mktemp -d)
 trap 'kill $server 2>/dev/null || true; rm -rf "$work"' EXIT
 python3 benchmarks/load/make_bodies.py "$work" 10000
 port=18099
-"$bin" serve --engine "$engine" --addr 127.0.0.1:$port --log-format json 2>"$work/server.log" &
+"$bin" serve --model "${MODEL:-models/default}" --engine "$engine" --addr 127.0.0.1:$port --log-format json 2>"$work/server.log" &
 server=$!
 until curl -sf "http://127.0.0.1:$port/readyz" >/dev/null; do sleep 0.2; done
 url="http://127.0.0.1:$port/v1/predict"

@@ -76,6 +76,22 @@ fn bench(c: &mut Criterion) {
                 black_box(duet_server::app::answer(&state, black_box(&body)).expect("answer"))
             });
         });
+        if engine == EngineKind::Burn {
+            // The stages of the 10,000-pair request that do not depend on the engine.
+            c.bench_function("parse_10k_pairs", |b| {
+                b.iter(|| {
+                    black_box(
+                        serde_json::from_slice::<PredictRequest>(black_box(&body)).expect("parse"),
+                    )
+                });
+            });
+            let answer = duet_server::app::answer(&state, &body).expect("answer");
+            let parsed: duet_core::api::PredictResponse =
+                serde_json::from_slice(&answer).expect("response");
+            c.bench_function("serialize_10k_predictions", |b| {
+                b.iter(|| black_box(serde_json::to_vec(black_box(&parsed)).expect("json")));
+            });
+        }
         let single = request(&ids, 1);
         c.bench_function(&format!("predict_1_pair_{engine}"), |b| {
             b.iter(|| {

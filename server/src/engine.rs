@@ -131,11 +131,42 @@ fn ort_environment() -> Result<&'static ort::environment::Environment, String> {
     .map_err(Clone::clone)
 }
 
-/// ONNX Runtime on the CPU: a pool of sessions, one per concurrent request up to the cores.
+/// Batches up to this many rows run on a single-threaded session: waking a thread pool costs
+/// more than it saves on a few rows.
+const SMALL_BATCH_ROWS: usize = 256;
+
+/// ONNX Runtime on the CPU: single-threaded sessions for small batches, one per core, and
+/// sessions using every core for large ones.
 #[derive(Debug)]
 pub struct OnnxEngine {
-    sessions: Vec<Mutex<Session>>,
+    small: Vec<Mutex<Session>>,
+    large: Vec<Mutex<Session>>,
     width: usize,
+}
+
+fn session(
+    env: &ort::environment::Environment,
+    bytes: &[u8],
+    threads: usize,
+    path: &Path,
+) -> Result<Session, String> {
+    Session::builder(env)
+        .map_err(|e| e.to_string())?
+        .with_intra_threads(threads)
+        .map_err(|e| e.to_string())?
+        // The cores are shared with the HTTP workers: idle threads sleep, not spin.
+        .with_intra_op_spinning(false)
+        .map_err(|e| e.to_string())?
+        .commit_from_memory(bytes)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Any idle session of `pool`, else wait for the first.
+fn take(pool: &[Mutex<Session>]) -> Result<std::sync::MutexGuard<'_, Session>, String> {
+    pool.iter()
+        .find_map(|s| s.try_lock().ok())
+        .map_or_else(|| pool[0].lock(), Ok)
+        .map_err(|_| "an ONNX Runtime session panicked".to_string())
 }
 
 impl OnnxEngine {
@@ -145,17 +176,17 @@ impl OnnxEngine {
         let path = dir.join(ONNX_FILE);
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        let mut sessions = Vec::with_capacity(cores);
-        for _ in 0..cores {
-            let session = Session::builder(env)
-                .map_err(|e| e.to_string())?
-                .with_intra_threads(cores)
-                .map_err(|e| e.to_string())?
-                .commit_from_memory(&bytes)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            sessions.push(Mutex::new(session));
-        }
-        Ok(OnnxEngine { sessions, width })
+        let small = (0..cores)
+            .map(|_| session(env, &bytes, 1, &path).map(Mutex::new))
+            .collect::<Result<_, _>>()?;
+        let large = (0..cores.div_ceil(2))
+            .map(|_| session(env, &bytes, cores, &path).map(Mutex::new))
+            .collect::<Result<_, _>>()?;
+        Ok(OnnxEngine {
+            small,
+            large,
+            width,
+        })
     }
 }
 
@@ -168,13 +199,12 @@ impl Engine for OnnxEngine {
         let rows = inputs.len() / self.width;
         let tensor =
             OrtTensor::from_array(([rows, self.width], inputs)).map_err(|e| e.to_string())?;
-        // Any idle session, else wait for the first.
-        let mut session = self
-            .sessions
-            .iter()
-            .find_map(|s| s.try_lock().ok())
-            .map_or_else(|| self.sessions[0].lock(), Ok)
-            .map_err(|_| "an ONNX Runtime session panicked".to_string())?;
+        let pool = if rows <= SMALL_BATCH_ROWS {
+            &self.small
+        } else {
+            &self.large
+        };
+        let mut session = take(pool)?;
         let outputs = session
             .run(ort::inputs![onnx::INPUT => tensor])
             .map_err(|e| e.to_string())?;

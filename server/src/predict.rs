@@ -59,8 +59,8 @@ pub fn encode(
                 ));
             }
         }
-        let a = job(model, registry, &pair.a, gpu, &field("a"), &mut scratch_a)?;
-        let b = job(model, registry, &pair.b, gpu, &field("b"), &mut scratch_b)?;
+        let a = job(model, registry, &pair.a, gpu, (i, "a"), &mut scratch_a)?;
+        let b = job(model, registry, &pair.b, gpu, (i, "b"), &mut scratch_b)?;
         push_row(&mut inputs, a, b, spec, gpu, pair, false);
         push_row(&mut inputs, b, a, spec, gpu, pair, true);
     }
@@ -93,14 +93,16 @@ fn job<'a>(
     registry: &'a Registry,
     job: &JobRef,
     gpu: &str,
-    field: &str,
+    (pair, side): (usize, &str),
     scratch: &'a mut Vec<f32>,
 ) -> Result<&'a [f32], Failure> {
+    // Only an error needs the field's path.
+    let field = || format_field(pair, side);
     match (&job.workload, &job.features) {
         (Some(id), None) => {
             let entry = registry
                 .get(id)
-                .ok_or_else(|| not_found(id, &format!("{field}.workload")))?;
+                .ok_or_else(|| not_found(id, &format!("{}.workload", field())))?;
             if let Some(encoded) = entry.encoded.get(gpu) {
                 return Ok(encoded);
             }
@@ -111,7 +113,7 @@ fn job<'a>(
                     .err()
                     .map_or_else(String::new, |f| f.error);
                 return Err(Failure::field(
-                    format!("{field}.workload"),
+                    format!("{}.workload", field()),
                     format!(
                         "workload `{id}`'s profile on `{gpu}` does not fit the loaded model: {why}"
                     ),
@@ -125,7 +127,7 @@ fn job<'a>(
                 .map(String::as_str)
                 .collect();
             Err(Failure::field(
-                format!("{field}.workload"),
+                format!("{}.workload", field()),
                 format!(
                     "workload `{id}` has no profile on `{gpu}`; it has {}",
                     known.join(", ")
@@ -133,16 +135,20 @@ fn job<'a>(
             ))
         }
         (None, Some(features)) => {
-            let parsed = model.job_features(features, &format!("{field}.features"))?;
+            let parsed = model.job_features(features, &format!("{}.features", field()))?;
             scratch.clear();
             model.meta.spec.encode_job(&parsed, scratch);
             Ok(scratch)
         }
         _ => Err(Failure::field(
-            field.to_string(),
+            field(),
             "give exactly one of `workload` (a registered id) or `features`",
         )),
     }
+}
+
+fn format_field(pair: usize, side: &str) -> String {
+    format!("pairs[{pair}].{side}")
 }
 
 /// Predictions from the engine's outputs for the rows `encode` built.
