@@ -193,6 +193,44 @@ fn serve_register_predict_reload_restart_and_stop() {
         "{err}"
     );
 
+    // Pairs from a CSV file (per-row mode and device) and from JSON lines.
+    let csv = dir.path().join("pairs.csv");
+    std::fs::write(&csv, "a,b,mode,gpu\nmy-infer,a3c,space,v100\ncyclegan,lm-bs80,,k80\n").expect("csv");
+    let out = duet()
+        .args(["predict", "--server", &server.base, "--mode", "space", "--json", "--file"])
+        .arg(&csv)
+        .output()
+        .expect("duet predict --file csv");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(answer["predictions"].as_array().map(Vec::len), Some(2));
+    let jsonl = dir.path().join("pairs.jsonl");
+    std::fs::write(
+        &jsonl,
+        "{\"a\": {\"workload\": \"a3c\"}, \"b\": {\"workload\": \"a3c\"}, \"mode\": \"space\", \"gpu\": \"p100\"}\n\n\
+         {\"a\": {\"features\": {\"solo_throughput\": 5.0, \"model\": \"LM\", \"batch_size\": 20}}, \"b\": {\"workload\": \"a3c\"}, \"mode\": \"space\", \"gpu\": \"p100\"}\n",
+    )
+    .expect("jsonl");
+    let out = duet()
+        .args(["predict", "--server", &server.base, "--file"])
+        .arg(&jsonl)
+        .output()
+        .expect("duet predict --file jsonl");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(table.lines().count(), 4, "{table}");
+    assert!(table.contains("(features)"), "{table}");
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "a,b,share_a\na3c,a3c,lots\n").expect("csv");
+    let out = duet()
+        .args(["predict", "--server", &server.base, "--mode", "space", "--file"])
+        .arg(&bad)
+        .output()
+        .expect("duet predict");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.csv line 2") && err.contains("share_a"), "{err}");
+
     // Reload by request and by SIGHUP.
     let version = |s: &Server| -> String {
         let models: Value = ureq::get(&s.url("/v1/models"))
@@ -297,4 +335,16 @@ fn serve_refuses_bad_flags_and_a_missing_model() {
         dir.path().join("empty").to_str().expect("utf8"),
     ]);
     assert!(err.contains("the token is empty"), "{err}");
+    let out = duet()
+        .args(["serve", "--protect-reads"])
+        .env("DUET_TOKEN", " ")
+        .output()
+        .expect("duet serve");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("DUET_TOKEN: the token is empty"));
+    let out = duet()
+        .args(["serve", "--protect-reads"])
+        .env_remove("DUET_TOKEN")
+        .output()
+        .expect("duet serve");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--protect-reads needs a token"));
 }

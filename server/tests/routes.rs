@@ -631,3 +631,29 @@ async fn burn_and_onnx_engines_agree() {
         }
     }
 }
+
+#[tokio::test]
+async fn not_ready_until_a_model_is_loaded() {
+    let state = AppState::new(Config::new(model_dir())).expect("state");
+    let app = duet_server::app::router(state.clone());
+    assert_eq!(call(&app, "GET", "/healthz", None, None).await.0, StatusCode::OK);
+    let not_yet = call(&app, "GET", "/readyz", None, None).await;
+    assert_error(&not_yet, StatusCode::SERVICE_UNAVAILABLE, None, "no model is loaded yet");
+    let (s, ready) = call(&app, "GET", "/v2/health/ready", None, None).await;
+    assert_eq!((s, ready["ready"].as_bool()), (StatusCode::SERVICE_UNAVAILABLE, Some(false)));
+    let predict = call(&app, "POST", "/v1/predict", Some(json!({"gpu": "v100", "pairs": [pair("a3c", "a3c")]})), None).await;
+    assert_eq!(predict.0, StatusCode::SERVICE_UNAVAILABLE);
+    state.load_model(None).expect("load");
+    assert_eq!(call(&app, "GET", "/readyz", None, None).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_request_over_the_timeout_is_answered_503() {
+    let (app, _) = app_with(Config {
+        request_timeout: std::time::Duration::from_nanos(1),
+        ..Config::new(model_dir())
+    });
+    let pairs: Vec<Value> = (0..5000).map(|_| pair("a3c", "lm-bs80")).collect();
+    let (status, _) = call(&app, "POST", "/v1/predict", Some(json!({"gpu": "v100", "pairs": pairs})), None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+}
