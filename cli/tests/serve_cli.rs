@@ -195,13 +195,29 @@ fn serve_register_predict_reload_restart_and_stop() {
 
     // Pairs from a CSV file (per-row mode and device) and from JSON lines.
     let csv = dir.path().join("pairs.csv");
-    std::fs::write(&csv, "a,b,mode,gpu\nmy-infer,a3c,space,v100\ncyclegan,lm-bs80,,k80\n").expect("csv");
+    std::fs::write(
+        &csv,
+        "a,b,mode,gpu\nmy-infer,a3c,space,v100\ncyclegan,lm-bs80,,k80\n",
+    )
+    .expect("csv");
     let out = duet()
-        .args(["predict", "--server", &server.base, "--mode", "space", "--json", "--file"])
+        .args([
+            "predict",
+            "--server",
+            &server.base,
+            "--mode",
+            "space",
+            "--json",
+            "--file",
+        ])
         .arg(&csv)
         .output()
         .expect("duet predict --file csv");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let answer: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(answer["predictions"].as_array().map(Vec::len), Some(2));
     let jsonl = dir.path().join("pairs.jsonl");
@@ -216,20 +232,34 @@ fn serve_register_predict_reload_restart_and_stop() {
         .arg(&jsonl)
         .output()
         .expect("duet predict --file jsonl");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let table = String::from_utf8_lossy(&out.stdout);
     assert_eq!(table.lines().count(), 4, "{table}");
     assert!(table.contains("(features)"), "{table}");
     let bad = dir.path().join("bad.csv");
     std::fs::write(&bad, "a,b,share_a\na3c,a3c,lots\n").expect("csv");
     let out = duet()
-        .args(["predict", "--server", &server.base, "--mode", "space", "--file"])
+        .args([
+            "predict",
+            "--server",
+            &server.base,
+            "--mode",
+            "space",
+            "--file",
+        ])
         .arg(&bad)
         .output()
         .expect("duet predict");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bad.csv line 2") && err.contains("share_a"), "{err}");
+    assert!(
+        err.contains("bad.csv line 2") && err.contains("share_a"),
+        "{err}"
+    );
 
     // Reload by request and by SIGHUP.
     let version = |s: &Server| -> String {

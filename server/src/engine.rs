@@ -15,7 +15,7 @@ use duet_trainer::artifact::ONNX_FILE;
 use duet_trainer::model::{Mlp, OUTPUTS};
 use duet_trainer::onnx;
 use ort::session::Session;
-use ort::value::Tensor as OrtTensor;
+use ort::value::TensorRef;
 
 /// Which engine runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,28 +131,26 @@ fn ort_environment() -> Result<&'static ort::environment::Environment, String> {
     .map_err(Clone::clone)
 }
 
-/// Batches up to this many rows run on a single-threaded session: waking a thread pool costs
-/// more than it saves on a few rows.
+/// Batches up to this many rows run on one session: splitting them costs more than it saves.
 const SMALL_BATCH_ROWS: usize = 256;
 
-/// ONNX Runtime on the CPU: single-threaded sessions for small batches, one per core, and
-/// sessions using every core for large ones.
+/// ONNX Runtime on the CPU: one single-threaded session per core. A small batch runs on any
+/// idle one; a large batch is split into one slice per core, run side by side (measured faster
+/// than ONNX Runtime's own intra-op threads on these narrow layers, see BENCHMARKS.md).
 #[derive(Debug)]
 pub struct OnnxEngine {
     small: Vec<Mutex<Session>>,
-    large: Vec<Mutex<Session>>,
     width: usize,
 }
 
 fn session(
     env: &ort::environment::Environment,
     bytes: &[u8],
-    threads: usize,
     path: &Path,
 ) -> Result<Session, String> {
     Session::builder(env)
         .map_err(|e| e.to_string())?
-        .with_intra_threads(threads)
+        .with_intra_threads(1)
         .map_err(|e| e.to_string())?
         // The cores are shared with the HTTP workers: idle threads sleep, not spin.
         .with_intra_op_spinning(false)
@@ -177,17 +175,29 @@ impl OnnxEngine {
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let small = (0..cores)
-            .map(|_| session(env, &bytes, 1, &path).map(Mutex::new))
+            .map(|_| session(env, &bytes, &path).map(Mutex::new))
             .collect::<Result<_, _>>()?;
-        let large = (0..cores.div_ceil(2))
-            .map(|_| session(env, &bytes, cores, &path).map(Mutex::new))
-            .collect::<Result<_, _>>()?;
-        Ok(OnnxEngine {
-            small,
-            large,
-            width,
-        })
+        Ok(OnnxEngine { small, width })
     }
+}
+
+/// Runs `rows` encoded rows on one session.
+fn run_on(session: &mut Session, data: &[f32], width: usize) -> Result<Vec<f32>, String> {
+    let rows = data.len() / width;
+    let tensor = TensorRef::from_array_view(([rows, width], data)).map_err(|e| e.to_string())?;
+    let outputs = session
+        .run(ort::inputs![onnx::INPUT => tensor])
+        .map_err(|e| e.to_string())?;
+    let (_, values) = outputs[onnx::OUTPUT]
+        .try_extract_tensor::<f32>()
+        .map_err(|e| e.to_string())?;
+    if values.len() != rows * OUTPUTS {
+        return Err(format!(
+            "ONNX Runtime returned {} values for {rows} rows",
+            values.len()
+        ));
+    }
+    Ok(values.to_vec())
 }
 
 impl Engine for OnnxEngine {
@@ -197,26 +207,33 @@ impl Engine for OnnxEngine {
 
     fn run(&self, inputs: Vec<f32>) -> Result<Vec<f32>, String> {
         let rows = inputs.len() / self.width;
-        let tensor =
-            OrtTensor::from_array(([rows, self.width], inputs)).map_err(|e| e.to_string())?;
-        let pool = if rows <= SMALL_BATCH_ROWS {
-            &self.small
-        } else {
-            &self.large
-        };
-        let mut session = take(pool)?;
-        let outputs = session
-            .run(ort::inputs![onnx::INPUT => tensor])
-            .map_err(|e| e.to_string())?;
-        let (_, values) = outputs[onnx::OUTPUT]
-            .try_extract_tensor::<f32>()
-            .map_err(|e| e.to_string())?;
-        if values.len() != rows * OUTPUTS {
-            return Err(format!(
-                "ONNX Runtime returned {} values for {rows} rows",
-                values.len()
-            ));
+        let cores = self.small.len();
+        if rows <= SMALL_BATCH_ROWS || cores < 2 {
+            return run_on(&mut *take(&self.small)?, &inputs, self.width);
         }
-        Ok(values.to_vec())
+        // A large batch: one slice of rows per core, each on its own single-threaded session.
+        let chunk = rows.div_ceil(cores) * self.width;
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = inputs
+                .chunks(chunk)
+                .zip(&self.small)
+                .map(|(data, session)| {
+                    scope.spawn(move || {
+                        let mut session = session
+                            .lock()
+                            .map_err(|_| "an ONNX Runtime session panicked".to_string())?;
+                        run_on(&mut session, data, self.width)
+                    })
+                })
+                .collect();
+            let mut out = Vec::with_capacity(rows * OUTPUTS);
+            for handle in handles {
+                let part = handle
+                    .join()
+                    .map_err(|_| "an ONNX Runtime worker panicked".to_string())??;
+                out.extend(part);
+            }
+            Ok(out)
+        })
     }
 }

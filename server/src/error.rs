@@ -50,8 +50,16 @@ impl IntoResponse for Failure {
     }
 }
 
-/// Parses a JSON body; a syntax or type error names the path of the field it concerns.
+/// Parses a JSON body; a syntax or type error names the path of the field it concerns. The
+/// fast parser runs first; only a body it refuses is parsed again, tracking paths, to say where.
 pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Failure> {
+    match serde_json::from_slice(bytes) {
+        Ok(value) => Ok(value),
+        Err(_) => parse_json_tracked(bytes),
+    }
+}
+
+fn parse_json_tracked<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Failure> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();

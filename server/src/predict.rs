@@ -1,6 +1,6 @@
 //! `/v1/predict`: pairs to encoded rows (both directions), one forward pass, rows to predictions.
 
-use duet_core::api::{JobRef, PairQuery, PredictRequest, Prediction};
+use duet_core::api::{JobRef, PredictRequest, Prediction};
 use duet_trainer::model::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS};
 
 use crate::error::Failure;
@@ -22,6 +22,9 @@ pub fn encode(
     let mut scratch_a = Vec::with_capacity(job_width);
     let mut scratch_b = Vec::with_capacity(job_width);
     let model_gpu = (spec.gpus.len() == 1).then(|| spec.gpus[0].as_str());
+    // Consecutive pairs usually share device, mode and shares: their context is encoded once.
+    type ContextKey<'r> = (&'r str, duet_core::dataset::Mode, Option<f64>, Option<f64>);
+    let mut context: Option<(ContextKey, Vec<f32>, Vec<f32>)> = None;
     for (i, pair) in request.pairs.iter().enumerate() {
         let field = |name: &str| format!("pairs[{i}].{name}");
         let gpu = pair
@@ -61,29 +64,23 @@ pub fn encode(
         }
         let a = job(model, registry, &pair.a, gpu, (i, "a"), &mut scratch_a)?;
         let b = job(model, registry, &pair.b, gpu, (i, "b"), &mut scratch_b)?;
-        push_row(&mut inputs, a, b, spec, gpu, pair, false);
-        push_row(&mut inputs, b, a, spec, gpu, pair, true);
+        let key = (gpu, pair.mode, pair.share_a, pair.share_b);
+        if context.as_ref().is_none_or(|(k, _, _)| *k != key) {
+            let mut ab = Vec::with_capacity(spec.context_width());
+            let mut ba = Vec::with_capacity(spec.context_width());
+            spec.encode_context(gpu, pair.mode, pair.share_a, pair.share_b, &mut ab);
+            spec.encode_context(gpu, pair.mode, pair.share_b, pair.share_a, &mut ba);
+            context = Some((key, ab, ba));
+        }
+        if let Some((_, ab, ba)) = &context {
+            for (first, second, ctx) in [(a, b, ab), (b, a, ba)] {
+                inputs.extend_from_slice(first);
+                inputs.extend_from_slice(second);
+                inputs.extend_from_slice(ctx);
+            }
+        }
     }
     Ok(inputs)
-}
-
-fn push_row(
-    inputs: &mut Vec<f32>,
-    first: &[f32],
-    second: &[f32],
-    spec: &duet_trainer::features::FeatureSpec,
-    gpu: &str,
-    pair: &PairQuery,
-    swapped: bool,
-) {
-    inputs.extend_from_slice(first);
-    inputs.extend_from_slice(second);
-    let (s1, s2) = if swapped {
-        (pair.share_b, pair.share_a)
-    } else {
-        (pair.share_a, pair.share_b)
-    };
-    spec.encode_context(gpu, pair.mode, s1, s2, inputs);
 }
 
 /// One job's encoding: a registered workload's cached profile, or inline features encoded into
@@ -103,7 +100,7 @@ fn job<'a>(
             let entry = registry
                 .get(id)
                 .ok_or_else(|| not_found(id, &format!("{}.workload", field())))?;
-            if let Some(encoded) = entry.encoded.get(gpu) {
+            if let Some(encoded) = entry.encoded(gpu) {
                 return Ok(encoded);
             }
             if let Some(features) = entry.registered.body.profiles.get(gpu) {

@@ -104,11 +104,22 @@ impl Store {
     }
 }
 
-/// One workload with its profiles encoded for the loaded model, by device.
+/// One workload with its profiles encoded for the loaded model, by device (a short list: a
+/// scan beats hashing).
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub registered: RegisteredWorkload,
-    pub encoded: HashMap<String, Box<[f32]>>,
+    pub encoded: Vec<(String, Box<[f32]>)>,
+}
+
+impl Entry {
+    /// The encoded profile on `gpu`.
+    pub fn encoded(&self, gpu: &str) -> Option<&[f32]> {
+        self.encoded
+            .iter()
+            .find(|(g, _)| g == gpu)
+            .map(|(_, e)| &e[..])
+    }
 }
 
 /// The registry in memory.

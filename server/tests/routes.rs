@@ -596,38 +596,46 @@ async fn burn_and_onnx_engines_agree() {
         "transformer-bs32",
         "lm-bs80",
     ];
+    // 26 pairs run on one session; the same plus 300 more (652 rows) run in slices, one per
+    // core. Both must match Burn.
     let mut pairs = Vec::new();
-    for a in ids {
-        for b in ids {
-            pairs.push(pair(a, b));
+    for round in 0..13 {
+        for a in ids {
+            for b in ids {
+                let gpu = ["k80", "p100", "v100"][round % 3];
+                pairs.push(json!({"a": {"workload": a}, "b": {"workload": b}, "mode": "space", "gpu": gpu}));
+            }
         }
     }
-    pairs.push(
+    pairs.insert(
+        25,
         json!({"a": {"features": resnet_features()}, "b": {"workload": "a3c"}, "mode": "space"}),
     );
-    let body = json!({"gpu": "p100", "pairs": pairs});
-    let (s1, a) = call(&burn, "POST", "/v1/predict", Some(body.clone()), None).await;
-    let (s2, b) = call(&onnx, "POST", "/v1/predict", Some(body), None).await;
-    assert_eq!((s1, s2), (StatusCode::OK, StatusCode::OK), "{a} {b}");
-    let (pa, pb) = (
-        a["predictions"].as_array().expect("a"),
-        b["predictions"].as_array().expect("b"),
-    );
-    assert_eq!(pa.len(), 26);
-    for (x, y) in pa.iter().zip(pb) {
-        assert_eq!(x["feasible"], y["feasible"]);
-        for k in [
-            "speed_a",
-            "speed_b",
-            "slowdown_a_p90",
-            "slowdown_b_p90",
-            "combined",
-        ] {
-            let (u, v) = (x[k].as_f64().expect("x"), y[k].as_f64().expect("y"));
-            assert!(
-                (u - v).abs() <= 1e-4 * u.abs().max(1.0),
-                "{k}: burn {u} onnx {v}"
-            );
+    for n in [26, pairs.len()] {
+        let body = json!({"gpu": "p100", "pairs": pairs[..n].to_vec()});
+        let (s1, a) = call(&burn, "POST", "/v1/predict", Some(body.clone()), None).await;
+        let (s2, b) = call(&onnx, "POST", "/v1/predict", Some(body), None).await;
+        assert_eq!((s1, s2), (StatusCode::OK, StatusCode::OK), "{a} {b}");
+        let (pa, pb) = (
+            a["predictions"].as_array().expect("a"),
+            b["predictions"].as_array().expect("b"),
+        );
+        assert_eq!((pa.len(), pb.len()), (n, n));
+        for (x, y) in pa.iter().zip(pb) {
+            assert_eq!(x["feasible"], y["feasible"]);
+            for k in [
+                "speed_a",
+                "speed_b",
+                "slowdown_a_p90",
+                "slowdown_b_p90",
+                "combined",
+            ] {
+                let (u, v) = (x[k].as_f64().expect("x"), y[k].as_f64().expect("y"));
+                assert!(
+                    (u - v).abs() <= 1e-4 * u.abs().max(1.0),
+                    "{k}: burn {u} onnx {v}"
+                );
+            }
         }
     }
 }
@@ -636,15 +644,36 @@ async fn burn_and_onnx_engines_agree() {
 async fn not_ready_until_a_model_is_loaded() {
     let state = AppState::new(Config::new(model_dir())).expect("state");
     let app = duet_server::app::router(state.clone());
-    assert_eq!(call(&app, "GET", "/healthz", None, None).await.0, StatusCode::OK);
+    assert_eq!(
+        call(&app, "GET", "/healthz", None, None).await.0,
+        StatusCode::OK
+    );
     let not_yet = call(&app, "GET", "/readyz", None, None).await;
-    assert_error(&not_yet, StatusCode::SERVICE_UNAVAILABLE, None, "no model is loaded yet");
+    assert_error(
+        &not_yet,
+        StatusCode::SERVICE_UNAVAILABLE,
+        None,
+        "no model is loaded yet",
+    );
     let (s, ready) = call(&app, "GET", "/v2/health/ready", None, None).await;
-    assert_eq!((s, ready["ready"].as_bool()), (StatusCode::SERVICE_UNAVAILABLE, Some(false)));
-    let predict = call(&app, "POST", "/v1/predict", Some(json!({"gpu": "v100", "pairs": [pair("a3c", "a3c")]})), None).await;
+    assert_eq!(
+        (s, ready["ready"].as_bool()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some(false))
+    );
+    let predict = call(
+        &app,
+        "POST",
+        "/v1/predict",
+        Some(json!({"gpu": "v100", "pairs": [pair("a3c", "a3c")]})),
+        None,
+    )
+    .await;
     assert_eq!(predict.0, StatusCode::SERVICE_UNAVAILABLE);
     state.load_model(None).expect("load");
-    assert_eq!(call(&app, "GET", "/readyz", None, None).await.0, StatusCode::OK);
+    assert_eq!(
+        call(&app, "GET", "/readyz", None, None).await.0,
+        StatusCode::OK
+    );
 }
 
 #[tokio::test]
@@ -654,6 +683,13 @@ async fn a_request_over_the_timeout_is_answered_503() {
         ..Config::new(model_dir())
     });
     let pairs: Vec<Value> = (0..5000).map(|_| pair("a3c", "lm-bs80")).collect();
-    let (status, _) = call(&app, "POST", "/v1/predict", Some(json!({"gpu": "v100", "pairs": pairs})), None).await;
+    let (status, _) = call(
+        &app,
+        "POST",
+        "/v1/predict",
+        Some(json!({"gpu": "v100", "pairs": pairs})),
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 }
