@@ -1,4 +1,9 @@
 //! duet's profiler: workloads, the co-location campaign runner, and counter samplers.
 //!
-//! The only crate that touches NVML. The campaign runner lands with the profiler work
-//! (see the issue tracker); until then this crate holds no code.
+//! `catalog` reads the TOML file naming the workloads; `builtin` holds the workloads written
+//! with Burn (CPU through `Flex`, GPUs through burn-cuda behind the `cuda` feature). The campaign
+//! runner and the samplers are being built (see the issue tracker). The only crate that will
+//! touch NVML.
+
+pub mod builtin;
+pub mod catalog;

@@ -1,0 +1,312 @@
+//! Built-in workloads, written with Burn: each a training or inference loop that calls back after
+//! every finished iteration (the iteration's result read back, so on a GPU the work is done, not
+//! only queued).
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::backend::{Autodiff, Flex};
+use burn::module::{AutodiffModule, Module};
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::tensor::activation::relu;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Distribution, Tensor};
+use duet_core::dataset::JobKind;
+
+use crate::catalog::{Builtin, Size};
+
+/// Where a built-in runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    /// Burn's `Flex` CPU backend.
+    Cpu,
+    /// burn-cuda on GPU `n` (the `cuda` feature).
+    Cuda(usize),
+}
+
+impl FromStr for Device {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Device::Cuda)
+                .ok_or_else(|| format!("unknown device `{s}`, expected cpu, cuda or cuda:N")),
+        }
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+/// Runs `builtin` until `tick` returns false; `tick` is called after every iteration.
+pub fn run(
+    builtin: Builtin,
+    kind: JobKind,
+    size: Size,
+    device: Device,
+    tick: &mut dyn FnMut() -> bool,
+) -> Result<(), String> {
+    match device {
+        Device::Cpu => run_on::<Autodiff<Flex>>(builtin, kind, size, &Default::default(), tick),
+        Device::Cuda(index) => run_cuda(builtin, kind, size, index, tick),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda(
+    builtin: Builtin,
+    kind: JobKind,
+    size: Size,
+    index: usize,
+    tick: &mut dyn FnMut() -> bool,
+) -> Result<(), String> {
+    use burn::backend::Cuda;
+    use burn::backend::cuda::CudaDevice;
+    run_on::<Autodiff<Cuda>>(builtin, kind, size, &CudaDevice::new(index), tick)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(
+    _: Builtin,
+    _: JobKind,
+    _: Size,
+    index: usize,
+    _: &mut dyn FnMut() -> bool,
+) -> Result<(), String> {
+    Err(format!(
+        "device cuda:{index}: this duet was built without CUDA (build with --features cuda)"
+    ))
+}
+
+fn run_on<B: AutodiffBackend>(
+    builtin: Builtin,
+    kind: JobKind,
+    size: Size,
+    device: &B::Device,
+    tick: &mut dyn FnMut() -> bool,
+) -> Result<(), String> {
+    match builtin {
+        Builtin::Mlp => {
+            let net = Mlp::<B>::new(size, device);
+            let x = Tensor::<B, 2>::random([size.batch, size.width], Distribution::Normal(0.0, 1.0), device);
+            learn(net, x, kind, device, tick)
+        }
+        Builtin::Conv => {
+            let net = ConvNet::<B>::new(size, device);
+            let x = Tensor::<B, 4>::random(
+                [size.batch, 3, 32, 32],
+                Distribution::Normal(0.0, 1.0),
+                device,
+            );
+            learn(net, x, kind, device, tick)
+        }
+        Builtin::Matmul => {
+            let a = Tensor::<B::InnerBackend, 2>::random(
+                [size.width, size.width],
+                Distribution::Uniform(-1.0, 1.0),
+                device,
+            );
+            let mut b = a.clone().transpose();
+            loop {
+                for _ in 0..size.depth {
+                    // Normalised so repeated products stay finite.
+                    b = a.clone().matmul(b) / (size.width as f32).sqrt();
+                }
+                let _ = scalar(b.clone().slice([0..1, 0..1]).sum());
+                if !tick() {
+                    return Ok(());
+                }
+            }
+        }
+        Builtin::Stream => {
+            let n = size.width * 1024;
+            let mut a = Tensor::<B::InnerBackend, 1>::random([n], Distribution::Uniform(0.0, 1.0), device);
+            let c = Tensor::<B::InnerBackend, 1>::ones([n], device);
+            loop {
+                for _ in 0..size.depth {
+                    a = a * 0.5 + c.clone() * 0.25;
+                }
+                let _ = scalar(a.clone().slice([0..1]).sum());
+                if !tick() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+fn scalar<B: Backend>(t: Tensor<B, 1>) -> f32 {
+    t.into_data().to_vec::<f32>().ok().and_then(|v| v.first().copied()).unwrap_or(0.0)
+}
+
+/// A network the training and inference loops can drive.
+trait Net<B: AutodiffBackend, const D: usize>: AutodiffModule<B> {
+    fn forward(&self, x: Tensor<B, D>) -> Tensor<B, 2>;
+    fn forward_inner(
+        inner: &<Self as AutodiffModule<B>>::InnerModule,
+        x: Tensor<B::InnerBackend, D>,
+    ) -> Tensor<B::InnerBackend, 2>;
+}
+
+/// Training: forward, mean squared error against zero, backward, one Adam step. Inference: the
+/// forward pass of the same network without gradients.
+fn learn<B: AutodiffBackend, const D: usize, N: Net<B, D>>(
+    mut net: N,
+    x: Tensor<B, D>,
+    kind: JobKind,
+    device: &B::Device,
+    tick: &mut dyn FnMut() -> bool,
+) -> Result<(), String> {
+    let _ = device;
+    match kind {
+        JobKind::Train => {
+            let mut optimizer = AdamConfig::new().init::<B, N>();
+            loop {
+                let y = net.forward(x.clone());
+                let loss = (y.clone() * y).mean();
+                let value = scalar(loss.clone().inner());
+                if !value.is_finite() {
+                    return Err(format!("the training loss became {value}"));
+                }
+                let grads = GradientsParams::from_grads(loss.backward(), &net);
+                net = optimizer.step(1e-3, net, grads);
+                if !tick() {
+                    return Ok(());
+                }
+            }
+        }
+        JobKind::Infer => {
+            let inner = net.valid();
+            let x = x.inner();
+            loop {
+                let y = N::forward_inner(&inner, x.clone());
+                let _ = scalar(y.sum());
+                if !tick() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    layers: Vec<Linear<B>>,
+}
+
+impl<B: Backend> Mlp<B> {
+    fn new(size: Size, device: &B::Device) -> Mlp<B> {
+        Mlp {
+            layers: (0..size.depth.max(1))
+                .map(|_| LinearConfig::new(size.width, size.width).init(device))
+                .collect(),
+        }
+    }
+
+    fn run(&self, mut x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let last = self.layers.len() - 1;
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer.forward(x);
+            if i < last {
+                x = relu(x);
+            }
+        }
+        x
+    }
+}
+
+impl<B: AutodiffBackend> Net<B, 2> for Mlp<B> {
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.run(x)
+    }
+    fn forward_inner(inner: &Mlp<B::InnerBackend>, x: Tensor<B::InnerBackend, 2>) -> Tensor<B::InnerBackend, 2> {
+        inner.run(x)
+    }
+}
+
+#[derive(Module, Debug)]
+struct ConvNet<B: Backend> {
+    convs: Vec<Conv2d<B>>,
+    head: Linear<B>,
+}
+
+impl<B: Backend> ConvNet<B> {
+    fn new(size: Size, device: &B::Device) -> ConvNet<B> {
+        let mut convs = Vec::new();
+        let mut channels = 3;
+        for _ in 0..size.depth.max(1) {
+            convs.push(
+                Conv2dConfig::new([channels, size.width], [3, 3])
+                    .with_padding(PaddingConfig2d::Same)
+                    .init(device),
+            );
+            channels = size.width;
+        }
+        ConvNet {
+            convs,
+            head: LinearConfig::new(size.width, 10).init(device),
+        }
+    }
+
+    fn run(&self, mut x: Tensor<B, 4>) -> Tensor<B, 2> {
+        for conv in &self.convs {
+            x = relu(conv.forward(x));
+        }
+        let [batch, channels, _, _] = x.dims();
+        let pooled: Tensor<B, 2> = x.mean_dim(3).mean_dim(2).reshape([batch, channels]);
+        self.head.forward(pooled)
+    }
+}
+
+impl<B: AutodiffBackend> Net<B, 4> for ConvNet<B> {
+    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
+        self.run(x)
+    }
+    fn forward_inner(inner: &ConvNet<B::InnerBackend>, x: Tensor<B::InnerBackend, 4>) -> Tensor<B::InnerBackend, 2> {
+        inner.run(x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_runs_a_few_iterations_on_the_cpu() {
+        let size = Size {
+            batch: 2,
+            width: 8,
+            depth: 2,
+        };
+        for builtin in Builtin::ALL {
+            for kind in JobKind::ALL {
+                let mut n = 0;
+                run(builtin, kind, size, Device::Cpu, &mut || {
+                    n += 1;
+                    n < 3
+                })
+                .unwrap_or_else(|e| panic!("{builtin} {kind}: {e}"));
+                assert_eq!(n, 3, "{builtin} {kind}");
+            }
+        }
+    }
+
+    #[test]
+    fn devices_parse() {
+        assert_eq!("cpu".parse(), Ok(Device::Cpu));
+        assert_eq!("cuda:1".parse(), Ok(Device::Cuda(1)));
+        assert!("tpu".parse::<Device>().is_err());
+    }
+}

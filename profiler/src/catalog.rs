@@ -1,0 +1,323 @@
+//! The workload catalog: a TOML file naming the jobs a campaign measures.
+//!
+//! ```toml
+//! [[workload]]
+//! name = "mlp-train"
+//! kind = "train"          # train | infer
+//! builtin = "mlp"         # mlp | conv | matmul | stream
+//! batch = 64
+//! width = 256
+//!
+//! [[workload]]
+//! name = "my-job"
+//! kind = "train"
+//! command = ["python3", "train.py", "--epochs", "1000"]
+//! progress = "^step \\d+"  # a line of its output that matches = one finished iteration
+//! ```
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use duet_core::dataset::JobKind;
+use serde::Deserialize;
+
+/// A built-in workload, written with Burn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Builtin {
+    /// A multi-layer perceptron (`depth` layers of `width`).
+    Mlp,
+    /// A small convolutional net on `batch` images of 32x32 with `width` channels.
+    Conv,
+    /// Compute-bound: `width x width` matrix products.
+    Matmul,
+    /// Memory-bound: element-wise passes over `width` thousand floats.
+    Stream,
+}
+
+impl Builtin {
+    pub const ALL: [Builtin; 4] = [
+        Builtin::Mlp,
+        Builtin::Conv,
+        Builtin::Matmul,
+        Builtin::Stream,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Builtin::Mlp => "mlp",
+            Builtin::Conv => "conv",
+            Builtin::Matmul => "matmul",
+            Builtin::Stream => "stream",
+        }
+    }
+}
+
+impl fmt::Display for Builtin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Builtin {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Builtin::ALL
+            .into_iter()
+            .find(|b| b.as_str() == s)
+            .ok_or_else(|| format!("unknown builtin `{s}`, expected mlp, conv, matmul or stream"))
+    }
+}
+
+/// One `[[workload]]` table as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkload {
+    name: String,
+    kind: JobKind,
+    builtin: Option<Builtin>,
+    command: Option<Vec<String>>,
+    progress: Option<String>,
+    batch: Option<i64>,
+    width: Option<i64>,
+    depth: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCatalog {
+    #[serde(default)]
+    workload: Vec<RawWorkload>,
+}
+
+/// Sizes of a built-in workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size {
+    pub batch: usize,
+    pub width: usize,
+    pub depth: usize,
+}
+
+/// How a workload runs.
+#[derive(Debug, Clone)]
+pub enum Source {
+    Builtin { builtin: Builtin, size: Size },
+    /// Any command; each output line matching `progress` is one finished iteration.
+    Command {
+        argv: Vec<String>,
+        progress: regex::Regex,
+    },
+}
+
+impl PartialEq for Source {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (
+                Source::Builtin { builtin, size },
+                Source::Builtin {
+                    builtin: b,
+                    size: s,
+                },
+            ) => builtin == b && size == s,
+            (
+                Source::Command { argv, progress },
+                Source::Command {
+                    argv: a,
+                    progress: p,
+                },
+            ) => argv == a && progress.as_str() == p.as_str(),
+            _ => false,
+        }
+    }
+}
+
+/// One workload of the catalog, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadSpec {
+    pub name: String,
+    pub kind: JobKind,
+    pub source: Source,
+}
+
+impl WorkloadSpec {
+    /// The features the dataset records for it (the built-in's sizes).
+    pub fn describe(&self) -> (String, Option<Size>) {
+        match &self.source {
+            Source::Builtin { builtin, size } => (builtin.to_string(), Some(*size)),
+            Source::Command { .. } => ("command".to_string(), None),
+        }
+    }
+}
+
+/// A checked catalog.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Catalog {
+    pub path: PathBuf,
+    pub workloads: Vec<WorkloadSpec>,
+}
+
+/// Why a catalog was refused: the file and the workload or field to blame.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {message}", path.display())]
+pub struct CatalogError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+impl Catalog {
+    pub fn read(path: &Path) -> Result<Catalog, CatalogError> {
+        let err = |message: String| CatalogError {
+            path: path.to_path_buf(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+        Catalog::parse(&text, path)
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<Catalog, CatalogError> {
+        let err = |message: String| CatalogError {
+            path: path.to_path_buf(),
+            message,
+        };
+        let raw: RawCatalog = toml::from_str(text).map_err(|e| err(e.to_string()))?;
+        if raw.workload.is_empty() {
+            return Err(err("no [[workload]] table".into()));
+        }
+        let mut names = BTreeSet::new();
+        let mut workloads = Vec::new();
+        for w in raw.workload {
+            let at = |m: String| err(format!("workload `{}`: {m}", w.name));
+            if w.name.trim().is_empty()
+                || !w
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            {
+                return Err(at(
+                    "a name is letters, digits and - _ . (it becomes the workload id)".into(),
+                ));
+            }
+            if !names.insert(w.name.clone()) {
+                return Err(at("the name is used twice".into()));
+            }
+            let source = match (w.builtin, &w.command) {
+                (Some(_), Some(_)) => {
+                    return Err(at("give `builtin` or `command`, not both".into()));
+                }
+                (None, None) => {
+                    return Err(at(
+                        "missing `command` (or `builtin`: mlp, conv, matmul, stream)".into(),
+                    ));
+                }
+                (Some(builtin), None) => {
+                    if w.progress.is_some() {
+                        return Err(at("`progress` is for commands; built-ins report iterations themselves".into()));
+                    }
+                    let size = |field: &str, value: Option<i64>, default: usize| match value {
+                        None => Ok(default),
+                        Some(v) if v > 0 => usize::try_from(v).map_err(|e| at(format!("`{field}`: {e}"))),
+                        Some(v) => Err(at(format!("`{field}` must be positive, got {v}"))),
+                    };
+                    Source::Builtin {
+                        builtin,
+                        size: Size {
+                            batch: size("batch", w.batch, 32)?,
+                            width: size("width", w.width, 128)?,
+                            depth: size("depth", w.depth, 2)?,
+                        },
+                    }
+                }
+                (None, Some(argv)) => {
+                    if argv.is_empty() || argv[0].trim().is_empty() {
+                        return Err(at("`command` is empty".into()));
+                    }
+                    if w.batch.is_some() || w.width.is_some() || w.depth.is_some() {
+                        return Err(at("`batch`, `width` and `depth` size built-ins only".into()));
+                    }
+                    let pattern = w.progress.clone().ok_or_else(|| {
+                        at("missing `progress`: a pattern matching the line each iteration prints".into())
+                    })?;
+                    let progress = regex::Regex::new(&pattern)
+                        .map_err(|e| at(format!("`progress` is not a valid pattern: {e}")))?;
+                    Source::Command {
+                        argv: argv.clone(),
+                        progress,
+                    }
+                }
+            };
+            workloads.push(WorkloadSpec {
+                name: w.name,
+                kind: w.kind,
+                source,
+            });
+        }
+        Ok(Catalog {
+            path: path.to_path_buf(),
+            workloads,
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&WorkloadSpec> {
+        self.workloads.iter().find(|w| w.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Catalog, String> {
+        Catalog::parse(text, Path::new("c.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn reads_builtins_and_commands() {
+        let c = parse(
+            r#"
+            [[workload]]
+            name = "mlp-train"
+            kind = "train"
+            builtin = "mlp"
+            batch = 8
+
+            [[workload]]
+            name = "job"
+            kind = "infer"
+            command = ["sh", "-c", "echo step"]
+            progress = "^step"
+            "#,
+        )
+        .expect("valid");
+        assert_eq!(c.workloads.len(), 2);
+        assert_eq!(
+            c.workloads[0].source,
+            Source::Builtin {
+                builtin: Builtin::Mlp,
+                size: Size { batch: 8, width: 128, depth: 2 }
+            }
+        );
+        assert!(matches!(c.workloads[1].source, Source::Command { .. }));
+    }
+
+    #[test]
+    fn refuses_what_cannot_run_naming_it() {
+        let cases = [
+            ("[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\ncolour = 1\n", "unknown field `colour`"),
+            ("[[workload]]\nname = \"a\"\nkind = \"train\"\n", "workload `a`: missing `command`"),
+            ("[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\n[[workload]]\nname = \"a\"\nkind = \"infer\"\nbuiltin = \"conv\"\n", "workload `a`: the name is used twice"),
+            ("[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\nbatch = 0\n", "`batch` must be positive, got 0"),
+            ("[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\nwidth = -4\n", "`width` must be positive, got -4"),
+            ("[[workload]]\nname = \"a\"\nkind = \"train\"\ncommand = [\"x\"]\n", "missing `progress`"),
+            ("[[workload]]\nname = \"a\"\nkind = \"train\"\ncommand = []\nprogress = \"x\"\n", "`command` is empty"),
+            ("[[workload]]\nname = \"a\"\nkind = \"train\"\ncommand = [\"x\"]\nprogress = \"(\"\n", "not a valid pattern"),
+            ("[[workload]]\nname = \"a\"\nkind = \"fly\"\nbuiltin = \"mlp\"\n", "unknown variant `fly`"),
+            ("", "no [[workload]] table"),
+        ];
+        for (text, says) in cases {
+            let e = parse(text).expect_err(text);
+            assert!(e.contains(says) && e.starts_with("c.toml: "), "`{e}` does not say `{says}`");
+        }
+    }
+}
