@@ -14,6 +14,13 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Measure how workloads slow each other down: a co-location campaign, written as a dataset.
+    Profile(ProfileArgs),
+    /// Run the workloads of a catalog.
+    Workload {
+        #[command(subcommand)]
+        command: WorkloadCommand,
+    },
     /// Serve /v1/predict on a model: the workload registry, metrics, hot reload.
     Serve(ServeArgs),
     /// Ask a running server for predictions: pairs from arguments or a CSV/JSONL file.
@@ -241,4 +248,80 @@ pub struct PredictArgs {
     /// Seconds to wait for the answer.
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkloadCommand {
+    /// Run one workload alone and print its throughput.
+    Run {
+        /// The workload's name in the catalog.
+        name: String,
+        /// The catalog (TOML).
+        #[arg(long)]
+        catalog: PathBuf,
+        /// `cpu` (Burn's Flex backend) or `cuda` / `cuda:N` (burn-cuda; `--features cuda`).
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// Seconds to run (the first second is a warm-up, not counted).
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Print a line per finished iteration and run until stopped (what the profiler uses).
+        #[arg(long)]
+        progress: bool,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ProfileArgs {
+    /// The workload catalog (TOML).
+    #[arg(long)]
+    pub catalog: PathBuf,
+    /// Sharing modes, comma-separated: cpu (processes sharing this machine's cores), timeslice.
+    #[arg(long, default_value = "cpu", value_delimiter = ',')]
+    pub modes: Vec<String>,
+    /// MPS active-thread percentages, comma-separated (for the mps mode).
+    #[arg(long, default_value = "100", value_delimiter = ',')]
+    pub shares: Vec<f64>,
+    /// The new dataset folder (must not exist).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Dataset name (default: the output folder's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Where workloads run: `cpu` or `cuda[:N]`.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// The device label recorded in the dataset (default: `cpu`, or the GPU's name).
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Seconds of warm-up before each measured window.
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// Seconds of the measured window.
+    #[arg(long, default_value_t = 5.0)]
+    pub window: f64,
+    /// Measurements of every setting.
+    #[arg(long, default_value_t = 3)]
+    pub repetitions: u32,
+    /// Seconds a run may take to reach its window before it is recorded as a timeout.
+    #[arg(long, default_value_t = 120.0)]
+    pub timeout: f64,
+    /// Milliseconds between counter samples.
+    #[arg(long, default_value_t = 100)]
+    pub sample_ms: u64,
+    /// Seed of the measurement order.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Run only shard i of n (i from 0); default from JOB_COMPLETION_INDEX with --shards.
+    #[arg(long)]
+    pub shard: Option<String>,
+    /// The shard count when the index comes from JOB_COMPLETION_INDEX (a Kubernetes Indexed Job).
+    #[arg(long)]
+    pub shards: Option<usize>,
+    /// Continue an interrupted campaign from its journal.
+    #[arg(long)]
+    pub resume: bool,
+    /// Measurement date for the provenance, YYYY-MM-DD (default: today).
+    #[arg(long)]
+    pub date: Option<String>,
 }

@@ -5,6 +5,7 @@ mod dataset_cmd;
 mod date;
 mod evaluate_cmd;
 mod predict_cmd;
+mod profile_cmd;
 mod serve_cmd;
 mod train_cmd;
 
@@ -15,6 +16,8 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = args::Cli::parse();
     let result = match cli.command {
+        args::Command::Profile(args) => profile_cmd::profile(args),
+        args::Command::Workload { command } => profile_cmd::workload(command),
         args::Command::Serve(args) => serve_cmd::run(args),
         args::Command::Predict(args) => predict_cmd::run(args),
         args::Command::Dataset { command } => dataset_cmd::run(command),

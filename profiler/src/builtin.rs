@@ -100,7 +100,11 @@ fn run_on<B: AutodiffBackend>(
     match builtin {
         Builtin::Mlp => {
             let net = Mlp::<B>::new(size, device);
-            let x = Tensor::<B, 2>::random([size.batch, size.width], Distribution::Normal(0.0, 1.0), device);
+            let x = Tensor::<B, 2>::random(
+                [size.batch, size.width],
+                Distribution::Normal(0.0, 1.0),
+                device,
+            );
             learn(net, x, kind, device, tick)
         }
         Builtin::Conv => {
@@ -132,13 +136,14 @@ fn run_on<B: AutodiffBackend>(
         }
         Builtin::Stream => {
             let n = size.width * 1024;
-            let mut a = Tensor::<B::InnerBackend, 1>::random([n], Distribution::Uniform(0.0, 1.0), device);
+            let mut a =
+                Tensor::<B::InnerBackend, 1>::random([n], Distribution::Uniform(0.0, 1.0), device);
             let c = Tensor::<B::InnerBackend, 1>::ones([n], device);
             loop {
                 for _ in 0..size.depth {
                     a = a * 0.5 + c.clone() * 0.25;
                 }
-                let _ = scalar(a.clone().slice([0..1]).sum());
+                let _ = scalar(a.clone().narrow(0, 0, 1).sum());
                 if !tick() {
                     return Ok(());
                 }
@@ -148,7 +153,11 @@ fn run_on<B: AutodiffBackend>(
 }
 
 fn scalar<B: Backend>(t: Tensor<B, 1>) -> f32 {
-    t.into_data().to_vec::<f32>().ok().and_then(|v| v.first().copied()).unwrap_or(0.0)
+    t.into_data()
+        .to_vec::<f32>()
+        .ok()
+        .and_then(|v| v.first().copied())
+        .unwrap_or(0.0)
 }
 
 /// A network the training and inference loops can drive.
@@ -231,7 +240,10 @@ impl<B: AutodiffBackend> Net<B, 2> for Mlp<B> {
     fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         self.run(x)
     }
-    fn forward_inner(inner: &Mlp<B::InnerBackend>, x: Tensor<B::InnerBackend, 2>) -> Tensor<B::InnerBackend, 2> {
+    fn forward_inner(
+        inner: &Mlp<B::InnerBackend>,
+        x: Tensor<B::InnerBackend, 2>,
+    ) -> Tensor<B::InnerBackend, 2> {
         inner.run(x)
     }
 }
@@ -274,7 +286,10 @@ impl<B: AutodiffBackend> Net<B, 4> for ConvNet<B> {
     fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
         self.run(x)
     }
-    fn forward_inner(inner: &ConvNet<B::InnerBackend>, x: Tensor<B::InnerBackend, 4>) -> Tensor<B::InnerBackend, 2> {
+    fn forward_inner(
+        inner: &ConvNet<B::InnerBackend>,
+        x: Tensor<B::InnerBackend, 4>,
+    ) -> Tensor<B::InnerBackend, 2> {
         inner.run(x)
     }
 }

@@ -103,7 +103,10 @@ pub struct Size {
 /// How a workload runs.
 #[derive(Debug, Clone)]
 pub enum Source {
-    Builtin { builtin: Builtin, size: Size },
+    Builtin {
+        builtin: Builtin,
+        size: Size,
+    },
     /// Any command; each output line matching `progress` is one finished iteration.
     Command {
         argv: Vec<String>,
@@ -213,11 +216,16 @@ impl Catalog {
                 }
                 (Some(builtin), None) => {
                     if w.progress.is_some() {
-                        return Err(at("`progress` is for commands; built-ins report iterations themselves".into()));
+                        return Err(at(
+                            "`progress` is for commands; built-ins report iterations themselves"
+                                .into(),
+                        ));
                     }
                     let size = |field: &str, value: Option<i64>, default: usize| match value {
                         None => Ok(default),
-                        Some(v) if v > 0 => usize::try_from(v).map_err(|e| at(format!("`{field}`: {e}"))),
+                        Some(v) if v > 0 => {
+                            usize::try_from(v).map_err(|e| at(format!("`{field}`: {e}")))
+                        }
                         Some(v) => Err(at(format!("`{field}` must be positive, got {v}"))),
                     };
                     Source::Builtin {
@@ -237,7 +245,10 @@ impl Catalog {
                         return Err(at("`batch`, `width` and `depth` size built-ins only".into()));
                     }
                     let pattern = w.progress.clone().ok_or_else(|| {
-                        at("missing `progress`: a pattern matching the line each iteration prints".into())
+                        at(
+                            "missing `progress`: a pattern matching the line each iteration prints"
+                                .into(),
+                        )
                     })?;
                     let progress = regex::Regex::new(&pattern)
                         .map_err(|e| at(format!("`progress` is not a valid pattern: {e}")))?;
@@ -295,7 +306,11 @@ mod tests {
             c.workloads[0].source,
             Source::Builtin {
                 builtin: Builtin::Mlp,
-                size: Size { batch: 8, width: 128, depth: 2 }
+                size: Size {
+                    batch: 8,
+                    width: 128,
+                    depth: 2
+                }
             }
         );
         assert!(matches!(c.workloads[1].source, Source::Command { .. }));
@@ -304,20 +319,50 @@ mod tests {
     #[test]
     fn refuses_what_cannot_run_naming_it() {
         let cases = [
-            ("[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\ncolour = 1\n", "unknown field `colour`"),
-            ("[[workload]]\nname = \"a\"\nkind = \"train\"\n", "workload `a`: missing `command`"),
-            ("[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\n[[workload]]\nname = \"a\"\nkind = \"infer\"\nbuiltin = \"conv\"\n", "workload `a`: the name is used twice"),
-            ("[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\nbatch = 0\n", "`batch` must be positive, got 0"),
-            ("[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\nwidth = -4\n", "`width` must be positive, got -4"),
-            ("[[workload]]\nname = \"a\"\nkind = \"train\"\ncommand = [\"x\"]\n", "missing `progress`"),
-            ("[[workload]]\nname = \"a\"\nkind = \"train\"\ncommand = []\nprogress = \"x\"\n", "`command` is empty"),
-            ("[[workload]]\nname = \"a\"\nkind = \"train\"\ncommand = [\"x\"]\nprogress = \"(\"\n", "not a valid pattern"),
-            ("[[workload]]\nname = \"a\"\nkind = \"fly\"\nbuiltin = \"mlp\"\n", "unknown variant `fly`"),
+            (
+                "[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\ncolour = 1\n",
+                "unknown field `colour`",
+            ),
+            (
+                "[[workload]]\nname = \"a\"\nkind = \"train\"\n",
+                "workload `a`: missing `command`",
+            ),
+            (
+                "[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\n[[workload]]\nname = \"a\"\nkind = \"infer\"\nbuiltin = \"conv\"\n",
+                "workload `a`: the name is used twice",
+            ),
+            (
+                "[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\nbatch = 0\n",
+                "`batch` must be positive, got 0",
+            ),
+            (
+                "[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\nwidth = -4\n",
+                "`width` must be positive, got -4",
+            ),
+            (
+                "[[workload]]\nname = \"a\"\nkind = \"train\"\ncommand = [\"x\"]\n",
+                "missing `progress`",
+            ),
+            (
+                "[[workload]]\nname = \"a\"\nkind = \"train\"\ncommand = []\nprogress = \"x\"\n",
+                "`command` is empty",
+            ),
+            (
+                "[[workload]]\nname = \"a\"\nkind = \"train\"\ncommand = [\"x\"]\nprogress = \"(\"\n",
+                "not a valid pattern",
+            ),
+            (
+                "[[workload]]\nname = \"a\"\nkind = \"fly\"\nbuiltin = \"mlp\"\n",
+                "unknown variant `fly`",
+            ),
             ("", "no [[workload]] table"),
         ];
         for (text, says) in cases {
             let e = parse(text).expect_err(text);
-            assert!(e.contains(says) && e.starts_with("c.toml: "), "`{e}` does not say `{says}`");
+            assert!(
+                e.contains(says) && e.starts_with("c.toml: "),
+                "`{e}` does not say `{says}`"
+            );
         }
     }
 }

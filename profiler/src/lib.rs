@@ -6,4 +6,6 @@
 //! touch NVML.
 
 pub mod builtin;
+pub mod campaign;
 pub mod catalog;
+pub mod process;

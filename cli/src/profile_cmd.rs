@@ -1,0 +1,183 @@
+//! `duet profile` and `duet workload run`.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use duet_core::dataset::Mode;
+use duet_profiler::builtin::{self, Device};
+use duet_profiler::campaign::{Campaign, parse_shard};
+use duet_profiler::catalog::{Catalog, Source};
+use duet_profiler::process::{ITERATION_LINE, Launcher, Running};
+
+use crate::args::{ProfileArgs, WorkloadCommand};
+use crate::date::today;
+
+fn seconds(value: f64, flag: &str) -> Result<Duration> {
+    if value.is_finite() && value > 0.0 {
+        Ok(Duration::from_secs_f64(value))
+    } else {
+        bail!("{flag} must be a positive number of seconds, got {value}")
+    }
+}
+
+pub fn workload(command: WorkloadCommand) -> Result<()> {
+    let WorkloadCommand::Run {
+        name,
+        catalog,
+        device,
+        seconds: run_for,
+        progress,
+    } = command;
+    let catalog = Catalog::read(&catalog)?;
+    let spec = catalog
+        .get(&name)
+        .ok_or_else(|| anyhow!("{}: no workload `{name}`", catalog.path.display()))?
+        .clone();
+    let device: Device = device
+        .parse()
+        .map_err(|e: String| anyhow!("--device: {e}"))?;
+    let run_for = seconds(run_for, "--seconds")?;
+    match &spec.source {
+        Source::Builtin { builtin, size } if progress => {
+            let mut out = std::io::stdout().lock();
+            builtin::run(*builtin, spec.kind, *size, device, &mut || {
+                writeln!(out, "{ITERATION_LINE}")
+                    .and_then(|()| out.flush())
+                    .is_ok()
+            })
+            .map_err(|e| anyhow!("workload `{name}`: {e}"))
+        }
+        Source::Builtin { builtin, size } => {
+            let start = Instant::now();
+            let warm = Duration::from_secs(1).min(run_for / 2);
+            let (mut counted, mut from) = (0u64, None);
+            builtin::run(*builtin, spec.kind, *size, device, &mut || {
+                let now = start.elapsed();
+                if now >= warm {
+                    from.get_or_insert(now);
+                    counted += 1;
+                }
+                now < run_for
+            })
+            .map_err(|e| anyhow!("workload `{name}`: {e}"))?;
+            let span = start.elapsed() - from.unwrap_or(warm);
+            #[allow(clippy::cast_precision_loss)]
+            let rate = counted as f64 / span.as_secs_f64();
+            println!(
+                "{name}: {rate:.2} iterations/s ({builtin}, {}, {device}, {counted} iterations in {:.2} s)",
+                spec.kind,
+                span.as_secs_f64()
+            );
+            Ok(())
+        }
+        Source::Command { .. } => {
+            if progress {
+                bail!("--progress is for built-ins; `{name}` is a command");
+            }
+            let launcher = Launcher {
+                duet: std::env::current_exe()?,
+                catalog: catalog.path.clone(),
+                device,
+            };
+            let mut running = Running::start(&launcher, &spec).map_err(|e| anyhow!(e))?;
+            let start = Instant::now();
+            let warm = Duration::from_secs(1).min(run_for / 2);
+            while start.elapsed() < run_for {
+                if let Some(how) = running.exited() {
+                    bail!(
+                        "workload `{name}` exited ({how}) after {:.1} s\n{}",
+                        start.elapsed().as_secs_f64(),
+                        running.stderr_tail()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let end = Instant::now();
+            let counted = running.iterations_between(start + warm, end);
+            running.stop();
+            #[allow(clippy::cast_precision_loss)]
+            let rate = counted as f64 / (end - (start + warm)).as_secs_f64();
+            println!("{name}: {rate:.2} iterations/s (command, {counted} iterations matched)");
+            Ok(())
+        }
+    }
+}
+
+pub fn profile(args: ProfileArgs) -> Result<()> {
+    let catalog = Catalog::read(&args.catalog)?;
+    let modes = args
+        .modes
+        .iter()
+        .map(|m| {
+            m.trim()
+                .parse::<Mode>()
+                .map_err(|e| anyhow!("--modes: {e}"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for s in &args.shares {
+        if !(*s > 0.0 && *s <= 100.0) {
+            bail!("--shares: {s} is outside (0, 100]");
+        }
+    }
+    let device: Device = args
+        .device
+        .parse()
+        .map_err(|e: String| anyhow!("--device: {e}"))?;
+    let shard = match (&args.shard, std::env::var("JOB_COMPLETION_INDEX")) {
+        (Some(s), _) => Some(parse_shard(s).map_err(|e| anyhow!(e))?),
+        (None, Ok(index)) => {
+            let count = args.shards.ok_or_else(|| {
+                anyhow!("JOB_COMPLETION_INDEX is set: give the shard count with --shards")
+            })?;
+            Some(
+                parse_shard(&format!("{index}/{count}"))
+                    .map_err(|e| anyhow!("JOB_COMPLETION_INDEX: {e}"))?,
+            )
+        }
+        (None, Err(_)) => None,
+    };
+    let name = args.name.clone().unwrap_or_else(|| {
+        args.out
+            .file_name()
+            .map_or_else(|| "campaign".into(), |n| n.to_string_lossy().into_owned())
+    });
+    let gpu = args.gpu.clone().unwrap_or_else(|| match device {
+        Device::Cpu => "cpu".into(),
+        Device::Cuda(_) => "gpu".into(),
+    });
+    let campaign = Campaign {
+        launcher: Launcher {
+            duet: std::env::current_exe().context("cannot find the duet binary")?,
+            catalog: args.catalog.clone(),
+            device,
+        },
+        catalog,
+        modes,
+        shares: args.shares.clone(),
+        warmup: seconds(args.warmup, "--warmup")?,
+        window: seconds(args.window, "--window")?,
+        repetitions: args.repetitions,
+        timeout: seconds(args.timeout, "--timeout")?,
+        sample_interval: Duration::from_millis(args.sample_ms.max(1)),
+        seed: args.seed,
+        shard,
+        out: args.out.clone(),
+        resume: args.resume,
+        name,
+        gpu,
+        command_line: std::env::args().collect::<Vec<_>>().join(" "),
+        date: args.date.clone().unwrap_or_else(today),
+        host: std::fs::read_to_string("/etc/hostname")
+            .ok()
+            .map(|h| h.trim().to_string()),
+    };
+    let dataset = campaign.run(&mut |line| eprintln!("{line}"))?;
+    eprintln!(
+        "wrote {} ({} workloads, {} pair settings)",
+        args.out.display(),
+        dataset.workloads.len(),
+        dataset.pairs.len()
+    );
+    Ok(())
+}

@@ -1,0 +1,792 @@
+//! The campaign runner: every workload alone, then every unordered pair (itself included) per
+//! mode and share, each a set of real processes measured over the same window.
+//!
+//! Every finished measurement is appended to a journal (`.<out>.campaign/journal.jsonl` beside
+//! the output folder) and flushed to disk at once; a rerun with `resume` skips what the journal
+//! holds. The dataset is written atomically at the end, and the journal removed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use duet_core::dataset::{
+    Dataset, DatasetMeta, FeatureColumn, FeatureKind, FeatureValue, Mode, Pair, Provenance, Status,
+    Workload,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::{Catalog, Source, WorkloadSpec};
+use crate::process::{Launcher, ProcSample, Running, Usage, proc_sample, usage};
+
+/// Everything a campaign needs.
+#[derive(Debug, Clone)]
+pub struct Campaign {
+    pub catalog: Catalog,
+    pub launcher: Launcher,
+    pub modes: Vec<Mode>,
+    /// MPS active-thread percentages; modes without shares ignore them.
+    pub shares: Vec<f64>,
+    pub warmup: Duration,
+    pub window: Duration,
+    pub repetitions: u32,
+    /// Longest a run may take to reach its measured window.
+    pub timeout: Duration,
+    pub sample_interval: Duration,
+    pub seed: u64,
+    /// `(index, count)`, `index` from 0.
+    pub shard: Option<(usize, usize)>,
+    pub out: PathBuf,
+    pub resume: bool,
+    pub name: String,
+    /// The device label of the dataset (`cpu`, or the GPU model).
+    pub gpu: String,
+    pub command_line: String,
+    pub date: String,
+    pub host: Option<String>,
+}
+
+/// One measurement to make.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "task", rename_all = "lowercase")]
+pub enum Task {
+    Solo {
+        workload: String,
+        repetition: u32,
+    },
+    Pair {
+        a: String,
+        b: String,
+        mode: Mode,
+        share_a: Option<f64>,
+        share_b: Option<f64>,
+        repetition: u32,
+    },
+}
+
+impl Task {
+    /// Identifies the task in the journal.
+    pub fn key(&self) -> String {
+        match self {
+            Task::Solo {
+                workload,
+                repetition,
+            } => format!("solo/{workload}/{repetition}"),
+            Task::Pair {
+                a,
+                b,
+                mode,
+                share_a,
+                share_b,
+                repetition,
+            } => format!("pair/{a}/{b}/{mode}/{share_a:?}/{share_b:?}/{repetition}"),
+        }
+    }
+}
+
+/// A finished measurement, as the journal keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub key: String,
+    #[serde(flatten)]
+    pub task: Task,
+    pub status: Status,
+    /// Iterations per second of each process, in task order (0 when the run failed).
+    pub throughputs: Vec<f64>,
+    pub usage: Vec<Option<Usage>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Why a campaign stopped.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CampaignError(pub String);
+
+fn fail(message: impl Into<String>) -> CampaignError {
+    CampaignError(message.into())
+}
+
+impl Campaign {
+    /// Checks what can be checked before anything runs.
+    pub fn check(&self) -> Result<(), CampaignError> {
+        if let Some((i, n)) = self.shard
+            && (n == 0 || i >= n)
+        {
+            return Err(fail(format!(
+                "--shard {i}/{n}: the index counts from 0 and must be below the shard count"
+            )));
+        }
+        if self.warmup.is_zero() || self.window.is_zero() || self.timeout.is_zero() {
+            return Err(fail("--warmup, --window and --timeout must be positive"));
+        }
+        if self.repetitions == 0 {
+            return Err(fail("--repetitions must be at least 1"));
+        }
+        if self.modes.is_empty() {
+            return Err(fail("--modes: give at least one mode"));
+        }
+        for mode in &self.modes {
+            if matches!(mode, Mode::Mps | Mode::Mig) {
+                return Err(fail(format!(
+                    "--modes: `{mode}` is not measured by this duet yet; use cpu or timeslice"
+                )));
+            }
+        }
+        if self.out.exists() {
+            return Err(fail(format!(
+                "{}: the output folder already exists; choose a new one",
+                self.out.display()
+            )));
+        }
+        if !self.resume && self.journal_path().exists() {
+            return Err(fail(format!(
+                "{}: an unfinished campaign for this output is there; rerun with --resume to \
+                 continue it, or delete it to start again",
+                self.journal_dir().display()
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn journal_dir(&self) -> PathBuf {
+        let name = self
+            .out
+            .file_name()
+            .map_or_else(|| "dataset".into(), |n| n.to_string_lossy().into_owned());
+        self.out
+            .parent()
+            .unwrap_or_else(|| Path::new("."))
+            .join(format!(".{name}.campaign"))
+    }
+
+    pub fn journal_path(&self) -> PathBuf {
+        self.journal_dir().join("journal.jsonl")
+    }
+
+    /// The tasks of this shard: solos first (every shard measures every workload alone), then
+    /// the pairs, each group in a seeded random order.
+    pub fn tasks(&self) -> Vec<Task> {
+        let names: Vec<&str> = self
+            .catalog
+            .workloads
+            .iter()
+            .map(|w| w.name.as_str())
+            .collect();
+        let mut solos = Vec::new();
+        for repetition in 0..self.repetitions {
+            for w in &names {
+                solos.push(Task::Solo {
+                    workload: (*w).to_string(),
+                    repetition,
+                });
+            }
+        }
+        let mut settings = Vec::new();
+        for (i, a) in names.iter().enumerate() {
+            for b in &names[i..] {
+                for &mode in &self.modes {
+                    let shares: Vec<(Option<f64>, Option<f64>)> = if mode == Mode::Mps {
+                        self.shares.iter().map(|&s| (Some(s), Some(s))).collect()
+                    } else {
+                        vec![(None, None)]
+                    };
+                    for (share_a, share_b) in shares {
+                        settings.push(((*a).to_string(), (*b).to_string(), mode, share_a, share_b));
+                    }
+                }
+            }
+        }
+        if let Some((index, count)) = self.shard {
+            settings = settings
+                .into_iter()
+                .enumerate()
+                .filter(|(k, _)| k % count == index)
+                .map(|(_, s)| s)
+                .collect();
+        }
+        let mut pairs = Vec::new();
+        for repetition in 0..self.repetitions {
+            for (a, b, mode, share_a, share_b) in &settings {
+                pairs.push(Task::Pair {
+                    a: a.clone(),
+                    b: b.clone(),
+                    mode: *mode,
+                    share_a: *share_a,
+                    share_b: *share_b,
+                    repetition,
+                });
+            }
+        }
+        let mut rng = self.seed ^ 0x9E37_79B9_7F4A_7C15;
+        shuffle(&mut solos, &mut rng);
+        shuffle(&mut pairs, &mut rng);
+        solos.extend(pairs);
+        solos
+    }
+
+    /// Runs (or resumes) the campaign and writes the dataset; `progress` gets one line per
+    /// finished measurement.
+    pub fn run(&self, progress: &mut dyn FnMut(&str)) -> Result<Dataset, CampaignError> {
+        self.check()?;
+        fs::create_dir_all(self.journal_dir())
+            .map_err(|e| fail(format!("{}: {e}", self.journal_dir().display())))?;
+        let mut done = read_journal(&self.journal_path())?;
+        let tasks = self.tasks();
+        let todo: Vec<&Task> = tasks
+            .iter()
+            .filter(|t| !done.contains_key(&t.key()))
+            .collect();
+        if !done.is_empty() {
+            progress(&format!(
+                "resuming: {} of {} measurements already in the journal",
+                tasks.len() - todo.len(),
+                tasks.len()
+            ));
+        }
+        let mut journal = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.journal_path())
+            .map_err(|e| fail(format!("{}: {e}", self.journal_path().display())))?;
+        let started = Instant::now();
+        for (k, task) in todo.iter().enumerate() {
+            if let Task::Pair { a, b, .. } = task {
+                for w in [a, b] {
+                    self.check_solo_succeeded(w, &done)?;
+                }
+            }
+            let record = self.measure(task);
+            let mut line = serde_json::to_string(&record).map_err(|e| fail(e.to_string()))?;
+            line.push('\n');
+            journal
+                .write_all(line.as_bytes())
+                .and_then(|()| journal.sync_data())
+                .map_err(|e| fail(format!("{}: {e}", self.journal_path().display())))?;
+            #[allow(clippy::cast_precision_loss)]
+            let eta =
+                started.elapsed().as_secs_f64() / (k + 1) as f64 * (todo.len() - k - 1) as f64;
+            progress(&format!(
+                "[{}/{}] {}: {}{} (ETA {})",
+                tasks.len() - todo.len() + k + 1,
+                tasks.len(),
+                describe(task),
+                record.status,
+                if record.status == Status::Ok {
+                    format!(
+                        ", {}",
+                        record
+                            .throughputs
+                            .iter()
+                            .map(|t| format!("{t:.2}/s"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    )
+                } else {
+                    format!(
+                        ": {}",
+                        record
+                            .note
+                            .clone()
+                            .unwrap_or_default()
+                            .lines()
+                            .last()
+                            .unwrap_or("")
+                    )
+                },
+                clock(eta)
+            ));
+            done.insert(record.key.clone(), record);
+        }
+        for w in &self.catalog.workloads {
+            self.check_solo_succeeded(&w.name, &done)?;
+        }
+        let dataset = self.assemble(&done)?;
+        dataset.write(&self.out).map_err(|e| fail(e.to_string()))?;
+        let _ = fs::remove_dir_all(self.journal_dir());
+        Ok(dataset)
+    }
+
+    /// Stops the campaign when a workload failed every time it ran alone: its pairs would have
+    /// nothing to be compared with.
+    fn check_solo_succeeded(
+        &self,
+        workload: &str,
+        done: &BTreeMap<String, Record>,
+    ) -> Result<(), CampaignError> {
+        let solos: Vec<&Record> = done
+            .values()
+            .filter(|r| matches!(&r.task, Task::Solo { workload: w, .. } if w == workload))
+            .collect();
+        if solos.len() as u32 >= self.repetitions && solos.iter().all(|r| r.status != Status::Ok) {
+            let note = solos
+                .last()
+                .and_then(|r| r.note.clone())
+                .unwrap_or_default();
+            return Err(fail(format!(
+                "workload `{workload}` failed every time it ran alone ({}); fix it in {} and rerun \
+                 with --resume\n{note}",
+                solos.last().map_or("", |r| r.status.as_str()),
+                self.catalog.path.display()
+            )));
+        }
+        Ok(())
+    }
+
+    fn spec(&self, name: &str) -> Option<&WorkloadSpec> {
+        self.catalog.get(name)
+    }
+
+    /// Runs one task's processes and measures them over the same window.
+    fn measure(&self, task: &Task) -> Record {
+        let names: Vec<&str> = match task {
+            Task::Solo { workload, .. } => vec![workload],
+            Task::Pair { a, b, .. } => vec![a, b],
+        };
+        let n = names.len();
+        let failed = |status: Status, note: String| Record {
+            key: task.key(),
+            task: task.clone(),
+            status,
+            throughputs: vec![0.0; n],
+            usage: vec![None; n],
+            note: Some(note),
+        };
+        let mut running = Vec::new();
+        for name in &names {
+            let Some(spec) = self.spec(name) else {
+                return failed(
+                    Status::Crash,
+                    format!("workload `{name}` is not in the catalog"),
+                );
+            };
+            match Running::start(&self.launcher, spec) {
+                Ok(r) => running.push(r),
+                Err(e) => {
+                    running.into_iter().for_each(Running::stop);
+                    return failed(Status::Crash, e);
+                }
+            }
+        }
+        let outcome = self.window_of(&mut running);
+        let record = match outcome {
+            Ok((throughputs, usage)) => Record {
+                key: task.key(),
+                task: task.clone(),
+                status: Status::Ok,
+                throughputs,
+                usage,
+                note: None,
+            },
+            Err((status, note)) => failed(status, note),
+        };
+        running.into_iter().for_each(Running::stop);
+        record
+    }
+
+    /// Warm-up until every process has finished an iteration and `warmup` has passed, then the
+    /// measured window, sampling `/proc` throughout it.
+    #[allow(clippy::type_complexity)]
+    fn window_of(
+        &self,
+        running: &mut [Running],
+    ) -> Result<(Vec<f64>, Vec<Option<Usage>>), (Status, String)> {
+        let start = Instant::now();
+        loop {
+            check_alive(running)?;
+            let warm = running.iter().all(|r| r.iterations() > 0);
+            if warm && start.elapsed() >= self.warmup {
+                break;
+            }
+            if start.elapsed() > self.timeout {
+                let slow: Vec<&str> = running
+                    .iter()
+                    .filter(|r| r.iterations() == 0)
+                    .map(|r| r.name.as_str())
+                    .collect();
+                return Err((
+                    Status::Timeout,
+                    format!(
+                        "no iteration within the {:.0} s timeout from {}",
+                        self.timeout.as_secs_f64(),
+                        slow.join(", ")
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let t0 = Instant::now();
+        let mut samples: Vec<Vec<ProcSample>> = vec![Vec::new(); running.len()];
+        loop {
+            for (r, s) in running.iter().zip(samples.iter_mut()) {
+                if let Some(sample) = proc_sample(r.pid()) {
+                    s.push(sample);
+                }
+            }
+            if t0.elapsed() >= self.window {
+                break;
+            }
+            check_alive(running)?;
+            std::thread::sleep(
+                self.sample_interval
+                    .min(self.window.saturating_sub(t0.elapsed())),
+            );
+        }
+        let t1 = Instant::now();
+        let mut throughputs = Vec::new();
+        for r in running.iter() {
+            let count = r.iterations_between(t0, t1);
+            if count < 2 {
+                return Err((
+                    Status::Timeout,
+                    format!(
+                        "`{}` finished {count} iterations in the {:.1} s window; lengthen --window",
+                        r.name,
+                        self.window.as_secs_f64()
+                    ),
+                ));
+            }
+            #[allow(clippy::cast_precision_loss)]
+            throughputs.push(count as f64 / (t1 - t0).as_secs_f64());
+        }
+        Ok((throughputs, samples.iter().map(|s| usage(s)).collect()))
+    }
+
+    /// The dataset from the journal's records.
+    fn assemble(&self, done: &BTreeMap<String, Record>) -> Result<Dataset, CampaignError> {
+        let mut workloads = Vec::new();
+        for spec in &self.catalog.workloads {
+            let ok: Vec<&Record> = done
+                .values()
+                .filter(|r| {
+                    r.status == Status::Ok
+                        && matches!(&r.task, Task::Solo { workload, .. } if *workload == spec.name)
+                })
+                .collect();
+            let throughputs: Vec<f64> = ok.iter().map(|r| r.throughputs[0]).collect();
+            let usages: Vec<Usage> = ok.iter().filter_map(|r| r.usage[0]).collect();
+            let mut features = BTreeMap::new();
+            let (model, size) = spec.describe();
+            features.insert("model".into(), FeatureValue::Category(Some(model)));
+            #[allow(clippy::cast_precision_loss)]
+            for (name, value) in [
+                ("batch_size", size.map(|s| s.batch as f64)),
+                ("width", size.map(|s| s.width as f64)),
+                ("depth", size.map(|s| s.depth as f64)),
+            ] {
+                features.insert(name.into(), FeatureValue::Number(value));
+            }
+            for (name, value) in usage_features(&usages) {
+                features.insert(name.into(), FeatureValue::Number(value));
+            }
+            workloads.push(Workload {
+                workload: spec.name.clone(),
+                kind: spec.kind,
+                solo_throughput: crate::process::mean(&throughputs),
+                solo_throughput_std: std(&throughputs),
+                repetitions: Some(u32::try_from(throughputs.len()).unwrap_or(u32::MAX)),
+                features,
+            });
+        }
+        let mut settings: BTreeMap<String, Vec<&Record>> = BTreeMap::new();
+        for r in done.values() {
+            if let Task::Pair {
+                a,
+                b,
+                mode,
+                share_a,
+                share_b,
+                ..
+            } = &r.task
+            {
+                settings
+                    .entry(format!("{a}/{b}/{mode}/{share_a:?}/{share_b:?}"))
+                    .or_default()
+                    .push(r);
+            }
+        }
+        let mut pairs = Vec::new();
+        for records in settings.values() {
+            let Task::Pair {
+                a,
+                b,
+                mode,
+                share_a,
+                share_b,
+                ..
+            } = &records[0].task
+            else {
+                continue;
+            };
+            let failed = records.iter().find(|r| r.status != Status::Ok);
+            let side =
+                |i: usize| -> Vec<f64> { records.iter().map(|r| r.throughputs[i]).collect() };
+            let mut counters = BTreeMap::new();
+            for (i, suffix) in [(0, "a"), (1, "b")] {
+                let usages: Vec<Usage> = records
+                    .iter()
+                    .filter_map(|r| r.usage.get(i).copied().flatten())
+                    .collect();
+                let values = (!usages.is_empty()).then_some(&usages);
+                counters.insert(
+                    format!("cpu_util_{suffix}"),
+                    values.map(|u| {
+                        crate::process::mean(&u.iter().map(|x| x.cpu_util).collect::<Vec<_>>())
+                    }),
+                );
+                counters.insert(
+                    format!("rss_mib_{suffix}"),
+                    values.map(|u| {
+                        crate::process::mean(&u.iter().map(|x| x.rss_mib).collect::<Vec<_>>())
+                    }),
+                );
+            }
+            let (status, ta, tb, note) = match failed {
+                Some(r) => (r.status, 0.0, 0.0, r.note.clone()),
+                None => (
+                    Status::Ok,
+                    crate::process::mean(&side(0)),
+                    crate::process::mean(&side(1)),
+                    None,
+                ),
+            };
+            let ok = status == Status::Ok;
+            pairs.push(Pair {
+                a: a.clone(),
+                b: b.clone(),
+                gpu: self.gpu.clone(),
+                mode: *mode,
+                share_a: *share_a,
+                share_b: *share_b,
+                throughput_a: ta,
+                throughput_b: tb,
+                throughput_a_std: if ok { std(&side(0)) } else { None },
+                throughput_b_std: if ok { std(&side(1)) } else { None },
+                repetitions: Some(u32::try_from(records.len()).unwrap_or(u32::MAX)),
+                status,
+                note,
+                counters,
+            });
+        }
+        let modes: BTreeSet<Mode> = pairs.iter().map(|p| p.mode).collect();
+        let numeric = |name: &str, unit: Option<&str>, meaning: &str| {
+            duet_core::features::canonical(name).unwrap_or(FeatureColumn {
+                name: name.into(),
+                kind: FeatureKind::Numeric,
+                unit: unit.map(str::to_string),
+                meaning: meaning.into(),
+            })
+        };
+        let mut workload_features = vec![
+            FeatureColumn {
+                name: "model".into(),
+                kind: FeatureKind::Categorical,
+                unit: None,
+                meaning: "the built-in workload (mlp, conv, matmul, stream) or `command`".into(),
+            },
+            numeric("batch_size", None, ""),
+            numeric(
+                "width",
+                None,
+                "width of a built-in: units, channels or matrix side",
+            ),
+            numeric(
+                "depth",
+                None,
+                "layers (or repeated passes) of a built-in per iteration",
+            ),
+        ];
+        for (name, _) in usage_features(&[]) {
+            workload_features.push(numeric(
+                name,
+                None,
+                "context switches per second, voluntary and involuntary",
+            ));
+        }
+        let pair_counters = ["cpu_util_a", "cpu_util_b", "rss_mib_a", "rss_mib_b"]
+            .iter()
+            .map(|name| {
+                let base = &name[..name.len() - 2];
+                let c = numeric(base, None, "");
+                FeatureColumn {
+                    name: (*name).to_string(),
+                    meaning: format!(
+                        "{} ({} side of the pair)",
+                        c.meaning,
+                        &name[name.len() - 1..]
+                    ),
+                    ..c
+                }
+            })
+            .collect();
+        let meta = DatasetMeta {
+            format: duet_core::dataset::FORMAT.into(),
+            name: self.name.clone(),
+            description: format!(
+                "co-location campaign by duet profile: {} workloads alone and in every pair, \
+                 modes {}, {} repetitions, {:.1} s warm-up and {:.1} s measured window",
+                self.catalog.workloads.len(),
+                self.modes
+                    .iter()
+                    .map(|m| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.repetitions,
+                self.warmup.as_secs_f64(),
+                self.window.as_secs_f64()
+            ),
+            provenance: Provenance {
+                source: format!(
+                    "measured by duet profile from {}",
+                    self.catalog.path.display()
+                ),
+                gpu: self.gpu.clone(),
+                driver: None,
+                host: self.host.clone(),
+                measured_by: "duet profile".into(),
+                tool: format!("duet {}", env!("CARGO_PKG_VERSION")),
+                command: Some(self.command_line.clone()),
+                date: self.date.clone(),
+                licence: "same as duet (MIT OR Apache-2.0)".into(),
+                licence_text: None,
+            },
+            workload_features,
+            pair_counters,
+            modes: modes.into_iter().collect(),
+        };
+        Ok(Dataset {
+            meta,
+            workloads,
+            pairs,
+        })
+    }
+}
+
+fn usage_features(usages: &[Usage]) -> Vec<(&'static str, Option<f64>)> {
+    let pick = |f: fn(&Usage) -> f64| {
+        (!usages.is_empty())
+            .then(|| crate::process::mean(&usages.iter().map(f).collect::<Vec<_>>()))
+    };
+    vec![
+        ("cpu_util", pick(|u| u.cpu_util)),
+        ("cpu_util_p95", pick(|u| u.cpu_util_p95)),
+        ("rss_mib", pick(|u| u.rss_mib)),
+        ("rss_mib_p95", pick(|u| u.rss_mib_p95)),
+        ("context_switches_per_s", pick(|u| u.context_switches_per_s)),
+    ]
+}
+
+fn check_alive(running: &mut [Running]) -> Result<(), (Status, String)> {
+    for r in running.iter_mut() {
+        if let Some(how) = r.exited() {
+            // Let the reader threads collect the last lines of stderr.
+            std::thread::sleep(Duration::from_millis(50));
+            let tail = r.stderr_tail();
+            let oom = tail.to_lowercase().contains("out of memory");
+            let status = if oom { Status::Oom } else { Status::Crash };
+            return Err((
+                status,
+                format!("`{}` exited ({how}) during the run\n{tail}", r.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn std(xs: &[f64]) -> Option<f64> {
+    if xs.len() < 2 {
+        return None;
+    }
+    let m = crate::process::mean(xs);
+    #[allow(clippy::cast_precision_loss)]
+    let var = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (xs.len() - 1) as f64;
+    Some(var.sqrt())
+}
+
+fn read_journal(path: &Path) -> Result<BTreeMap<String, Record>, CampaignError> {
+    let Ok(text) = fs::read_to_string(path) else {
+        return Ok(BTreeMap::new());
+    };
+    let mut done = BTreeMap::new();
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        match serde_json::from_str::<Record>(line) {
+            Ok(r) => {
+                done.insert(r.key.clone(), r);
+            }
+            // A line cut short by a kill is the last one: that measurement runs again.
+            Err(_) if i + 1 == lines.len() => {}
+            Err(e) => {
+                return Err(fail(format!("{} line {}: {e}", path.display(), i + 1)));
+            }
+        }
+    }
+    Ok(done)
+}
+
+fn describe(task: &Task) -> String {
+    match task {
+        Task::Solo {
+            workload,
+            repetition,
+        } => format!("{workload} alone (repetition {})", repetition + 1),
+        Task::Pair {
+            a,
+            b,
+            mode,
+            share_a,
+            repetition,
+            ..
+        } => format!(
+            "{a} + {b} {mode}{} (repetition {})",
+            share_a.map_or(String::new(), |s| format!(" {s}%")),
+            repetition + 1
+        ),
+    }
+}
+
+fn clock(seconds: f64) -> String {
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let s = seconds.max(0.0).round() as u64;
+    format!("{}m{:02}s", s / 60, s % 60)
+}
+
+fn shuffle<T>(items: &mut [T], state: &mut u64) {
+    for i in (1..items.len()).rev() {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        let j = usize::try_from(*state % (i as u64 + 1)).unwrap_or(0);
+        items.swap(i, j);
+    }
+}
+
+/// `i/n` (from the flag, or `JOB_COMPLETION_INDEX` with the count from the flag).
+pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
+    let (i, n) = text
+        .split_once('/')
+        .ok_or_else(|| format!("--shard `{text}`: expected i/n, for example 0/4"))?;
+    let i: usize = i
+        .trim()
+        .parse()
+        .map_err(|_| format!("--shard `{text}`: `{i}` is not an index"))?;
+    let n: usize = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("--shard `{text}`: `{n}` is not a count"))?;
+    if n == 0 || i >= n {
+        return Err(format!(
+            "--shard `{text}`: impossible shard; the index counts from 0 and is below the count"
+        ));
+    }
+    Ok((i, n))
+}
+
+/// Source of a workload, for messages.
+pub fn source_of(spec: &WorkloadSpec) -> String {
+    match &spec.source {
+        Source::Builtin { builtin, .. } => format!("builtin {builtin}"),
+        Source::Command { argv, .. } => argv.join(" "),
+    }
+}

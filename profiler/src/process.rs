@@ -1,0 +1,252 @@
+//! One workload as a running process: its iterations as timestamps read from its output, the
+//! tail of its stderr, and (on Linux) its CPU time, resident memory and context switches from
+//! `/proc`.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::builtin::Device;
+use crate::catalog::{Source, WorkloadSpec};
+
+/// The line a built-in workload prints after every iteration in progress mode.
+pub const ITERATION_LINE: &str = "duet-iteration";
+
+/// Lines of stderr kept for the note of a failed run.
+const STDERR_TAIL: usize = 20;
+
+/// How to start a built-in: the duet binary that runs it, and the catalog it is read from.
+#[derive(Debug, Clone)]
+pub struct Launcher {
+    pub duet: PathBuf,
+    pub catalog: PathBuf,
+    pub device: Device,
+}
+
+impl Launcher {
+    fn command(&self, spec: &WorkloadSpec) -> Command {
+        match &spec.source {
+            Source::Builtin { .. } => {
+                let mut c = Command::new(&self.duet);
+                c.args(["workload", "run", &spec.name, "--progress", "--catalog"])
+                    .arg(&self.catalog)
+                    .args(["--device", &self.device.to_string()]);
+                c
+            }
+            Source::Command { argv, .. } => {
+                let mut c = Command::new(&argv[0]);
+                c.args(&argv[1..]);
+                c
+            }
+        }
+    }
+}
+
+/// A started workload.
+#[derive(Debug)]
+pub struct Running {
+    pub name: String,
+    child: Child,
+    ticks: Arc<Mutex<Vec<Instant>>>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl Running {
+    pub fn start(launcher: &Launcher, spec: &WorkloadSpec) -> Result<Running, String> {
+        let mut child = launcher
+            .command(spec)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("workload `{}`: cannot start: {e}", spec.name))?;
+        let ticks = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(VecDeque::new()));
+        let pattern = match &spec.source {
+            Source::Builtin { .. } => None,
+            Source::Command { progress, .. } => Some(progress.clone()),
+        };
+        if let Some(out) = child.stdout.take() {
+            let (ticks, pattern) = (ticks.clone(), pattern.clone());
+            std::thread::spawn(move || count_lines(out, &ticks, pattern.as_ref(), None));
+        }
+        if let Some(err) = child.stderr.take() {
+            let (ticks, stderr) = (ticks.clone(), stderr.clone());
+            // Commands may report progress on stderr too; built-ins never do.
+            std::thread::spawn(move || count_lines(err, &ticks, pattern.as_ref(), Some(&stderr)));
+        }
+        Ok(Running {
+            name: spec.name.clone(),
+            child,
+            ticks,
+            stderr,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Iterations finished so far.
+    pub fn iterations(&self) -> usize {
+        self.ticks.lock().map_or(0, |t| t.len())
+    }
+
+    /// Iterations finished within `[from, to]`.
+    pub fn iterations_between(&self, from: Instant, to: Instant) -> usize {
+        self.ticks
+            .lock()
+            .map_or(0, |t| t.iter().filter(|&&x| x >= from && x <= to).count())
+    }
+
+    /// `Some(description)` once the process has exited.
+    pub fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(status.to_string()),
+            Ok(None) => None,
+            Err(e) => Some(format!("cannot be waited for: {e}")),
+        }
+    }
+
+    pub fn stderr_tail(&self) -> String {
+        self.stderr
+            .lock()
+            .map(|t| t.iter().cloned().collect::<Vec<_>>().join("\n"))
+            .unwrap_or_default()
+    }
+
+    /// Stops the process (SIGKILL) and reaps it.
+    pub fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn count_lines(
+    stream: impl Read,
+    ticks: &Mutex<Vec<Instant>>,
+    pattern: Option<&regex::Regex>,
+    tail: Option<&Mutex<VecDeque<String>>>,
+) {
+    let reader = BufReader::new(stream);
+    for line in reader.split(b'\n') {
+        let Ok(bytes) = line else { return };
+        let now = Instant::now();
+        let text = String::from_utf8_lossy(&bytes);
+        let hit = match pattern {
+            Some(p) => p.is_match(&text),
+            None => tail.is_none() && text.trim_end() == ITERATION_LINE,
+        };
+        if hit && let Ok(mut t) = ticks.lock() {
+            t.push(now);
+        }
+        if let Some(tail) = tail
+            && let Ok(mut t) = tail.lock()
+        {
+            if t.len() == STDERR_TAIL {
+                t.pop_front();
+            }
+            t.push_back(text.into_owned());
+        }
+    }
+}
+
+/// One reading of a process's counters from `/proc`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProcSample {
+    pub at: Instant,
+    /// User plus system CPU time, seconds.
+    pub cpu_seconds: f64,
+    pub rss_mib: f64,
+    /// Voluntary plus involuntary context switches so far.
+    pub context_switches: f64,
+}
+
+/// Reads `/proc/<pid>`; `None` where there is no such file (not Linux, process gone).
+pub fn proc_sample(pid: u32) -> Option<ProcSample> {
+    let root = Path::new("/proc").join(pid.to_string());
+    let stat = std::fs::read_to_string(root.join("stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let after = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    let status = std::fs::read_to_string(root.join("status")).ok()?;
+    let field = |name: &str| -> Option<f64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+    };
+    Some(ProcSample {
+        at: Instant::now(),
+        cpu_seconds: ticks / CLOCK_TICKS_PER_SECOND,
+        rss_mib: field("VmRSS:").unwrap_or(0.0) / 1024.0,
+        context_switches: field("voluntary_ctxt_switches:").unwrap_or(0.0)
+            + field("nonvoluntary_ctxt_switches:").unwrap_or(0.0),
+    })
+}
+
+/// `sysconf(_SC_CLK_TCK)`, 100 on every Linux duet runs on (reading it needs libc).
+const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
+
+/// Counters of one process over a measured window.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Usage {
+    /// CPU time over wall time, percent of one core.
+    pub cpu_util: f64,
+    pub cpu_util_p95: f64,
+    pub rss_mib: f64,
+    pub rss_mib_p95: f64,
+    pub context_switches_per_s: f64,
+}
+
+/// Aggregates periodic samples of one process: mean and p95 of the per-interval CPU use, of the
+/// resident memory, and the context-switch rate over the whole window.
+pub fn usage(samples: &[ProcSample]) -> Option<Usage> {
+    let (first, last) = (samples.first()?, samples.last()?);
+    let span = (last.at - first.at).as_secs_f64();
+    if samples.len() < 2 || span <= 0.0 {
+        return None;
+    }
+    let utils: Vec<f64> = samples
+        .windows(2)
+        .filter_map(|w| {
+            let dt = (w[1].at - w[0].at).as_secs_f64();
+            (dt > 0.0).then(|| 100.0 * (w[1].cpu_seconds - w[0].cpu_seconds) / dt)
+        })
+        .collect();
+    let rss: Vec<f64> = samples.iter().map(|s| s.rss_mib).collect();
+    Some(Usage {
+        cpu_util: 100.0 * (last.cpu_seconds - first.cpu_seconds) / span,
+        cpu_util_p95: p95(&utils),
+        rss_mib: mean(&rss),
+        rss_mib_p95: p95(&rss),
+        context_switches_per_s: (last.context_switches - first.context_switches) / span,
+    })
+}
+
+pub fn mean(xs: &[f64]) -> f64 {
+    #[allow(clippy::cast_precision_loss)]
+    let n = xs.len().max(1) as f64;
+    xs.iter().sum::<f64>() / n
+}
+
+pub fn p95(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return 0.0;
+    }
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let i = ((v.len() - 1) as f64 * 0.95).round() as usize;
+    v[i]
+}
