@@ -158,7 +158,7 @@ fn count_lines(
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ProcSample {
     pub at: Instant,
-    /// User plus system CPU time, seconds.
+    /// User plus system CPU time of the process and its reaped children, seconds.
     pub cpu_seconds: f64,
     pub rss_mib: f64,
     /// Voluntary plus involuntary context switches so far.
@@ -172,8 +172,12 @@ pub fn proc_sample(pid: u32) -> Option<ProcSample> {
     // Fields after the command name, which is in parentheses and may hold spaces.
     let after = stat.rsplit_once(')')?.1;
     let fields: Vec<&str> = after.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // utime, stime, cutime and cstime are fields 14 to 17 of the line, 12 to 15 after the name:
+    // the process's own CPU time and that of the children it has reaped (a shell's commands).
+    let mut ticks = 0.0;
+    for i in 11..15 {
+        ticks += fields.get(i)?.parse::<f64>().ok()?;
+    }
     let status = std::fs::read_to_string(root.join("status")).ok()?;
     let field = |name: &str| -> Option<f64> {
         status

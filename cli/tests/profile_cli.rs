@@ -1,0 +1,324 @@
+//! Real co-location campaigns on the CPU: tiny workloads as real processes contending for the
+//! cores, the dataset validated by `duet dataset validate`; a campaign killed with SIGKILL and
+//! resumed; failing workloads; two shards merged equal the unsharded campaign.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use duet_core::Dataset;
+
+fn duet() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_duet"))
+}
+
+fn write_catalog(dir: &Path, extra: &str) -> PathBuf {
+    let path = dir.join("catalog.toml");
+    let text = format!(
+        r#"
+[[workload]]
+name = "mlp"
+kind = "train"
+builtin = "mlp"
+batch = 16
+width = 64
+
+[[workload]]
+name = "stream"
+kind = "infer"
+builtin = "stream"
+width = 64
+
+[[workload]]
+name = "ticker"
+kind = "infer"
+command = ["sh", "-c", "while true; do echo tick; sleep 0.005; done"]
+progress = "^tick$"
+{extra}"#
+    );
+    std::fs::write(&path, text).expect("catalog");
+    path
+}
+
+fn profile(catalog: &Path, out: &Path, extra: &[&str]) -> Output {
+    duet()
+        .arg("profile")
+        .arg("--catalog")
+        .arg(catalog)
+        .arg("--out")
+        .arg(out)
+        .args([
+            "--warmup",
+            "0.2",
+            "--window",
+            "0.4",
+            "--sample-ms",
+            "50",
+            "--date",
+            "2026-11-30",
+        ])
+        .args(extra)
+        .output()
+        .expect("duet profile")
+}
+
+fn validate(out: &Path) {
+    let v = duet()
+        .args(["dataset", "validate"])
+        .arg(out)
+        .output()
+        .expect("validate");
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+}
+
+fn settings(d: &Dataset) -> Vec<(String, String, String)> {
+    let mut s: Vec<_> = d
+        .pairs
+        .iter()
+        .map(|p| (p.a.clone(), p.b.clone(), p.mode.to_string()))
+        .collect();
+    s.sort();
+    s
+}
+
+#[test]
+fn a_mini_campaign_measures_every_workload_and_pair() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let catalog = write_catalog(dir.path(), "");
+    let out = dir.path().join("cpu-mini");
+    let run = profile(&catalog, &out, &["--repetitions", "2"]);
+    let log = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{log}");
+    assert!(log.contains("[18/18]") && log.contains("ETA"), "{log}");
+    validate(&out);
+    let d = Dataset::read(&out).expect("dataset");
+    assert_eq!(d.workloads.len(), 3);
+    assert_eq!(d.pairs.len(), 6, "3 workloads: 3 self-pairs and 3 others");
+    assert!(
+        d.pairs
+            .iter()
+            .all(|p| p.status == duet_core::Status::Ok && p.repetitions == Some(2))
+    );
+    for w in &d.workloads {
+        assert!(w.solo_throughput > 0.0);
+        assert_eq!(w.repetitions, Some(2));
+        let cpu = w.features["cpu_util"]
+            .as_number()
+            .expect("cpu_util sampled");
+        // The shell loop sleeps; the built-ins compute.
+        assert!(
+            w.workload == "ticker" || cpu > 10.0,
+            "{}: cpu_util {cpu}",
+            w.workload
+        );
+        assert!(w.features["rss_mib"].as_number().expect("rss") > 0.0);
+    }
+    assert_eq!(d.meta.provenance.gpu, "cpu");
+    assert!(
+        d.meta
+            .provenance
+            .command
+            .as_deref()
+            .is_some_and(|c| c.contains("profile"))
+    );
+    // The trainer learns from it.
+    let model = dir.path().join("model");
+    let train = duet()
+        .args([
+            "train",
+            "--max-epochs",
+            "20",
+            "--ensemble",
+            "1",
+            "--hidden",
+            "8",
+            "--data",
+        ])
+        .arg(&out)
+        .arg("--out")
+        .arg(&model)
+        .output()
+        .expect("duet train");
+    assert!(
+        train.status.success(),
+        "{}",
+        String::from_utf8_lossy(&train.stderr)
+    );
+    assert!(model.join("model.onnx").is_file());
+}
+
+#[test]
+fn a_killed_campaign_resumes_without_repeating_or_losing_anything() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let catalog = write_catalog(dir.path(), "");
+    let out = dir.path().join("cpu-resumed");
+    let mut child = duet()
+        .arg("profile")
+        .arg("--catalog")
+        .arg(&catalog)
+        .arg("--out")
+        .arg(&out)
+        .args(["--warmup", "0.2", "--window", "0.4", "--repetitions", "1"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("duet profile");
+    let journal = dir.path().join(".cpu-resumed.campaign/journal.jsonl");
+    let lines = || std::fs::read_to_string(&journal).map_or(0, |t| t.lines().count());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lines() < 4 {
+        assert!(Instant::now() < deadline, "the campaign made no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    let finished = lines();
+    assert!(!out.exists(), "no dataset from a killed campaign");
+    // Without --resume the journal is not overwritten.
+    let refused = profile(&catalog, &out, &["--repetitions", "1"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--resume"));
+    let resumed = profile(&catalog, &out, &["--repetitions", "1", "--resume"]);
+    let log = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{log}");
+    assert!(
+        log.contains(&format!("resuming: {finished} of 9 measurements")),
+        "{log}"
+    );
+    assert_eq!(
+        log.lines().filter(|l| l.starts_with('[')).count(),
+        9 - finished,
+        "{log}"
+    );
+    validate(&out);
+    let d = Dataset::read(&out).expect("dataset");
+    assert_eq!((d.workloads.len(), d.pairs.len()), (3, 6));
+    assert!(
+        !journal.exists(),
+        "the journal goes once the dataset is written"
+    );
+}
+
+#[test]
+fn failing_workloads_are_recorded_or_named() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let marker = dir.path().join("holder.pid");
+    let m = marker.display();
+    // `hog` holds a marker while it runs; `fragile` runs out of memory next to a live `hog`.
+    let extra = format!(
+        r#"
+[[workload]]
+name = "hog"
+kind = "train"
+command = ["sh", "-c", "echo $$ > {m}; while true; do echo tick; sleep 0.005; done"]
+progress = "^tick$"
+
+[[workload]]
+name = "fragile"
+kind = "infer"
+command = ["sh", "-c", "sleep 0.1; if [ -f {m} ] && kill -0 $(cat {m}) 2>/dev/null; then echo 'RuntimeError: CUDA out of memory' >&2; exit 1; fi; while true; do echo tick; sleep 0.005; done"]
+progress = "^tick$"
+"#
+    );
+    let catalog = dir.path().join("catalog.toml");
+    std::fs::write(&catalog, extra.trim_start()).expect("catalog");
+    let out = dir.path().join("cpu-fragile");
+    let run = profile(&catalog, &out, &["--repetitions", "1"]);
+    let log = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{log}");
+    let d = Dataset::read(&out).expect("dataset");
+    let p = d.pairs.iter().find(|p| p.a != p.b).expect("the mixed pair");
+    assert_eq!(p.status, duet_core::Status::Oom, "{p:?}");
+    assert!(
+        p.note
+            .as_deref()
+            .is_some_and(|n| n.contains("CUDA out of memory"))
+    );
+    assert_eq!(
+        d.pairs
+            .iter()
+            .filter(|p| p.status == duet_core::Status::Ok)
+            .count(),
+        2
+    );
+
+    // A workload that exits at once: named, and no dataset.
+    let broken = write_catalog(
+        dir.path(),
+        "\n[[workload]]\nname = \"quits\"\nkind = \"train\"\ncommand = [\"sh\", \"-c\", \"echo bad flag >&2; exit 3\"]\nprogress = \"tick\"\n",
+    );
+    let out = dir.path().join("cpu-broken");
+    let run = profile(&broken, &out, &["--repetitions", "1"]);
+    assert!(!run.status.success());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        err.contains("workload `quits` failed every time it ran alone") && err.contains("bad flag"),
+        "{err}"
+    );
+    assert!(!out.exists());
+
+    // Bad flags and catalogs, each named.
+    let cases: [(&[&str], &str); 4] = [
+        (&["--shard", "3/2"], "impossible shard"),
+        (&["--timeout", "0"], "--timeout must be a positive number"),
+        (&["--modes", "cpu,warp"], "unknown mode `warp`"),
+        (&["--shares", "0"], "--shares: 0 is outside (0, 100]"),
+    ];
+    for (flags, says) in cases {
+        let run = profile(&catalog, &dir.path().join("never"), flags);
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(
+            !run.status.success() && err.contains(says),
+            "{flags:?}: {err}"
+        );
+    }
+    std::fs::write(dir.path().join("dup.toml"), "[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\n[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\n").expect("dup");
+    let run = profile(&dir.path().join("dup.toml"), &dir.path().join("never"), &[]);
+    assert!(String::from_utf8_lossy(&run.stderr).contains("workload `a`: the name is used twice"));
+    let existing = profile(&catalog, dir.path(), &[]);
+    assert!(String::from_utf8_lossy(&existing.stderr).contains("already exists"));
+}
+
+#[test]
+fn two_merged_shards_cover_the_unsharded_pairs() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let catalog = write_catalog(dir.path(), "");
+    let whole = dir.path().join("whole");
+    assert!(
+        profile(&catalog, &whole, &["--repetitions", "1"])
+            .status
+            .success()
+    );
+    for i in 0..2 {
+        let run = profile(
+            &catalog,
+            &dir.path().join(format!("shard-{i}")),
+            &["--repetitions", "1", "--shard", &format!("{i}/2")],
+        );
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+    let merged = dir.path().join("merged");
+    let merge = duet()
+        .args(["dataset", "merge"])
+        .arg(dir.path().join("shard-0"))
+        .arg(dir.path().join("shard-1"))
+        .arg("--out")
+        .arg(&merged)
+        .output()
+        .expect("merge");
+    assert!(
+        merge.status.success(),
+        "{}",
+        String::from_utf8_lossy(&merge.stderr)
+    );
+    let (w, m) = (
+        Dataset::read(&whole).expect("whole"),
+        Dataset::read(&merged).expect("merged"),
+    );
+    assert_eq!(settings(&w), settings(&m));
+    let s0 = Dataset::read(&dir.path().join("shard-0")).expect("shard 0");
+    assert!(!s0.pairs.is_empty() && s0.pairs.len() < w.pairs.len());
+}
