@@ -291,6 +291,10 @@ pub struct ProfileArgs {
     /// Where workloads run: `cpu` or `cuda[:N]`.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Pin the workload processes to these CPUs (`taskset -c` syntax, for example `0`): in the cpu
+    /// mode, two jobs then time-slice one core, like two jobs sharing one GPU.
+    #[arg(long)]
+    pub cpu_set: Option<String>,
     /// The device label recorded in the dataset (default: `cpu`, or the GPU's name).
     #[arg(long)]
     pub gpu: Option<String>,
@@ -306,7 +310,7 @@ pub struct ProfileArgs {
     /// Seconds a run may take to reach its window before it is recorded as a timeout.
     #[arg(long, default_value_t = 120.0)]
     pub timeout: f64,
-    /// Milliseconds between counter samples.
+    /// Milliseconds between counter samples (0: no sampling).
     #[arg(long, default_value_t = 100)]
     pub sample_ms: u64,
     /// Seed of the measurement order.

@@ -79,6 +79,7 @@ pub fn workload(command: WorkloadCommand) -> Result<()> {
                 duet: std::env::current_exe()?,
                 catalog: catalog.path.clone(),
                 device,
+                cpu_set: None,
             };
             let mut running = Running::start(&launcher, &spec).map_err(|e| anyhow!(e))?;
             let start = Instant::now();
@@ -151,6 +152,7 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
             duet: std::env::current_exe().context("cannot find the duet binary")?,
             catalog: args.catalog.clone(),
             device,
+            cpu_set: args.cpu_set.clone(),
         },
         catalog,
         modes,
@@ -159,7 +161,7 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
         window: seconds(args.window, "--window")?,
         repetitions: args.repetitions,
         timeout: seconds(args.timeout, "--timeout")?,
-        sample_interval: Duration::from_millis(args.sample_ms.max(1)),
+        sample_interval: Duration::from_millis(args.sample_ms),
         seed: args.seed,
         shard,
         out: args.out.clone(),

@@ -418,20 +418,26 @@ impl Campaign {
         }
         let t0 = Instant::now();
         let mut samples: Vec<Vec<ProcSample>> = vec![Vec::new(); running.len()];
+        // A zero interval turns sampling off (to measure what sampling costs).
+        let sampling = !self.sample_interval.is_zero();
+        let tick = if sampling {
+            self.sample_interval
+        } else {
+            Duration::from_millis(50)
+        };
         loop {
-            for (r, s) in running.iter().zip(samples.iter_mut()) {
-                if let Some(sample) = proc_sample(r.pid()) {
-                    s.push(sample);
+            if sampling {
+                for (r, s) in running.iter().zip(samples.iter_mut()) {
+                    if let Some(sample) = proc_sample(r.pid()) {
+                        s.push(sample);
+                    }
                 }
             }
             if t0.elapsed() >= self.window {
                 break;
             }
             check_alive(running)?;
-            std::thread::sleep(
-                self.sample_interval
-                    .min(self.window.saturating_sub(t0.elapsed())),
-            );
+            std::thread::sleep(tick.min(self.window.saturating_sub(t0.elapsed())));
         }
         let t1 = Instant::now();
         let mut throughputs = Vec::new();

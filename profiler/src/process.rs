@@ -24,10 +24,26 @@ pub struct Launcher {
     pub duet: PathBuf,
     pub catalog: PathBuf,
     pub device: Device,
+    /// Pin every workload process to these CPUs (`taskset -c`), for example `0`: two jobs then
+    /// time-slice one core, the CPU's analogue of sharing one GPU.
+    pub cpu_set: Option<String>,
 }
 
 impl Launcher {
     fn command(&self, spec: &WorkloadSpec) -> Command {
+        let mut c = self.unpinned(spec);
+        if let Some(cpus) = &self.cpu_set {
+            let mut pinned = Command::new("taskset");
+            pinned
+                .args(["-c", cpus])
+                .arg(c.get_program())
+                .args(c.get_args());
+            c = pinned;
+        }
+        c
+    }
+
+    fn unpinned(&self, spec: &WorkloadSpec) -> Command {
         match &spec.source {
             Source::Builtin { .. } => {
                 let mut c = Command::new(&self.duet);
