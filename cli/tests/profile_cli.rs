@@ -322,3 +322,43 @@ fn two_merged_shards_cover_the_unsharded_pairs() {
     let s0 = Dataset::read(&dir.path().join("shard-0")).expect("shard 0");
     assert!(!s0.pairs.is_empty() && s0.pairs.len() < w.pairs.len());
 }
+
+#[test]
+fn without_nvml_a_gpu_campaign_says_so_once_and_goes_on() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let catalog = dir.path().join("catalog.toml");
+    std::fs::write(
+        &catalog,
+        "[[workload]]\nname = \"ticker\"\nkind = \"infer\"\ncommand = [\"sh\", \"-c\", \"while true; do echo tick; sleep 0.005; done\"]\nprogress = \"^tick$\"\n",
+    )
+    .expect("catalog");
+    let out = dir.path().join("gpu-less");
+    let run = profile(
+        &catalog,
+        &out,
+        &[
+            "--repetitions",
+            "1",
+            "--device",
+            "cuda:0",
+            "--gpu",
+            "h200",
+            "--modes",
+            "timeslice",
+        ],
+    );
+    let log = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{log}");
+    // This machine has no NVIDIA driver; where one is, the counters are recorded instead.
+    if log.contains("NVML unavailable") {
+        assert_eq!(
+            log.matches("GPU counters are not recorded").count(),
+            1,
+            "{log}"
+        );
+    }
+    let d = Dataset::read(&out).expect("dataset");
+    assert_eq!(d.pairs.len(), 1);
+    assert_eq!(d.meta.provenance.gpu, "h200");
+    assert_eq!(d.meta.modes, [duet_core::Mode::Timeslice]);
+}

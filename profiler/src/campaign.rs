@@ -17,7 +17,9 @@ use duet_core::dataset::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::builtin::Device;
 use crate::catalog::{Catalog, Source, WorkloadSpec};
+use crate::gpu::GpuCounters;
 use crate::process::{Launcher, ProcSample, Running, Usage, proc_sample, usage};
 
 /// Everything a campaign needs.
@@ -95,6 +97,9 @@ pub struct Record {
     /// Iterations per second of each process, in task order (0 when the run failed).
     pub throughputs: Vec<f64>,
     pub usage: Vec<Option<Usage>>,
+    /// Device counters over the window (NVML, GPM), mean and `_p95`; empty without a GPU.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpu: BTreeMap<String, f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -250,6 +255,21 @@ impl Campaign {
             .append(true)
             .open(self.journal_path())
             .map_err(|e| fail(format!("{}: {e}", self.journal_path().display())))?;
+        let gpu = match self.launcher.device {
+            Device::Cuda(index) => match GpuCounters::open(u32::try_from(index).unwrap_or(0)) {
+                Ok(g) => {
+                    if let Err(why) = &g.gpm {
+                        progress(why);
+                    }
+                    Some(g)
+                }
+                Err(why) => {
+                    progress(&why);
+                    None
+                }
+            },
+            Device::Cpu => None,
+        };
         let started = Instant::now();
         for (k, task) in todo.iter().enumerate() {
             if let Task::Pair { a, b, .. } = task {
@@ -257,7 +277,7 @@ impl Campaign {
                     self.check_solo_succeeded(w, &done)?;
                 }
             }
-            let record = self.measure(task);
+            let record = self.measure(task, gpu.as_ref());
             let mut line = serde_json::to_string(&record).map_err(|e| fail(e.to_string()))?;
             line.push('\n');
             journal
@@ -339,7 +359,7 @@ impl Campaign {
     }
 
     /// Runs one task's processes and measures them over the same window.
-    fn measure(&self, task: &Task) -> Record {
+    fn measure(&self, task: &Task, gpu: Option<&GpuCounters>) -> Record {
         let names: Vec<&str> = match task {
             Task::Solo { workload, .. } => vec![workload],
             Task::Pair { a, b, .. } => vec![a, b],
@@ -351,6 +371,7 @@ impl Campaign {
             status,
             throughputs: vec![0.0; n],
             usage: vec![None; n],
+            gpu: BTreeMap::new(),
             note: Some(note),
         };
         let mut running = Vec::new();
@@ -369,14 +390,15 @@ impl Campaign {
                 }
             }
         }
-        let outcome = self.window_of(&mut running);
+        let outcome = self.window_of(&mut running, gpu);
         let record = match outcome {
-            Ok((throughputs, usage)) => Record {
+            Ok((throughputs, usage, counters)) => Record {
                 key: task.key(),
                 task: task.clone(),
                 status: Status::Ok,
                 throughputs,
                 usage,
+                gpu: counters,
                 note: None,
             },
             Err((status, note)) => failed(status, note),
@@ -391,7 +413,8 @@ impl Campaign {
     fn window_of(
         &self,
         running: &mut [Running],
-    ) -> Result<(Vec<f64>, Vec<Option<Usage>>), (Status, String)> {
+        gpu: Option<&GpuCounters>,
+    ) -> Result<(Vec<f64>, Vec<Option<Usage>>, BTreeMap<String, f64>), (Status, String)> {
         let start = Instant::now();
         loop {
             check_alive(running)?;
@@ -417,6 +440,8 @@ impl Campaign {
             std::thread::sleep(Duration::from_millis(5));
         }
         let t0 = Instant::now();
+        let gpm_first = gpu.and_then(GpuCounters::gpm_sample);
+        let mut readings = Vec::new();
         let mut samples: Vec<Vec<ProcSample>> = vec![Vec::new(); running.len()];
         // A zero interval turns sampling off (to measure what sampling costs).
         let sampling = !self.sample_interval.is_zero();
@@ -432,6 +457,9 @@ impl Campaign {
                         s.push(sample);
                     }
                 }
+                if let Some(g) = gpu {
+                    readings.push(g.read());
+                }
             }
             if t0.elapsed() >= self.window {
                 break;
@@ -440,6 +468,11 @@ impl Campaign {
             std::thread::sleep(tick.min(self.window.saturating_sub(t0.elapsed())));
         }
         let t1 = Instant::now();
+        let gpm = match (gpu, &gpm_first, gpu.and_then(GpuCounters::gpm_sample)) {
+            (Some(g), Some(first), Some(last)) => g.gpm_metrics(first, &last),
+            _ => Default::default(),
+        };
+        let counters = crate::gpu::summarise(&readings, &gpm);
         let mut throughputs = Vec::new();
         for r in running.iter() {
             let count = r.iterations_between(t0, t1);
@@ -456,11 +489,18 @@ impl Campaign {
             #[allow(clippy::cast_precision_loss)]
             throughputs.push(count as f64 / (t1 - t0).as_secs_f64());
         }
-        Ok((throughputs, samples.iter().map(|s| usage(s)).collect()))
+        Ok((
+            throughputs,
+            samples.iter().map(|s| usage(s)).collect(),
+            counters,
+        ))
     }
 
     /// The dataset from the journal's records.
     fn assemble(&self, done: &BTreeMap<String, Record>) -> Result<Dataset, CampaignError> {
+        // GPU counters become columns only where some run recorded them.
+        let gpu_names: BTreeSet<String> =
+            done.values().flat_map(|r| r.gpu.keys().cloned()).collect();
         let mut workloads = Vec::new();
         for spec in &self.catalog.workloads {
             let ok: Vec<&Record> = done
@@ -485,6 +525,11 @@ impl Campaign {
             }
             for (name, value) in usage_features(&usages) {
                 features.insert(name.into(), FeatureValue::Number(value));
+            }
+            for name in &gpu_names {
+                let values: Vec<f64> = ok.iter().filter_map(|r| r.gpu.get(name).copied()).collect();
+                let value = (!values.is_empty()).then(|| crate::process::mean(&values));
+                features.insert(name.clone(), FeatureValue::Number(value));
             }
             workloads.push(Workload {
                 workload: spec.name.clone(),
@@ -546,6 +591,16 @@ impl Campaign {
                     values.map(|u| {
                         crate::process::mean(&u.iter().map(|x| x.rss_mib).collect::<Vec<_>>())
                     }),
+                );
+            }
+            for name in &gpu_names {
+                let values: Vec<f64> = records
+                    .iter()
+                    .filter_map(|r| r.gpu.get(name).copied())
+                    .collect();
+                counters.insert(
+                    name.clone(),
+                    (!values.is_empty()).then(|| crate::process::mean(&values)),
                 );
             }
             let (status, ta, tb, note) = match failed {
@@ -610,22 +665,34 @@ impl Campaign {
                 "context switches per second, voluntary and involuntary",
             ));
         }
-        let pair_counters = ["cpu_util_a", "cpu_util_b", "rss_mib_a", "rss_mib_b"]
-            .iter()
-            .map(|name| {
-                let base = &name[..name.len() - 2];
-                let c = numeric(base, None, "");
-                FeatureColumn {
-                    name: (*name).to_string(),
-                    meaning: format!(
-                        "{} ({} side of the pair)",
-                        c.meaning,
-                        &name[name.len() - 1..]
-                    ),
-                    ..c
-                }
+        let gpu_column = |name: &String| {
+            duet_core::features::canonical(name).unwrap_or(FeatureColumn {
+                name: name.clone(),
+                kind: FeatureKind::Numeric,
+                unit: Some("MHz".into()).filter(|_| name.contains("clock")),
+                meaning: "device counter over the measured window (NVML)".into(),
             })
-            .collect();
+        };
+        workload_features.extend(gpu_names.iter().map(gpu_column));
+        let mut pair_counters: Vec<FeatureColumn> =
+            ["cpu_util_a", "cpu_util_b", "rss_mib_a", "rss_mib_b"]
+                .iter()
+                .map(|name| {
+                    let base = &name[..name.len() - 2];
+                    let c = numeric(base, None, "");
+                    FeatureColumn {
+                        name: (*name).to_string(),
+                        meaning: format!(
+                            "{} ({} side of the pair)",
+                            c.meaning,
+                            &name[name.len() - 1..]
+                        ),
+                        ..c
+                    }
+                })
+                .collect();
+        // Device counters of a pair run cover both jobs together.
+        pair_counters.extend(gpu_names.iter().map(gpu_column));
         let meta = DatasetMeta {
             format: duet_core::dataset::FORMAT.into(),
             name: self.name.clone(),

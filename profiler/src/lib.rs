@@ -8,4 +8,5 @@
 pub mod builtin;
 pub mod campaign;
 pub mod catalog;
+pub mod gpu;
 pub mod process;
