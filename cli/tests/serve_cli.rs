@@ -102,6 +102,23 @@ impl Drop for Server {
     }
 }
 
+/// `duet predict` against `server` for V100 pairs in the space mode, with `args` after.
+fn predict(server: &Server, args: &[&str]) -> std::process::Output {
+    duet()
+        .args([
+            "predict",
+            "--server",
+            &server.base,
+            "--gpu",
+            "v100",
+            "--mode",
+            "space",
+        ])
+        .args(args)
+        .output()
+        .expect("duet predict")
+}
+
 fn metric(server: &Server, name: &str) -> f64 {
     let text = ureq::get(&server.url("/metrics"))
         .call()
@@ -131,20 +148,10 @@ fn serve_register_predict_reload_restart_and_stop() {
     assert_eq!(created.status(), 201);
 
     // `duet predict` as a separate process, by id.
-    let out = duet()
-        .args([
-            "predict",
-            "--server",
-            &server.base,
-            "--gpu",
-            "v100",
-            "--mode",
-            "space",
-            "--json",
-        ])
-        .args(["my-infer,resnet-50-bs64", "a3c,my-infer"])
-        .output()
-        .expect("duet predict");
+    let out = predict(
+        &server,
+        &["--json", "my-infer,resnet-50-bs64", "a3c,my-infer"],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -155,37 +162,13 @@ fn serve_register_predict_reload_restart_and_stop() {
     assert_eq!(p.len(), 2);
     assert!(p[0]["speed_a"].as_f64().expect("speed") > 0.0);
     // The table form, and a clear error for an unknown id.
-    let table = duet()
-        .args([
-            "predict",
-            "--server",
-            &server.base,
-            "--gpu",
-            "v100",
-            "--mode",
-            "space",
-            "a3c,cyclegan",
-        ])
-        .output()
-        .expect("duet predict");
+    let table = predict(&server, &["a3c,cyclegan"]);
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(
         text.contains("a3c") && text.contains("cyclegan") && text.contains("combined"),
         "{text}"
     );
-    let unknown = duet()
-        .args([
-            "predict",
-            "--server",
-            &server.base,
-            "--gpu",
-            "v100",
-            "--mode",
-            "space",
-            "a3c,nobody",
-        ])
-        .output()
-        .expect("duet predict");
+    let unknown = predict(&server, &["a3c,nobody"]);
     assert!(!unknown.status.success());
     let err = String::from_utf8_lossy(&unknown.stderr);
     assert!(

@@ -68,6 +68,12 @@ async fn call_raw(
     (status, value)
 }
 
+/// The smallest valid prediction request, answered by `app`.
+async fn predict_one(app: &Router) -> (StatusCode, Value) {
+    let body = json!({"gpu": "v100", "pairs": [pair("a3c", "a3c")]});
+    call(app, "POST", "/v1/predict", Some(body), None).await
+}
+
 fn pair(a: &str, b: &str) -> Value {
     json!({"a": {"workload": a}, "b": {"workload": b}, "mode": "space"})
 }
@@ -421,14 +427,7 @@ async fn a_broken_model_never_replaces_the_working_one() {
     );
     let (_, after) = call(&app, "GET", "/v1/models", None, None).await;
     assert_eq!(before, after);
-    let ok = call(
-        &app,
-        "POST",
-        "/v1/predict",
-        Some(json!({"gpu": "v100", "pairs": [pair("a3c", "a3c")]})),
-        None,
-    )
-    .await;
+    let ok = predict_one(&app).await;
     assert_eq!(ok.0, StatusCode::OK);
     let (_, metrics) = call(&app, "GET", "/metrics", None, None).await;
     let text = metrics.as_str().expect("text");
@@ -459,14 +458,7 @@ async fn health_models_metrics_and_openapi() {
             .as_array()
             .is_some_and(|m| !m.is_empty())
     );
-    call(
-        &app,
-        "POST",
-        "/v1/predict",
-        Some(json!({"gpu": "v100", "pairs": [pair("a3c", "a3c")]})),
-        None,
-    )
-    .await;
+    predict_one(&app).await;
     call(
         &app,
         "POST",
@@ -660,14 +652,7 @@ async fn not_ready_until_a_model_is_loaded() {
         (s, ready["ready"].as_bool()),
         (StatusCode::SERVICE_UNAVAILABLE, Some(false))
     );
-    let predict = call(
-        &app,
-        "POST",
-        "/v1/predict",
-        Some(json!({"gpu": "v100", "pairs": [pair("a3c", "a3c")]})),
-        None,
-    )
-    .await;
+    let predict = predict_one(&app).await;
     assert_eq!(predict.0, StatusCode::SERVICE_UNAVAILABLE);
     state.load_model(None).expect("load");
     assert_eq!(
