@@ -14,7 +14,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use duet_core::api::{PredictRequest, PredictResponse, RegisteredWorkload, WorkloadBody};
+use duet_core::api::{PredictRequest, RegisteredWorkload, WorkloadBody};
 use serde::{Deserialize, Serialize};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -406,35 +406,88 @@ pub fn answer(state: &AppState, body: &[u8]) -> Result<Vec<u8>, Failure> {
         )
         .with_status(StatusCode::PAYLOAD_TOO_LARGE));
     }
-    let (model, inputs) = {
-        let guard = state.read()?;
-        let serving = guard.as_ref().ok_or_else(not_ready)?;
-        let inputs = predict::encode(
-            &serving.model,
-            &serving.registry,
-            &request,
-            state.config.gpu.as_deref(),
-        )?;
-        (serving.model.clone(), inputs)
+    let guard = state.read()?;
+    let serving = guard.as_ref().ok_or_else(not_ready)?;
+    let model = &serving.model;
+    let default_gpu = state.config.gpu.as_deref();
+    let n = request.pairs.len();
+    // A large request is cut into one part per core; each part is encoded, run and written on
+    // its own thread, and the parts' JSON arrays are joined in order.
+    let parts = if n >= PARALLEL_PAIRS {
+        cores().min(n)
+    } else {
+        1
     };
-    let outputs = model.engine.run(inputs).map_err(|e| {
-        tracing::error!(error = %e, "inference failed");
-        Failure::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("inference failed: {e}"),
-        )
-    })?;
-    state.metrics.pairs(request.pairs.len());
-    let response = PredictResponse {
-        model_version: model.version().to_string(),
-        predictions: predict::predictions(&outputs),
+    let size = n.div_ceil(parts);
+    let part = |range: std::ops::Range<usize>, serial: bool| -> Result<Vec<u8>, Failure> {
+        let inputs = predict::encode_pairs(model, &serving.registry, &request, range, default_gpu)?;
+        let outputs = if serial {
+            model.engine.run_serial(inputs)
+        } else {
+            model.engine.run(inputs)
+        }
+        .map_err(|e| {
+            tracing::error!(error = %e, "inference failed");
+            Failure::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("inference failed: {e}"),
+            )
+        })?;
+        serde_json::to_vec(&predict::predictions(&outputs))
+            .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
     };
-    serde_json::to_vec(&response)
-        .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+    let arrays: Vec<Vec<u8>> = if parts == 1 {
+        vec![part(0..n, false)?]
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..parts)
+                .map(|k| {
+                    let range = (k * size)..((k + 1) * size).min(n);
+                    scope.spawn(move || part(range, true))
+                })
+                .collect();
+            // Joined in order: the first failing part names the first bad pair.
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Failure::new(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "a prediction worker panicked",
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>, Failure>>()
+        })?
+    };
+    state.metrics.pairs(n);
+    let version = serde_json::to_string(model.version())
+        .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let mut out = Vec::with_capacity(arrays.iter().map(Vec::len).sum::<usize>() + 64);
+    out.extend_from_slice(b"{\"model_version\":");
+    out.extend_from_slice(version.as_bytes());
+    out.extend_from_slice(b",\"predictions\":[");
+    for (k, array) in arrays.iter().enumerate() {
+        // Each part is a JSON array `[...]`: its items go in, separated by a comma.
+        let items = &array[1..array.len() - 1];
+        if k > 0 && !items.is_empty() {
+            out.push(b',');
+        }
+        out.extend_from_slice(items);
+    }
+    out.extend_from_slice(b"]}");
+    Ok(out)
+}
+
+/// Requests with at least this many pairs are split over the cores.
+const PARALLEL_PAIRS: usize = 2048;
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 #[utoipa::path(post, path = "/v1/predict", request_body = PredictRequest, responses(
-    (status = 200, body = PredictResponse),
+    (status = 200, body = duet_core::api::PredictResponse),
     (status = 400, body = duet_core::api::ApiError, description = "malformed JSON"),
     (status = 404, body = duet_core::api::ApiError, description = "unknown workload id"),
     (status = 413, body = duet_core::api::ApiError, description = "over the body or pairs limit"),

@@ -56,6 +56,11 @@ pub trait Engine: Send + Sync + fmt::Debug {
     /// The ensemble's mean outputs for `inputs.len() / width` rows (taken by value: the
     /// engines consume the buffer without copying it).
     fn run(&self, inputs: Vec<f32>) -> Result<Vec<f32>, String>;
+
+    /// `run` on one thread, for callers that already split the work over the cores.
+    fn run_serial(&self, inputs: Vec<f32>) -> Result<Vec<f32>, String> {
+        self.run(inputs)
+    }
 }
 
 /// Burn on the CPU: every ensemble member's forward pass, averaged.
@@ -203,6 +208,10 @@ fn run_on(session: &mut Session, data: &[f32], width: usize) -> Result<Vec<f32>,
 impl Engine for OnnxEngine {
     fn kind(&self) -> EngineKind {
         EngineKind::Onnx
+    }
+
+    fn run_serial(&self, inputs: Vec<f32>) -> Result<Vec<f32>, String> {
+        run_on(&mut *take(&self.small)?, &inputs, self.width)
     }
 
     fn run(&self, inputs: Vec<f32>) -> Result<Vec<f32>, String> {

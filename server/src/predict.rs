@@ -15,17 +15,35 @@ pub fn encode(
     request: &PredictRequest,
     default_gpu: Option<&str>,
 ) -> Result<Vec<f32>, Failure> {
+    encode_pairs(
+        model,
+        registry,
+        request,
+        0..request.pairs.len(),
+        default_gpu,
+    )
+}
+
+/// `encode` for the pairs of `request` in `range` (error paths keep the request's indexes).
+pub fn encode_pairs(
+    model: &LoadedModel,
+    registry: &Registry,
+    request: &PredictRequest,
+    range: std::ops::Range<usize>,
+    default_gpu: Option<&str>,
+) -> Result<Vec<f32>, Failure> {
     let spec = &model.meta.spec;
     let width = spec.pair_width();
     let job_width = spec.job_width();
-    let mut inputs = Vec::with_capacity(request.pairs.len() * 2 * width);
+    let mut inputs = Vec::with_capacity(range.len() * 2 * width);
     let mut scratch_a = Vec::with_capacity(job_width);
     let mut scratch_b = Vec::with_capacity(job_width);
     let model_gpu = (spec.gpus.len() == 1).then(|| spec.gpus[0].as_str());
     // Consecutive pairs usually share device, mode and shares: their context is encoded once.
     type ContextKey<'r> = (&'r str, duet_core::dataset::Mode, Option<f64>, Option<f64>);
     let mut context: Option<(ContextKey, Vec<f32>, Vec<f32>)> = None;
-    for (i, pair) in request.pairs.iter().enumerate() {
+    for (i, pair) in request.pairs[range.clone()].iter().enumerate() {
+        let i = i + range.start;
         let field = |name: &str| format!("pairs[{i}].{name}");
         let gpu = pair
             .gpu

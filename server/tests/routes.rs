@@ -678,3 +678,65 @@ async fn a_request_over_the_timeout_is_answered_503() {
     .await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 }
+
+#[tokio::test]
+async fn a_large_request_split_over_the_cores_answers_like_small_ones() {
+    let app = app_with(Config::new(model_dir())).0;
+    let ids = [
+        "a3c",
+        "cyclegan",
+        "resnet-50-bs64",
+        "transformer-bs32",
+        "lm-bs80",
+        "resnet-18-bs16",
+    ];
+    let pairs: Vec<Value> = (0..3000)
+        .map(|i| pair(ids[i % ids.len()], ids[(i * 7 + 1) % ids.len()]))
+        .collect();
+    let (s, whole) = call(
+        &app,
+        "POST",
+        "/v1/predict",
+        Some(json!({"gpu": "v100", "pairs": pairs})),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let whole = whole["predictions"]
+        .as_array()
+        .expect("predictions")
+        .clone();
+    assert_eq!(whole.len(), 3000);
+    let mut pieces = Vec::new();
+    for chunk in pairs.chunks(1000) {
+        let (s, part) = call(
+            &app,
+            "POST",
+            "/v1/predict",
+            Some(json!({"gpu": "v100", "pairs": chunk})),
+            None,
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK);
+        pieces.extend(part["predictions"].as_array().expect("predictions").clone());
+    }
+    assert_eq!(whole, pieces);
+    // A bad pair in a later part is named by its place in the whole request.
+    let mut bad = pairs.clone();
+    bad[2500] = pair("a3c", "nobody");
+    bad[2900] = pair("nobody-else", "a3c");
+    let got = call(
+        &app,
+        "POST",
+        "/v1/predict",
+        Some(json!({"gpu": "v100", "pairs": bad})),
+        None,
+    )
+    .await;
+    assert_error(
+        &got,
+        StatusCode::NOT_FOUND,
+        Some("pairs[2500].b.workload"),
+        "nobody",
+    );
+}
