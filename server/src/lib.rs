@@ -8,6 +8,7 @@
 pub mod app;
 pub mod engine;
 pub mod error;
+pub mod first_layer;
 pub mod kserve;
 pub mod metrics;
 pub mod model;

@@ -740,3 +740,43 @@ async fn a_large_request_split_over_the_cores_answers_like_small_ones() {
         "nobody",
     );
 }
+
+/// The split first layer (what `/v1/predict` runs) computes what the whole network computes
+/// (what KServe's `infer` runs), on both engines.
+#[tokio::test]
+async fn the_split_first_layer_matches_the_whole_network() {
+    for engine in [EngineKind::Burn, EngineKind::Onnx] {
+        let (_, state) = app_with(Config {
+            engine,
+            ..Config::new(model_dir())
+        });
+        let model = state.model().expect("model");
+        let split = model
+            .first_layer
+            .as_ref()
+            .expect("the default model has a hidden layer");
+        let width = model.meta.spec.pair_width();
+        // 600 rows of varied inputs: a few one-hot slots and numbers per row.
+        let rows: Vec<f32> = (0..600 * width)
+            .map(|i| match (i * 7919) % 13 {
+                0 => 1.0,
+                1 => ((i % 17) as f32 - 8.0) / 4.0,
+                _ => 0.0,
+            })
+            .collect();
+        let whole = model.engine.run(rows.clone()).expect("whole");
+        for serial in [false, true] {
+            let tail = model
+                .engine
+                .run_tail(split.full(&rows), serial)
+                .expect("tail");
+            assert_eq!(tail.len(), whole.len());
+            for (u, v) in whole.iter().zip(&tail) {
+                assert!(
+                    (u - v).abs() <= 1e-4 * u.abs().max(1.0),
+                    "{engine}: {u} vs {v}"
+                );
+            }
+        }
+    }
+}
