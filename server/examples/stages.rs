@@ -65,7 +65,7 @@ fn main() {
             (s.model.clone(), inputs)
         };
         let s2 = Instant::now();
-        let outputs = inputs.run(&model, false).expect("run");
+        let outputs = model.engine.run(inputs).expect("run");
         let s3 = Instant::now();
         let response = PredictResponse {
             model_version: model.version().to_string(),

@@ -420,8 +420,13 @@ pub fn answer(state: &AppState, body: &[u8]) -> Result<Vec<u8>, Failure> {
     };
     let size = n.div_ceil(parts);
     let part = |range: std::ops::Range<usize>, serial: bool| -> Result<Vec<u8>, Failure> {
-        let rows = predict::encode_pairs(model, &serving.registry, &request, range, default_gpu)?;
-        let outputs = rows.run(model, serial).map_err(|e| {
+        let inputs = predict::encode_pairs(model, &serving.registry, &request, range, default_gpu)?;
+        let outputs = if serial {
+            model.engine.run_serial(inputs)
+        } else {
+            model.engine.run(inputs)
+        }
+        .map_err(|e| {
             tracing::error!(error = %e, "inference failed");
             Failure::new(
                 StatusCode::INTERNAL_SERVER_ERROR,

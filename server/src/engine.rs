@@ -10,7 +10,6 @@ use std::str::FromStr;
 use std::sync::{Mutex, OnceLock};
 
 use burn::backend::Flex;
-use burn::tensor::activation::relu;
 use burn::tensor::{Tensor, TensorData};
 use duet_trainer::artifact::ONNX_FILE;
 use duet_trainer::model::{Mlp, OUTPUTS};
@@ -62,10 +61,6 @@ pub trait Engine: Send + Sync + fmt::Debug {
     fn run_serial(&self, inputs: Vec<f32>) -> Result<Vec<f32>, String> {
         self.run(inputs)
     }
-
-    /// The network after its first layer, from first-layer pre-activations (`FirstLayer`), on
-    /// one thread when `serial`.
-    fn run_tail(&self, first_layer: Vec<f32>, serial: bool) -> Result<Vec<f32>, String>;
 }
 
 /// Burn on the CPU: every ensemble member's forward pass, averaged.
@@ -73,44 +68,12 @@ pub trait Engine: Send + Sync + fmt::Debug {
 pub struct BurnEngine {
     nets: Vec<Mlp<Flex>>,
     width: usize,
-    /// The first hidden layer's width, where there is one.
-    hidden: Option<usize>,
 }
 
 impl BurnEngine {
     pub fn new(nets: Vec<Mlp<Flex>>, width: usize) -> BurnEngine {
-        let hidden = onnx::tail_width(&nets);
-        BurnEngine {
-            nets,
-            width,
-            hidden,
-        }
+        BurnEngine { nets, width }
     }
-
-    pub fn nets(&self) -> &[Mlp<Flex>] {
-        &self.nets
-    }
-}
-
-fn mean_rows(
-    sum: Option<Tensor<Flex, 2>>,
-    members: usize,
-    rows: usize,
-) -> Result<Vec<f32>, String> {
-    let sum = sum.ok_or("the model has no ensemble member")?;
-    #[allow(clippy::cast_precision_loss)]
-    let mean = sum / members as f32;
-    let out = mean
-        .into_data()
-        .to_vec::<f32>()
-        .map_err(|e| format!("Burn output: {e:?}"))?;
-    if out.len() != rows * OUTPUTS {
-        return Err(format!(
-            "Burn returned {} values for {rows} rows",
-            out.len()
-        ));
-    }
-    Ok(out)
 }
 
 impl Engine for BurnEngine {
@@ -131,32 +94,20 @@ impl Engine for BurnEngine {
                 None => out,
             });
         }
-        mean_rows(sum, self.nets.len(), rows)
-    }
-
-    fn run_tail(&self, first_layer: Vec<f32>, _serial: bool) -> Result<Vec<f32>, String> {
-        let h = self.hidden.ok_or("the model has no hidden layer")?;
-        let cols = h * self.nets.len();
-        let rows = first_layer.len() / cols;
-        let device = Default::default();
-        let x: Tensor<Flex, 2> =
-            Tensor::from_data(TensorData::new(first_layer, [rows, cols]), &device);
-        let mut sum: Option<Tensor<Flex, 2>> = None;
-        for (k, net) in self.nets.iter().enumerate() {
-            let mut y = relu(x.clone().slice([0..rows, k * h..(k + 1) * h]));
-            let last = net.layers.len() - 1;
-            for (i, layer) in net.layers.iter().enumerate().skip(1) {
-                y = y.matmul(layer.weight.val()) + layer.bias.val().unsqueeze::<2>();
-                if i < last {
-                    y = relu(y);
-                }
-            }
-            sum = Some(match sum {
-                Some(s) => s + y,
-                None => y,
-            });
+        let sum = sum.ok_or("the model has no ensemble member")?;
+        #[allow(clippy::cast_precision_loss)]
+        let mean = sum / self.nets.len() as f32;
+        let out = mean
+            .into_data()
+            .to_vec::<f32>()
+            .map_err(|e| format!("Burn output: {e:?}"))?;
+        if out.len() != rows * OUTPUTS {
+            return Err(format!(
+                "Burn returned {} values for {rows} rows",
+                out.len()
+            ));
         }
-        mean_rows(sum, self.nets.len(), rows)
+        Ok(out)
     }
 }
 
@@ -195,9 +146,6 @@ const SMALL_BATCH_ROWS: usize = 256;
 pub struct OnnxEngine {
     small: Vec<Mutex<Session>>,
     width: usize,
-    /// Sessions of the tail graph (`onnx::export_tail`) and its input width.
-    tail: Vec<Mutex<Session>>,
-    tail_width: usize,
 }
 
 fn session(
@@ -225,13 +173,8 @@ fn take(pool: &[Mutex<Session>]) -> Result<std::sync::MutexGuard<'_, Session>, S
 }
 
 impl OnnxEngine {
-    /// Loads `model.onnx` from the artifact folder `dir`, and the tail graph `tail` (built from
-    /// the same networks, `tail_width` wide) where there is one.
-    pub fn load(
-        dir: &Path,
-        width: usize,
-        tail: Option<(Vec<u8>, usize)>,
-    ) -> Result<OnnxEngine, String> {
+    /// Loads `model.onnx` from the artifact folder `dir`.
+    pub fn load(dir: &Path, width: usize) -> Result<OnnxEngine, String> {
         let env = ort_environment()?;
         let path = dir.join(ONNX_FILE);
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -239,39 +182,16 @@ impl OnnxEngine {
         let small = (0..cores)
             .map(|_| session(env, &bytes, &path).map(Mutex::new))
             .collect::<Result<_, _>>()?;
-        let (tail, tail_width) = match tail {
-            Some((graph, w)) => (
-                (0..cores)
-                    .map(|_| session(env, &graph, &path).map(Mutex::new))
-                    .collect::<Result<_, _>>()?,
-                w,
-            ),
-            None => (Vec::new(), 0),
-        };
-        Ok(OnnxEngine {
-            small,
-            width,
-            tail,
-            tail_width,
-        })
+        Ok(OnnxEngine { small, width })
     }
 }
 
 /// Runs `rows` encoded rows on one session.
 fn run_on(session: &mut Session, data: &[f32], width: usize) -> Result<Vec<f32>, String> {
-    run_input(session, onnx::INPUT, data, width)
-}
-
-fn run_input(
-    session: &mut Session,
-    input: &str,
-    data: &[f32],
-    width: usize,
-) -> Result<Vec<f32>, String> {
     let rows = data.len() / width;
     let tensor = TensorRef::from_array_view(([rows, width], data)).map_err(|e| e.to_string())?;
     let outputs = session
-        .run(ort::inputs![input => tensor])
+        .run(ort::inputs![onnx::INPUT => tensor])
         .map_err(|e| e.to_string())?;
     let (_, values) = outputs[onnx::OUTPUT]
         .try_extract_tensor::<f32>()
@@ -292,41 +212,6 @@ impl Engine for OnnxEngine {
 
     fn run_serial(&self, inputs: Vec<f32>) -> Result<Vec<f32>, String> {
         run_on(&mut *take(&self.small)?, &inputs, self.width)
-    }
-
-    fn run_tail(&self, first_layer: Vec<f32>, serial: bool) -> Result<Vec<f32>, String> {
-        if self.tail.is_empty() {
-            return Err("the model has no hidden layer".into());
-        }
-        let w = self.tail_width;
-        let rows = first_layer.len() / w;
-        if serial || rows <= SMALL_BATCH_ROWS || self.tail.len() < 2 {
-            return run_input(&mut *take(&self.tail)?, onnx::TAIL_INPUT, &first_layer, w);
-        }
-        let chunk = rows.div_ceil(self.tail.len()) * w;
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = first_layer
-                .chunks(chunk)
-                .zip(&self.tail)
-                .map(|(data, session)| {
-                    scope.spawn(move || {
-                        let mut session = session
-                            .lock()
-                            .map_err(|_| "an ONNX Runtime session panicked".to_string())?;
-                        run_input(&mut session, onnx::TAIL_INPUT, data, w)
-                    })
-                })
-                .collect();
-            let mut out = Vec::with_capacity(rows * OUTPUTS);
-            for handle in handles {
-                out.extend(
-                    handle
-                        .join()
-                        .map_err(|_| "an ONNX Runtime worker panicked".to_string())??,
-                );
-            }
-            Ok(out)
-        })
     }
 
     fn run(&self, inputs: Vec<f32>) -> Result<Vec<f32>, String> {

@@ -8,7 +8,6 @@
 pub mod app;
 pub mod engine;
 pub mod error;
-pub mod first_layer;
 pub mod kserve;
 pub mod metrics;
 pub mod model;

@@ -11,19 +11,9 @@ use duet_trainer::model::OUTPUTS;
 
 use crate::engine::{BurnEngine, Engine, EngineKind, OnnxEngine};
 use crate::error::Failure;
-use crate::first_layer::FirstLayer;
 
 /// How far the ONNX engine may stray from Burn on the probe batch before a model is refused.
 const ENGINE_AGREEMENT: f32 = 1e-3;
-
-/// One job ready for pairs: its encoding, and its first-layer shares as job a and as job b
-/// (empty where the first layer is not split).
-#[derive(Debug, Clone)]
-pub struct Encoded {
-    pub job: Box<[f32]>,
-    pub as_a: Box<[f32]>,
-    pub as_b: Box<[f32]>,
-}
 
 /// A model ready to answer: loaded, run once on a probe batch, its outputs checked.
 #[derive(Debug)]
@@ -31,8 +21,6 @@ pub struct LoadedModel {
     pub meta: ModelMeta,
     pub dir: PathBuf,
     pub engine: Box<dyn Engine>,
-    /// The first layer split by input, where the network has a hidden layer.
-    pub first_layer: Option<FirstLayer>,
     /// Unix seconds when it was loaded.
     pub loaded_at: u64,
 }
@@ -42,47 +30,32 @@ impl LoadedModel {
     /// half-loaded ever comes back.
     pub fn load(dir: &Path, kind: EngineKind) -> Result<LoadedModel, String> {
         let (meta, nets) = artifact::load(dir).map_err(|e| e.to_string())?;
-        let spec = &meta.spec;
-        let width = spec.pair_width();
-        let first_layer = FirstLayer::new(&nets, spec.job_width(), width);
-        let tail = match &first_layer {
-            Some(f) => {
-                duet_trainer::onnx::export_tail(&nets, &meta.version)?.map(|g| (g, f.width()))
-            }
-            None => None,
-        };
+        let width = meta.spec.pair_width();
         let burn = BurnEngine::new(nets, width);
         let probe = probe_batch(&meta);
-        let rows = probe.len() / width;
         let reference = burn.run(probe.clone())?;
-        check_outputs(&reference, rows, "Burn")?;
+        check_outputs(&reference, probe.len() / width, "Burn")?;
         let engine: Box<dyn Engine> = match kind {
             EngineKind::Burn => Box::new(burn),
             EngineKind::Onnx => {
-                let onnx = OnnxEngine::load(dir, width, tail)?;
+                let onnx = OnnxEngine::load(dir, width)?;
                 let got = onnx.run(probe.clone())?;
-                check_outputs(&got, rows, "ONNX Runtime")?;
-                agree(
-                    &reference,
-                    &got,
-                    &format!(
-                        "{}: ONNX Runtime against the Burn records",
+                check_outputs(&got, probe.len() / width, "ONNX Runtime")?;
+                let worst = reference
+                    .iter()
+                    .zip(&got)
+                    .map(|(r, g)| (r - g).abs())
+                    .fold(0.0f32, f32::max);
+                if worst > ENGINE_AGREEMENT {
+                    return Err(format!(
+                        "{}: ONNX Runtime differs from the Burn records by {worst} on the probe \
+                         batch (at most {ENGINE_AGREEMENT} allowed)",
                         dir.join(artifact::ONNX_FILE).display()
-                    ),
-                )?;
+                    ));
+                }
                 Box::new(onnx)
             }
         };
-        // The split first layer must compute what the whole network computes.
-        if let Some(f) = &first_layer {
-            let got = engine.run_tail(f.full(&probe), false)?;
-            check_outputs(&got, rows, "the split first layer")?;
-            agree(
-                &reference,
-                &got,
-                "the split first layer against the whole network",
-            )?;
-        }
         let loaded_at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -90,7 +63,6 @@ impl LoadedModel {
             meta,
             dir: dir.to_path_buf(),
             engine,
-            first_layer,
             loaded_at,
         })
     }
@@ -194,27 +166,14 @@ impl LoadedModel {
 
     /// The encoding of a registered workload's profile (its id marks it as a training
     /// workload where it is one).
-    pub fn encode_registered(&self, id: &str, mut job: JobFeatures) -> Encoded {
+    pub fn encode_registered(&self, id: &str, mut job: JobFeatures) -> Vec<f32> {
         job.insert(
             IDENTITY.to_string(),
             FeatureValue::Category(Some(id.to_string())),
         );
-        self.encode(&job)
-    }
-
-    /// A job's encoding and, where the first layer is split, its shares of it.
-    pub fn encode(&self, job: &JobFeatures) -> Encoded {
         let mut out = Vec::with_capacity(self.meta.spec.job_width());
-        self.meta.spec.encode_job(job, &mut out);
-        let (as_a, as_b) = match &self.first_layer {
-            Some(f) => (f.job(&out, 0), f.job(&out, 1)),
-            None => (Vec::new(), Vec::new()),
-        };
-        Encoded {
-            job: out.into_boxed_slice(),
-            as_a: as_a.into_boxed_slice(),
-            as_b: as_b.into_boxed_slice(),
-        }
+        self.meta.spec.encode_job(&job, &mut out);
+        out
     }
 
     /// The modes the model was trained on, for error messages.
@@ -253,20 +212,6 @@ fn probe_batch(meta: &ModelMeta) -> Vec<f32> {
         }
     }
     out
-}
-
-fn agree(reference: &[f32], got: &[f32], what: &str) -> Result<(), String> {
-    let worst = reference
-        .iter()
-        .zip(got)
-        .map(|(r, g)| (r - g).abs())
-        .fold(0.0f32, f32::max);
-    if worst > ENGINE_AGREEMENT {
-        return Err(format!(
-            "{what}: differs by {worst} on the probe batch (at most {ENGINE_AGREEMENT} allowed)"
-        ));
-    }
-    Ok(())
 }
 
 fn check_outputs(outputs: &[f32], rows: usize, engine: &str) -> Result<(), String> {

@@ -4,27 +4,8 @@ use duet_core::api::{JobRef, PredictRequest, Prediction};
 use duet_trainer::model::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS};
 
 use crate::error::Failure;
-use crate::model::{Encoded, LoadedModel};
+use crate::model::LoadedModel;
 use crate::registry::{Registry, not_found};
-
-/// What the engine runs for a request: whole encoded rows, or first-layer pre-activations where
-/// the model's first layer is split (`FirstLayer`).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Rows {
-    Full(Vec<f32>),
-    FirstLayer(Vec<f32>),
-}
-
-impl Rows {
-    /// Runs the rows on `model`'s engine (on one thread when `serial`).
-    pub fn run(self, model: &LoadedModel, serial: bool) -> Result<Vec<f32>, String> {
-        match self {
-            Rows::Full(inputs) if serial => model.engine.run_serial(inputs),
-            Rows::Full(inputs) => model.engine.run(inputs),
-            Rows::FirstLayer(h) => model.engine.run_tail(h, serial),
-        }
-    }
-}
 
 /// Encodes every pair of `request` twice, `(a, b)` then `(b, a)`, for `model`; checks every
 /// field first, so a bad pair fails the request before any work is done.
@@ -33,7 +14,7 @@ pub fn encode(
     registry: &Registry,
     request: &PredictRequest,
     default_gpu: Option<&str>,
-) -> Result<Rows, Failure> {
+) -> Result<Vec<f32>, Failure> {
     encode_pairs(
         model,
         registry,
@@ -50,17 +31,16 @@ pub fn encode_pairs(
     request: &PredictRequest,
     range: std::ops::Range<usize>,
     default_gpu: Option<&str>,
-) -> Result<Rows, Failure> {
+) -> Result<Vec<f32>, Failure> {
     let spec = &model.meta.spec;
-    let split = model.first_layer.as_ref();
-    let width = split.map_or(spec.pair_width(), |f| f.width());
+    let width = spec.pair_width();
+    let job_width = spec.job_width();
     let mut inputs = Vec::with_capacity(range.len() * 2 * width);
-    let mut scratch_a = None;
-    let mut scratch_b = None;
+    let mut scratch_a = Vec::with_capacity(job_width);
+    let mut scratch_b = Vec::with_capacity(job_width);
     let model_gpu = (spec.gpus.len() == 1).then(|| spec.gpus[0].as_str());
     // Consecutive pairs usually share device, mode and shares: their context is encoded once.
     type ContextKey<'r> = (&'r str, duet_core::dataset::Mode, Option<f64>, Option<f64>);
-    // (key, context of (a, b), context of (b, a)): encoded, or their first-layer shares.
     let mut context: Option<(ContextKey, Vec<f32>, Vec<f32>)> = None;
     for (i, pair) in request.pairs[range.clone()].iter().enumerate() {
         let i = i + range.start;
@@ -108,34 +88,17 @@ pub fn encode_pairs(
             let mut ba = Vec::with_capacity(spec.context_width());
             spec.encode_context(gpu, pair.mode, pair.share_a, pair.share_b, &mut ab);
             spec.encode_context(gpu, pair.mode, pair.share_b, pair.share_a, &mut ba);
-            if let Some(f) = split {
-                (ab, ba) = (f.context(&ab), f.context(&ba));
-            }
             context = Some((key, ab, ba));
         }
         if let Some((_, ab, ba)) = &context {
             for (first, second, ctx) in [(a, b, ab), (b, a, ba)] {
-                if split.is_some() {
-                    // first as job a, second as job b, the context with the bias.
-                    let start = inputs.len();
-                    inputs.extend_from_slice(ctx);
-                    let row = &mut inputs[start..];
-                    for ((r, x), y) in row.iter_mut().zip(&first.as_a[..]).zip(&second.as_b[..]) {
-                        *r += x + y;
-                    }
-                } else {
-                    inputs.extend_from_slice(&first.job);
-                    inputs.extend_from_slice(&second.job);
-                    inputs.extend_from_slice(ctx);
-                }
+                inputs.extend_from_slice(first);
+                inputs.extend_from_slice(second);
+                inputs.extend_from_slice(ctx);
             }
         }
     }
-    Ok(if split.is_some() {
-        Rows::FirstLayer(inputs)
-    } else {
-        Rows::Full(inputs)
-    })
+    Ok(inputs)
 }
 
 /// One job's encoding: a registered workload's cached profile, or inline features encoded into
@@ -146,8 +109,8 @@ fn job<'a>(
     job: &JobRef,
     gpu: &str,
     (pair, side): (usize, &str),
-    scratch: &'a mut Option<Encoded>,
-) -> Result<&'a Encoded, Failure> {
+    scratch: &'a mut Vec<f32>,
+) -> Result<&'a [f32], Failure> {
     // Only an error needs the field's path.
     let field = || format_field(pair, side);
     match (&job.workload, &job.features) {
@@ -188,7 +151,9 @@ fn job<'a>(
         }
         (None, Some(features)) => {
             let parsed = model.job_features(features, &format!("{}.features", field()))?;
-            Ok(scratch.insert(model.encode(&parsed)))
+            scratch.clear();
+            model.meta.spec.encode_job(&parsed, scratch);
+            Ok(scratch)
         }
         _ => Err(Failure::field(
             field(),

@@ -17,7 +17,7 @@ use duet_trainer::features::SOLO_THROUGHPUT;
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::error::Failure;
-use crate::model::{Encoded, LoadedModel};
+use crate::model::LoadedModel;
 
 pub const SOURCE_CLIENT: &str = "client";
 
@@ -109,13 +109,16 @@ impl Store {
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub registered: RegisteredWorkload,
-    pub encoded: Vec<(String, Encoded)>,
+    pub encoded: Vec<(String, Box<[f32]>)>,
 }
 
 impl Entry {
     /// The encoded profile on `gpu`.
-    pub fn encoded(&self, gpu: &str) -> Option<&Encoded> {
-        self.encoded.iter().find(|(g, _)| g == gpu).map(|(_, e)| e)
+    pub fn encoded(&self, gpu: &str) -> Option<&[f32]> {
+        self.encoded
+            .iter()
+            .find(|(g, _)| g == gpu)
+            .map(|(_, e)| &e[..])
     }
 }
 
@@ -302,7 +305,10 @@ fn encode(model: &LoadedModel, w: RegisteredWorkload) -> Entry {
         .iter()
         .filter_map(|(gpu, features)| {
             let job = model.job_features(features, "").ok()?;
-            Some((gpu.clone(), model.encode_registered(&w.workload, job)))
+            Some((
+                gpu.clone(),
+                model.encode_registered(&w.workload, job).into_boxed_slice(),
+            ))
         })
         .collect();
     Entry {

@@ -70,43 +70,32 @@ fn matrix_value(name: &str, columns: usize) -> ValueInfoProto {
     v
 }
 
-/// Appends member `k`'s layers from `from` on, reading `input`; returns the output's name.
-fn member_chain(
-    graph: &mut GraphProto,
-    k: usize,
-    net: &Mlp<Flex>,
-    from: usize,
-    input: String,
-) -> String {
-    let mut current = input;
-    let last = net.layers.len() - 1;
-    for (i, layer) in net.layers.iter().enumerate().skip(from) {
-        let (w, b) = (format!("m{k}_w{i}"), format!("m{k}_b{i}"));
-        graph.initializer.push(float_tensor(&w, layer.weight.val()));
-        graph.initializer.push(float_tensor(&b, layer.bias.val()));
-        let gemm = format!("m{k}_gemm{i}");
-        graph
-            .node
-            .push(node("Gemm", &gemm, &[&current, &w, &b], &gemm));
-        current = if i == last {
-            gemm
-        } else {
-            let relu = format!("m{k}_relu{i}");
-            graph.node.push(node("Relu", &relu, &[&gemm], &relu));
-            relu
-        };
+/// Serialises the ensemble `nets` (inputs `width` wide) as an ONNX model.
+pub fn export(nets: &[Mlp<Flex>], width: usize, doc: &str) -> Result<Vec<u8>, String> {
+    let mut graph = GraphProto::new();
+    graph.name = "duet".into();
+    let mut member_outputs = Vec::new();
+    for (k, net) in nets.iter().enumerate() {
+        let mut current = INPUT.to_string();
+        let last = net.layers.len() - 1;
+        for (i, layer) in net.layers.iter().enumerate() {
+            let (w, b) = (format!("m{k}_w{i}"), format!("m{k}_b{i}"));
+            graph.initializer.push(float_tensor(&w, layer.weight.val()));
+            graph.initializer.push(float_tensor(&b, layer.bias.val()));
+            let gemm = format!("m{k}_gemm{i}");
+            graph
+                .node
+                .push(node("Gemm", &gemm, &[&current, &w, &b], &gemm));
+            current = if i == last {
+                gemm
+            } else {
+                let relu = format!("m{k}_relu{i}");
+                graph.node.push(node("Relu", &relu, &[&gemm], &relu));
+                relu
+            };
+        }
+        member_outputs.push(current);
     }
-    current
-}
-
-/// The members' outputs averaged into `OUTPUT`, and the model around `graph`.
-fn finish(
-    mut graph: GraphProto,
-    member_outputs: &[String],
-    input: &str,
-    width: usize,
-    doc: &str,
-) -> Result<Vec<u8>, String> {
     let refs: Vec<&str> = member_outputs.iter().map(String::as_str).collect();
     graph
         .node
@@ -115,7 +104,7 @@ fn finish(
     scale.name = "ensemble_scale".into();
     scale.data_type = tensor_proto::DataType::FLOAT as i32;
     #[allow(clippy::cast_precision_loss)]
-    let members = member_outputs.len() as f32;
+    let members = nets.len() as f32;
     scale.float_data = vec![1.0 / members];
     graph.initializer.push(scale);
     graph.node.push(node(
@@ -124,7 +113,7 @@ fn finish(
         &["ensemble_sum", "ensemble_scale"],
         OUTPUT,
     ));
-    graph.input.push(matrix_value(input, width));
+    graph.input.push(matrix_value(INPUT, width));
     graph.output.push(matrix_value(OUTPUT, OUTPUTS));
 
     let mut opset = OperatorSetIdProto::new();
@@ -138,74 +127,4 @@ fn finish(
     model.doc_string = doc.to_string();
     model.graph = Some(graph).into();
     model.write_to_bytes().map_err(|e| e.to_string())
-}
-
-/// Serialises the ensemble `nets` (inputs `width` wide) as an ONNX model.
-pub fn export(nets: &[Mlp<Flex>], width: usize, doc: &str) -> Result<Vec<u8>, String> {
-    let mut graph = GraphProto::new();
-    graph.name = "duet".into();
-    let member_outputs: Vec<String> = nets
-        .iter()
-        .enumerate()
-        .map(|(k, net)| member_chain(&mut graph, k, net, 0, INPUT.to_string()))
-        .collect();
-    finish(graph, &member_outputs, INPUT, width, doc)
-}
-
-/// The input of the tail graph: every member's first-layer pre-activation, side by side.
-pub const TAIL_INPUT: &str = "first_layer";
-
-fn int_tensor(name: &str, values: Vec<i64>) -> TensorProto {
-    let mut proto = TensorProto::new();
-    proto.name = name.to_string();
-    proto.data_type = tensor_proto::DataType::INT64 as i32;
-    proto.dims = vec![i64::try_from(values.len()).unwrap_or(i64::MAX)];
-    proto.int64_data = values;
-    proto
-}
-
-/// The ensemble after its first layer: input `first_layer` `[N, members x width of the first
-/// hidden layer]` (member k's pre-activation in columns k*h..(k+1)*h), then each member's ReLU
-/// and remaining layers, averaged. Because the first layer is linear in the input, a server can
-/// compute each job's share of it once and add shares per pair; `None` for networks without a
-/// hidden layer.
-pub fn export_tail(nets: &[Mlp<Flex>], doc: &str) -> Result<Option<Vec<u8>>, String> {
-    let Some(h) = tail_width(nets) else {
-        return Ok(None);
-    };
-    let mut graph = GraphProto::new();
-    graph.name = "duet_tail".into();
-    graph.initializer.push(int_tensor("axis1", vec![1]));
-    let mut member_outputs = Vec::new();
-    for (k, net) in nets.iter().enumerate() {
-        let (start, end) = (format!("m{k}_start"), format!("m{k}_end"));
-        let at = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
-        graph.initializer.push(int_tensor(&start, vec![at(k * h)]));
-        graph
-            .initializer
-            .push(int_tensor(&end, vec![at((k + 1) * h)]));
-        let slice = format!("m{k}_first");
-        graph.node.push(node(
-            "Slice",
-            &slice,
-            &[TAIL_INPUT, &start, &end, "axis1"],
-            &slice,
-        ));
-        let relu = format!("m{k}_relu0");
-        graph.node.push(node("Relu", &relu, &[&slice], &relu));
-        member_outputs.push(member_chain(&mut graph, k, net, 1, relu));
-    }
-    finish(graph, &member_outputs, TAIL_INPUT, h * nets.len(), doc).map(Some)
-}
-
-/// The width of the first hidden layer, the same in every member; `None` without one.
-pub fn tail_width(nets: &[Mlp<Flex>]) -> Option<usize> {
-    let first = nets.first()?;
-    if first.layers.len() < 2 {
-        return None;
-    }
-    let h = first.layers[0].bias.val().dims()[0];
-    nets.iter()
-        .all(|n| n.layers.len() >= 2 && n.layers[0].bias.val().dims()[0] == h)
-        .then_some(h)
 }
