@@ -281,7 +281,8 @@ progress = "^tick$"
 #[test]
 fn two_merged_shards_cover_the_unsharded_pairs() {
     let dir = tempfile::tempdir().expect("tmp");
-    let catalog = write_catalog(dir.path(), "");
+    let decoder = "\n[[workload]]\nname = \"decoder\"\nkind = \"infer\"\nbuiltin = \"decoder\"\nbatch = 2\nwidth = 16\ndepth = 1\nseq = 4\n";
+    let catalog = write_catalog(dir.path(), decoder);
     let whole = dir.path().join("whole");
     assert!(
         profile(&catalog, &whole, &["--repetitions", "1"])
@@ -319,6 +320,18 @@ fn two_merged_shards_cover_the_unsharded_pairs() {
         Dataset::read(&merged).expect("merged"),
     );
     assert_eq!(settings(&w), settings(&m));
+    let transformer = w
+        .workloads
+        .iter()
+        .find(|x| x.workload == "decoder")
+        .expect("decoder");
+    assert_eq!(transformer.features["seq"].as_number(), Some(4.0));
+    let mlp = w
+        .workloads
+        .iter()
+        .find(|x| x.workload == "mlp")
+        .expect("mlp");
+    assert_eq!(mlp.features["seq"].as_number(), None);
     let s0 = Dataset::read(&dir.path().join("shard-0")).expect("shard 0");
     assert!(!s0.pairs.is_empty() && s0.pairs.len() < w.pairs.len());
 }

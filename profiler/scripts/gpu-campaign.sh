@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One GPU campaign in at most 8 minutes: six workloads (Burn on CUDA and PyTorch, training and
-# inference) alone and in every pair under time-slicing, written as a duet dataset with a log.
+# One GPU campaign in at most 8 minutes: six workloads (Burn on CUDA: MLP, conv net, transformer
+# encoder, KV-cache decoder; PyTorch: a training and an inference loop) alone and in every pair under time-slicing, written as a duet dataset with a log.
 #
 #   profiler/scripts/gpu-campaign.sh <duet binary built with --features cuda> <output folder> [gpu label]
 #
@@ -39,18 +39,22 @@ width = 64
 depth = 3
 
 [[workload]]
-name = "burn-matmul"
-kind = "infer"
-builtin = "matmul"
-width = 4096
+name = "burn-encoder-train"
+kind = "train"
+builtin = "encoder"
+batch = 32
+width = 512
 depth = 4
+seq = 128
 
 [[workload]]
-name = "burn-stream"
+name = "burn-decoder-infer"
 kind = "infer"
-builtin = "stream"
-width = 262144
-depth = 8
+builtin = "decoder"
+batch = 32
+width = 512
+depth = 4
+seq = 32
 
 [[workload]]
 name = "torch-train"

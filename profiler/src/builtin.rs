@@ -7,7 +7,11 @@ use std::str::FromStr;
 
 use burn::backend::{Autodiff, Flex};
 use burn::module::{AutodiffModule, Module};
+use burn::nn::attention::generate_autoregressive_mask;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::transformer::{
+    TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
+};
 use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::activation::relu;
@@ -116,6 +120,24 @@ fn run_on<B: AutodiffBackend>(
             );
             learn(net, x, kind, device, tick)
         }
+        Builtin::Encoder | Builtin::Decoder => {
+            if !size.width.is_multiple_of(HEADS) {
+                return Err(format!(
+                    "`width` {} must be a multiple of the {HEADS} attention heads",
+                    size.width
+                ));
+            }
+            let net = Encoder::<B>::new(size, device);
+            let x = Tensor::<B, 3>::random(
+                [size.batch, size.seq, size.width],
+                Distribution::Normal(0.0, 1.0),
+                device,
+            );
+            if builtin == Builtin::Decoder && kind == JobKind::Infer {
+                return decode(&net.valid(), size, device, tick);
+            }
+            learn(net, x, kind, device, tick)
+        }
         Builtin::Matmul => {
             let a = Tensor::<B::InnerBackend, 2>::random(
                 [size.width, size.width],
@@ -214,6 +236,87 @@ fn learn<B: AutodiffBackend, const D: usize, N: Net<B, D>>(
     }
 }
 
+/// Attention heads of the transformer built-ins.
+const HEADS: usize = 4;
+
+#[derive(Module, Debug)]
+struct Encoder<B: Backend> {
+    layers: TransformerEncoder<B>,
+}
+
+impl<B: Backend> Encoder<B> {
+    fn new(size: Size, device: &B::Device) -> Encoder<B> {
+        Encoder {
+            layers: TransformerEncoderConfig::new(
+                size.width,
+                4 * size.width,
+                HEADS,
+                size.depth.max(1),
+            )
+            .with_dropout(0.0)
+            .init(device),
+        }
+    }
+
+    /// Causal self-attention over the sequence; the last position's features.
+    fn run(&self, x: Tensor<B, 3>) -> Tensor<B, 2> {
+        let [batch, seq, width] = x.dims();
+        let mask = generate_autoregressive_mask::<B>(batch, seq, &x.device());
+        let y = self
+            .layers
+            .forward(TransformerEncoderInput::new(x).mask_attn(mask));
+        y.slice([0..batch, seq - 1..seq, 0..width])
+            .reshape([batch, width])
+    }
+}
+
+impl<B: AutodiffBackend> Net<B, 3> for Encoder<B> {
+    fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 2> {
+        self.run(x)
+    }
+    fn forward_inner(
+        inner: &Encoder<B::InnerBackend>,
+        x: Tensor<B::InnerBackend, 3>,
+    ) -> Tensor<B::InnerBackend, 2> {
+        inner.run(x)
+    }
+}
+
+/// Generates `seq` tokens per iteration, one position at a time, reusing the keys and values
+/// of the positions before (the cache), each new token fed back as the next input.
+fn decode<B: Backend>(
+    net: &Encoder<B>,
+    size: Size,
+    device: &B::Device,
+    tick: &mut dyn FnMut() -> bool,
+) -> Result<(), String> {
+    loop {
+        let mut cache = net.layers.new_autoregressive_cache();
+        let mut tokens = Tensor::<B, 3>::random(
+            [size.batch, 1, size.width],
+            Distribution::Normal(0.0, 1.0),
+            device,
+        );
+        for step in 1..=size.seq {
+            let mask = generate_autoregressive_mask::<B>(size.batch, step, device);
+            let out = net.layers.forward_autoregressive_inference(
+                TransformerEncoderInput::new(tokens.clone()).mask_attn(mask),
+                &mut cache,
+            );
+            let next = out.slice([0..size.batch, step - 1..step, 0..size.width]);
+            tokens = Tensor::cat(vec![tokens, next], 1);
+        }
+        let last = tokens.slice([0..size.batch, size.seq..size.seq + 1, 0..size.width]);
+        let value = scalar(last.sum());
+        if !value.is_finite() {
+            return Err(format!("decoding produced {value}"));
+        }
+        if !tick() {
+            return Ok(());
+        }
+    }
+}
+
 #[derive(Module, Debug)]
 struct Mlp<B: Backend> {
     layers: Vec<Linear<B>>,
@@ -308,6 +411,7 @@ mod tests {
             batch: 2,
             width: 8,
             depth: 2,
+            seq: 4,
         };
         for builtin in Builtin::ALL {
             for kind in JobKind::ALL {

@@ -520,6 +520,10 @@ impl Campaign {
                 ("batch_size", size.map(|s| s.batch as f64)),
                 ("width", size.map(|s| s.width as f64)),
                 ("depth", size.map(|s| s.depth as f64)),
+                (
+                    "seq",
+                    size.filter(|_| spec.is_transformer()).map(|s| s.seq as f64),
+                ),
             ] {
                 features.insert(name.into(), FeatureValue::Number(value));
             }
@@ -657,6 +661,7 @@ impl Campaign {
                 None,
                 "layers (or repeated passes) of a built-in per iteration",
             ),
+            numeric("seq", None, "tokens per sequence of a transformer built-in"),
         ];
         for (name, _) in usage_features(&[]) {
             workload_features.push(numeric(

@@ -4,7 +4,7 @@
 //! [[workload]]
 //! name = "mlp-train"
 //! kind = "train"          # train | infer
-//! builtin = "mlp"         # mlp | conv | matmul | stream
+//! builtin = "mlp"         # mlp | conv | matmul | stream | encoder | decoder
 //! batch = 64
 //! width = 256
 //!
@@ -35,14 +35,22 @@ pub enum Builtin {
     Matmul,
     /// Memory-bound: element-wise passes over `width` thousand floats.
     Stream,
+    /// A transformer encoder (`depth` layers, model width `width`, 4 heads) on `batch`
+    /// sequences of `seq` tokens; training is a causal language-model step.
+    Encoder,
+    /// Autoregressive decoding with a key-value cache: each iteration generates `seq` tokens for
+    /// `batch` sequences, one position at a time (inference; as training, a causal step).
+    Decoder,
 }
 
 impl Builtin {
-    pub const ALL: [Builtin; 4] = [
+    pub const ALL: [Builtin; 6] = [
         Builtin::Mlp,
         Builtin::Conv,
         Builtin::Matmul,
         Builtin::Stream,
+        Builtin::Encoder,
+        Builtin::Decoder,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -51,6 +59,8 @@ impl Builtin {
             Builtin::Conv => "conv",
             Builtin::Matmul => "matmul",
             Builtin::Stream => "stream",
+            Builtin::Encoder => "encoder",
+            Builtin::Decoder => "decoder",
         }
     }
 }
@@ -67,7 +77,11 @@ impl FromStr for Builtin {
         Builtin::ALL
             .into_iter()
             .find(|b| b.as_str() == s)
-            .ok_or_else(|| format!("unknown builtin `{s}`, expected mlp, conv, matmul or stream"))
+            .ok_or_else(|| {
+                format!(
+                    "unknown builtin `{s}`, expected mlp, conv, matmul, stream, encoder or decoder"
+                )
+            })
     }
 }
 
@@ -83,6 +97,7 @@ struct RawWorkload {
     batch: Option<i64>,
     width: Option<i64>,
     depth: Option<i64>,
+    seq: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,6 +113,8 @@ pub struct Size {
     pub batch: usize,
     pub width: usize,
     pub depth: usize,
+    /// Tokens per sequence (encoder, decoder).
+    pub seq: usize,
 }
 
 /// How a workload runs.
@@ -145,6 +162,17 @@ pub struct WorkloadSpec {
 }
 
 impl WorkloadSpec {
+    /// Whether it is a transformer built-in (sized by `seq` too).
+    pub fn is_transformer(&self) -> bool {
+        matches!(
+            self.source,
+            Source::Builtin {
+                builtin: Builtin::Encoder | Builtin::Decoder,
+                ..
+            }
+        )
+    }
+
     /// The features the dataset records for it (the built-in's sizes).
     pub fn describe(&self) -> (String, Option<Size>) {
         match &self.source {
@@ -234,6 +262,7 @@ impl Catalog {
                             batch: size("batch", w.batch, 32)?,
                             width: size("width", w.width, 128)?,
                             depth: size("depth", w.depth, 2)?,
+                            seq: size("seq", w.seq, 32)?,
                         },
                     }
                 }
@@ -241,8 +270,14 @@ impl Catalog {
                     if argv.is_empty() || argv[0].trim().is_empty() {
                         return Err(at("`command` is empty".into()));
                     }
-                    if w.batch.is_some() || w.width.is_some() || w.depth.is_some() {
-                        return Err(at("`batch`, `width` and `depth` size built-ins only".into()));
+                    if w.batch.is_some()
+                        || w.width.is_some()
+                        || w.depth.is_some()
+                        || w.seq.is_some()
+                    {
+                        return Err(at(
+                            "`batch`, `width`, `depth` and `seq` size built-ins only".into(),
+                        ));
                     }
                     let pattern = w.progress.clone().ok_or_else(|| {
                         at(
@@ -309,7 +344,8 @@ mod tests {
                 size: Size {
                     batch: 8,
                     width: 128,
-                    depth: 2
+                    depth: 2,
+                    seq: 32
                 }
             }
         );
