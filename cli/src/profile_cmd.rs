@@ -81,7 +81,7 @@ pub fn workload(command: WorkloadCommand) -> Result<()> {
                 device,
                 cpu_set: None,
             };
-            let mut running = Running::start(&launcher, &spec).map_err(|e| anyhow!(e))?;
+            let mut running = Running::start(&launcher, &spec, &[]).map_err(|e| anyhow!(e))?;
             let start = Instant::now();
             let warm = Duration::from_secs(1).min(run_for / 2);
             while start.elapsed() < run_for {

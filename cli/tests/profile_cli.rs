@@ -375,3 +375,93 @@ fn without_nvml_a_gpu_campaign_says_so_once_and_goes_on() {
     assert_eq!(d.meta.provenance.gpu, "h200");
     assert_eq!(d.meta.modes, [duet_core::Mode::Timeslice]);
 }
+
+#[test]
+fn mps_without_a_gpu_is_skipped_with_one_line() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let catalog = write_catalog(dir.path(), "");
+    let out = dir.path().join("cpu-and-mps");
+    let run = profile(
+        &catalog,
+        &out,
+        &["--repetitions", "1", "--modes", "cpu,mps", "--shares", "50"],
+    );
+    let log = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{log}");
+    assert_eq!(log.matches("the mps mode is skipped").count(), 1, "{log}");
+    let d = Dataset::read(&out).expect("dataset");
+    assert!(d.pairs.iter().all(|p| p.mode == duet_core::Mode::Cpu));
+    assert_eq!(d.pairs.len(), 6);
+    // MPS alone, on a machine without it: said, and nothing to measure.
+    let only = profile(
+        &catalog,
+        &dir.path().join("mps-only"),
+        &["--modes", "mps", "--device", "cuda:0"],
+    );
+    let err = String::from_utf8_lossy(&only.stderr);
+    assert!(!only.status.success(), "{err}");
+    assert!(
+        err.contains("the mps mode is skipped") && err.contains("no mode left"),
+        "{err}"
+    );
+}
+
+#[test]
+fn ctrl_c_stops_the_workloads_and_keeps_the_journal() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let marker = format!("duet-test-marker-{}", std::process::id());
+    let catalog = dir.path().join("catalog.toml");
+    std::fs::write(
+        &catalog,
+        format!(
+            "[[workload]]\nname = \"t1\"\nkind = \"infer\"\ncommand = [\"sh\", \"-c\", \"while true; do echo tick; sleep 0.005; done\", \"{marker}\"]\nprogress = \"^tick$\"\n\n\
+             [[workload]]\nname = \"t2\"\nkind = \"train\"\ncommand = [\"sh\", \"-c\", \"while true; do echo tick; sleep 0.01; done\", \"{marker}\"]\nprogress = \"^tick$\"\n"
+        ),
+    )
+    .expect("catalog");
+    let out = dir.path().join("interrupted");
+    let child = duet()
+        .arg("profile")
+        .arg("--catalog")
+        .arg(&catalog)
+        .arg("--out")
+        .arg(&out)
+        .args(["--warmup", "0.2", "--window", "1", "--repetitions", "2"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("duet profile");
+    let journal = dir.path().join(".interrupted.campaign/journal.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&journal).map_or(0, |t| t.lines().count()) < 2 {
+        assert!(Instant::now() < deadline, "no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let output = child.wait_with_output().expect("exit");
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        err.contains("interrupted") && err.contains("--resume"),
+        "{err}"
+    );
+    // No workload process is left behind.
+    std::thread::sleep(Duration::from_millis(100));
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&marker))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let resumed = profile(&catalog, &out, &["--repetitions", "2", "--resume"]);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    validate(&out);
+}

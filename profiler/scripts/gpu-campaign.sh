@@ -6,7 +6,7 @@
 #
 # Needs an NVIDIA GPU, its driver, and python3 with PyTorch (CUDA) for the two PyTorch workloads.
 # Writes <output folder>/dataset (the dataset), campaign.log, nvidia-smi.txt and catalog.toml.
-# MPS is not measured by this duet yet: the script records that in the log instead.
+# Where MPS cannot start, duet profile says so in the log and measures time-slicing only.
 set -euo pipefail
 duet="$(realpath "$1")"
 out="$(realpath -m "$2")"
@@ -69,9 +69,8 @@ command = ["$python", "$examples/infer_loop.py", "--device", "cuda", "--batch", 
 progress = "^batch \\\\d+"
 TOML
 
-echo "MPS: not measured (duet profile does not drive the MPS control daemon yet)" | tee -a "$log"
-# 6 alone + 21 pairs, one repetition each, about 10 s per run with process start-up.
-"$duet" profile --catalog "$out/catalog.toml" --device cuda --gpu "$gpu" --modes timeslice \
-  --warmup 2 --window 5 --repetitions 1 --timeout 60 --sample-ms 100 \
+# 6 alone + 21 pairs x 2 modes, one repetition each, about 6 s per run with process start-up.
+"$duet" profile --catalog "$out/catalog.toml" --device cuda --gpu "$gpu" --modes timeslice,mps \
+  --shares 50 --warmup 1.5 --window 3 --repetitions 1 --timeout 60 --sample-ms 100 \
   --out "$out/dataset" --name "${gpu}-$(date -u +%F)" 2>&1 | tee -a "$log"
 "$duet" dataset inspect "$out/dataset" | tee -a "$log"

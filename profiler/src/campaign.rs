@@ -9,7 +9,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 use duet_core::dataset::{
     Dataset, DatasetMeta, FeatureColumn, FeatureKind, FeatureValue, Mode, Pair, Provenance, Status,
@@ -20,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::builtin::Device;
 use crate::catalog::{Catalog, Source, WorkloadSpec};
 use crate::gpu::GpuCounters;
+use crate::mps::MpsDaemon;
 use crate::process::{Launcher, ProcSample, Running, Usage, proc_sample, usage};
 
 /// Everything a campaign needs.
@@ -133,9 +138,9 @@ impl Campaign {
             return Err(fail("--modes: give at least one mode"));
         }
         for mode in &self.modes {
-            if matches!(mode, Mode::Mps | Mode::Mig) {
+            if *mode == Mode::Mig {
                 return Err(fail(format!(
-                    "--modes: `{mode}` is not measured by this duet yet; use cpu or timeslice"
+                    "--modes: `{mode}` is not measured by this duet yet; use cpu, timeslice or mps"
                 )));
             }
         }
@@ -238,7 +243,40 @@ impl Campaign {
         fs::create_dir_all(self.journal_dir())
             .map_err(|e| fail(format!("{}: {e}", self.journal_dir().display())))?;
         let mut done = read_journal(&self.journal_path())?;
-        let tasks = self.tasks();
+        // Ctrl-C or SIGTERM: stop after stopping the running workloads (a second one exits at
+        // once); the journal keeps what finished.
+        let interrupted = Arc::new(AtomicBool::new(false));
+        for signal in [SIGINT, SIGTERM] {
+            let _ =
+                signal_hook::flag::register_conditional_shutdown(signal, 130, interrupted.clone());
+            let _ = signal_hook::flag::register(signal, interrupted.clone());
+        }
+        let mps = if self.modes.contains(&Mode::Mps) {
+            let started = match self.launcher.device {
+                Device::Cpu => {
+                    Err("MPS needs a GPU (--device cuda); the mps mode is skipped".to_string())
+                }
+                Device::Cuda(_) => MpsDaemon::start(&self.journal_dir()),
+            };
+            started.map_err(|why| progress(&why)).ok()
+        } else {
+            None
+        };
+        let mut tasks = self.tasks();
+        if mps.is_none() {
+            tasks.retain(|t| {
+                !matches!(
+                    t,
+                    Task::Pair {
+                        mode: Mode::Mps,
+                        ..
+                    }
+                )
+            });
+            if !self.modes.iter().any(|m| *m != Mode::Mps) {
+                return Err(fail("no mode left to measure (mps is unavailable here)"));
+            }
+        }
         let todo: Vec<&Task> = tasks
             .iter()
             .filter(|t| !done.contains_key(&t.key()))
@@ -277,7 +315,13 @@ impl Campaign {
                     self.check_solo_succeeded(w, &done)?;
                 }
             }
-            let record = self.measure(task, gpu.as_ref());
+            let record = self.measure(task, gpu.as_ref(), mps.as_ref(), &interrupted);
+            if interrupted.load(Ordering::Relaxed) {
+                return Err(fail(format!(
+                    "interrupted; {} measurements are in the journal, rerun with --resume to go on",
+                    done.len()
+                )));
+            }
             let mut line = serde_json::to_string(&record).map_err(|e| fail(e.to_string()))?;
             line.push('\n');
             journal
@@ -359,7 +403,13 @@ impl Campaign {
     }
 
     /// Runs one task's processes and measures them over the same window.
-    fn measure(&self, task: &Task, gpu: Option<&GpuCounters>) -> Record {
+    fn measure(
+        &self,
+        task: &Task,
+        gpu: Option<&GpuCounters>,
+        mps: Option<&MpsDaemon>,
+        interrupted: &AtomicBool,
+    ) -> Record {
         let names: Vec<&str> = match task {
             Task::Solo { workload, .. } => vec![workload],
             Task::Pair { a, b, .. } => vec![a, b],
@@ -374,15 +424,33 @@ impl Campaign {
             gpu: BTreeMap::new(),
             note: Some(note),
         };
+        let shares = match task {
+            Task::Pair {
+                mode: Mode::Mps,
+                share_a,
+                share_b,
+                ..
+            } => vec![*share_a, *share_b],
+            _ => vec![None; n],
+        };
         let mut running = Vec::new();
-        for name in &names {
+        for (name, share) in names.iter().zip(shares) {
+            let env = match (mps, task) {
+                (
+                    Some(d),
+                    Task::Pair {
+                        mode: Mode::Mps, ..
+                    },
+                ) => d.client_env(share),
+                _ => Vec::new(),
+            };
             let Some(spec) = self.spec(name) else {
                 return failed(
                     Status::Crash,
                     format!("workload `{name}` is not in the catalog"),
                 );
             };
-            match Running::start(&self.launcher, spec) {
+            match Running::start(&self.launcher, spec, &env) {
                 Ok(r) => running.push(r),
                 Err(e) => {
                     running.into_iter().for_each(Running::stop);
@@ -390,7 +458,7 @@ impl Campaign {
                 }
             }
         }
-        let outcome = self.window_of(&mut running, gpu);
+        let outcome = self.window_of(&mut running, gpu, interrupted);
         let record = match outcome {
             Ok((throughputs, usage, counters)) => Record {
                 key: task.key(),
@@ -414,10 +482,19 @@ impl Campaign {
         &self,
         running: &mut [Running],
         gpu: Option<&GpuCounters>,
+        interrupted: &AtomicBool,
     ) -> Result<(Vec<f64>, Vec<Option<Usage>>, BTreeMap<String, f64>), (Status, String)> {
         let start = Instant::now();
+        let stopped = || {
+            if interrupted.load(Ordering::Relaxed) {
+                Err((Status::Crash, "interrupted".to_string()))
+            } else {
+                Ok(())
+            }
+        };
         loop {
             check_alive(running)?;
+            stopped()?;
             let warm = running.iter().all(|r| r.iterations() > 0);
             if warm && start.elapsed() >= self.warmup {
                 break;
@@ -465,6 +542,7 @@ impl Campaign {
                 break;
             }
             check_alive(running)?;
+            stopped()?;
             std::thread::sleep(tick.min(self.window.saturating_sub(t0.elapsed())));
         }
         let t1 = Instant::now();

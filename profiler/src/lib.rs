@@ -9,4 +9,5 @@ pub mod builtin;
 pub mod campaign;
 pub mod catalog;
 pub mod gpu;
+pub mod mps;
 pub mod process;

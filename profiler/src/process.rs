@@ -71,9 +71,15 @@ pub struct Running {
 }
 
 impl Running {
-    pub fn start(launcher: &Launcher, spec: &WorkloadSpec) -> Result<Running, String> {
+    /// Starts `spec` with `env` added to its environment.
+    pub fn start(
+        launcher: &Launcher,
+        spec: &WorkloadSpec,
+        env: &[(String, String)],
+    ) -> Result<Running, String> {
         let mut child = launcher
             .command(spec)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
