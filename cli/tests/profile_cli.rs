@@ -177,6 +177,13 @@ fn a_killed_campaign_resumes_without_repeating_or_losing_anything() {
     let refused = profile(&catalog, &out, &["--repetitions", "1"]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--resume"));
+    // Resuming with other settings would mix measurements: refused, naming the setting.
+    let mixed = profile(&catalog, &out, &["--repetitions", "2", "--resume"]);
+    let err = String::from_utf8_lossy(&mixed.stderr);
+    assert!(
+        !mixed.status.success() && err.contains("the `repetitions` setting differs"),
+        "{err}"
+    );
     let resumed = profile(&catalog, &out, &["--repetitions", "1", "--resume"]);
     let log = String::from_utf8_lossy(&resumed.stderr);
     assert!(resumed.status.success(), "{log}");
@@ -426,7 +433,7 @@ fn ctrl_c_stops_the_workloads_and_keeps_the_journal() {
         .arg(&catalog)
         .arg("--out")
         .arg(&out)
-        .args(["--warmup", "0.2", "--window", "1", "--repetitions", "2"])
+        .args(["--warmup", "0.2", "--window", "0.4", "--repetitions", "2"])
         .stderr(Stdio::piped())
         .spawn()
         .expect("duet profile");

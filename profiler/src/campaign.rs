@@ -175,6 +175,55 @@ impl Campaign {
         self.journal_dir().join("journal.jsonl")
     }
 
+    /// What a measurement depends on; a resumed campaign must match it.
+    fn settings(&self) -> BTreeMap<&'static str, String> {
+        let catalog = fs::read_to_string(&self.catalog.path).unwrap_or_default();
+        BTreeMap::from([
+            (
+                "catalog",
+                format!(
+                    "{} bytes, fnv {:016x}",
+                    catalog.len(),
+                    fnv(catalog.as_bytes())
+                ),
+            ),
+            ("modes", format!("{:?}", self.modes)),
+            ("shares", format!("{:?}", self.shares)),
+            ("warmup", format!("{:?}", self.warmup)),
+            ("window", format!("{:?}", self.window)),
+            ("repetitions", self.repetitions.to_string()),
+            ("device", self.launcher.device.to_string()),
+            ("cpu-set", format!("{:?}", self.launcher.cpu_set)),
+            ("seed", self.seed.to_string()),
+            ("shard", format!("{:?}", self.shard)),
+        ])
+    }
+
+    /// Records the settings at the first start; refuses a resume whose settings differ.
+    fn check_settings(&self) -> Result<(), CampaignError> {
+        let path = self.journal_dir().join("settings.json");
+        let now = self.settings();
+        match fs::read_to_string(&path) {
+            Ok(text) => {
+                let then: BTreeMap<String, String> = serde_json::from_str(&text)
+                    .map_err(|e| fail(format!("{}: {e}", path.display())))?;
+                for (name, value) in &now {
+                    if then.get(*name) != Some(value) {
+                        return Err(fail(format!(
+                            "--resume: the `{name}` setting differs from the interrupted campaign's                              ({} then, {value} now); rerun it with the same settings",
+                            then.get(*name).map_or("unset", String::as_str)
+                        )));
+                    }
+                }
+                Ok(())
+            }
+            Err(_) => {
+                let text = serde_json::to_string_pretty(&now).map_err(|e| fail(e.to_string()))?;
+                fs::write(&path, text).map_err(|e| fail(format!("{}: {e}", path.display())))
+            }
+        }
+    }
+
     /// The tasks of this shard: solos first (every shard measures every workload alone), then
     /// the pairs, each group in a seeded random order.
     pub fn tasks(&self) -> Vec<Task> {
@@ -242,6 +291,7 @@ impl Campaign {
         self.check()?;
         fs::create_dir_all(self.journal_dir())
             .map_err(|e| fail(format!("{}: {e}", self.journal_dir().display())))?;
+        self.check_settings()?;
         let mut done = read_journal(&self.journal_path())?;
         // Ctrl-C or SIGTERM: stop after stopping the running workloads (a second one exits at
         // once); the journal keeps what finished.
@@ -945,4 +995,10 @@ pub fn source_of(spec: &WorkloadSpec) -> String {
         Source::Builtin { builtin, .. } => format!("builtin {builtin}"),
         Source::Command { argv, .. } => argv.join(" "),
     }
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xCBF2_9CE4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01B3)
+    })
 }
