@@ -68,6 +68,12 @@ async fn call_raw(
     (status, value)
 }
 
+/// `pairs` on V100, answered by `app`.
+async fn predict_v100(app: &Router, pairs: &[Value]) -> (StatusCode, Value) {
+    let body = json!({"gpu": "v100", "pairs": pairs});
+    call(app, "POST", "/v1/predict", Some(body), None).await
+}
+
 /// The smallest valid prediction request, answered by `app`.
 async fn predict_one(app: &Router) -> (StatusCode, Value) {
     let body = json!({"gpu": "v100", "pairs": [pair("a3c", "a3c")]});
@@ -668,14 +674,7 @@ async fn a_request_over_the_timeout_is_answered_503() {
         ..Config::new(model_dir())
     });
     let pairs: Vec<Value> = (0..5000).map(|_| pair("a3c", "lm-bs80")).collect();
-    let (status, _) = call(
-        &app,
-        "POST",
-        "/v1/predict",
-        Some(json!({"gpu": "v100", "pairs": pairs})),
-        None,
-    )
-    .await;
+    let (status, _) = predict_v100(&app, &pairs).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 }
 
@@ -693,14 +692,7 @@ async fn a_large_request_split_over_the_cores_answers_like_small_ones() {
     let pairs: Vec<Value> = (0..3000)
         .map(|i| pair(ids[i % ids.len()], ids[(i * 7 + 1) % ids.len()]))
         .collect();
-    let (s, whole) = call(
-        &app,
-        "POST",
-        "/v1/predict",
-        Some(json!({"gpu": "v100", "pairs": pairs})),
-        None,
-    )
-    .await;
+    let (s, whole) = predict_v100(&app, &pairs).await;
     assert_eq!(s, StatusCode::OK);
     let whole = whole["predictions"]
         .as_array()
@@ -709,14 +701,7 @@ async fn a_large_request_split_over_the_cores_answers_like_small_ones() {
     assert_eq!(whole.len(), 3000);
     let mut pieces = Vec::new();
     for chunk in pairs.chunks(1000) {
-        let (s, part) = call(
-            &app,
-            "POST",
-            "/v1/predict",
-            Some(json!({"gpu": "v100", "pairs": chunk})),
-            None,
-        )
-        .await;
+        let (s, part) = predict_v100(&app, chunk).await;
         assert_eq!(s, StatusCode::OK);
         pieces.extend(part["predictions"].as_array().expect("predictions").clone());
     }
@@ -725,14 +710,7 @@ async fn a_large_request_split_over_the_cores_answers_like_small_ones() {
     let mut bad = pairs.clone();
     bad[2500] = pair("a3c", "nobody");
     bad[2900] = pair("nobody-else", "a3c");
-    let got = call(
-        &app,
-        "POST",
-        "/v1/predict",
-        Some(json!({"gpu": "v100", "pairs": bad})),
-        None,
-    )
-    .await;
+    let got = predict_v100(&app, &bad).await;
     assert_error(
         &got,
         StatusCode::NOT_FOUND,
