@@ -114,6 +114,21 @@ fn a_mini_campaign_measures_every_workload_and_pair() {
         assert!(w.features["rss_mib"].as_number().expect("rss") > 0.0);
     }
     assert_eq!(d.meta.provenance.gpu, "cpu");
+    // The raw series behind the means: every run, every process, several readings each.
+    let samples = Dataset::read_samples(&out).expect("samples.parquet");
+    let runs: std::collections::BTreeSet<&str> = samples.iter().map(|s| s.run.as_str()).collect();
+    assert_eq!(runs.len(), 18, "3 workloads x 2 alone + 6 pairs x 2");
+    let rss: Vec<_> = samples
+        .iter()
+        .filter(|s| s.run == "pair/mlp/stream/cpu/None/None/0" && s.counter == "rss_mib")
+        .collect();
+    assert!(rss.iter().any(|s| s.source == "mlp") && rss.iter().any(|s| s.source == "stream"));
+    assert!(
+        rss.len() >= 6
+            && rss
+                .iter()
+                .all(|s| s.value > 0.0 && s.t >= 0.0 && s.t <= 0.5)
+    );
     assert!(
         d.meta
             .provenance

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use duet_core::dataset::{
-    Dataset, DatasetMeta, FeatureColumn, FeatureKind, FeatureValue, Mode, Pair, Provenance, Status,
-    Workload,
+    Dataset, DatasetMeta, FeatureColumn, FeatureKind, FeatureValue, Mode, Pair, Provenance, Sample,
+    Status, Workload,
 };
 use serde::{Deserialize, Serialize};
 
@@ -105,9 +105,15 @@ pub struct Record {
     /// Device counters over the window (NVML, GPM), mean and `_p95`; empty without a GPU.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gpu: BTreeMap<String, f64>,
+    /// The raw readings of the window: (source, seconds since it opened, counter, value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<(String, f64, String, f64)>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
+
+/// A window's raw readings: (source, seconds since it opened, counter, value).
+type RawSamples = Vec<(String, f64, String, f64)>;
 
 /// Why a campaign stopped.
 #[derive(Debug, thiserror::Error)]
@@ -417,7 +423,21 @@ impl Campaign {
             self.check_solo_succeeded(&w.name, &done)?;
         }
         let dataset = self.assemble(&done)?;
-        dataset.write(&self.out).map_err(|e| fail(e.to_string()))?;
+        let samples: Vec<Sample> = done
+            .values()
+            .flat_map(|r| {
+                r.samples.iter().map(|(source, t, counter, value)| Sample {
+                    run: r.key.clone(),
+                    source: source.clone(),
+                    t: *t,
+                    counter: counter.clone(),
+                    value: *value,
+                })
+            })
+            .collect();
+        dataset
+            .write_with_samples(&self.out, &samples)
+            .map_err(|e| fail(e.to_string()))?;
         let _ = fs::remove_dir_all(self.journal_dir());
         Ok(dataset)
     }
@@ -472,6 +492,7 @@ impl Campaign {
             throughputs: vec![0.0; n],
             usage: vec![None; n],
             gpu: BTreeMap::new(),
+            samples: Vec::new(),
             note: Some(note),
         };
         let shares = match task {
@@ -510,13 +531,14 @@ impl Campaign {
         }
         let outcome = self.window_of(&mut running, gpu, interrupted);
         let record = match outcome {
-            Ok((throughputs, usage, counters)) => Record {
+            Ok((throughputs, usage, counters, samples)) => Record {
                 key: task.key(),
                 task: task.clone(),
                 status: Status::Ok,
                 throughputs,
                 usage,
                 gpu: counters,
+                samples,
                 note: None,
             },
             Err((status, note)) => failed(status, note),
@@ -533,7 +555,15 @@ impl Campaign {
         running: &mut [Running],
         gpu: Option<&GpuCounters>,
         interrupted: &AtomicBool,
-    ) -> Result<(Vec<f64>, Vec<Option<Usage>>, BTreeMap<String, f64>), (Status, String)> {
+    ) -> Result<
+        (
+            Vec<f64>,
+            Vec<Option<Usage>>,
+            BTreeMap<String, f64>,
+            RawSamples,
+        ),
+        (Status, String),
+    > {
         let start = Instant::now();
         let stopped = || {
             if interrupted.load(Ordering::Relaxed) {
@@ -585,7 +615,7 @@ impl Campaign {
                     }
                 }
                 if let Some(g) = gpu {
-                    readings.push(g.read());
+                    readings.push((Instant::now(), g.read()));
                 }
             }
             if t0.elapsed() >= self.window {
@@ -600,7 +630,26 @@ impl Campaign {
             (Some(g), Some(first), Some(last)) => g.gpm_metrics(first, &last),
             _ => Default::default(),
         };
-        let counters = crate::gpu::summarise(&readings, &gpm);
+        let plain: Vec<crate::gpu::Reading> = readings.iter().map(|(_, r)| r.clone()).collect();
+        let counters = crate::gpu::summarise(&plain, &gpm);
+        let mut raw = RawSamples::new();
+        let since = |at: Instant| at.saturating_duration_since(t0).as_secs_f64();
+        for (r, series) in running.iter().zip(&samples) {
+            for p in series {
+                for (counter, value) in [
+                    ("cpu_seconds", p.cpu_seconds),
+                    ("rss_mib", p.rss_mib),
+                    ("context_switches", p.context_switches),
+                ] {
+                    raw.push((r.name.clone(), since(p.at), counter.to_string(), value));
+                }
+            }
+        }
+        for (at, reading) in &readings {
+            for (counter, value) in reading {
+                raw.push(("device".into(), since(*at), (*counter).to_string(), *value));
+            }
+        }
         let mut throughputs = Vec::new();
         for r in running.iter() {
             let count = r.iterations_between(t0, t1);
@@ -621,6 +670,7 @@ impl Campaign {
             throughputs,
             samples.iter().map(|s| usage(s)).collect(),
             counters,
+            raw,
         ))
     }
 

@@ -21,12 +21,14 @@ pub use merge::merge;
 pub use meta::{DatasetMeta, FORMAT, FeatureColumn, FeatureKind, Provenance};
 pub use parquet::{PAIR_COLUMNS, WORKLOAD_COLUMNS};
 pub use summary::{ModeCounts, Quantiles, Summary};
-pub use types::{FeatureValue, JobKind, Mode, Pair, Status, Workload, slowdown, speed};
+pub use types::{FeatureValue, JobKind, Mode, Pair, Sample, Status, Workload, slowdown, speed};
 
 pub const META_FILE: &str = "dataset.json";
 pub const WORKLOADS_FILE: &str = "workloads.parquet";
 pub const PAIRS_FILE: &str = "pairs.parquet";
 pub const LICENSE_FILE: &str = "LICENSE";
+/// Optional: raw counter series (`Sample` rows), written by the profiler.
+pub const SAMPLES_FILE: &str = "samples.parquet";
 
 /// A whole dataset in memory.
 #[derive(Debug, Clone, PartialEq)]
@@ -122,12 +124,39 @@ impl Dataset {
     /// Writes the dataset to the new folder `out`, atomically: it is built under a temporary
     /// name beside `out` and renamed into place only once complete. `out` must not exist.
     pub fn write(&self, out: &Path) -> Result<()> {
+        self.write_with_samples(out, &[])
+    }
+
+    /// `write`, with the raw counter series in `samples.parquet` when `samples` is not empty;
+    /// all of it appears at once or not at all.
+    pub fn write_with_samples(&self, out: &Path, samples: &[Sample]) -> Result<()> {
         crate::atomic::refuse_existing(out, |p, m| DatasetError::new(p, m))?;
         self.validate(out)?;
+        let file = out.join(SAMPLES_FILE);
+        if let Some(bad) = samples
+            .iter()
+            .find(|s| !s.t.is_finite() || !s.value.is_finite())
+        {
+            return Err(DatasetError::new(
+                file,
+                format!(
+                    "a non-finite reading of `{}` in run {}",
+                    bad.counter, bad.run
+                ),
+            ));
+        }
         crate::atomic::write_folder(
             out,
             |p, m| DatasetError::new(p, m),
-            |dir| self.write_files(dir),
+            |dir| {
+                self.write_files(dir)?;
+                if samples.is_empty() {
+                    return Ok(());
+                }
+                let frame = parquet::samples_frame(samples)
+                    .map_err(|e| DatasetError::new(dir.join(SAMPLES_FILE), e.to_string()))?;
+                parquet::write_parquet(&dir.join(SAMPLES_FILE), frame)
+            },
         )
     }
 
@@ -146,6 +175,16 @@ impl Dataset {
             write_text(&dir.join(LICENSE_FILE), text)?;
         }
         Ok(())
+    }
+
+    /// The raw counter series of the dataset folder `dir` (empty when it has none).
+    pub fn read_samples(dir: &Path) -> Result<Vec<Sample>> {
+        let path = dir.join(SAMPLES_FILE);
+        if !path.is_file() {
+            return Ok(Vec::new());
+        }
+        let frame = parquet::read_parquet(&path)?;
+        parquet::samples_from_frame(&frame, &path)
     }
 
     pub fn workload(&self, id: &str) -> Option<&Workload> {

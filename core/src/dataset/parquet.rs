@@ -9,7 +9,7 @@ use polars::prelude::*;
 
 use super::error::{DatasetError, Result};
 use super::meta::{DatasetMeta, FeatureKind};
-use super::types::{FeatureValue, Pair, Workload};
+use super::types::{FeatureValue, Pair, Sample, Workload};
 
 /// Fixed columns of `workloads.parquet`, before the declared feature columns.
 pub const WORKLOAD_COLUMNS: [&str; 5] = [
@@ -111,6 +111,20 @@ pub fn pairs_frame(meta: &DatasetMeta, rows: &[Pair]) -> PolarsResult<DataFrame>
 }
 
 /// Writes `frame` to `path` as Parquet.
+/// The `samples.parquet` table: run, source, t, counter, value.
+pub fn samples_frame(rows: &[Sample]) -> PolarsResult<DataFrame> {
+    DataFrame::new(
+        rows.len(),
+        vec![
+            strings("run", rows.iter().map(|r| Some(r.run.clone()))),
+            strings("source", rows.iter().map(|r| Some(r.source.clone()))),
+            numbers("t", rows.iter().map(|r| Some(r.t))),
+            strings("counter", rows.iter().map(|r| Some(r.counter.clone()))),
+            numbers("value", rows.iter().map(|r| Some(r.value))),
+        ],
+    )
+}
+
 pub fn write_parquet(path: &Path, mut frame: DataFrame) -> Result<()> {
     let file =
         File::create(path).map_err(|e| DatasetError::new(path, format!("cannot create: {e}")))?;
@@ -235,6 +249,26 @@ impl Table<'_> {
             })
             .collect()
     }
+}
+
+/// The rows of a `samples.parquet` file.
+pub fn samples_from_frame(frame: &DataFrame, file: &Path) -> Result<Vec<Sample>> {
+    let table = Table { frame, file };
+    check_no_undeclared(file, frame, &["run", "source", "t", "counter", "value"])?;
+    let run = table.required_strings("run")?;
+    let source = table.required_strings("source")?;
+    let t = table.required_numbers("t")?;
+    let counter = table.required_strings("counter")?;
+    let value = table.required_numbers("value")?;
+    Ok((0..run.len())
+        .map(|i| Sample {
+            run: run[i].clone(),
+            source: source[i].clone(),
+            t: t[i],
+            counter: counter[i].clone(),
+            value: value[i],
+        })
+        .collect())
 }
 
 /// Rejects columns that neither the fixed layout nor `dataset.json` declares.

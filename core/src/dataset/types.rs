@@ -231,3 +231,20 @@ pub fn speed(co_located_throughput: f64, solo_throughput: f64) -> f64 {
 pub fn slowdown(co_located_throughput: f64, solo_throughput: f64) -> f64 {
     1.0 / speed(co_located_throughput, solo_throughput)
 }
+
+/// One reading of one counter during a measured window: a row of the optional
+/// `samples.parquet`, the raw series behind the per-window means and p95s of the tables.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// The measurement: `solo/<workload>/<repetition>` or
+    /// `pair/<a>/<b>/<mode>/<share a>/<share b>/<repetition>`.
+    pub run: String,
+    /// Whose counter: a workload id, or `device` for the GPU as a whole.
+    pub source: String,
+    /// Seconds since the window opened.
+    pub t: f64,
+    /// A canonical counter name (`cpu_util`, `rss_mib`, `gpu_util` ...) or `cpu_seconds`,
+    /// `context_switches` (cumulative).
+    pub counter: String,
+    pub value: f64,
+}
