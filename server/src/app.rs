@@ -146,18 +146,21 @@ impl AppState {
                 )
             })?;
         let model = Arc::new(loaded);
-        let client = match &self.store {
-            Some(store) => store
-                .entries()
-                .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e))?
-                .into_iter()
-                .collect(),
-            None => Default::default(),
-        };
         let mut serving = self.write()?;
         let (registry, warnings) = match serving.as_ref() {
             Some(current) => current.registry.rebuild(&model),
-            None => Registry::build(&model, client),
+            // The first load: the client entries come from the registry database.
+            None => {
+                let client = match &self.store {
+                    Some(store) => store
+                        .entries()
+                        .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e))?
+                        .into_iter()
+                        .collect(),
+                    None => Default::default(),
+                };
+                Registry::build(&model, client)
+            }
         };
         for w in warnings {
             tracing::warn!(model = %dir.display(), "{w}");
@@ -361,7 +364,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Result<Json<Health>, Fail
     }))
 }
 
-async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let (version, engine, workloads) = match state.read() {
         Ok(guard) => match guard.as_ref() {
             Some(s) => (
@@ -373,7 +376,6 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         },
         Err(f) => return f.into_response(),
     };
-    let _ = headers;
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(&version, engine, workloads),

@@ -14,7 +14,7 @@ use duet_core::Dataset;
 use duet_core::api::{FeatureInput, RegisteredWorkload, WorkloadBody};
 use duet_core::dataset::FeatureValue;
 use duet_trainer::features::SOLO_THROUGHPUT;
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 
 use crate::error::Failure;
 use crate::model::LoadedModel;
@@ -93,14 +93,6 @@ impl Store {
         conn.execute("DELETE FROM workloads WHERE id = ?1", [id])
             .map_err(|e| format!("{}: {e}", self.path.display()))?;
         Ok(())
-    }
-
-    pub fn has(&self, id: &str) -> Result<bool, String> {
-        let conn = self.conn.lock().map_err(|_| "registry lock poisoned")?;
-        conn.query_row("SELECT 1 FROM workloads WHERE id = ?1", [id], |_| Ok(()))
-            .optional()
-            .map(|r| r.is_some())
-            .map_err(|e| format!("{}: {e}", self.path.display()))
     }
 }
 
