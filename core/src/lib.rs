@@ -8,6 +8,7 @@ pub mod api;
 pub mod atomic;
 pub mod dataset;
 pub mod features;
+pub mod hash;
 pub mod import;
 
 pub use dataset::{

@@ -19,6 +19,7 @@ use duet_core::dataset::{
     Dataset, DatasetMeta, FeatureColumn, FeatureKind, FeatureValue, Mode, Pair, Provenance, Sample,
     Status, Workload,
 };
+use duet_core::hash::{FNV_OFFSET, fnv1a};
 use serde::{Deserialize, Serialize};
 
 use crate::builtin::Device;
@@ -190,7 +191,7 @@ impl Campaign {
                 format!(
                     "{} bytes, fnv {:016x}",
                     catalog.len(),
-                    fnv(catalog.as_bytes())
+                    fnv1a(catalog.as_bytes(), FNV_OFFSET)
                 ),
             ),
             ("modes", format!("{:?}", self.modes)),
@@ -1045,10 +1046,4 @@ pub fn source_of(spec: &WorkloadSpec) -> String {
         Source::Builtin { builtin, .. } => format!("builtin {builtin}"),
         Source::Command { argv, .. } => argv.join(" "),
     }
-}
-
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xCBF2_9CE4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01B3)
-    })
 }

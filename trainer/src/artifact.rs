@@ -61,16 +61,7 @@ pub struct ModelMeta {
     pub metrics: Vec<MetricsRow>,
 }
 
-/// 64-bit FNV-1a: a stable fingerprint of bytes (not a cryptographic hash).
-pub fn fnv1a(bytes: &[u8], mut hash: u64) -> u64 {
-    for b in bytes {
-        hash ^= u64::from(*b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01B3);
-    }
-    hash
-}
-
-pub const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
+pub use duet_core::hash::{FNV_OFFSET, fnv1a};
 
 /// Fingerprint of a dataset folder's three files.
 pub fn fingerprint(dir: &Path) -> std::io::Result<String> {
