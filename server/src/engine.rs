@@ -10,9 +10,8 @@ use std::str::FromStr;
 use std::sync::{Mutex, OnceLock};
 
 use burn::backend::Flex;
-use burn::tensor::{Tensor, TensorData};
 use duet_trainer::artifact::ONNX_FILE;
-use duet_trainer::model::{Mlp, OUTPUTS};
+use duet_trainer::model::{Mlp, OUTPUTS, ensemble_forward};
 use duet_trainer::onnx;
 use ort::session::Session;
 use ort::value::TensorRef;
@@ -83,24 +82,7 @@ impl Engine for BurnEngine {
 
     fn run(&self, inputs: Vec<f32>) -> Result<Vec<f32>, String> {
         let rows = inputs.len() / self.width;
-        let device = Default::default();
-        let x: Tensor<Flex, 2> =
-            Tensor::from_data(TensorData::new(inputs, [rows, self.width]), &device);
-        let mut sum: Option<Tensor<Flex, 2>> = None;
-        for net in &self.nets {
-            let out = net.forward(x.clone());
-            sum = Some(match sum {
-                Some(s) => s + out,
-                None => out,
-            });
-        }
-        let sum = sum.ok_or("the model has no ensemble member")?;
-        #[allow(clippy::cast_precision_loss)]
-        let mean = sum / self.nets.len() as f32;
-        let out = mean
-            .into_data()
-            .to_vec::<f32>()
-            .map_err(|e| format!("Burn output: {e:?}"))?;
+        let out = ensemble_forward(&self.nets, inputs, self.width, &Default::default());
         if out.len() != rows * OUTPUTS {
             return Err(format!(
                 "Burn returned {} values for {rows} rows",

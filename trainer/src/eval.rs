@@ -17,7 +17,8 @@ use crate::features::{FeatureSpec, IDENTITY, JobFeatures, job_features};
 use crate::metrics::{Metrics, Scored};
 use crate::model::{
     Batch, CONSERVATIVE_QUANTILE, Mlp, OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10,
-    OUTPUTS, Rng, TrainConfig, TrainDevice, TrainError, TrainOutcome, fit, forward,
+    OUTPUTS, Rng, TrainConfig, TrainDevice, TrainError, TrainOutcome, ensemble_forward, fit,
+    forward,
 };
 use crate::rows::{Example, examples};
 
@@ -267,20 +268,12 @@ impl Trained {
 
     /// The ensemble's mean output for encoded rows.
     pub fn forward(&self, inputs: &[f32]) -> Vec<f32> {
-        let width = self.spec.pair_width();
-        let mut sum: Vec<f32> = Vec::new();
-        for net in &self.nets {
-            let out = forward(net, inputs, width, &Default::default());
-            if sum.is_empty() {
-                sum = out;
-            } else {
-                sum.iter_mut().zip(out).for_each(|(s, o)| *s += o);
-            }
-        }
-        #[allow(clippy::cast_precision_loss)]
-        let n = self.nets.len() as f32;
-        sum.iter_mut().for_each(|s| *s /= n);
-        sum
+        ensemble_forward(
+            &self.nets,
+            inputs.to_vec(),
+            self.spec.pair_width(),
+            &Default::default(),
+        )
     }
 }
 

@@ -346,6 +346,34 @@ pub fn forward<B: Backend>(
         .unwrap_or_default()
 }
 
+/// The mean of the ensemble `nets`' outputs on `inputs.len() / width` encoded rows, computed on
+/// one input tensor; `OUTPUTS` values per row (empty without members).
+pub fn ensemble_forward<B: Backend>(
+    nets: &[Mlp<B>],
+    inputs: Vec<f32>,
+    width: usize,
+    device: &B::Device,
+) -> Vec<f32> {
+    let rows = inputs.len().checked_div(width).unwrap_or(0);
+    if rows == 0 || nets.is_empty() {
+        return Vec::new();
+    }
+    let x: Tensor<B, 2> = Tensor::from_data(TensorData::new(inputs, [rows, width]), device);
+    let sum = nets
+        .iter()
+        .map(|net| net.forward(x.clone()))
+        .reduce(|s, out| s + out);
+    #[allow(clippy::cast_precision_loss)]
+    let members = nets.len() as f32;
+    sum.map(|s| {
+        (s / members)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap_or_default()
+    })
+    .unwrap_or_default()
+}
+
 /// A copy of `net` on the CPU backend, for inference and the artifact wherever it was trained.
 pub fn to_cpu<B: Backend>(net: &Mlp<B>) -> Mlp<burn::backend::Flex> {
     let device = Default::default();
