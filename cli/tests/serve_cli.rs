@@ -102,7 +102,12 @@ impl Drop for Server {
     }
 }
 
-/// `duet predict` against `server` for V100 pairs in the space mode, with `args` after.
+fn path(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 temporary path")
+}
+
+/// `duet predict` against `server` for V100 pairs in the space mode (pairs and files may name
+/// their own), with `args` after.
 fn predict(server: &Server, args: &[&str]) -> std::process::Output {
     duet()
         .args([
@@ -183,19 +188,7 @@ fn serve_register_predict_reload_restart_and_stop() {
         "a,b,mode,gpu\nmy-infer,a3c,space,v100\ncyclegan,lm-bs80,,k80\n",
     )
     .expect("csv");
-    let out = duet()
-        .args([
-            "predict",
-            "--server",
-            &server.base,
-            "--mode",
-            "space",
-            "--json",
-            "--file",
-        ])
-        .arg(&csv)
-        .output()
-        .expect("duet predict --file csv");
+    let out = predict(&server, &["--json", "--file", path(&csv)]);
     assert!(
         out.status.success(),
         "{}",
@@ -210,11 +203,7 @@ fn serve_register_predict_reload_restart_and_stop() {
          {\"a\": {\"features\": {\"solo_throughput\": 5.0, \"model\": \"LM\", \"batch_size\": 20}}, \"b\": {\"workload\": \"a3c\"}, \"mode\": \"space\", \"gpu\": \"p100\"}\n",
     )
     .expect("jsonl");
-    let out = duet()
-        .args(["predict", "--server", &server.base, "--file"])
-        .arg(&jsonl)
-        .output()
-        .expect("duet predict --file jsonl");
+    let out = predict(&server, &["--file", path(&jsonl)]);
     assert!(
         out.status.success(),
         "{}",
@@ -225,18 +214,7 @@ fn serve_register_predict_reload_restart_and_stop() {
     assert!(table.contains("(features)"), "{table}");
     let bad = dir.path().join("bad.csv");
     std::fs::write(&bad, "a,b,share_a\na3c,a3c,lots\n").expect("csv");
-    let out = duet()
-        .args([
-            "predict",
-            "--server",
-            &server.base,
-            "--mode",
-            "space",
-            "--file",
-        ])
-        .arg(&bad)
-        .output()
-        .expect("duet predict");
+    let out = predict(&server, &["--file", path(&bad)]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
