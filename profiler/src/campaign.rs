@@ -23,7 +23,7 @@ use duet_core::hash::{FNV_OFFSET, fnv1a};
 use serde::{Deserialize, Serialize};
 
 use crate::builtin::Device;
-use crate::catalog::{Catalog, Source, WorkloadSpec};
+use crate::catalog::{Catalog, WorkloadSpec};
 use crate::gpu::GpuCounters;
 use crate::mps::MpsDaemon;
 use crate::process::{Launcher, ProcSample, Running, Usage, proc_sample, usage};
@@ -1038,12 +1038,4 @@ pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
         ));
     }
     Ok((i, n))
-}
-
-/// Source of a workload, for messages.
-pub fn source_of(spec: &WorkloadSpec) -> String {
-    match &spec.source {
-        Source::Builtin { builtin, .. } => format!("builtin {builtin}"),
-        Source::Command { argv, .. } => argv.join(" "),
-    }
 }

@@ -10,7 +10,7 @@ use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter};
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::gpm::GpmSample;
 
-/// The device-level counters sampled every tick: (canonical name, reader).
+/// The device-level counters sampled every tick (canonical names; `read` fills them).
 const SAMPLED: [&str; 8] = [
     "gpu_util",
     "mem_util",
@@ -31,15 +31,6 @@ const GPM: [(&str, GpmMetricId); 6] = [
     ("fp32_active", GpmMetricId::Fp32Util),
     ("fp16_active", GpmMetricId::Fp16Util),
 ];
-
-/// The names of every counter this module can record, sampled ones first.
-pub fn counter_names() -> Vec<&'static str> {
-    SAMPLED
-        .iter()
-        .copied()
-        .chain(GPM.iter().map(|(n, _)| *n))
-        .collect()
-}
 
 /// NVML, opened once per campaign.
 #[derive(Debug)]
