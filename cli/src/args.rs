@@ -39,6 +39,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Replay a GPU cluster trace under several placement policies (exclusive, packing, the
+    /// pricing loop with duet's predictions or with the measured pairs) and write a report.
+    Simulate(SimulateArgs),
     /// Import, inspect, validate and merge datasets.
     Dataset {
         #[command(subcommand)]
@@ -328,4 +331,64 @@ pub struct ProfileArgs {
     /// Measurement date for the provenance, YYYY-MM-DD (default: today).
     #[arg(long)]
     pub date: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SimulateArgs {
+    /// The trace folder (Alibaba GPU trace 2023: pod list and node list).
+    #[arg(long, default_value = "traces/alibaba-gpu-v2023")]
+    pub trace: PathBuf,
+    /// Another pod list than the folder's `openb_pod_list_default.csv`.
+    #[arg(long)]
+    pub pods: Option<PathBuf>,
+    /// The dataset whose measured pairs are the ground truth and whose workloads the jobs run.
+    #[arg(long, default_value = "datasets/gavel-v100")]
+    pub dataset: PathBuf,
+    /// GPUs in the simulated cluster, drawn from the trace's nodes.
+    #[arg(long, default_value_t = 512)]
+    pub gpus: u32,
+    /// Compress arrivals so that the offered load (GPU-seconds asked over GPU-seconds between
+    /// the first and last arrival) is this.
+    #[arg(long, default_value_t = 1.0, conflicts_with = "compression")]
+    pub load: f64,
+    /// Divide arrival times by this instead of aiming at a load.
+    #[arg(long)]
+    pub compression: Option<f64>,
+    /// Policies to compare, comma-separated: exclusive, packing, duet, oracle.
+    #[arg(
+        long,
+        default_value = "exclusive,packing,duet,oracle",
+        value_delimiter = ','
+    )]
+    pub policies: Vec<String>,
+    /// The model the `duet` policy runs in process.
+    #[arg(long, default_value = "models/default")]
+    pub model: PathBuf,
+    /// Ask a running duet server (`http://host:port`) instead of running the model in process.
+    #[arg(long)]
+    pub predictor_url: Option<String>,
+    /// File holding the server's bearer token, if it asks for one (also `DUET_TOKEN`).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Engine of the in-process model: onnx or burn.
+    #[arg(long, default_value = "onnx")]
+    pub engine: String,
+    /// Minimum speed (normalised throughput) of inference jobs.
+    #[arg(long, default_value_t = 0.6)]
+    pub slo: f64,
+    /// Seed of the node draw and of the workload each pod runs.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Simulate only the first N jobs (by arrival).
+    #[arg(long)]
+    pub max_jobs: Option<usize>,
+    /// Waiting jobs priced per round, in arrival order.
+    #[arg(long, default_value_t = 1024)]
+    pub window: usize,
+    /// Seconds of waiting after which a job's priority weight has doubled.
+    #[arg(long, default_value_t = 3600.0)]
+    pub aging: f64,
+    /// The report folder to write (must not exist).
+    #[arg(long)]
+    pub out: PathBuf,
 }

@@ -7,6 +7,7 @@ mod evaluate_cmd;
 mod predict_cmd;
 mod profile_cmd;
 mod serve_cmd;
+mod simulate_cmd;
 mod train_cmd;
 
 use std::process::ExitCode;
@@ -20,6 +21,7 @@ fn main() -> ExitCode {
         args::Command::Workload { command } => profile_cmd::workload(command),
         args::Command::Serve(args) => serve_cmd::run(args),
         args::Command::Predict(args) => predict_cmd::run(args),
+        args::Command::Simulate(args) => simulate_cmd::run(&args),
         args::Command::Dataset { command } => dataset_cmd::run(command),
         args::Command::Train(args) => train_cmd::run(args),
         args::Command::Evaluate { model, data, json } => evaluate_cmd::run(&model, &data, json),

@@ -1,0 +1,148 @@
+//! `duet simulate`: the trace replayed under each policy, one report.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use duet_core::dataset::{Dataset, JobKind};
+use duet_scheduler::predictor::{HttpPredictor, ModelPredictor, Oracle, Predictor};
+use duet_scheduler::report::{REPORT_FILE, Report};
+use duet_scheduler::sim::{self, Cluster, Policy, Settings};
+use duet_scheduler::trace::Trace;
+use duet_server::EngineKind;
+
+use crate::args::SimulateArgs;
+use crate::serve_cmd::read_token;
+
+const POLICIES: [&str; 4] = ["exclusive", "packing", "duet", "oracle"];
+
+pub fn run(args: &SimulateArgs) -> Result<()> {
+    duet_core::atomic::refuse_existing(&args.out, |p, e| {
+        anyhow::anyhow!("--out {}: {e}", p.display())
+    })?;
+    for p in &args.policies {
+        if !POLICIES.contains(&p.as_str()) {
+            bail!(
+                "--policies: unknown policy `{p}`; choose among {}",
+                POLICIES.join(", ")
+            );
+        }
+    }
+    if !(args.slo > 0.0 && args.slo <= 1.0) {
+        bail!("--slo {}: a minimum speed is in (0, 1]", args.slo);
+    }
+    if !(args.load.is_finite() && args.load > 0.0) {
+        bail!("--load {}: must be above 0", args.load);
+    }
+    if let Some(c) = args.compression
+        && !(c.is_finite() && c > 0.0)
+    {
+        bail!("--compression {c}: must be above 0");
+    }
+    if !(args.aging.is_finite() && args.aging > 0.0) {
+        bail!("--aging {}: must be above 0 seconds", args.aging);
+    }
+    if args.window == 0 {
+        bail!("--window: at least one waiting job per round");
+    }
+    let trace = Trace::read(&args.trace, args.pods.as_deref())?;
+    let dataset = Dataset::read(&args.dataset)
+        .with_context(|| format!("--dataset {}", args.dataset.display()))?;
+    let oracle = Oracle::new(&args.dataset, &dataset)?;
+    let kinds: Vec<(String, bool)> = dataset
+        .workloads
+        .iter()
+        .map(|w| (w.workload.clone(), w.kind == JobKind::Infer))
+        .collect();
+    let cluster = Cluster::draw(&trace, args.gpus, args.seed)?;
+    let (jobs, workload) = sim::jobs(
+        &trace,
+        args.gpus,
+        args.compression.is_none().then_some(args.load),
+        args.compression,
+        &kinds,
+        args.seed,
+        args.max_jobs,
+    )?;
+    cluster.check_fits(&jobs)?;
+    // The predictor is set up (and a server reached) before any simulation runs.
+    let mut duet: Option<Box<dyn Predictor>> = None;
+    if args.policies.iter().any(|p| p == "duet") {
+        duet = Some(match &args.predictor_url {
+            Some(url) => Box::new(HttpPredictor::new(
+                url,
+                read_token(args.token_file.as_deref())?,
+                Duration::from_secs(60),
+            )),
+            None => {
+                let engine: EngineKind = args
+                    .engine
+                    .parse()
+                    .map_err(|e: String| anyhow::anyhow!("--engine: {e}"))?;
+                Box::new(
+                    ModelPredictor::load(&args.model, engine)
+                        .with_context(|| format!("--model {}", args.model.display()))?,
+                )
+            }
+        });
+    }
+    let settings = Settings {
+        slo: args.slo,
+        aging: args.aging,
+        pricing: duet_scheduler::pricing::PricingConfig {
+            window: args.window,
+            ..Default::default()
+        },
+        ..Settings::default()
+    };
+    eprintln!(
+        "{} jobs from {} pods on {} GPUs ({} nodes), load {:.2} (arrivals compressed {:.1}x), truth from {}",
+        jobs.len(),
+        workload.pods,
+        cluster.gpus(),
+        cluster.nodes.len(),
+        workload.load,
+        workload.compression,
+        args.dataset.display()
+    );
+    let mut outcomes = Vec::new();
+    for name in POLICIES
+        .iter()
+        .filter(|p| args.policies.iter().any(|q| q == *p))
+    {
+        let mut oracle_predictor = oracle.clone();
+        let policy = match *name {
+            "exclusive" => Policy::Exclusive,
+            "packing" => Policy::Packing,
+            "duet" => Policy::Pricing(duet.as_deref_mut().expect("set up above")),
+            _ => Policy::Pricing(&mut oracle_predictor),
+        };
+        let outcome = sim::simulate(&cluster, &jobs, workload.window, &oracle, policy, &settings)
+            .with_context(|| format!("policy {name}"))?;
+        eprintln!(
+            "{:<10} avg JCT {:>8.2} h  p99 {:>8.2} h  busy {:>5.1}%  SLO violations {:>4}  rounds {:>6}  ({:.1} s)",
+            name,
+            outcome.avg_jct / 3600.0,
+            outcome.p99_jct / 3600.0,
+            outcome.busy * 100.0,
+            outcome.slo_violations,
+            outcome.rounds,
+            outcome.wall_s
+        );
+        outcomes.push(outcome);
+    }
+    let report = Report {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        date: crate::date::today(),
+        trace: args.trace.display().to_string(),
+        dataset: args.dataset.display().to_string(),
+        gpus: cluster.gpus(),
+        nodes: cluster.nodes.len(),
+        seed: args.seed,
+        slo: args.slo,
+        workload,
+        outcomes,
+    };
+    report.write(&args.out)?;
+    println!("{}", args.out.join(REPORT_FILE).display());
+    Ok(())
+}

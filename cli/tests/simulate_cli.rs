@@ -1,0 +1,270 @@
+//! `duet simulate` as a user runs it: the committed trace and dataset, the pricing loop asking a
+//! real `duet serve` over loopback or the same model in process, the report folder, and every
+//! bad input of the command named.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use duet_core::dataset::{Dataset, Status};
+use serde_json::Value;
+
+fn duet() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_duet"))
+}
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// `duet simulate` on the first 1,500 jobs of the trace, 64 GPUs, load 1.3, plus `extra`.
+fn simulate(out: &Path, extra: &[&str]) -> Output {
+    duet()
+        .arg("simulate")
+        .arg("--trace")
+        .arg(repo("traces/alibaba-gpu-v2023"))
+        .arg("--dataset")
+        .arg(repo("datasets/gavel-v100"))
+        .arg("--model")
+        .arg(repo("models/default"))
+        .args(["--gpus", "64", "--load", "1.3", "--max-jobs", "1500"])
+        .args(extra)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("duet simulate runs")
+}
+
+fn report(out: &Path) -> Value {
+    let text = std::fs::read_to_string(out.join("report.json")).expect("report.json");
+    serde_json::from_str(&text).expect("report.json is JSON")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve() -> (Server, String) {
+    let port = free_port();
+    let child = duet()
+        .args(["serve", "--engine", "burn", "--addr"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--model")
+        .arg(repo("models/default"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("duet serve starts");
+    let server = Server(child);
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        if let Ok(r) = ureq::get(&format!("{base}/readyz")).call()
+            && r.status() == 200
+        {
+            return (server, base);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("duet serve did not become ready");
+}
+
+#[test]
+fn four_policies_one_report_and_the_server_decides_as_the_model_in_process() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let all = dir.path().join("all");
+    let o = simulate(&all, &["--engine", "burn"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for file in ["report.md", "report.json", "jct-cdf.svg", "utilisation.svg"] {
+        assert!(all.join(file).is_file(), "{file} missing");
+    }
+    let r = report(&all);
+    let outcomes = r["outcomes"].as_array().expect("outcomes");
+    let names: Vec<&str> = outcomes
+        .iter()
+        .map(|o| o["policy"].as_str().expect("policy"))
+        .collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(names[0] == "exclusive" && names[1] == "packing");
+    assert!(names[2].contains("duet model") && names[3].contains("oracle"));
+    assert!((r["workload"]["load"].as_f64().expect("load") - 1.3).abs() < 1e-3);
+    for o in outcomes {
+        assert_eq!(o["jobs"], 1500);
+        assert!(o["avg_jct"].as_f64().expect("jct") > 0.0);
+    }
+    let md = std::fs::read_to_string(all.join("report.md")).expect("report.md");
+    assert!(
+        md.contains("| exclusive |") && md.contains("jct-cdf.svg"),
+        "{md}"
+    );
+
+    // The same policy over HTTP: one /v1/predict per round, the same decisions.
+    let (server, base) = serve();
+    let http = dir.path().join("http");
+    let o = simulate(
+        &http,
+        &["--policies", "duet", "--predictor-url", base.as_str()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let over_http = &report(&http)["outcomes"][0];
+    let in_process = &outcomes[2];
+    assert!(
+        over_http["predictor"]
+            .as_str()
+            .expect("predictor")
+            .contains(&base)
+    );
+    for field in [
+        "avg_jct",
+        "p99_jct",
+        "co_located",
+        "slo_violations",
+        "rounds",
+    ] {
+        assert_eq!(over_http[field], in_process[field], "{field}");
+    }
+    assert!(over_http["predictor_ms"].as_f64().expect("ms") > 0.0);
+    assert_eq!(over_http["predictor_calls"], in_process["predictor_calls"]);
+    drop(server);
+}
+
+#[test]
+fn an_unreachable_predictor_is_retried_then_named_and_nothing_is_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("r");
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let o = simulate(
+        &out,
+        &["--policies", "duet", "--predictor-url", url.as_str()],
+    );
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains(&url) && e.contains("unreachable after"), "{e}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn bad_inputs_are_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("r");
+
+    // A trace with a column missing, and one with a negative time.
+    let trace = dir.path().join("trace");
+    std::fs::create_dir(&trace).expect("mkdir");
+    std::fs::copy(
+        repo("traces/alibaba-gpu-v2023/openb_node_list_gpu_node.csv"),
+        trace.join("openb_node_list_gpu_node.csv"),
+    )
+    .expect("copy");
+    let pods = trace.join("openb_pod_list_default.csv");
+    std::fs::write(&pods, "name,num_gpu,gpu_milli,qos\np0,1,500,LS\n").expect("write");
+    let o = duet()
+        .args(["simulate", "--trace"])
+        .arg(&trace)
+        .arg("--dataset")
+        .arg(repo("datasets/gavel-v100"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("runs");
+    let e = stderr(&o);
+    assert!(!o.status.success());
+    assert!(
+        e.contains("openb_pod_list_default.csv") && e.contains("`creation_time`"),
+        "{e}"
+    );
+    std::fs::write(
+        &pods,
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n\
+         p0,1,1,1,500,,LS,Running,0,100,0\np1,1,1,1,500,,BE,Running,-5,100,0\n",
+    )
+    .expect("write");
+    let o = duet()
+        .args(["simulate", "--trace"])
+        .arg(&trace)
+        .arg("--dataset")
+        .arg(repo("datasets/gavel-v100"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("runs");
+    let e = stderr(&o);
+    assert!(
+        e.contains("line 3, column `creation_time`") && e.contains("negative"),
+        "{e}"
+    );
+
+    // A dataset without a successful pair.
+    let mut dataset = Dataset::read(&repo("datasets/gavel-v100")).expect("gavel");
+    dataset.pairs.retain(|p| p.status != Status::Ok);
+    let failed_only = dir.path().join("failed-only");
+    dataset.write(&failed_only).expect("write dataset");
+    let o = duet()
+        .arg("simulate")
+        .arg("--trace")
+        .arg(repo("traces/alibaba-gpu-v2023"))
+        .arg("--dataset")
+        .arg(&failed_only)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("runs");
+    let e = stderr(&o);
+    assert!(
+        e.contains("failed-only") && e.contains("no successful pair"),
+        "{e}"
+    );
+
+    // A cluster smaller than the largest job (8 GPUs on one node).
+    let o = duet()
+        .arg("simulate")
+        .arg("--trace")
+        .arg(repo("traces/alibaba-gpu-v2023"))
+        .arg("--dataset")
+        .arg(repo("datasets/gavel-v100"))
+        .args(["--gpus", "4", "--out"])
+        .arg(&out)
+        .output()
+        .expect("runs");
+    let e = stderr(&o);
+    assert!(e.contains("smaller than the largest job"), "{e}");
+
+    // Flags.
+    for (flags, expect) in [
+        (
+            vec!["--policies", "exclusive,fastest"],
+            "unknown policy `fastest`",
+        ),
+        (vec!["--slo", "1.5"], "--slo 1.5"),
+        (vec!["--aging", "0"], "--aging 0"),
+    ] {
+        let o = simulate(&out, &flags);
+        let e = stderr(&o);
+        assert!(!o.status.success() && e.contains(expect), "{flags:?}: {e}");
+    }
+    assert!(!out.exists(), "nothing written by a refused run");
+
+    // An existing report folder is never overwritten.
+    std::fs::create_dir(&out).expect("mkdir");
+    let o = simulate(&out, &["--policies", "exclusive"]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("already exists"), "{e}");
+}

@@ -1,0 +1,493 @@
+//! Where the pricing loop gets its slowdowns: the `Predictor` trait and its three sources, the
+//! duet server over HTTP, the same model in process, and the measured pairs of a dataset (the
+//! oracle, which the simulator also uses as ground truth).
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use duet_core::api::{ApiError, JobRef, PairQuery, PredictRequest, PredictResponse};
+use duet_core::dataset::{Dataset, Mode, Status, speed};
+use duet_server::EngineKind;
+use duet_server::model::LoadedModel;
+use duet_server::predict;
+use duet_server::registry::Registry;
+
+/// How two jobs share a GPU: the mode and each one's MPS share (percent), `None` where the mode
+/// has no shares.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sharing {
+    pub mode: Mode,
+    pub share_a: Option<f64>,
+    pub share_b: Option<f64>,
+}
+
+impl Sharing {
+    /// The same sharing seen from the other job.
+    pub fn mirrored(self) -> Sharing {
+        Sharing {
+            mode: self.mode,
+            share_a: self.share_b,
+            share_b: self.share_a,
+        }
+    }
+
+    /// A hashable key (shares by their bits).
+    pub fn key(self) -> SharingKey {
+        (
+            self.mode,
+            self.share_a.map(f64::to_bits),
+            self.share_b.map(f64::to_bits),
+        )
+    }
+
+    /// The compute share of `a`: its MPS share, or half the GPU where the mode has none.
+    pub fn compute_a(self) -> f64 {
+        self.share_a.map_or(0.5, |s| s / 100.0)
+    }
+}
+
+/// One candidate co-location: workload `a` next to workload `b`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Query<'a> {
+    pub a: &'a str,
+    pub b: &'a str,
+    pub sharing: Sharing,
+}
+
+/// What a predictor expects of a pair.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outlook {
+    pub feasible: bool,
+    /// Normalised throughputs (1 = as fast as alone).
+    pub speed_a: f64,
+    pub speed_b: f64,
+    /// Conservative speeds: the p10 speed, `1 / p90 slowdown`.
+    pub safe_speed_a: f64,
+    pub safe_speed_b: f64,
+}
+
+/// A source of pair slowdowns. One call per pricing round carries every candidate pair.
+pub trait Predictor: std::fmt::Debug {
+    /// What it is, for the report: `oracle datasets/gavel-v100`, `duet http://...`.
+    fn describe(&self) -> String;
+    /// One outlook per query, in order, for pairs on device `gpu`.
+    fn predict(&mut self, gpu: &str, queries: &[Query<'_>]) -> Result<Vec<Outlook>>;
+}
+
+/// The measured pairs of a dataset, both directions, averaged over repeated rows.
+#[derive(Debug, Clone)]
+pub struct Oracle {
+    pub name: String,
+    pub gpu: String,
+    table: HashMap<PairKey, Outlook>,
+    sharings: Vec<Sharing>,
+}
+
+/// A `Sharing` as a hashable key.
+pub type SharingKey = (Mode, Option<u64>, Option<u64>);
+/// Workload `a` next to workload `b` under a sharing.
+pub type PairKey = (String, String, SharingKey);
+
+impl Oracle {
+    /// The oracle of `dataset` (read from `dir`): refuses a dataset with no successful pair.
+    pub fn new(dir: &Path, dataset: &Dataset) -> Result<Oracle> {
+        let solo: HashMap<&str, f64> = dataset
+            .workloads
+            .iter()
+            .map(|w| (w.workload.as_str(), w.solo_throughput))
+            .collect();
+        let mut sums: HashMap<PairKey, (f64, f64, u32, bool)> = HashMap::new();
+        let mut sharings = BTreeSet::new();
+        let gpus: BTreeSet<&str> = dataset.pairs.iter().map(|p| p.gpu.as_str()).collect();
+        if gpus.len() > 1 {
+            bail!(
+                "{}: pairs on several devices ({}); simulate one device's dataset",
+                dir.display(),
+                gpus.into_iter().collect::<Vec<_>>().join(", ")
+            );
+        }
+        for pair in &dataset.pairs {
+            let sharing = Sharing {
+                mode: pair.mode,
+                share_a: pair.share_a,
+                share_b: pair.share_b,
+            };
+            let ok = pair.status == Status::Ok;
+            let (sa, sb) = match (solo.get(pair.a.as_str()), solo.get(pair.b.as_str())) {
+                (Some(x), Some(y)) if ok => {
+                    (speed(pair.throughput_a, *x), speed(pair.throughput_b, *y))
+                }
+                _ => (0.0, 0.0),
+            };
+            for (a, b, s, va, vb) in [
+                (&pair.a, &pair.b, sharing, sa, sb),
+                (&pair.b, &pair.a, sharing.mirrored(), sb, sa),
+            ] {
+                let entry = sums
+                    .entry((a.clone(), b.clone(), s.key()))
+                    .or_insert((0.0, 0.0, 0, true));
+                entry.0 += va;
+                entry.1 += vb;
+                entry.2 += 1;
+                entry.3 &= ok;
+                if a == b && s.key() == s.mirrored().key() {
+                    break;
+                }
+            }
+            sharings.insert((
+                pair.mode,
+                pair.share_a.map(f64::to_bits),
+                pair.share_b.map(f64::to_bits),
+            ));
+            sharings.insert((
+                pair.mode,
+                pair.share_b.map(f64::to_bits),
+                pair.share_a.map(f64::to_bits),
+            ));
+        }
+        if !dataset.pairs.iter().any(|p| p.status == Status::Ok) {
+            bail!(
+                "{}: the dataset has no successful pair, so there is no ground truth to simulate with",
+                dir.display()
+            );
+        }
+        let table = sums
+            .into_iter()
+            .map(|(k, (a, b, n, ok))| {
+                let n = f64::from(n);
+                let (sa, sb) = (a / n, b / n);
+                let o = Outlook {
+                    feasible: ok && sa > 0.0 && sb > 0.0,
+                    speed_a: sa,
+                    speed_b: sb,
+                    safe_speed_a: sa,
+                    safe_speed_b: sb,
+                };
+                (k, o)
+            })
+            .collect();
+        let sharings = sharings
+            .into_iter()
+            .map(|(mode, a, b)| Sharing {
+                mode,
+                share_a: a.map(f64::from_bits),
+                share_b: b.map(f64::from_bits),
+            })
+            .collect();
+        Ok(Oracle {
+            name: dir.display().to_string(),
+            gpu: gpus.into_iter().next().unwrap_or_default().to_string(),
+            table,
+            sharings,
+        })
+    }
+
+    /// Every way of sharing the dataset measured (each also mirrored).
+    pub fn sharings(&self) -> &[Sharing] {
+        &self.sharings
+    }
+
+    /// The measured outcome of `a` next to `b`; `None` where the pair was never measured.
+    pub fn lookup(&self, a: &str, b: &str, sharing: Sharing) -> Option<Outlook> {
+        self.table
+            .get(&(a.to_string(), b.to_string(), sharing.key()))
+            .copied()
+    }
+}
+
+impl Predictor for Oracle {
+    fn describe(&self) -> String {
+        format!("oracle (measured pairs of {})", self.name)
+    }
+
+    fn predict(&mut self, _gpu: &str, queries: &[Query<'_>]) -> Result<Vec<Outlook>> {
+        Ok(queries
+            .iter()
+            .map(|q| {
+                self.lookup(q.a, q.b, q.sharing).unwrap_or(Outlook {
+                    feasible: false,
+                    speed_a: 0.0,
+                    speed_b: 0.0,
+                    safe_speed_a: 0.0,
+                    safe_speed_b: 0.0,
+                })
+            })
+            .collect())
+    }
+}
+
+fn request(gpu: &str, queries: &[Query<'_>]) -> PredictRequest {
+    PredictRequest {
+        gpu: Some(gpu.to_string()),
+        pairs: queries
+            .iter()
+            .map(|q| PairQuery {
+                a: JobRef::workload(q.a),
+                b: JobRef::workload(q.b),
+                mode: q.sharing.mode,
+                share_a: q.sharing.share_a,
+                share_b: q.sharing.share_b,
+                gpu: None,
+            })
+            .collect(),
+    }
+}
+
+fn outlooks(predictions: &[duet_core::api::Prediction]) -> Vec<Outlook> {
+    predictions
+        .iter()
+        .map(|p| Outlook {
+            feasible: p.feasible,
+            speed_a: f64::from(p.speed_a),
+            speed_b: f64::from(p.speed_b),
+            safe_speed_a: 1.0 / f64::from(p.slowdown_a_p90),
+            safe_speed_b: 1.0 / f64::from(p.slowdown_b_p90),
+        })
+        .collect()
+}
+
+/// duet's model loaded in this process: the server's own engine and registry, without HTTP.
+#[derive(Debug)]
+pub struct ModelPredictor {
+    model: LoadedModel,
+    registry: Registry,
+}
+
+impl ModelPredictor {
+    pub fn load(dir: &Path, engine: EngineKind) -> Result<ModelPredictor> {
+        let model = LoadedModel::load(dir, engine).map_err(|e| anyhow!("{e}"))?;
+        let (registry, _warnings) = Registry::build(&model, Default::default());
+        Ok(ModelPredictor { model, registry })
+    }
+}
+
+impl Predictor for ModelPredictor {
+    fn describe(&self) -> String {
+        format!(
+            "duet model {} in process ({}, {} engine)",
+            self.model.version(),
+            self.model.dir.display(),
+            self.model.engine.kind().as_str()
+        )
+    }
+
+    fn predict(&mut self, gpu: &str, queries: &[Query<'_>]) -> Result<Vec<Outlook>> {
+        if queries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let request = request(gpu, queries);
+        let inputs = predict::encode(&self.model, &self.registry, &request, None).map_err(|f| {
+            anyhow!(
+                "model {}: {}{}",
+                self.model.dir.display(),
+                f.field.map(|f| format!("{f}: ")).unwrap_or_default(),
+                f.error
+            )
+        })?;
+        let outputs = self
+            .model
+            .engine
+            .run(inputs)
+            .map_err(|e| anyhow!("model {}: {e}", self.model.dir.display()))?;
+        Ok(outlooks(&predict::predictions(&outputs)))
+    }
+}
+
+/// The duet server: one `POST /v1/predict` per call; a refused connection or a 5xx is retried
+/// with back-off, then the error names the URL. Never falls back to another predictor.
+#[derive(Debug)]
+pub struct HttpPredictor {
+    url: String,
+    agent: ureq::Agent,
+    token: Option<String>,
+    attempts: u32,
+    first_backoff: Duration,
+    /// Time spent in `/v1/predict` calls, retries included.
+    pub spent: Duration,
+    pub calls: u64,
+}
+
+impl HttpPredictor {
+    /// A client of the server at `base` (`http://host:port`).
+    pub fn new(base: &str, token: Option<String>, timeout: Duration) -> HttpPredictor {
+        HttpPredictor {
+            url: format!("{}/v1/predict", base.trim_end_matches('/')),
+            agent: ureq::AgentBuilder::new().timeout(timeout).build(),
+            token,
+            attempts: 5,
+            first_backoff: Duration::from_millis(100),
+            spent: Duration::ZERO,
+            calls: 0,
+        }
+    }
+
+    /// Changes the retry policy: `attempts` tries, waiting `first_backoff`, then twice that ...
+    pub fn with_retries(mut self, attempts: u32, first_backoff: Duration) -> HttpPredictor {
+        self.attempts = attempts.max(1);
+        self.first_backoff = first_backoff;
+        self
+    }
+
+    fn call(&self, body: &PredictRequest) -> Result<PredictResponse> {
+        let mut wait = self.first_backoff;
+        let mut last = String::new();
+        for attempt in 1..=self.attempts {
+            let mut call = self.agent.post(&self.url);
+            if let Some(token) = &self.token {
+                call = call.set("Authorization", &format!("Bearer {token}"));
+            }
+            match call.send_json(body) {
+                Ok(response) => {
+                    let text = response
+                        .into_string()
+                        .with_context(|| format!("{}: cannot read the answer", self.url))?;
+                    return serde_json::from_str(&text)
+                        .with_context(|| format!("{}: unexpected answer", self.url));
+                }
+                Err(ureq::Error::Status(code, response)) if code < 500 => {
+                    let text = response.into_string().unwrap_or_default();
+                    let message = match serde_json::from_str::<ApiError>(&text) {
+                        Ok(e) => match e.field {
+                            Some(f) => format!("{f}: {}", e.error),
+                            None => e.error,
+                        },
+                        Err(_) => text,
+                    };
+                    bail!("predictor {} answered {code}: {message}", self.url);
+                }
+                Err(e) => last = e.to_string(),
+            }
+            if attempt < self.attempts {
+                std::thread::sleep(wait);
+                wait *= 2;
+            }
+        }
+        bail!(
+            "predictor {} unreachable after {} attempts: {last}",
+            self.url,
+            self.attempts
+        )
+    }
+}
+
+impl Predictor for HttpPredictor {
+    fn describe(&self) -> String {
+        format!("duet server {}", self.url)
+    }
+
+    fn predict(&mut self, gpu: &str, queries: &[Query<'_>]) -> Result<Vec<Outlook>> {
+        if queries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let started = Instant::now();
+        let answer = self.call(&request(gpu, queries));
+        self.spent += started.elapsed();
+        self.calls += 1;
+        let answer = answer?;
+        if answer.predictions.len() != queries.len() {
+            bail!(
+                "predictor {} answered {} predictions for {} pairs",
+                self.url,
+                answer.predictions.len(),
+                queries.len()
+            );
+        }
+        Ok(outlooks(&answer.predictions))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+
+    fn gavel() -> (PathBuf, Dataset) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/gavel-v100");
+        let dataset = Dataset::read(&dir).expect("test input");
+        (dir, dataset)
+    }
+
+    #[test]
+    fn the_oracle_answers_both_directions_from_the_measured_pairs() {
+        let (dir, dataset) = gavel();
+        let oracle = Oracle::new(&dir, &dataset).expect("test input");
+        assert_eq!(oracle.gpu, "v100");
+        let pair = dataset
+            .pairs
+            .iter()
+            .find(|p| p.status == Status::Ok && p.a != p.b)
+            .expect("test input");
+        let sharing = oracle.sharings()[0];
+        let ab = oracle
+            .lookup(&pair.a, &pair.b, sharing)
+            .expect("test input");
+        let ba = oracle
+            .lookup(&pair.b, &pair.a, sharing)
+            .expect("test input");
+        let solo = |id: &str| dataset.workload(id).expect("test input").solo_throughput;
+        assert!((ab.speed_a - pair.throughput_a / solo(&pair.a)).abs() < 1e-12);
+        assert_eq!((ab.speed_a, ab.speed_b), (ba.speed_b, ba.speed_a));
+        assert!(ab.feasible);
+        let failed = dataset
+            .pairs
+            .iter()
+            .find(|p| p.status != Status::Ok)
+            .expect("test input");
+        assert!(
+            !oracle
+                .lookup(&failed.a, &failed.b, sharing)
+                .expect("test input")
+                .feasible
+        );
+        assert!(oracle.lookup("nobody", &pair.b, sharing).is_none());
+    }
+
+    #[test]
+    fn a_dataset_without_a_successful_pair_is_refused() {
+        let (dir, mut dataset) = gavel();
+        dataset.pairs.retain(|p| p.status != Status::Ok);
+        let e = Oracle::new(&dir, &dataset)
+            .expect_err("must fail")
+            .to_string();
+        assert!(
+            e.contains("gavel-v100") && e.contains("no successful pair"),
+            "{e}"
+        );
+        dataset.pairs.clear();
+        assert!(Oracle::new(&dir, &dataset).is_err());
+    }
+
+    #[test]
+    fn an_unreachable_server_is_retried_then_named() {
+        // A port nobody listens on: bind, read the port, close.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("test input")
+            .local_addr()
+            .expect("test input")
+            .port();
+        let url = format!("http://127.0.0.1:{port}");
+        let mut p = HttpPredictor::new(&url, None, Duration::from_secs(2))
+            .with_retries(3, Duration::from_millis(10));
+        let sharing = Sharing {
+            mode: Mode::Space,
+            share_a: None,
+            share_b: None,
+        };
+        let e = p
+            .predict(
+                "v100",
+                &[Query {
+                    a: "x",
+                    b: "y",
+                    sharing,
+                }],
+            )
+            .expect_err("must fail")
+            .to_string();
+        assert!(e.contains(&url) && e.contains("after 3 attempts"), "{e}");
+        assert_eq!(p.calls, 1);
+    }
+}

@@ -1,0 +1,357 @@
+//! The simulation report: a table per policy, the JCT CDF and utilisation over time (SVG), and
+//! every figure as JSON, written as one folder (complete or not at all).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Result, anyhow};
+use serde::Serialize;
+
+use crate::sim::{Outcome, Workload};
+
+pub const REPORT_FILE: &str = "report.md";
+pub const JSON_FILE: &str = "report.json";
+pub const JCT_PLOT: &str = "jct-cdf.svg";
+pub const UTILISATION_PLOT: &str = "utilisation.svg";
+
+/// Everything one `duet simulate` run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The command line that produced it.
+    pub command: String,
+    pub date: String,
+    pub trace: String,
+    pub dataset: String,
+    pub gpus: u32,
+    pub nodes: usize,
+    pub seed: u64,
+    pub slo: f64,
+    pub workload: Workload,
+    pub outcomes: Vec<Outcome>,
+}
+
+const COLOURS: [&str; 6] = [
+    "#7f7f7f", "#ff7f0e", "#1f77b4", "#2ca02c", "#d62728", "#9467bd",
+];
+
+fn hours(seconds: f64) -> String {
+    format!("{:.2}", seconds / 3600.0)
+}
+
+impl Report {
+    /// The outcome of the policy called `name`, if it ran.
+    pub fn outcome(&self, prefix: &str) -> Option<&Outcome> {
+        self.outcomes.iter().find(|o| o.policy.starts_with(prefix))
+    }
+
+    /// The Markdown report.
+    pub fn markdown(&self) -> String {
+        let mut md = String::new();
+        let w = &self.workload;
+        let _ = writeln!(md, "# Cluster simulation\n");
+        let _ = writeln!(md, "Command: `{}` ({})\n", self.command, self.date);
+        let _ = writeln!(
+            md,
+            "Trace `{}`: {} pods, {} simulated as jobs ({} CPU-only and {} GPU pods that never \
+             ran left out); arrivals compressed {:.2}x for an offered load of {:.2} on {} GPUs ({} nodes \
+             drawn with seed {}). Ground truth: the measured pairs of `{}`. Inference (LS) jobs \
+             must keep speed >= {}.\n",
+            self.trace,
+            w.pods,
+            w.jobs,
+            w.cpu_only,
+            w.never_ran,
+            w.compression,
+            w.load,
+            self.gpus,
+            self.nodes,
+            self.seed,
+            self.dataset,
+            self.slo
+        );
+        let _ = writeln!(
+            md,
+            "| policy | avg JCT (h) | p50 JCT (h) | p99 JCT (h) | avg wait (h) | makespan (h) | jobs/h | GPUs busy | goodput/GPU | SLO violations | co-located | failed placements | rounds | round mean / p99 (ms) | predictor (s) | wall (s) |"
+        );
+        let _ = writeln!(
+            md,
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
+        for o in &self.outcomes {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1}% | {:.3} | {} of {} ({:.2}% of time) | {} | {} | {} | {:.2} / {:.2} | {:.2} | {:.1} |",
+                o.policy,
+                hours(o.avg_jct),
+                hours(o.p50_jct),
+                hours(o.p99_jct),
+                hours(o.avg_wait),
+                hours(o.makespan),
+                o.jobs_per_hour,
+                o.busy * 100.0,
+                o.goodput,
+                o.slo_violations,
+                o.inference_jobs,
+                o.slo_violation_time * 100.0,
+                o.co_located,
+                o.failed_placements,
+                o.rounds,
+                o.round_mean_ms,
+                o.round_p99_ms,
+                o.predictor_ms / 1e3,
+                o.wall_s
+            );
+        }
+        if let Some(exclusive) = self.outcome("exclusive") {
+            let _ = writeln!(md, "\nAgainst exclusive allocation:\n");
+            for o in self.outcomes.iter().filter(|o| o.policy != "exclusive") {
+                let _ = writeln!(
+                    md,
+                    "- {}: average JCT {:.2}x lower, {:.2}x the jobs per hour, GPUs busy {:.1}% \
+                     -> {:.1}%",
+                    o.policy,
+                    exclusive.avg_jct / o.avg_jct.max(1e-9),
+                    o.jobs_per_hour / exclusive.jobs_per_hour.max(1e-9),
+                    exclusive.busy * 100.0,
+                    o.busy * 100.0
+                );
+            }
+        }
+        let duet = self
+            .outcomes
+            .iter()
+            .find(|o| o.policy.starts_with("pricing") && !o.policy.contains("oracle"));
+        let oracle = self
+            .outcomes
+            .iter()
+            .find(|o| o.policy.starts_with("pricing") && o.policy.contains("oracle"));
+        if let (Some(d), Some(o)) = (duet, oracle) {
+            let _ = writeln!(
+                md,
+                "\nPricing with duet's predictions against pricing with the oracle: average JCT \
+                 {:+.2}%.",
+                (d.avg_jct / o.avg_jct - 1.0) * 100.0
+            );
+        }
+        let _ = writeln!(
+            md,
+            "\nJCT: completion minus arrival. Makespan: the last completion (a pod of months \
+             sets it). Jobs/h, GPUs busy and goodput are measured over the arrival window \
+             ({:.1} h to {:.1} h after the first arrival). GPUs busy: time-average share of GPUs \
+             running a job. Goodput/GPU: time-average of the jobs' true normalised throughput (times their \
+             GPUs) per GPU; above the busy share where pairs do more than one job alone. Rounds: \
+             placement rounds (pricing rounds for the pricing policies), wall-clock latency on \
+             this machine; predictor: time inside the predictor's calls.\n",
+            w.window.0 / 3600.0,
+            w.window.1 / 3600.0
+        );
+        let _ = writeln!(
+            md,
+            "![JCT CDF]({JCT_PLOT})\n\n![GPU utilisation]({UTILISATION_PLOT})"
+        );
+        md
+    }
+
+    /// Writes the report folder `out` (which must not exist).
+    pub fn write(&self, out: &Path) -> Result<()> {
+        let json = serde_json::to_string_pretty(self)?;
+        let files = [
+            (REPORT_FILE, self.markdown()),
+            (JSON_FILE, json),
+            (JCT_PLOT, self.jct_cdf()),
+            (UTILISATION_PLOT, self.utilisation()),
+        ];
+        duet_core::atomic::write_folder(
+            out,
+            |p, e| anyhow!("{}: {e}", p.display()),
+            |dir| {
+                for (name, text) in &files {
+                    let path = dir.join(name);
+                    std::fs::write(&path, text)
+                        .map_err(|e| anyhow!("{}: cannot write: {e}", path.display()))?;
+                }
+                Ok(())
+            },
+        )
+    }
+
+    fn legend(&self, svg: &mut String, x: f64, y: f64) {
+        for (i, o) in self.outcomes.iter().enumerate() {
+            #[allow(clippy::cast_precision_loss)]
+            let yy = y + 16.0 * i as f64;
+            let _ = writeln!(
+                svg,
+                "<rect x=\"{x}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{yy}\">{}</text>",
+                yy - 9.0,
+                COLOURS[i % COLOURS.len()],
+                x + 14.0,
+                escape(&short(&o.policy))
+            );
+        }
+    }
+
+    /// Cumulative share of jobs by completion time, log scale, one line per policy.
+    fn jct_cdf(&self) -> String {
+        let (w, h, m) = (640.0, 420.0, 55.0);
+        let lo = self
+            .outcomes
+            .iter()
+            .flat_map(|o| o.jct.iter().copied())
+            .filter(|v| *v > 0.0)
+            .fold(f64::INFINITY, f64::min)
+            .max(1.0)
+            .log10()
+            .floor();
+        let hi = self
+            .outcomes
+            .iter()
+            .flat_map(|o| o.jct.iter().copied())
+            .fold(10.0f64, f64::max)
+            .log10()
+            .ceil()
+            .max(lo + 1.0);
+        let sx = |v: f64| m + ((v.max(1.0).log10() - lo) / (hi - lo)) * (w - 2.0 * m);
+        let sy = |q: f64| h - m - q * (h - 2.0 * m);
+        let mut svg = open(w, h);
+        frame(&mut svg, w, h, m);
+        for (i, o) in self.outcomes.iter().enumerate() {
+            let mut sorted = o.jct.clone();
+            sorted.sort_by(f64::total_cmp);
+            let n = sorted.len().max(1);
+            let step = (n / 400).max(1);
+            let mut points = String::new();
+            for (k, v) in sorted
+                .iter()
+                .enumerate()
+                .step_by(step)
+                .chain(sorted.iter().enumerate().next_back())
+            {
+                #[allow(clippy::cast_precision_loss)]
+                let q = (k + 1) as f64 / n as f64;
+                let _ = write!(points, "{:.1},{:.1} ", sx(*v), sy(q));
+            }
+            let _ = writeln!(
+                svg,
+                "<polyline points=\"{points}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"/>",
+                COLOURS[i % COLOURS.len()]
+            );
+        }
+        #[allow(clippy::cast_possible_truncation)]
+        for decade in (lo as i32)..=(hi as i32) {
+            let v = 10f64.powi(decade);
+            let _ = writeln!(
+                svg,
+                "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">1e{decade}</text>",
+                sx(v),
+                h - m + 15.0
+            );
+        }
+        axis_labels(
+            &mut svg,
+            w,
+            h,
+            "job completion time (s, log)",
+            "share of jobs",
+        );
+        self.legend(
+            &mut svg,
+            w - 250.0,
+            h - m - 16.0 * self.outcomes.len() as f64,
+        );
+        svg.push_str("</svg>\n");
+        svg
+    }
+
+    /// Share of GPUs busy over time, one line per policy.
+    fn utilisation(&self) -> String {
+        let (w, h, m) = (640.0, 360.0, 55.0);
+        let end = self
+            .outcomes
+            .iter()
+            .map(|o| o.makespan)
+            .fold(1.0f64, f64::max);
+        let sx = |t: f64| m + (t / end) * (w - 2.0 * m);
+        let sy = |u: f64| h - m - u.clamp(0.0, 1.0) * (h - 2.0 * m);
+        let mut svg = open(w, h);
+        frame(&mut svg, w, h, m);
+        for (i, o) in self.outcomes.iter().enumerate() {
+            let mut points = String::new();
+            for (t, busy, _) in &o.series {
+                let _ = write!(points, "{:.1},{:.1} ", sx(*t), sy(*busy));
+            }
+            let _ = writeln!(
+                svg,
+                "<polyline points=\"{points}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1\"/>",
+                COLOURS[i % COLOURS.len()]
+            );
+        }
+        let _ = writeln!(
+            svg,
+            "<text x=\"{m}\" y=\"{}\">0</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{} h</text>",
+            h - m + 15.0,
+            w - m,
+            h - m + 15.0,
+            hours(end)
+        );
+        let _ = writeln!(
+            svg,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">100%</text>",
+            m - 4.0,
+            m + 4.0
+        );
+        axis_labels(&mut svg, w, h, "time", "GPUs busy");
+        self.legend(&mut svg, w - 250.0, m + 20.0);
+        svg.push_str("</svg>\n");
+        svg
+    }
+}
+
+/// `pricing (duet model ... )` -> `pricing + duet`, for legends.
+fn short(policy: &str) -> String {
+    if policy.starts_with("pricing") {
+        if policy.contains("oracle") {
+            "pricing + oracle".into()
+        } else {
+            "pricing + duet".into()
+        }
+    } else {
+        policy.into()
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+fn open(w: f64, h: f64) -> String {
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    )
+}
+
+fn frame(svg: &mut String, w: f64, h: f64, m: f64) {
+    let _ = writeln!(
+        svg,
+        "<rect x=\"{m}\" y=\"{m}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"black\"/>",
+        w - 2.0 * m,
+        h - 2.0 * m
+    );
+}
+
+fn axis_labels(svg: &mut String, w: f64, h: f64, x: &str, y: &str) {
+    let _ = writeln!(
+        svg,
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{x}</text>",
+        w / 2.0,
+        h - 12.0
+    );
+    let _ = writeln!(
+        svg,
+        "<text x=\"15\" y=\"{}\" transform=\"rotate(-90 15 {})\" text-anchor=\"middle\">{y}</text>",
+        h / 2.0,
+        h / 2.0
+    );
+}
