@@ -465,6 +465,75 @@ mod tests {
         assert!(decisions.is_empty(), "{decisions:?}");
     }
 
+    /// Per-sharing predictions: the newcomer's MPS share decides the speeds.
+    #[derive(Debug)]
+    struct ByShare;
+
+    impl Predictor for ByShare {
+        fn describe(&self) -> String {
+            "by share".into()
+        }
+        fn predict(&mut self, _gpu: &str, queries: &[Query<'_>]) -> Result<Vec<Outlook>> {
+            Ok(queries
+                .iter()
+                .map(|q| {
+                    let share = q.sharing.share_a.unwrap_or(50.0) / 100.0;
+                    // The newcomer gains with its share, the resident loses a little less.
+                    let (a, b) = (0.2 + 0.7 * share, 1.0 - 0.5 * share);
+                    Outlook {
+                        feasible: true,
+                        speed_a: a,
+                        speed_b: b,
+                        safe_speed_a: a - 0.05,
+                        safe_speed_b: b - 0.05,
+                    }
+                })
+                .collect())
+        }
+    }
+
+    #[test]
+    fn the_share_that_adds_the_most_value_is_chosen_within_the_objective() {
+        let mps = |a: f64, b: f64| Sharing {
+            mode: Mode::Mps,
+            share_a: Some(a),
+            share_b: Some(b),
+        };
+        let sharings = [mps(20.0, 80.0), mps(50.0, 50.0), mps(80.0, 20.0)];
+        // Values: 20% -> 0.34 - 0.1 = 0.24; 50% -> 0.55 - 0.25 = 0.30; 80% -> 0.76 - 0.4 = 0.36.
+        let (decisions, _) = round(
+            "g",
+            &[job(0, "a", 1.0, None)],
+            &[],
+            &[resident(5, "r")],
+            &sharings,
+            &mut ByShare,
+            &PricingConfig::default(),
+        )
+        .expect("round");
+        let Placement::Beside { gpu, sharing, .. } = &decisions[0].placement else {
+            panic!("{decisions:?}")
+        };
+        assert_eq!((*gpu, sharing.share_a), (5, Some(80.0)));
+        // A resident with an objective of 0.6 keeps at least 0.6 at p10: 80% (0.55) is out.
+        let mut r = resident(5, "r");
+        r.slo = Some(0.6);
+        let (decisions, _) = round(
+            "g",
+            &[job(0, "a", 1.0, None)],
+            &[],
+            &[r],
+            &sharings,
+            &mut ByShare,
+            &PricingConfig::default(),
+        )
+        .expect("round");
+        let Placement::Beside { sharing, .. } = &decisions[0].placement else {
+            panic!("{decisions:?}")
+        };
+        assert_eq!(sharing.share_a, Some(50.0));
+    }
+
     #[test]
     fn jobs_of_several_gpus_take_whole_gpus_on_one_node() {
         let mut p = table(&[]);

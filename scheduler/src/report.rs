@@ -262,45 +262,73 @@ impl Report {
         svg
     }
 
-    /// Share of GPUs busy over time, one line per policy.
+    /// Share of GPUs busy (solid) and goodput per GPU (dashed) over time, one colour per policy.
     fn utilisation(&self) -> String {
         let (w, h, m) = (640.0, 360.0, 55.0);
-        let end = self
+        let times = || {
+            self.outcomes
+                .iter()
+                .flat_map(|o| o.series.iter().map(|p| p.0))
+        };
+        let start = times().fold(f64::INFINITY, f64::min);
+        let end = times().fold(f64::NEG_INFINITY, f64::max);
+        let (start, end) = if start < end {
+            (start, end)
+        } else {
+            (0.0, 1.0)
+        };
+        let top = self
             .outcomes
             .iter()
-            .map(|o| o.makespan)
+            .flat_map(|o| o.series.iter().map(|p| p.2))
             .fold(1.0f64, f64::max);
-        let sx = |t: f64| m + (t / end) * (w - 2.0 * m);
-        let sy = |u: f64| h - m - u.clamp(0.0, 1.0) * (h - 2.0 * m);
+        let sx = |t: f64| m + ((t - start) / (end - start)) * (w - 2.0 * m);
+        let sy = |u: f64| h - m - (u / top).clamp(0.0, 1.0) * (h - 2.0 * m);
         let mut svg = open(w, h);
         frame(&mut svg, w, h, m);
         for (i, o) in self.outcomes.iter().enumerate() {
-            let mut points = String::new();
-            for (t, busy, _) in &o.series {
-                let _ = write!(points, "{:.1},{:.1} ", sx(*t), sy(*busy));
+            for (dash, pick) in [("", 1usize), (" stroke-dasharray=\"4 3\"", 2)] {
+                let mut points = String::new();
+                for p in &o.series {
+                    let v = if pick == 1 { p.1 } else { p.2 };
+                    let _ = write!(points, "{:.1},{:.1} ", sx(p.0), sy(v));
+                }
+                let _ = writeln!(
+                    svg,
+                    "<polyline points=\"{points}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1\"{dash}/>",
+                    COLOURS[i % COLOURS.len()]
+                );
             }
-            let _ = writeln!(
-                svg,
-                "<polyline points=\"{points}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1\"/>",
-                COLOURS[i % COLOURS.len()]
-            );
         }
         let _ = writeln!(
             svg,
-            "<text x=\"{m}\" y=\"{}\">0</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{} h</text>",
+            "<text x=\"{m}\" y=\"{}\">{} h</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{} h</text>",
             h - m + 15.0,
+            hours(start),
             w - m,
             h - m + 15.0,
             hours(end)
         );
         let _ = writeln!(
             svg,
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">100%</text>",
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{top:.2}</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">0</text>",
             m - 4.0,
-            m + 4.0
+            m + 4.0,
+            m - 4.0,
+            h - m
         );
-        axis_labels(&mut svg, w, h, "time", "GPUs busy");
-        self.legend(&mut svg, w - 250.0, m + 20.0);
+        axis_labels(
+            &mut svg,
+            w,
+            h,
+            "time since the first arrival (arrival window and a quarter beyond)",
+            "GPUs busy (solid), goodput per GPU (dashed)",
+        );
+        self.legend(
+            &mut svg,
+            w - 250.0,
+            h - m - 10.0 - 16.0 * self.outcomes.len() as f64,
+        );
         svg.push_str("</svg>\n");
         svg
     }

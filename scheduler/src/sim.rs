@@ -331,7 +331,8 @@ pub struct Outcome {
     pub predictor_ms: f64,
     pub queries: usize,
     pub wall_s: f64,
-    /// (time, busy share, goodput) at `series_points` instants.
+    /// (time, busy share, goodput) at `series_points` instants from the start of the arrival
+    /// window to a quarter of its length past its end.
     pub series: Vec<(f64, f64, f64)>,
 }
 
@@ -893,8 +894,19 @@ pub fn simulate(
     };
     let mut round_sorted = rounds.clone();
     round_sorted.sort_by(f64::total_cmp);
-    let step = (world.trace.len() / settings.series_points.max(1)).max(1);
-    let series = world.trace.iter().step_by(step).copied().collect();
+    // The series at evenly spaced instants over the arrival window and a quarter beyond it
+    // (the weeks after, with a few long jobs left, would flatten the picture).
+    let plot_end = (window.1 + 0.25 * (window.1 - window.0)).min(makespan);
+    let points = settings.series_points.max(2);
+    let series = (0..points)
+        .filter_map(|k| {
+            #[allow(clippy::cast_precision_loss)]
+            let t = window.0 + (plot_end - window.0) * k as f64 / (points - 1) as f64;
+            let i = world.trace.partition_point(|(at, _, _)| *at <= t);
+            i.checked_sub(1)
+                .map(|i| (t, world.trace[i].1, world.trace[i].2))
+        })
+        .collect();
     let inference_jobs = jobs.iter().filter(|j| j.inference).count();
     Ok(Outcome {
         policy: name,
