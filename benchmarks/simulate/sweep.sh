@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The committed cluster simulations (BENCHMARKS.md, "Scheduler"): the whole default trace on 512
-# GPUs at several offered loads, four policies each, the pricing loop running duet's default
-# model in process; then the same trace at load 1.5 with the pricing loop asking a real
+# GPUs at several offered loads and on 64 GPUs at two, four policies each, the pricing loop
+# running duet's default model in process; then the same trace at load 1.5 with the pricing loop asking a real
 # `duet serve` over loopback, to time /v1/predict. Reports go to reports/simulation/.
-# Usage: benchmarks/simulate/sweep.sh [loads...]   (default: 0.8 1.0 1.5 2.0)
+# Usage: benchmarks/simulate/sweep.sh [loads at 512 GPUs...]   (default: 0.8 1.0 1.5 2.0)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 eval "$(scripts/python-env.sh)"
@@ -17,6 +17,10 @@ loads=("$@")
 for load in "${loads[@]}"; do
     rm -rf "$out/512-load$load"
     "$bin" simulate --gpus 512 --load "$load" --out "$out/512-load$load"
+done
+for load in 1.0 1.5; do
+    rm -rf "$out/64-load$load"
+    "$bin" simulate --gpus 64 --load "$load" --out "$out/64-load$load"
 done
 port=18098
 work=$(mktemp -d)
