@@ -65,8 +65,9 @@ pub fn workload(command: WorkloadCommand) -> Result<()> {
             #[allow(clippy::cast_precision_loss)]
             let rate = counted as f64 / span.as_secs_f64();
             println!(
-                "{name}: {rate:.2} iterations/s ({builtin}, {}, {device}, {counted} iterations in {:.2} s)",
+                "{name}: {rate:.2} iterations/s ({builtin}, {}, {}, {device}, {counted} iterations in {:.2} s)",
                 spec.kind,
+                size.precision,
                 span.as_secs_f64()
             );
             Ok(())

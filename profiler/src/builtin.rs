@@ -19,7 +19,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, Tensor};
 use duet_core::dataset::JobKind;
 
-use crate::catalog::{Builtin, Size};
+use crate::catalog::{Builtin, Precision, Size};
 
 /// Where a built-in runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +63,13 @@ pub fn run(
     tick: &mut dyn FnMut() -> bool,
 ) -> Result<(), String> {
     match device {
-        Device::Cpu => run_on::<Autodiff<Flex>>(builtin, kind, size, &Default::default(), tick),
+        Device::Cpu if size.precision == Precision::Fp32 => {
+            run_on::<Autodiff<Flex>>(builtin, kind, size, &Default::default(), tick)
+        }
+        Device::Cpu => Err(format!(
+            "precision {}: Burn's Flex CPU backend computes in fp32; run it with --device cuda",
+            size.precision
+        )),
         Device::Cuda(index) => run_cuda(builtin, kind, size, index, tick),
     }
 }
@@ -78,7 +84,13 @@ fn run_cuda(
 ) -> Result<(), String> {
     use burn::backend::Cuda;
     use burn::backend::cuda::CudaDevice;
-    run_on::<Autodiff<Cuda>>(builtin, kind, size, &CudaDevice::new(index), tick)
+    use burn::tensor::{bf16, f16};
+    let device = CudaDevice::new(index);
+    match size.precision {
+        Precision::Fp32 => run_on::<Autodiff<Cuda>>(builtin, kind, size, &device, tick),
+        Precision::Fp16 => run_on::<Autodiff<Cuda<f16>>>(builtin, kind, size, &device, tick),
+        Precision::Bf16 => run_on::<Autodiff<Cuda<bf16>>>(builtin, kind, size, &device, tick),
+    }
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -412,6 +424,7 @@ mod tests {
             width: 8,
             depth: 2,
             seq: 4,
+            precision: Precision::Fp32,
         };
         for builtin in Builtin::ALL {
             for kind in JobKind::ALL {
@@ -424,6 +437,25 @@ mod tests {
                 assert_eq!(n, 3, "{builtin} {kind}");
             }
         }
+    }
+
+    #[test]
+    fn half_precision_on_the_cpu_is_refused_naming_it() {
+        let size = Size {
+            batch: 2,
+            width: 8,
+            depth: 1,
+            seq: 4,
+            precision: Precision::Bf16,
+        };
+        let e = run(Builtin::Mlp, JobKind::Train, size, Device::Cpu, &mut || {
+            false
+        })
+        .expect_err("bf16 on the cpu");
+        assert!(
+            e.contains("precision bf16") && e.contains("--device cuda"),
+            "{e}"
+        );
     }
 
     #[test]

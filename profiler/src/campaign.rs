@@ -106,6 +106,10 @@ pub struct Record {
     /// Device counters over the window (NVML, GPM), mean and `_p95`; empty without a GPU.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gpu: BTreeMap<String, f64>,
+    /// Each process's own GPU counters (NVML per-process samples), in task order, mean and
+    /// `_p95`; empty without a GPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub process_gpu: Vec<BTreeMap<String, f64>>,
     /// The raw readings of the window: (source, seconds since it opened, counter, value).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub samples: Vec<(String, f64, String, f64)>,
@@ -115,6 +119,19 @@ pub struct Record {
 
 /// A window's raw readings: (source, seconds since it opened, counter, value).
 type RawSamples = Vec<(String, f64, String, f64)>;
+
+/// What one measured window gave.
+#[derive(Debug)]
+struct Measured {
+    /// Iterations per second of each process, in task order.
+    throughputs: Vec<f64>,
+    usage: Vec<Option<Usage>>,
+    /// Device counters (NVML, GPM), mean and `_p95`.
+    device: BTreeMap<String, f64>,
+    /// Each process's own GPU counters; empty where NVML gave none.
+    per_process: Vec<BTreeMap<String, f64>>,
+    samples: RawSamples,
+}
 
 /// Why a campaign stopped.
 #[derive(Debug, thiserror::Error)]
@@ -353,7 +370,10 @@ impl Campaign {
         let gpu = match self.launcher.device {
             Device::Cuda(index) => match GpuCounters::open(u32::try_from(index).unwrap_or(0)) {
                 Ok(g) => {
-                    if let Err(why) = &g.gpm {
+                    for why in [&g.gpm, &g.per_process]
+                        .into_iter()
+                        .filter_map(|r| r.as_ref().err())
+                    {
                         progress(why);
                     }
                     Some(g)
@@ -493,6 +513,7 @@ impl Campaign {
             throughputs: vec![0.0; n],
             usage: vec![None; n],
             gpu: BTreeMap::new(),
+            process_gpu: Vec::new(),
             samples: Vec::new(),
             note: Some(note),
         };
@@ -532,14 +553,15 @@ impl Campaign {
         }
         let outcome = self.window_of(&mut running, gpu, interrupted);
         let record = match outcome {
-            Ok((throughputs, usage, counters, samples)) => Record {
+            Ok(measured) => Record {
                 key: task.key(),
                 task: task.clone(),
                 status: Status::Ok,
-                throughputs,
-                usage,
-                gpu: counters,
-                samples,
+                throughputs: measured.throughputs,
+                usage: measured.usage,
+                gpu: measured.device,
+                process_gpu: measured.per_process,
+                samples: measured.samples,
                 note: None,
             },
             Err((status, note)) => failed(status, note),
@@ -549,22 +571,13 @@ impl Campaign {
     }
 
     /// Warm-up until every process has finished an iteration and `warmup` has passed, then the
-    /// measured window, sampling `/proc` throughout it.
-    #[allow(clippy::type_complexity)]
+    /// measured window, sampling `/proc` (and NVML) throughout it.
     fn window_of(
         &self,
         running: &mut [Running],
         gpu: Option<&GpuCounters>,
         interrupted: &AtomicBool,
-    ) -> Result<
-        (
-            Vec<f64>,
-            Vec<Option<Usage>>,
-            BTreeMap<String, f64>,
-            RawSamples,
-        ),
-        (Status, String),
-    > {
+    ) -> Result<Measured, (Status, String)> {
         let start = Instant::now();
         let stopped = || {
             if interrupted.load(Ordering::Relaxed) {
@@ -599,6 +612,10 @@ impl Campaign {
         }
         let t0 = Instant::now();
         let gpm_first = gpu.and_then(GpuCounters::gpm_sample);
+        // Per-process samples from here on: whatever NVML holds from before is skipped.
+        let mut seen = gpu.map_or(0, |g| g.process_samples(0).1);
+        let mut per_process: Vec<Vec<(Instant, crate::gpu::ProcessSample)>> =
+            vec![Vec::new(); running.len()];
         let mut readings = Vec::new();
         let mut samples: Vec<Vec<ProcSample>> = vec![Vec::new(); running.len()];
         // A zero interval turns sampling off (to measure what sampling costs).
@@ -616,7 +633,15 @@ impl Campaign {
                     }
                 }
                 if let Some(g) = gpu {
-                    readings.push((Instant::now(), g.read()));
+                    let now = Instant::now();
+                    readings.push((now, g.read()));
+                    let (fresh, newest) = g.process_samples(seen);
+                    seen = newest;
+                    for sample in fresh {
+                        if let Some(i) = running.iter().position(|r| r.pid() == sample.0) {
+                            per_process[i].push((now, sample));
+                        }
+                    }
                 }
             }
             if t0.elapsed() >= self.window {
@@ -651,6 +676,20 @@ impl Campaign {
                 raw.push(("device".into(), since(*at), (*counter).to_string(), *value));
             }
         }
+        for (r, series) in running.iter().zip(&per_process) {
+            for (at, (_, sm, mem)) in series {
+                for (counter, value) in crate::gpu::PER_PROCESS.iter().zip([sm, mem]) {
+                    raw.push((r.name.clone(), since(*at), (*counter).to_string(), *value));
+                }
+            }
+        }
+        let per_process: Vec<BTreeMap<String, f64>> = per_process
+            .iter()
+            .map(|series| {
+                let samples: Vec<_> = series.iter().map(|(_, s)| *s).collect();
+                crate::gpu::summarise_process(&samples)
+            })
+            .collect();
         let mut throughputs = Vec::new();
         for r in running.iter() {
             let count = r.iterations_between(t0, t1);
@@ -667,12 +706,17 @@ impl Campaign {
             #[allow(clippy::cast_precision_loss)]
             throughputs.push(count as f64 / (t1 - t0).as_secs_f64());
         }
-        Ok((
+        Ok(Measured {
             throughputs,
-            samples.iter().map(|s| usage(s)).collect(),
-            counters,
-            raw,
-        ))
+            usage: samples.iter().map(|s| usage(s)).collect(),
+            device: counters,
+            per_process: if per_process.iter().all(BTreeMap::is_empty) {
+                Vec::new()
+            } else {
+                per_process
+            },
+            samples: raw,
+        })
     }
 
     /// The dataset from the journal's records.
@@ -680,6 +724,14 @@ impl Campaign {
         // GPU counters become columns only where some run recorded them.
         let gpu_names: BTreeSet<String> =
             done.values().flat_map(|r| r.gpu.keys().cloned()).collect();
+        // Per-process counters: of the one process in solo runs, of each side in pair runs.
+        let process_names = |solo: bool| -> BTreeSet<String> {
+            done.values()
+                .filter(|r| matches!(r.task, Task::Solo { .. }) == solo)
+                .flat_map(|r| r.process_gpu.iter().flat_map(|m| m.keys().cloned()))
+                .collect()
+        };
+        let (solo_process_names, pair_process_names) = (process_names(true), process_names(false));
         let mut workloads = Vec::new();
         for spec in &self.catalog.workloads {
             let ok: Vec<&Record> = done
@@ -706,11 +758,23 @@ impl Campaign {
             ] {
                 features.insert(name.into(), FeatureValue::Number(value));
             }
+            features.insert(
+                "precision".into(),
+                FeatureValue::Category(size.map(|s| s.precision.to_string())),
+            );
             for (name, value) in usage_features(&usages) {
                 features.insert(name.into(), FeatureValue::Number(value));
             }
             for name in &gpu_names {
                 let values: Vec<f64> = ok.iter().filter_map(|r| r.gpu.get(name).copied()).collect();
+                let value = (!values.is_empty()).then(|| crate::process::mean(&values));
+                features.insert(name.clone(), FeatureValue::Number(value));
+            }
+            for name in &solo_process_names {
+                let values: Vec<f64> = ok
+                    .iter()
+                    .filter_map(|r| r.process_gpu.first().and_then(|m| m.get(name)).copied())
+                    .collect();
                 let value = (!values.is_empty()).then(|| crate::process::mean(&values));
                 features.insert(name.clone(), FeatureValue::Number(value));
             }
@@ -786,6 +850,18 @@ impl Campaign {
                     (!values.is_empty()).then(|| crate::process::mean(&values)),
                 );
             }
+            for name in &pair_process_names {
+                for (i, suffix) in [(0, "a"), (1, "b")] {
+                    let values: Vec<f64> = records
+                        .iter()
+                        .filter_map(|r| r.process_gpu.get(i).and_then(|m| m.get(name)).copied())
+                        .collect();
+                    counters.insert(
+                        format!("{name}_{suffix}"),
+                        (!values.is_empty()).then(|| crate::process::mean(&values)),
+                    );
+                }
+            }
             let (status, ta, tb, note) = match failed {
                 Some(r) => (r.status, 0.0, 0.0, r.note.clone()),
                 None => (
@@ -841,6 +917,12 @@ impl Campaign {
                 "layers (or repeated passes) of a built-in per iteration",
             ),
             numeric("seq", None, "tokens per sequence of a transformer built-in"),
+            duet_core::features::canonical("precision").unwrap_or(FeatureColumn {
+                name: "precision".into(),
+                kind: FeatureKind::Categorical,
+                unit: None,
+                meaning: "float type of a built-in (fp32, fp16, bf16)".into(),
+            }),
         ];
         for (name, _) in usage_features(&[]) {
             workload_features.push(numeric(
@@ -858,6 +940,21 @@ impl Campaign {
             })
         };
         workload_features.extend(gpu_names.iter().map(gpu_column));
+        let process_column = |name: &str| FeatureColumn {
+            name: name.to_string(),
+            kind: FeatureKind::Numeric,
+            unit: Some("%".into()),
+            meaning: format!(
+                "{} of the job's own process over the measured window (NVML per-process samples){}",
+                if name.starts_with("process_sm") {
+                    "SM utilisation"
+                } else {
+                    "memory utilisation"
+                },
+                if name.contains("_p95") { ", p95" } else { "" }
+            ),
+        };
+        workload_features.extend(solo_process_names.iter().map(|n| process_column(n)));
         let mut pair_counters: Vec<FeatureColumn> =
             ["cpu_util_a", "cpu_util_b", "rss_mib_a", "rss_mib_b"]
                 .iter()
@@ -877,6 +974,16 @@ impl Campaign {
                 .collect();
         // Device counters of a pair run cover both jobs together.
         pair_counters.extend(gpu_names.iter().map(gpu_column));
+        for name in &pair_process_names {
+            for suffix in ["a", "b"] {
+                let c = process_column(name);
+                pair_counters.push(FeatureColumn {
+                    name: format!("{name}_{suffix}"),
+                    meaning: format!("{} ({suffix} side of the pair)", c.meaning),
+                    ..c
+                });
+            }
+        }
         let meta = DatasetMeta {
             format: duet_core::dataset::FORMAT.into(),
             name: self.name.clone(),
@@ -1038,4 +1145,111 @@ pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
         ));
     }
     Ok((i, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn campaign(dir: &Path) -> Campaign {
+        let catalog = Catalog::parse(
+            "[[workload]]\nname = \"x\"\nkind = \"train\"\nbuiltin = \"mlp\"\nbatch = 8\nwidth = 16\ndepth = 1\n\n\
+             [[workload]]\nname = \"y\"\nkind = \"infer\"\nbuiltin = \"matmul\"\nbatch = 1\nwidth = 32\ndepth = 1\n",
+            &dir.join("catalog.toml"),
+        )
+        .expect("catalog");
+        Campaign {
+            catalog,
+            launcher: Launcher {
+                duet: PathBuf::from("duet"),
+                catalog: dir.join("catalog.toml"),
+                device: Device::Cuda(0),
+                cpu_set: None,
+            },
+            modes: vec![Mode::Timeslice],
+            shares: Vec::new(),
+            warmup: Duration::from_secs(1),
+            window: Duration::from_secs(1),
+            repetitions: 1,
+            timeout: Duration::from_secs(10),
+            sample_interval: Duration::from_millis(100),
+            seed: 1,
+            shard: None,
+            out: dir.join("out"),
+            resume: false,
+            name: "t".into(),
+            gpu: "h200".into(),
+            command_line: "duet profile".into(),
+            date: "2026-11-30".into(),
+            host: None,
+        }
+    }
+
+    fn record(task: Task, per_process: Vec<BTreeMap<String, f64>>) -> Record {
+        let n = per_process.len();
+        Record {
+            key: task.key(),
+            task,
+            status: Status::Ok,
+            throughputs: vec![10.0; n],
+            usage: vec![None; n],
+            gpu: BTreeMap::from([("gpu_util".to_string(), 80.0)]),
+            process_gpu: per_process,
+            samples: Vec::new(),
+            note: None,
+        }
+    }
+
+    fn util(sm: f64) -> BTreeMap<String, f64> {
+        crate::gpu::summarise_process(&[(1, sm, sm / 2.0), (1, sm, sm / 2.0)])
+    }
+
+    #[test]
+    fn per_process_gpu_counters_become_workload_features_and_pair_counters() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = campaign(dir.path());
+        let solo = |w: &str| Task::Solo {
+            workload: w.into(),
+            repetition: 0,
+        };
+        let pair = Task::Pair {
+            a: "x".into(),
+            b: "y".into(),
+            mode: Mode::Timeslice,
+            share_a: None,
+            share_b: None,
+            repetition: 0,
+        };
+        let records = [
+            record(solo("x"), vec![util(90.0)]),
+            record(solo("y"), vec![util(40.0)]),
+            record(pair, vec![util(60.0), util(30.0)]),
+        ];
+        let done: BTreeMap<String, Record> =
+            records.into_iter().map(|r| (r.key.clone(), r)).collect();
+        let dataset = c.assemble(&done).expect("assembled");
+        dataset.validate(dir.path()).expect("a valid dataset");
+        let x = dataset.workload("x").expect("x");
+        assert_eq!(
+            x.features["process_sm_util"],
+            FeatureValue::Number(Some(90.0))
+        );
+        assert_eq!(
+            x.features["process_mem_util_p95"],
+            FeatureValue::Number(Some(45.0))
+        );
+        assert_eq!(
+            x.features["precision"],
+            FeatureValue::Category(Some("fp32".into()))
+        );
+        let p = &dataset.pairs[0];
+        assert_eq!(p.counters["process_sm_util_a"], Some(60.0));
+        assert_eq!(p.counters["process_sm_util_b"], Some(30.0));
+        assert_eq!(p.counters["gpu_util"], Some(80.0));
+        assert!(!p.counters.contains_key("process_sm_util"));
+        // A journal line written before per-process counters existed still reads.
+        let old = r#"{"key":"k","task":"solo","workload":"x","repetition":0,"status":"ok","throughputs":[1.0],"usage":[null]}"#;
+        let r: Record = serde_json::from_str(old).expect("old record");
+        assert!(r.process_gpu.is_empty());
+    }
 }

@@ -7,6 +7,7 @@
 //! builtin = "mlp"         # mlp | conv | matmul | stream | encoder | decoder
 //! batch = 64
 //! width = 256
+//! precision = "fp32"     # fp32 | fp16 | bf16 (half precisions on CUDA only)
 //!
 //! [[workload]]
 //! name = "my-job"
@@ -98,6 +99,7 @@ struct RawWorkload {
     width: Option<i64>,
     depth: Option<i64>,
     seq: Option<i64>,
+    precision: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,6 +107,45 @@ struct RawWorkload {
 struct RawCatalog {
     #[serde(default)]
     workload: Vec<RawWorkload>,
+}
+
+/// The float type a built-in computes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    #[default]
+    Fp32,
+    Fp16,
+    Bf16,
+}
+
+impl Precision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Fp16 => "fp16",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fp32" => Ok(Precision::Fp32),
+            "fp16" => Ok(Precision::Fp16),
+            "bf16" => Ok(Precision::Bf16),
+            _ => Err(format!(
+                "unknown precision `{s}`, expected fp32, fp16 or bf16"
+            )),
+        }
+    }
 }
 
 /// Sizes of a built-in workload.
@@ -115,6 +156,7 @@ pub struct Size {
     pub depth: usize,
     /// Tokens per sequence (encoder, decoder).
     pub seq: usize,
+    pub precision: Precision,
 }
 
 /// How a workload runs.
@@ -263,6 +305,11 @@ impl Catalog {
                             width: size("width", w.width, 128)?,
                             depth: size("depth", w.depth, 2)?,
                             seq: size("seq", w.seq, 32)?,
+                            precision: w
+                                .precision
+                                .as_deref()
+                                .map_or(Ok(Precision::Fp32), str::parse)
+                                .map_err(|e| at(format!("`precision`: {e}")))?,
                         },
                     }
                 }
@@ -274,9 +321,11 @@ impl Catalog {
                         || w.width.is_some()
                         || w.depth.is_some()
                         || w.seq.is_some()
+                        || w.precision.is_some()
                     {
                         return Err(at(
-                            "`batch`, `width`, `depth` and `seq` size built-ins only".into(),
+                            "`batch`, `width`, `depth`, `seq` and `precision` size built-ins only"
+                                .into(),
                         ));
                     }
                     let pattern = w.progress.clone().ok_or_else(|| {
@@ -345,7 +394,8 @@ mod tests {
                     batch: 8,
                     width: 128,
                     depth: 2,
-                    seq: 32
+                    seq: 32,
+                    precision: Precision::Fp32,
                 }
             }
         );
@@ -370,6 +420,14 @@ mod tests {
             (
                 "[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\nbatch = 0\n",
                 "`batch` must be positive, got 0",
+            ),
+            (
+                "[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\nprecision = \"fp8\"\n",
+                "workload `a`: `precision`: unknown precision `fp8`, expected fp32, fp16 or bf16",
+            ),
+            (
+                "[[workload]]\nname = \"a\"\nkind = \"train\"\ncommand = [\"x\"]\nprogress = \"s\"\nprecision = \"fp16\"\n",
+                "`precision` size built-ins only",
             ),
             (
                 "[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\nwidth = -4\n",

@@ -1,6 +1,7 @@
 //! GPU counters through NVML (nvml-wrapper): utilisation, memory, power, clocks, PCIe, and GPM
 //! metrics (SM activity and occupancy, tensor activity, DRAM bandwidth, FP pipes) where the GPU
-//! has them. NVML is loaded at run time: without the library, the permission or a metric, the
+//! has them, and each workload process's own SM and memory utilisation (NVML's per-process
+//! samples). NVML is loaded at run time: without the library, the permission or a metric, the
 //! campaign says so in one line and goes on with what it can read.
 
 use std::collections::BTreeMap;
@@ -8,6 +9,7 @@ use std::collections::BTreeMap;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter};
 use nvml_wrapper::enums::gpm::GpmMetricId;
+use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::GpmSample;
 
 /// The device-level counters sampled every tick (canonical names; `read` fills them).
@@ -39,7 +41,15 @@ pub struct GpuCounters {
     index: u32,
     /// Why GPM is off, when it is (said once).
     pub gpm: Result<(), String>,
+    /// Why per-process utilisation is off, when it is (said once).
+    pub per_process: Result<(), String>,
 }
+
+/// The per-process counters, by canonical name: each job's own share of the GPU.
+pub const PER_PROCESS: [&str; 2] = ["process_sm_util", "process_mem_util"];
+
+/// One per-process sample: pid, SM utilisation and memory utilisation, percent.
+pub type ProcessSample = (u32, f64, f64);
 
 /// One tick's readings; a counter the GPU refused is absent.
 pub type Reading = BTreeMap<&'static str, f64>;
@@ -59,7 +69,19 @@ impl GpuCounters {
             )),
             Err(e) => Err(format!("GPM: {e}; GPM metrics are not recorded")),
         };
-        Ok(GpuCounters { nvml, index, gpm })
+        // No sample yet is fine (nothing runs); anything else means the counter is unavailable.
+        let per_process = match device.process_utilization_stats(None) {
+            Ok(_) | Err(NvmlError::NotFound) => Ok(()),
+            Err(e) => Err(format!(
+                "per-process utilisation on GPU {index}: {e}; it is not recorded"
+            )),
+        };
+        Ok(GpuCounters {
+            nvml,
+            index,
+            gpm,
+            per_process,
+        })
     }
 
     /// The GPU's name, for the dataset's provenance.
@@ -98,6 +120,29 @@ impl GpuCounters {
             out.insert("pcie_rx_mbs", f64::from(t) / 1000.0);
         }
         out
+    }
+
+    /// The per-process samples NVML took after `since` (its CPU clock, microseconds), and the
+    /// newest sample's time (`since` when there is none).
+    pub fn process_samples(&self, since: u64) -> (Vec<ProcessSample>, u64) {
+        if self.per_process.is_err() {
+            return (Vec::new(), since);
+        }
+        let Ok(d) = self.nvml.device_by_index(self.index) else {
+            return (Vec::new(), since);
+        };
+        match d.process_utilization_stats(since) {
+            Ok(samples) => {
+                let newest = samples.iter().map(|s| s.timestamp).fold(since, u64::max);
+                let out = samples
+                    .iter()
+                    .filter(|s| s.timestamp > since)
+                    .map(|s| (s.pid, f64::from(s.sm_util), f64::from(s.mem_util)))
+                    .collect();
+                (out, newest)
+            }
+            Err(_) => (Vec::new(), since),
+        }
     }
 
     /// A GPM sample to diff against a later one, where GPM works.
@@ -141,6 +186,22 @@ pub fn summarise(readings: &[Reading], gpm: &Reading) -> BTreeMap<String, f64> {
     }
     for (name, value) in gpm {
         out.insert((*name).to_string(), *value);
+    }
+    out
+}
+
+/// Mean and p95 of one process's per-process samples: `process_sm_util`, `process_mem_util` and
+/// their `_p95`; empty without samples.
+pub fn summarise_process(samples: &[ProcessSample]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    if samples.is_empty() {
+        return out;
+    }
+    let sm: Vec<f64> = samples.iter().map(|s| s.1).collect();
+    let mem: Vec<f64> = samples.iter().map(|s| s.2).collect();
+    for (name, values) in PER_PROCESS.iter().zip([sm, mem]) {
+        out.insert((*name).to_string(), crate::process::mean(&values));
+        out.insert(format!("{name}_p95"), crate::process::p95(&values));
     }
     out
 }
