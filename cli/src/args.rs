@@ -385,6 +385,9 @@ pub struct SimulateArgs {
     /// Waiting jobs priced per round, in arrival order.
     #[arg(long, default_value_t = 1024)]
     pub window: usize,
+    /// A pair is only formed where it adds at least this share of the resident's throughput.
+    #[arg(long, default_value_t = 0.0)]
+    pub min_gain: f64,
     /// Seconds of waiting after which a job's priority weight has doubled.
     #[arg(long, default_value_t = 3600.0)]
     pub aging: f64,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use duet_core::dataset::{Dataset, JobKind};
-use duet_scheduler::predictor::{HttpPredictor, ModelPredictor, Oracle, Predictor};
+use duet_scheduler::predictor::{HttpPredictor, ModelPredictor, Oracle, Predictor, Query};
 use duet_scheduler::report::{REPORT_FILE, Report};
 use duet_scheduler::sim::{self, Cluster, Policy, Settings};
 use duet_scheduler::trace::Trace;
@@ -40,6 +40,9 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     }
     if !(args.aging.is_finite() && args.aging > 0.0) {
         bail!("--aging {}: must be above 0 seconds", args.aging);
+    }
+    if !(args.min_gain.is_finite() && args.min_gain >= 0.0) {
+        bail!("--min-gain {}: must be 0 or more", args.min_gain);
     }
     if args.window == 0 {
         bail!("--window: at least one waiting job per round");
@@ -85,11 +88,40 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
             }
         });
     }
+    // One call over every pair of the dataset's workloads and every sharing it measured: a
+    // predictor that cannot answer for them stops the run before any policy is simulated.
+    if let Some(p) = duet.as_deref_mut() {
+        let ids: Vec<&str> = dataset
+            .workloads
+            .iter()
+            .map(|w| w.workload.as_str())
+            .collect();
+        let mut queries = Vec::new();
+        for a in &ids {
+            for b in &ids {
+                for sharing in oracle.sharings() {
+                    queries.push(Query {
+                        a,
+                        b,
+                        sharing: *sharing,
+                    });
+                }
+            }
+        }
+        p.predict(&oracle.gpu, &queries).with_context(|| {
+            format!(
+                "the duet policy's predictor ({}) cannot answer for the pairs of {}",
+                p.describe(),
+                args.dataset.display()
+            )
+        })?;
+    }
     let settings = Settings {
         slo: args.slo,
         aging: args.aging,
         pricing: duet_scheduler::pricing::PricingConfig {
             window: args.window,
+            min_gain: args.min_gain,
             ..Default::default()
         },
         ..Settings::default()

@@ -233,6 +233,29 @@ fn bad_inputs_are_named() {
         "{e}"
     );
 
+    // A model that knows nothing of the dataset: refused before any policy runs.
+    let o = duet()
+        .arg("simulate")
+        .arg("--trace")
+        .arg(repo("traces/alibaba-gpu-v2023"))
+        .arg("--dataset")
+        .arg(repo("datasets/cpu-dev2c"))
+        .arg("--model")
+        .arg(repo("models/default"))
+        .args(["--engine", "burn", "--gpus", "64", "--out"])
+        .arg(&out)
+        .output()
+        .expect("runs");
+    let e = stderr(&o);
+    assert!(
+        e.contains("cannot answer for the pairs of") && e.contains("mode `cpu`"),
+        "{e}"
+    );
+    assert!(
+        !e.contains("exclusive  avg JCT"),
+        "nothing simulated first: {e}"
+    );
+
     // A cluster smaller than the largest job (8 GPUs on one node).
     let o = duet()
         .arg("simulate")
@@ -255,6 +278,7 @@ fn bad_inputs_are_named() {
         ),
         (vec!["--slo", "1.5"], "--slo 1.5"),
         (vec!["--aging", "0"], "--aging 0"),
+        (vec!["--min-gain=-1"], "--min-gain -1"),
     ] {
         let o = simulate(&out, &flags);
         let e = stderr(&o);

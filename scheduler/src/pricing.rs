@@ -4,8 +4,10 @@
 //! already running there, under each way of sharing the dataset knows (mode and MPS shares);
 //! or waiting. A shape's value is the normalised throughput it buys, weighted by priority: a whole
 //! GPU is worth the job's weight per GPU; a share is worth the job's weighted speed there minus
-//! what the resident job loses (`w_j s_j + w_r (s_r - 1)`), so a pair is only formed where it
-//! does more work than the resident alone. Each GPU carries a shadow price; jobs pick the shape
+//! what the resident job loses (`w_j s_j + w_r (s_r - 1)`). A share is only offered where it
+//! raises the weighted throughput at the jobs' base priorities (`p_j s_j + p_r (s_r - 1) > 0`):
+//! the weight a waiting job gains by waiting decides who gets a GPU first, never whether a pair
+//! that does less work than the resident alone is worth forming. Each GPU carries a shadow price; jobs pick the shape
 //! that maximises value minus price, and the price of a GPU that more jobs want than it can hold
 //! rises (an auction: the asynchronous form of dual ascent, which ends with every GPU's demand
 //! within its capacity and each job within `epsilon` of its best shape at the final prices).
@@ -28,8 +30,10 @@ pub struct Waiting {
     pub workload: String,
     /// Whole GPUs it needs; a job of more than one GPU is only ever given whole GPUs.
     pub gpus: u32,
-    /// Priority weight (the caller may let it grow with waiting time).
+    /// Priority weight it bids with (the caller may let it grow with waiting time).
     pub weight: f64,
+    /// Its base priority, on the residents' scale: judges whether a pair is worth forming.
+    pub priority: f64,
     /// Minimum speed it must keep (inference jobs), judged on the conservative prediction.
     pub slo: Option<f64>,
 }
@@ -79,6 +83,9 @@ pub struct PricingConfig {
     pub epsilon: f64,
     /// At most this many waiting jobs, in the order given, are priced in one round.
     pub window: usize,
+    /// A pair is only formed where it adds at least this share of the resident's weighted
+    /// throughput (0: any gain).
+    pub min_gain: f64,
 }
 
 impl Default for PricingConfig {
@@ -86,6 +93,7 @@ impl Default for PricingConfig {
         PricingConfig {
             epsilon: 0.01,
             window: 1024,
+            min_gain: 0.0,
         }
     }
 }
@@ -198,8 +206,12 @@ pub fn round(
             {
                 continue;
             }
-            let value = job.weight * o.speed_a + resident.weight * (o.speed_b.min(1.0) - 1.0);
-            if value > 0.0 && best.as_ref().is_none_or(|(v, _, _)| value > *v) {
+            let loss = resident.weight * (1.0 - o.speed_b.min(1.0));
+            if job.priority * o.speed_a - loss <= config.min_gain * resident.weight {
+                continue;
+            }
+            let value = job.weight * o.speed_a - loss;
+            if best.as_ref().is_none_or(|(v, _, _)| value > *v) {
                 best = Some((value, s, o));
             }
         }
@@ -350,6 +362,7 @@ mod tests {
             workload: workload.into(),
             gpus: 1,
             weight,
+            priority: weight,
             slo,
         }
     }
@@ -430,6 +443,39 @@ mod tests {
         .expect("test input");
         assert_eq!(decisions.len(), 1);
         assert_eq!(decisions[0].job, 1);
+    }
+
+    #[test]
+    fn waiting_longer_never_makes_a_losing_pair_worth_forming() {
+        // Together the two do 0.8 of one job's work: a loss at any priority.
+        let mut p = table(&[("w", "r", 0.4, 0.4, 0.4, 0.4)]);
+        let mut aged = job(0, "w", 10.0, None);
+        aged.priority = 1.0;
+        let (decisions, _) = round(
+            "g",
+            &[aged.clone()],
+            &[],
+            &[resident(0, "r")],
+            &[SPACE],
+            &mut p,
+            &PricingConfig::default(),
+        )
+        .expect("round");
+        assert!(decisions.is_empty(), "{decisions:?}");
+        // A pair that gains is formed, and the aged job outbids a fresh one for it.
+        let mut p = table(&[("w", "r", 0.8, 0.8, 0.8, 0.8)]);
+        let (decisions, _) = round(
+            "g",
+            &[job(1, "w", 1.0, None), aged],
+            &[],
+            &[resident(0, "r")],
+            &[SPACE],
+            &mut p,
+            &PricingConfig::default(),
+        )
+        .expect("round");
+        assert_eq!(decisions.len(), 1);
+        assert_eq!(decisions[0].job, 0);
     }
 
     #[test]

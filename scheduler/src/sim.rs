@@ -738,6 +738,7 @@ impl<'a> World<'a> {
                 workload: self.jobs[j].workload.clone(),
                 gpus: self.jobs[j].gpus,
                 weight: self.weight(j, Some(t)),
+                priority: self.weight(j, None),
                 slo: self.jobs[j].inference.then_some(self.settings.slo),
             })
             .collect();
