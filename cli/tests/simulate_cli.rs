@@ -110,6 +110,15 @@ fn four_policies_one_report_and_the_server_decides_as_the_model_in_process() {
         assert_eq!(o["jobs"], 1500);
         assert!(o["avg_jct"].as_f64().expect("jct") > 0.0);
     }
+    for plot in ["jct-cdf.svg", "utilisation.svg"] {
+        let svg = std::fs::read_to_string(all.join(plot)).expect("plot");
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert!(
+            svg.matches("<polyline").count() >= 4,
+            "{plot}: a line per policy"
+        );
+        assert!(svg.contains("pricing + duet") && svg.contains("pricing + oracle"));
+    }
     let md = std::fs::read_to_string(all.join("report.md")).expect("report.md");
     assert!(
         md.contains("| exclusive |") && md.contains("jct-cdf.svg"),
