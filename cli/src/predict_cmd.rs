@@ -176,14 +176,7 @@ pub fn run(args: PredictArgs) -> Result<()> {
     let response = match call.send_json(&request) {
         Ok(r) => r,
         Err(ureq::Error::Status(code, r)) => {
-            let body = r.into_string().unwrap_or_default();
-            let message = match serde_json::from_str::<ApiError>(&body) {
-                Ok(e) => match e.field {
-                    Some(f) => format!("{f}: {}", e.error),
-                    None => e.error,
-                },
-                Err(_) => body,
-            };
+            let message = ApiError::describe(&r.into_string().unwrap_or_default());
             bail!("{url} answered {code}: {message}");
         }
         Err(e) => bail!("{url}: {e}"),

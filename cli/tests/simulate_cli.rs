@@ -26,22 +26,42 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// `duet simulate` on the first 1,500 jobs of the trace, 64 GPUs, load 1.3, plus `extra`.
-fn simulate(out: &Path, extra: &[&str]) -> Output {
+/// `duet simulate --trace <trace> --dataset <dataset> --out <out>` plus `extra`.
+fn simulate_on(trace: &Path, dataset: &Path, out: &Path, extra: &[&str]) -> Output {
     duet()
         .arg("simulate")
         .arg("--trace")
-        .arg(repo("traces/alibaba-gpu-v2023"))
+        .arg(trace)
         .arg("--dataset")
-        .arg(repo("datasets/gavel-v100"))
-        .arg("--model")
-        .arg(repo("models/default"))
-        .args(["--gpus", "64", "--load", "1.3", "--max-jobs", "1500"])
-        .args(extra)
+        .arg(dataset)
         .arg("--out")
         .arg(out)
+        .args(extra)
         .output()
         .expect("duet simulate runs")
+}
+
+/// The committed trace and Gavel V100 dataset, the first 1,500 jobs on 64 GPUs at load 1.3,
+/// the default model in process, plus `extra`.
+fn simulate(out: &Path, extra: &[&str]) -> Output {
+    let model = repo("models/default");
+    let mut args = vec![
+        "--model",
+        model.to_str().expect("utf-8 path"),
+        "--gpus",
+        "64",
+        "--load",
+        "1.3",
+        "--max-jobs",
+        "1500",
+    ];
+    args.extend_from_slice(extra);
+    simulate_on(
+        &repo("traces/alibaba-gpu-v2023"),
+        &repo("datasets/gavel-v100"),
+        out,
+        &args,
+    )
 }
 
 fn report(out: &Path) -> Value {
@@ -185,15 +205,7 @@ fn bad_inputs_are_named() {
     .expect("copy");
     let pods = trace.join("openb_pod_list_default.csv");
     std::fs::write(&pods, "name,num_gpu,gpu_milli,qos\np0,1,500,LS\n").expect("write");
-    let o = duet()
-        .args(["simulate", "--trace"])
-        .arg(&trace)
-        .arg("--dataset")
-        .arg(repo("datasets/gavel-v100"))
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("runs");
+    let o = simulate_on(&trace, &repo("datasets/gavel-v100"), &out, &[]);
     let e = stderr(&o);
     assert!(!o.status.success());
     assert!(
@@ -206,15 +218,7 @@ fn bad_inputs_are_named() {
          p0,1,1,1,500,,LS,Running,0,100,0\np1,1,1,1,500,,BE,Running,-5,100,0\n",
     )
     .expect("write");
-    let o = duet()
-        .args(["simulate", "--trace"])
-        .arg(&trace)
-        .arg("--dataset")
-        .arg(repo("datasets/gavel-v100"))
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("runs");
+    let o = simulate_on(&trace, &repo("datasets/gavel-v100"), &out, &[]);
     let e = stderr(&o);
     assert!(
         e.contains("line 3, column `creation_time`") && e.contains("negative"),
@@ -226,16 +230,7 @@ fn bad_inputs_are_named() {
     dataset.pairs.retain(|p| p.status != Status::Ok);
     let failed_only = dir.path().join("failed-only");
     dataset.write(&failed_only).expect("write dataset");
-    let o = duet()
-        .arg("simulate")
-        .arg("--trace")
-        .arg(repo("traces/alibaba-gpu-v2023"))
-        .arg("--dataset")
-        .arg(&failed_only)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("runs");
+    let o = simulate_on(&repo("traces/alibaba-gpu-v2023"), &failed_only, &out, &[]);
     let e = stderr(&o);
     assert!(
         e.contains("failed-only") && e.contains("no successful pair"),
@@ -243,18 +238,20 @@ fn bad_inputs_are_named() {
     );
 
     // A model that knows nothing of the dataset: refused before any policy runs.
-    let o = duet()
-        .arg("simulate")
-        .arg("--trace")
-        .arg(repo("traces/alibaba-gpu-v2023"))
-        .arg("--dataset")
-        .arg(repo("datasets/cpu-dev2c"))
-        .arg("--model")
-        .arg(repo("models/default"))
-        .args(["--engine", "burn", "--gpus", "64", "--out"])
-        .arg(&out)
-        .output()
-        .expect("runs");
+    let model = repo("models/default");
+    let o = simulate_on(
+        &repo("traces/alibaba-gpu-v2023"),
+        &repo("datasets/cpu-dev2c"),
+        &out,
+        &[
+            "--model",
+            model.to_str().expect("utf-8 path"),
+            "--engine",
+            "burn",
+            "--gpus",
+            "64",
+        ],
+    );
     let e = stderr(&o);
     assert!(
         e.contains("cannot answer for the pairs of") && e.contains("mode `cpu`"),
@@ -266,16 +263,12 @@ fn bad_inputs_are_named() {
     );
 
     // A cluster smaller than the largest job (8 GPUs on one node).
-    let o = duet()
-        .arg("simulate")
-        .arg("--trace")
-        .arg(repo("traces/alibaba-gpu-v2023"))
-        .arg("--dataset")
-        .arg(repo("datasets/gavel-v100"))
-        .args(["--gpus", "4", "--out"])
-        .arg(&out)
-        .output()
-        .expect("runs");
+    let o = simulate_on(
+        &repo("traces/alibaba-gpu-v2023"),
+        &repo("datasets/gavel-v100"),
+        &out,
+        &["--gpus", "4"],
+    );
     let e = stderr(&o);
     assert!(e.contains("smaller than the largest job"), "{e}");
 

@@ -188,6 +188,20 @@ pub struct ApiError {
     pub field: Option<String>,
 }
 
+impl ApiError {
+    /// What a client prints of an error answer's body: `field: error` from the JSON, or the body
+    /// as it came when it is not one.
+    pub fn describe(body: &str) -> String {
+        match serde_json::from_str::<ApiError>(body) {
+            Ok(e) => match e.field {
+                Some(f) => format!("{f}: {}", e.error),
+                None => e.error,
+            },
+            Err(_) => body.to_string(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,8 @@ pub mod dataset;
 pub mod features;
 pub mod hash;
 pub mod import;
+pub mod rng;
+pub mod svg;
 
 pub use dataset::{
     Dataset, DatasetError, DatasetMeta, FeatureColumn, FeatureKind, FeatureValue, JobKind, Mode,

@@ -5,6 +5,5 @@
 pub mod predictor;
 pub mod pricing;
 pub mod report;
-pub mod rng;
 pub mod sim;
 pub mod trace;

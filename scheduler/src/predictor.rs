@@ -347,14 +347,7 @@ impl HttpPredictor {
                         .with_context(|| format!("{}: unexpected answer", self.url));
                 }
                 Err(ureq::Error::Status(code, response)) if code < 500 => {
-                    let text = response.into_string().unwrap_or_default();
-                    let message = match serde_json::from_str::<ApiError>(&text) {
-                        Ok(e) => match e.field {
-                            Some(f) => format!("{f}: {}", e.error),
-                            None => e.error,
-                        },
-                        Err(_) => text,
-                    };
+                    let message = ApiError::describe(&response.into_string().unwrap_or_default());
                     bail!("predictor {} answered {code}: {message}", self.url);
                 }
                 Err(e) => last = e.to_string(),

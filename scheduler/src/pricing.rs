@@ -382,6 +382,26 @@ mod tests {
         share_b: None,
     };
 
+    /// One round in space sharing with the default configuration; its decisions.
+    fn decide(
+        p: &mut dyn Predictor,
+        waiting: &[Waiting],
+        free: &[FreeNode],
+        residents: &[Resident],
+    ) -> Vec<Decision> {
+        round(
+            "g",
+            waiting,
+            free,
+            residents,
+            &[SPACE],
+            p,
+            &PricingConfig::default(),
+        )
+        .expect("round")
+        .0
+    }
+
     #[test]
     fn free_gpus_go_first_and_then_the_pairs_that_gain_the_most() {
         // One free GPU, two residents; three waiting jobs.
@@ -431,16 +451,7 @@ mod tests {
     fn the_heavier_job_wins_a_contested_gpu_and_the_other_waits() {
         let mut p = table(&[]);
         let waiting = [job(0, "a", 1.0, None), job(1, "b", 2.0, None)];
-        let (decisions, _) = round(
-            "g",
-            &waiting,
-            &[FreeNode { gpus: vec![0] }],
-            &[],
-            &[SPACE],
-            &mut p,
-            &PricingConfig::default(),
-        )
-        .expect("test input");
+        let decisions = decide(&mut p, &waiting, &[FreeNode { gpus: vec![0] }], &[]);
         assert_eq!(decisions.len(), 1);
         assert_eq!(decisions[0].job, 1);
     }
@@ -451,29 +462,16 @@ mod tests {
         let mut p = table(&[("w", "r", 0.4, 0.4, 0.4, 0.4)]);
         let mut aged = job(0, "w", 10.0, None);
         aged.priority = 1.0;
-        let (decisions, _) = round(
-            "g",
-            &[aged.clone()],
-            &[],
-            &[resident(0, "r")],
-            &[SPACE],
-            &mut p,
-            &PricingConfig::default(),
-        )
-        .expect("round");
+        let decisions = decide(&mut p, &[aged.clone()], &[], &[resident(0, "r")]);
         assert!(decisions.is_empty(), "{decisions:?}");
         // A pair that gains is formed, and the aged job outbids a fresh one for it.
         let mut p = table(&[("w", "r", 0.8, 0.8, 0.8, 0.8)]);
-        let (decisions, _) = round(
-            "g",
+        let decisions = decide(
+            &mut p,
             &[job(1, "w", 1.0, None), aged],
             &[],
             &[resident(0, "r")],
-            &[SPACE],
-            &mut p,
-            &PricingConfig::default(),
-        )
-        .expect("round");
+        );
         assert_eq!(decisions.len(), 1);
         assert_eq!(decisions[0].job, 0);
     }
@@ -483,31 +481,13 @@ mod tests {
         // The mean speed keeps the objective 0.7, the p10 speed does not.
         let mut p = table(&[("i", "r", 0.9, 0.95, 0.65, 0.9)]);
         let waiting = [job(0, "i", 2.0, Some(0.7))];
-        let (decisions, _) = round(
-            "g",
-            &waiting,
-            &[],
-            &[resident(0, "r")],
-            &[SPACE],
-            &mut p,
-            &PricingConfig::default(),
-        )
-        .expect("test input");
+        let decisions = decide(&mut p, &waiting, &[], &[resident(0, "r")]);
         assert!(decisions.is_empty(), "{decisions:?}");
         // The resident's objective counts too.
         let mut p = table(&[("t", "r", 0.9, 0.9, 0.9, 0.6)]);
         let mut r = resident(0, "r");
         r.slo = Some(0.7);
-        let (decisions, _) = round(
-            "g",
-            &[job(0, "t", 1.0, None)],
-            &[],
-            &[r],
-            &[SPACE],
-            &mut p,
-            &PricingConfig::default(),
-        )
-        .expect("test input");
+        let decisions = decide(&mut p, &[job(0, "t", 1.0, None)], &[], &[r]);
         assert!(decisions.is_empty(), "{decisions:?}");
     }
 

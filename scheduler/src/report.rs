@@ -7,6 +7,8 @@ use std::path::Path;
 use anyhow::{Result, anyhow};
 use serde::Serialize;
 
+use duet_core::svg;
+
 use crate::sim::{Outcome, Workload};
 
 pub const REPORT_FILE: &str = "report.md";
@@ -176,18 +178,13 @@ impl Report {
     }
 
     fn legend(&self, svg: &mut String, x: f64, y: f64) {
-        for (i, o) in self.outcomes.iter().enumerate() {
-            #[allow(clippy::cast_precision_loss)]
-            let yy = y + 16.0 * i as f64;
-            let _ = writeln!(
-                svg,
-                "<rect x=\"{x}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{yy}\">{}</text>",
-                yy - 9.0,
-                COLOURS[i % COLOURS.len()],
-                x + 14.0,
-                escape(&short(&o.policy))
-            );
-        }
+        let labels: Vec<String> = self.outcomes.iter().map(|o| short(&o.policy)).collect();
+        let entries: Vec<(&str, &str)> = labels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (COLOURS[i % COLOURS.len()], l.as_str()))
+            .collect();
+        svg::legend(svg, x, y, &entries);
     }
 
     /// Cumulative share of jobs by completion time, log scale, one line per policy.
@@ -212,8 +209,8 @@ impl Report {
             .max(lo + 1.0);
         let sx = |v: f64| m + ((v.max(1.0).log10() - lo) / (hi - lo)) * (w - 2.0 * m);
         let sy = |q: f64| h - m - q * (h - 2.0 * m);
-        let mut svg = open(w, h);
-        frame(&mut svg, w, h, m);
+        let mut svg = svg::open(w, h);
+        svg::frame(&mut svg, w, h, m);
         for (i, o) in self.outcomes.iter().enumerate() {
             let mut sorted = o.jct.clone();
             sorted.sort_by(f64::total_cmp);
@@ -246,7 +243,7 @@ impl Report {
                 h - m + 15.0
             );
         }
-        axis_labels(
+        svg::axis_titles(
             &mut svg,
             w,
             h,
@@ -284,8 +281,8 @@ impl Report {
             .fold(1.0f64, f64::max);
         let sx = |t: f64| m + ((t - start) / (end - start)) * (w - 2.0 * m);
         let sy = |u: f64| h - m - (u / top).clamp(0.0, 1.0) * (h - 2.0 * m);
-        let mut svg = open(w, h);
-        frame(&mut svg, w, h, m);
+        let mut svg = svg::open(w, h);
+        svg::frame(&mut svg, w, h, m);
         for (i, o) in self.outcomes.iter().enumerate() {
             for (dash, pick) in [("", 1usize), (" stroke-dasharray=\"4 3\"", 2)] {
                 let mut points = String::new();
@@ -317,7 +314,7 @@ impl Report {
             m - 4.0,
             h - m
         );
-        axis_labels(
+        svg::axis_titles(
             &mut svg,
             w,
             h,
@@ -345,41 +342,4 @@ fn short(policy: &str) -> String {
     } else {
         policy.into()
     }
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-fn open(w: f64, h: f64) -> String {
-    format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
-         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    )
-}
-
-fn frame(svg: &mut String, w: f64, h: f64, m: f64) {
-    let _ = writeln!(
-        svg,
-        "<rect x=\"{m}\" y=\"{m}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"black\"/>",
-        w - 2.0 * m,
-        h - 2.0 * m
-    );
-}
-
-fn axis_labels(svg: &mut String, w: f64, h: f64, x: &str, y: &str) {
-    let _ = writeln!(
-        svg,
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{x}</text>",
-        w / 2.0,
-        h - 12.0
-    );
-    let _ = writeln!(
-        svg,
-        "<text x=\"15\" y=\"{}\" transform=\"rotate(-90 15 {})\" text-anchor=\"middle\">{y}</text>",
-        h / 2.0,
-        h / 2.0
-    );
 }

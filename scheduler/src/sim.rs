@@ -10,8 +10,8 @@ use anyhow::{Result, bail};
 
 use crate::predictor::{Oracle, Outlook, PairKey, Predictor, Query, Sharing};
 use crate::pricing::{self, FreeNode, Placement, PricingConfig, Resident, Waiting};
-use crate::rng::SplitMix;
 use crate::trace::{Pod, Trace};
+use duet_core::rng::Rng;
 
 /// A job of the simulation, the same for every policy.
 #[derive(Debug, Clone, PartialEq)]
@@ -156,7 +156,7 @@ pub fn jobs(
                 _ => &all,
             };
             // Seeded by the pod's name: the same pod runs the same workload in every run.
-            let mut rng = SplitMix::new(
+            let mut rng = Rng::new(
                 seed ^ duet_core::hash::fnv1a(p.name.as_bytes(), duet_core::hash::FNV_OFFSET),
             );
             let workload = pool[rng.below(pool.len())].to_string();
@@ -213,7 +213,7 @@ impl Cluster {
             bail!("--gpus {gpus}: the trace's nodes hold {total} GPUs; choose at most that many");
         }
         let mut order: Vec<usize> = (0..trace.nodes.len()).collect();
-        SplitMix::new(seed).shuffle(&mut order);
+        Rng::new(seed).shuffle(&mut order);
         let mut nodes = Vec::new();
         let mut models = Vec::new();
         let mut have = 0;

@@ -114,11 +114,13 @@ impl Trace {
     }
 }
 
-/// Opens a CSV file and maps each required column to its index.
-fn open(
+/// Calls `each` on every record of the CSV file `path`, after checking that its header has every
+/// `required` column.
+fn for_each_row(
     path: &Path,
     required: &[&str],
-) -> Result<(csv::Reader<std::fs::File>, HashMap<String, usize>), TraceError> {
+    mut each: impl FnMut(&Row<'_>) -> Result<(), TraceError>,
+) -> Result<(), TraceError> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(true)
         .from_path(path)
@@ -132,10 +134,10 @@ fn open(
         .enumerate()
         .map(|(i, h)| (h.trim().to_string(), i))
         .collect();
-    let missing: Vec<&str> = required
+    let missing: Vec<String> = required
         .iter()
-        .copied()
-        .filter(|c| !columns.contains_key(*c))
+        .filter(|c| !columns.contains_key(**c))
+        .map(|c| format!("`{c}`"))
         .collect();
     if !missing.is_empty() {
         return Err(TraceError::new(
@@ -143,15 +145,26 @@ fn open(
             format!(
                 "missing column{} {}",
                 if missing.len() > 1 { "s" } else { "" },
-                missing
-                    .iter()
-                    .map(|c| format!("`{c}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                missing.join(", ")
             ),
         ));
     }
-    Ok((reader, columns))
+    let mut record = csv::StringRecord::new();
+    let mut line = 1;
+    loop {
+        match reader.read_record(&mut record) {
+            Ok(false) => return Ok(()),
+            Ok(true) => {}
+            Err(e) => return Err(TraceError::new(path, format!("line {}: {e}", line + 1))),
+        }
+        line += 1;
+        each(&Row {
+            path,
+            line,
+            record: &record,
+            columns: &columns,
+        })?;
+    }
 }
 
 /// One record's cells by column name, with errors that say where.
@@ -200,23 +213,8 @@ fn read_pods(path: &Path) -> Result<Vec<Pod>, TraceError> {
         "scheduled_time",
         "pod_phase",
     ];
-    let (mut reader, columns) = open(path, &COLUMNS)?;
     let mut pods = Vec::new();
-    let mut record = csv::StringRecord::new();
-    let mut line = 1;
-    loop {
-        match reader.read_record(&mut record) {
-            Ok(false) => break,
-            Ok(true) => {}
-            Err(e) => return Err(TraceError::new(path, format!("line {}: {e}", line + 1))),
-        }
-        line += 1;
-        let row = Row {
-            path,
-            line,
-            record: &record,
-            columns: &columns,
-        };
+    for_each_row(path, &COLUMNS, |row| {
         let name = row.text("name").to_string();
         if name.is_empty() {
             return Err(row.fail("name", "empty pod name"));
@@ -267,7 +265,8 @@ fn read_pods(path: &Path) -> Result<Vec<Pod>, TraceError> {
             deletion,
             scheduled,
         });
-    }
+        Ok(())
+    })?;
     if pods.is_empty() {
         return Err(TraceError::new(path, "no pods"));
     }
@@ -275,33 +274,18 @@ fn read_pods(path: &Path) -> Result<Vec<Pod>, TraceError> {
 }
 
 fn read_nodes(path: &Path) -> Result<Vec<Node>, TraceError> {
-    let (mut reader, columns) = open(path, &["sn", "gpu", "model"])?;
     let mut nodes = Vec::new();
-    let mut record = csv::StringRecord::new();
-    let mut line = 1;
-    loop {
-        match reader.read_record(&mut record) {
-            Ok(false) => break,
-            Ok(true) => {}
-            Err(e) => return Err(TraceError::new(path, format!("line {}: {e}", line + 1))),
-        }
-        line += 1;
-        let row = Row {
-            path,
-            line,
-            record: &record,
-            columns: &columns,
-        };
+    for_each_row(path, &["sn", "gpu", "model"], |row| {
         let gpus = row.count("gpu")?;
-        if gpus == 0 {
-            continue;
+        if gpus > 0 {
+            nodes.push(Node {
+                name: row.text("sn").to_string(),
+                gpus,
+                model: row.text("model").to_string(),
+            });
         }
-        nodes.push(Node {
-            name: row.text("sn").to_string(),
-            gpus,
-            model: row.text("model").to_string(),
-        });
-    }
+        Ok(())
+    })?;
     if nodes.is_empty() {
         return Err(TraceError::new(path, "no node with a GPU"));
     }

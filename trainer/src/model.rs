@@ -92,39 +92,8 @@ impl Default for TrainConfig {
     }
 }
 
-/// SplitMix64: small, seeded, the same on every platform.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
-        #[allow(clippy::cast_precision_loss)]
-        let x = (self.next_u64() >> 11) as f64;
-        x / (1u64 << 53) as f64
-    }
-
-    /// Fisher-Yates shuffle.
-    pub fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            #[allow(clippy::cast_possible_truncation)]
-            let j = (self.next_u64() % (i as u64 + 1)) as usize;
-            items.swap(i, j);
-        }
-    }
-}
+/// The seeded generator of weights, folds and baselines (SplitMix64, in core).
+pub use duet_core::rng::Rng;
 
 /// A freshly initialised network (He-uniform weights from `rng`, zero biases): deterministic
 /// whatever else runs in the process.

@@ -2,6 +2,8 @@
 
 use std::fmt::Write as _;
 
+use duet_core::svg;
+
 use crate::artifact::{ModelMeta, REPORT_FILE};
 use crate::eval::{HeldOut, MetricsRow, PREDICTORS, Split};
 
@@ -169,37 +171,13 @@ pub fn render(
 
 const COLOURS: [&str; 3] = ["#1f77b4", "#d62728", "#2ca02c"];
 
-fn svg_open(width: u32, height: u32) -> String {
-    format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
-         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    )
-}
-
-/// The plot area's border: a `w` x `h` figure with margin `m`.
-fn frame(svg: &mut String, w: f64, h: f64, m: f64) {
-    let _ = writeln!(
-        svg,
-        "<rect x=\"{m}\" y=\"{m}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"black\"/>",
-        w - 2.0 * m,
-        h - 2.0 * m
-    );
-}
-
 fn legend(svg: &mut String, x: f64, y: f64) {
-    for (i, split) in Split::ALL.iter().enumerate() {
-        #[allow(clippy::cast_precision_loss)]
-        let yy = y + 16.0 * i as f64;
-        let _ = writeln!(
-            svg,
-            "<rect x=\"{x}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}</text>",
-            yy - 9.0,
-            COLOURS[i],
-            x + 14.0,
-            yy,
-            split.as_str()
-        );
-    }
+    let entries: Vec<(&str, &str)> = Split::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, split)| (COLOURS[i], split.as_str()))
+        .collect();
+    svg::legend(svg, x, y, &entries);
 }
 
 /// Predicted against measured speed, one colour per split, with the diagonal.
@@ -212,7 +190,7 @@ fn scatter(held_out: &[HeldOut]) -> String {
         .min(3.0);
     let sx = |v: f64| m + (v / top).min(1.0) * (w - 2.0 * m);
     let sy = |v: f64| h - m - (v / top).min(1.0) * (h - 2.0 * m);
-    let mut svg = svg_open(520, 480);
+    let mut svg = svg::open(520.0, 480.0);
     let _ = writeln!(
         svg,
         "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#888\"/>",
@@ -221,7 +199,7 @@ fn scatter(held_out: &[HeldOut]) -> String {
         sx(top),
         sy(top)
     );
-    frame(&mut svg, w, h, m);
+    svg::frame(&mut svg, w, h, m);
     for (i, split) in Split::ALL.iter().enumerate() {
         for r in held_out.iter().filter(|r| r.split == *split) {
             let _ = writeln!(
@@ -233,18 +211,7 @@ fn scatter(held_out: &[HeldOut]) -> String {
             );
         }
     }
-    let _ = writeln!(
-        svg,
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">measured speed</text>",
-        w / 2.0,
-        h - 15.0
-    );
-    let _ = writeln!(
-        svg,
-        "<text x=\"15\" y=\"{}\" transform=\"rotate(-90 15 {})\" text-anchor=\"middle\">predicted speed</text>",
-        h / 2.0,
-        h / 2.0
-    );
+    svg::axis_titles(&mut svg, w, h, "measured speed", "predicted speed");
     let _ = writeln!(
         svg,
         "<text x=\"{m}\" y=\"{}\">0</text><text x=\"{}\" y=\"{}\">{top:.2}</text>",
@@ -261,8 +228,8 @@ fn scatter(held_out: &[HeldOut]) -> String {
 fn error_cdf(held_out: &[HeldOut]) -> String {
     let (w, h, m) = (520.0, 400.0, 50.0);
     let max_err = 0.5;
-    let mut svg = svg_open(520, 400);
-    frame(&mut svg, w, h, m);
+    let mut svg = svg::open(520.0, 400.0);
+    svg::frame(&mut svg, w, h, m);
     for (i, split) in Split::ALL.iter().enumerate() {
         let mut errs: Vec<f64> = held_out
             .iter()
@@ -287,12 +254,7 @@ fn error_cdf(held_out: &[HeldOut]) -> String {
             points.join(" ")
         );
     }
-    let _ = writeln!(
-        svg,
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">absolute error of speed / measured speed</text>",
-        w / 2.0,
-        h - 15.0
-    );
+
     for (frac, label) in [(0.0, "0%"), (0.5, "25%"), (1.0, "50%")] {
         let _ = writeln!(
             svg,
@@ -309,11 +271,12 @@ fn error_cdf(held_out: &[HeldOut]) -> String {
             h - m - frac * (h - 2.0 * m) + 4.0
         );
     }
-    let _ = writeln!(
-        svg,
-        "<text x=\"15\" y=\"{}\" transform=\"rotate(-90 15 {})\" text-anchor=\"middle\">share of held-out rows</text>",
-        h / 2.0,
-        h / 2.0
+    svg::axis_titles(
+        &mut svg,
+        w,
+        h,
+        "absolute error of speed / measured speed",
+        "share of held-out rows",
     );
     legend(&mut svg, w - m - 130.0, h - m - 50.0);
     svg.push_str("</svg>\n");
@@ -342,8 +305,7 @@ fn heatmap(m: &Matrix) -> String {
     let side = cell * n as f64;
     let width = label + 2.0 * side + 60.0;
     let height = side + 90.0;
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let mut svg = svg_open(width as u32, height as u32);
+    let mut svg = svg::open(width, height);
     let _ = writeln!(svg, "<text x=\"{label}\" y=\"16\">{}</text>", m.title);
     let _ = writeln!(
         svg,

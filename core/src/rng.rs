@@ -1,11 +1,12 @@
-//! A small seeded generator (SplitMix64): reproducible draws without a dependency.
+//! A small seeded generator (SplitMix64): the same numbers on every platform, no dependency;
+//! for network initialisation, folds, node draws and workload assignment.
 
 #[derive(Debug, Clone)]
-pub struct SplitMix(u64);
+pub struct Rng(u64);
 
-impl SplitMix {
-    pub fn new(seed: u64) -> SplitMix {
-        SplitMix(seed)
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
     }
 
     pub fn next_u64(&mut self) -> u64 {
@@ -16,6 +17,13 @@ impl SplitMix {
         z ^ (z >> 31)
     }
 
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        #[allow(clippy::cast_precision_loss)]
+        let x = (self.next_u64() >> 11) as f64;
+        x / (1u64 << 53) as f64
+    }
+
     /// A number in `0..n` (`n > 0`).
     pub fn below(&mut self, n: usize) -> usize {
         #[allow(clippy::cast_possible_truncation)]
@@ -23,7 +31,7 @@ impl SplitMix {
         i
     }
 
-    /// Fisher-Yates.
+    /// Fisher-Yates shuffle.
     pub fn shuffle<T>(&mut self, items: &mut [T]) {
         for i in (1..items.len()).rev() {
             let j = self.below(i + 1);
