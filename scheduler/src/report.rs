@@ -73,18 +73,20 @@ impl Report {
         );
         let _ = writeln!(
             md,
-            "| policy | avg JCT (h) | p50 JCT (h) | p99 JCT (h) | avg wait (h) | makespan (h) | jobs/h | GPUs busy | goodput/GPU | SLO violations | co-located | failed placements | rounds | round mean / p99 (ms) | predictor (s) | wall (s) |"
+            "| policy | avg JCT (h) | inference / training (h) | p50 JCT (h) | p99 JCT (h) | avg wait (h) | makespan (h) | jobs/h | GPUs busy | goodput/GPU | SLO violations | co-located | failed placements | rounds | round mean / p99 (ms) | predictor (s) | wall (s) |"
         );
         let _ = writeln!(
             md,
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for o in &self.outcomes {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1}% | {:.3} | {} of {} ({:.2}% of time) | {} | {} | {} | {:.2} / {:.2} | {:.2} | {:.1} |",
+                "| {} | {} | {} / {} | {} | {} | {} | {} | {:.1} | {:.1}% | {:.3} | {} of {} ({:.2}% of time) | {} | {} | {} | {:.2} / {:.2} | {:.2} | {:.1} |",
                 o.policy,
                 hours(o.avg_jct),
+                hours(o.avg_jct_inference),
+                hours(o.avg_jct_training),
                 hours(o.p50_jct),
                 hours(o.p99_jct),
                 hours(o.avg_wait),

@@ -303,6 +303,9 @@ pub struct Outcome {
     pub p50_jct: f64,
     pub p99_jct: f64,
     pub avg_wait: f64,
+    /// Average JCT of the inference jobs and of the training jobs.
+    pub avg_jct_inference: f64,
+    pub avg_jct_training: f64,
     /// Last completion, seconds from the first arrival (a job of months sets it).
     pub makespan: f64,
     /// Jobs completed per hour during the arrival window.
@@ -422,6 +425,17 @@ fn tick(t: f64) -> u64 {
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let us = (t * 1e6).round().max(0.0) as u64;
     us
+}
+
+/// The mean of `values` over the inference jobs (`inference`) or the training jobs.
+fn class_mean(values: &[f64], jobs: &[Job], inference: bool) -> f64 {
+    let picked: Vec<f64> = values
+        .iter()
+        .zip(jobs)
+        .filter(|(_, j)| j.inference == inference)
+        .map(|(v, _)| *v)
+        .collect();
+    picked.iter().sum::<f64>() / picked.len().max(1) as f64
 }
 
 fn quantile(sorted: &[f64], q: f64) -> f64 {
@@ -916,6 +930,8 @@ pub fn simulate(
         p50_jct: quantile(&sorted, 0.5),
         p99_jct: quantile(&sorted, 0.99),
         avg_wait: waits.iter().sum::<f64>() / n,
+        avg_jct_inference: class_mean(&jct, jobs, true),
+        avg_jct_training: class_mean(&jct, jobs, false),
         jct,
         jobs: jobs.len(),
         makespan,
