@@ -17,7 +17,11 @@ fn duet() -> Command {
 }
 
 fn model_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default")
+    Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../models/default")
 }
 
 fn free_port() -> u16 {

@@ -15,7 +15,12 @@ fn duet() -> Command {
 }
 
 fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+    Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("..")
+    .join(path)
 }
 
 fn free_port() -> u16 {

@@ -16,7 +16,11 @@ fn main() -> anyhow::Result<()> {
     let mut predictor: Box<dyn Predictor> = match std::env::args().nth(1) {
         Some(url) => Box::new(HttpPredictor::new(&url, None, Duration::from_secs(10))),
         None => {
-            let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default");
+            let model = Path::new(
+                &std::env::var_os("CARGO_MANIFEST_DIR")
+                    .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+            )
+            .join("../models/default");
             Box::new(ModelPredictor::load(&model, EngineKind::Burn)?)
         }
     };

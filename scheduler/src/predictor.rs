@@ -398,7 +398,11 @@ mod tests {
     use super::*;
 
     fn gavel() -> (PathBuf, Dataset) {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/gavel-v100");
+        let dir = Path::new(
+            &std::env::var_os("CARGO_MANIFEST_DIR")
+                .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+        )
+        .join("../datasets/gavel-v100");
         let dataset = Dataset::read(&dir).expect("test input");
         (dir, dataset)
     }

@@ -974,7 +974,12 @@ mod tests {
     use super::*;
 
     fn repo(path: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+        Path::new(
+            &std::env::var_os("CARGO_MANIFEST_DIR")
+                .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+        )
+        .join("..")
+        .join(path)
     }
 
     struct Setup {

@@ -14,7 +14,11 @@ use duet_core::dataset::Mode;
 use duet_server::{AppState, Config, EngineKind};
 
 fn model_dir() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default")
+    Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../models/default")
 }
 
 /// `n` pairs of the model's workloads, by id, in a fixed pseudo-random order.

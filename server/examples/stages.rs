@@ -17,10 +17,13 @@ fn main() {
         .map_or(Ok(EngineKind::Onnx), |e| e.parse())
         .expect("engine");
     let model = std::env::var("DUET_MODEL").unwrap_or_else(|_| {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../models/default")
-            .display()
-            .to_string()
+        Path::new(
+            &std::env::var_os("CARGO_MANIFEST_DIR")
+                .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+        )
+        .join("../models/default")
+        .display()
+        .to_string()
     });
     let state = AppState::new(Config {
         engine,

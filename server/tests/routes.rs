@@ -14,7 +14,11 @@ use tower::ServiceExt;
 const TOKEN: &str = "s3cret-token";
 
 fn model_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default")
+    Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../models/default")
 }
 
 fn app_with(config: Config) -> (Router, Arc<AppState>) {

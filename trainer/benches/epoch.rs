@@ -12,7 +12,11 @@ use duet_trainer::model::{Batch, TrainConfig, fit};
 
 /// The default model's training batch (all Gavel rows, with and without identities).
 pub fn default_batch() -> Batch {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets");
+    let root = Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../datasets");
     let datasets = ["gavel-k80", "gavel-p100", "gavel-v100"]
         .map(|name| Dataset::read(&root.join(name)).expect("committed dataset"));
     let corpus = Corpus::new(datasets.to_vec());

@@ -15,7 +15,11 @@ fn bytes(values: &[f32]) -> Vec<u8> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::args().nth(1).ok_or("usage: export_batch <dir>")?);
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets");
+    let root = Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../datasets");
     let mut datasets = Vec::new();
     for name in ["gavel-k80", "gavel-p100", "gavel-v100"] {
         datasets.push(Dataset::read(&root.join(name))?);

@@ -13,9 +13,12 @@ use ort::session::Session;
 use ort::value::Tensor;
 
 fn dataset(name: &str) -> Dataset {
-    let dir: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../datasets")
-        .join(name);
+    let dir: PathBuf = Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../datasets")
+    .join(name);
     Dataset::read(&dir).expect("committed dataset")
 }
 
