@@ -169,6 +169,13 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         dataset: args.dataset.display().to_string(),
         gpus: cluster.gpus(),
         nodes: cluster.nodes.len(),
+        gpu_models: cluster.nodes.iter().zip(&cluster.models).fold(
+            std::collections::BTreeMap::new(),
+            |mut m, (n, model)| {
+                *m.entry(model.clone()).or_insert(0) += n;
+                m
+            },
+        ),
         seed: args.seed,
         slo: args.slo,
         workload,

@@ -26,6 +26,8 @@ pub struct Report {
     pub dataset: String,
     pub gpus: u32,
     pub nodes: usize,
+    /// GPUs of the drawn nodes by the trace's GPU model (every one runs at the dataset's speeds).
+    pub gpu_models: std::collections::BTreeMap<String, u32>,
     pub seed: u64,
     pub slo: f64,
     pub workload: Workload,
@@ -56,7 +58,8 @@ impl Report {
             md,
             "Trace `{}`: {} pods, {} simulated as jobs ({} CPU-only and {} GPU pods that never \
              ran left out); arrivals compressed {:.2}x for an offered load of {:.2} on {} GPUs ({} nodes \
-             drawn with seed {}). Ground truth: the measured pairs of `{}`. Inference (LS) jobs \
+             drawn with seed {}; their GPUs by model in the trace: {}, every one simulated at the \
+             dataset's speeds). Ground truth: the measured pairs of `{}`. Inference (LS) jobs \
              must keep speed >= {}.\n",
             self.trace,
             w.pods,
@@ -68,6 +71,11 @@ impl Report {
             self.gpus,
             self.nodes,
             self.seed,
+            self.gpu_models
+                .iter()
+                .map(|(m, n)| format!("{m} {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             self.dataset,
             self.slo
         );
