@@ -388,6 +388,10 @@ pub struct SimulateArgs {
     /// A pair is only formed where it adds at least this share of the resident's throughput.
     #[arg(long, default_value_t = 0.0)]
     pub min_gain: f64,
+    /// Device memory of one GPU: with it, a pair whose two workloads' `mem_used_mib` (where the
+    /// dataset measured it) add up to more is never formed.
+    #[arg(long)]
+    pub gpu_memory_mib: Option<f64>,
     /// Seconds of waiting after which a job's priority weight has doubled.
     #[arg(long, default_value_t = 3600.0)]
     pub aging: f64,

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use duet_core::dataset::{Dataset, JobKind};
+use duet_core::dataset::Dataset;
 use duet_scheduler::predictor::{HttpPredictor, ModelPredictor, Oracle, Predictor, Query};
 use duet_scheduler::report::{REPORT_FILE, Report};
-use duet_scheduler::sim::{self, Cluster, Policy, Settings};
+use duet_scheduler::sim::{self, Cluster, DatasetWorkload, Policy, Settings};
 use duet_scheduler::trace::Trace;
 use duet_server::EngineKind;
 
@@ -44,6 +44,11 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     if !(args.min_gain.is_finite() && args.min_gain >= 0.0) {
         bail!("--min-gain {}: must be 0 or more", args.min_gain);
     }
+    if let Some(m) = args.gpu_memory_mib
+        && !(m.is_finite() && m > 0.0)
+    {
+        bail!("--gpu-memory-mib {m}: must be above 0");
+    }
     if args.window == 0 {
         bail!("--window: at least one waiting job per round");
     }
@@ -51,11 +56,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     let dataset = Dataset::read(&args.dataset)
         .with_context(|| format!("--dataset {}", args.dataset.display()))?;
     let oracle = Oracle::new(&args.dataset, &dataset)?;
-    let kinds: Vec<(String, bool)> = dataset
-        .workloads
-        .iter()
-        .map(|w| (w.workload.clone(), w.kind == JobKind::Infer))
-        .collect();
+    let kinds = DatasetWorkload::of(&dataset);
     let cluster = Cluster::draw(&trace, args.gpus, args.seed)?;
     let (jobs, workload) = sim::jobs(
         &trace,
@@ -122,6 +123,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         pricing: duet_scheduler::pricing::PricingConfig {
             window: args.window,
             min_gain: args.min_gain,
+            gpu_memory_mib: args.gpu_memory_mib,
             ..Default::default()
         },
         ..Settings::default()

@@ -45,6 +45,7 @@ fn cluster(ids: &[String]) -> Cluster {
                 weight: priority * (1.0 + (id % 7) as f64 / 7.0),
                 priority,
                 slo: inference.then_some(0.6),
+                memory_mib: None,
             }
         })
         .collect();
@@ -63,6 +64,7 @@ fn cluster(ids: &[String]) -> Cluster {
             workload: pick(),
             weight: 1.0,
             slo: None,
+            memory_mib: None,
         })
         .collect();
     Cluster {

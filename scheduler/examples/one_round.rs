@@ -30,6 +30,7 @@ fn main() -> anyhow::Result<()> {
         workload: workload.into(),
         weight: 1.0,
         slo: None,
+        memory_mib: None,
     };
     let waiting = |id, workload: &str, slo: Option<f64>| Waiting {
         id,
@@ -38,6 +39,7 @@ fn main() -> anyhow::Result<()> {
         weight: if slo.is_some() { 2.0 } else { 1.0 },
         priority: if slo.is_some() { 2.0 } else { 1.0 },
         slo,
+        memory_mib: None,
     };
     let jobs = [
         waiting(0, "resnet-50-bs64", None),

@@ -36,6 +36,8 @@ pub struct Waiting {
     pub priority: f64,
     /// Minimum speed it must keep (inference jobs), judged on the conservative prediction.
     pub slo: Option<f64>,
+    /// Device memory it holds, where known: a pair must fit `gpu_memory_mib` together.
+    pub memory_mib: Option<f64>,
 }
 
 /// A job running alone on one GPU that may take a neighbour.
@@ -46,6 +48,7 @@ pub struct Resident {
     pub workload: String,
     pub weight: f64,
     pub slo: Option<f64>,
+    pub memory_mib: Option<f64>,
 }
 
 /// The free GPUs of one node (a job of several GPUs takes them on one node).
@@ -86,6 +89,9 @@ pub struct PricingConfig {
     /// A pair is only formed where it adds at least this share of the resident's weighted
     /// throughput (0: any gain).
     pub min_gain: f64,
+    /// Device memory of one GPU; with both jobs' footprints known, a pair that does not fit is
+    /// never offered (otherwise the predictor's `feasible` decides alone).
+    pub gpu_memory_mib: Option<f64>,
 }
 
 impl Default for PricingConfig {
@@ -94,6 +100,7 @@ impl Default for PricingConfig {
             epsilon: 0.01,
             window: 1024,
             min_gain: 0.0,
+            gpu_memory_mib: None,
         }
     }
 }
@@ -106,6 +113,18 @@ pub struct RoundStats {
     pub bids: usize,
     pub predict_time: Duration,
     pub time: Duration,
+}
+
+/// What decides the value of a pair beside a resident.
+type GroupKey<'a> = (&'a str, u64, Option<u64>, Option<u64>);
+
+fn group_key(r: &Resident) -> GroupKey<'_> {
+    (
+        r.workload.as_str(),
+        r.weight.to_bits(),
+        r.slo.map(f64::to_bits),
+        r.memory_mib.map(f64::to_bits),
+    )
 }
 
 /// One pricing round: decisions for `waiting` (in priority order) over the free GPUs and the
@@ -148,16 +167,11 @@ pub fn round(
         return Ok((decisions, stats));
     }
 
-    // Residents grouped by what decides a pair's value: workload, weight, objective.
-    let mut group_of: HashMap<(&str, u64, Option<u64>), usize> = HashMap::new();
+    // Residents grouped by what decides a pair's value: workload, weight, objective, memory.
+    let mut group_of: HashMap<GroupKey<'_>, usize> = HashMap::new();
     let mut groups: Vec<(&Resident, Vec<usize>)> = Vec::new();
     for (i, r) in residents.iter().enumerate() {
-        let key = (
-            r.workload.as_str(),
-            r.weight.to_bits(),
-            r.slo.map(f64::to_bits),
-        );
-        let g = *group_of.entry(key).or_insert_with(|| {
+        let g = *group_of.entry(group_key(r)).or_insert_with(|| {
             groups.push((r, Vec::new()));
             groups.len() - 1
         });
@@ -191,6 +205,12 @@ pub fn round(
 
     // The best sharing of each (job, group), by value, among the shapes that keep objectives.
     let best_beside = |job: &Waiting, resident: &Resident| -> Option<(f64, usize, Outlook)> {
+        if let (Some(capacity), Some(a), Some(b)) =
+            (config.gpu_memory_mib, job.memory_mib, resident.memory_mib)
+            && a + b > capacity
+        {
+            return None;
+        }
         let mut best: Option<(f64, usize, Outlook)> = None;
         for s in 0..sharings.len() {
             let Some(&q) = query_of.get(&(job.workload.as_str(), resident.workload.as_str(), s))
@@ -268,11 +288,7 @@ pub fn round(
             &mut empty_set
         } else {
             let r = object - n_empty;
-            let g = group_of[&(
-                residents[r].workload.as_str(),
-                residents[r].weight.to_bits(),
-                residents[r].slo.map(f64::to_bits),
-            )];
+            let g = group_of[&group_key(&residents[r])];
             &mut group_sets[g]
         };
         set.remove(&key(old, object));
@@ -292,11 +308,7 @@ pub fn round(
             }
         } else {
             let r = &residents[object - n_empty];
-            let g = group_of[&(
-                r.workload.as_str(),
-                r.weight.to_bits(),
-                r.slo.map(f64::to_bits),
-            )];
+            let g = group_of[&group_key(r)];
             let Some((_, s, o)) = values[j][g] else {
                 continue;
             };
@@ -364,6 +376,7 @@ mod tests {
             weight,
             priority: weight,
             slo,
+            memory_mib: None,
         }
     }
 
@@ -373,6 +386,7 @@ mod tests {
             workload: workload.into(),
             weight: 1.0,
             slo: None,
+            memory_mib: None,
         }
     }
 
@@ -558,6 +572,32 @@ mod tests {
             panic!("{decisions:?}")
         };
         assert_eq!(sharing.share_a, Some(50.0));
+    }
+
+    #[test]
+    fn a_pair_whose_footprints_do_not_fit_the_gpu_is_never_offered() {
+        let mut p = table(&[("w", "r", 0.9, 0.9, 0.9, 0.9)]);
+        let mut newcomer = job(0, "w", 1.0, None);
+        newcomer.memory_mib = Some(50_000.0);
+        let mut r = resident(0, "r");
+        r.memory_mib = Some(40_000.0);
+        let config = |cap| PricingConfig {
+            gpu_memory_mib: Some(cap),
+            ..PricingConfig::default()
+        };
+        for (capacity, pairs) in [(80_000.0, 0), (96_000.0, 1)] {
+            let (decisions, _) = round(
+                "g",
+                std::slice::from_ref(&newcomer),
+                &[],
+                std::slice::from_ref(&r),
+                &[SPACE],
+                &mut p,
+                &config(capacity),
+            )
+            .expect("round");
+            assert_eq!(decisions.len(), pairs, "{capacity}: {decisions:?}");
+        }
     }
 
     #[test]

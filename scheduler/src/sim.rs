@@ -29,6 +29,34 @@ pub struct Job {
     pub inference: bool,
     /// The dataset workload it runs.
     pub workload: String,
+    /// That workload's device memory, where the dataset measured it (`mem_used_mib`).
+    pub memory_mib: Option<f64>,
+}
+
+/// A workload of the ground-truth dataset, as jobs are given them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DatasetWorkload {
+    pub id: String,
+    pub inference: bool,
+    pub memory_mib: Option<f64>,
+}
+
+impl DatasetWorkload {
+    /// The workloads of `dataset`, their footprint from its `mem_used_mib` feature.
+    pub fn of(dataset: &duet_core::dataset::Dataset) -> Vec<DatasetWorkload> {
+        dataset
+            .workloads
+            .iter()
+            .map(|w| DatasetWorkload {
+                id: w.workload.clone(),
+                inference: w.kind == duet_core::dataset::JobKind::Infer,
+                memory_mib: w
+                    .features
+                    .get("mem_used_mib")
+                    .and_then(duet_core::dataset::FeatureValue::as_number),
+            })
+            .collect()
+    }
 }
 
 /// How the trace became jobs.
@@ -84,7 +112,7 @@ pub fn jobs(
     gpus: u32,
     load: Option<f64>,
     compression: Option<f64>,
-    oracle_workloads: &[(String, bool)],
+    oracle_workloads: &[DatasetWorkload],
     seed: u64,
     limit: Option<usize>,
 ) -> Result<(Vec<Job>, Workload)> {
@@ -135,17 +163,14 @@ pub fn jobs(
         }
         (None, None) => 1.0,
     };
-    let inference: Vec<&str> = oracle_workloads
-        .iter()
-        .filter(|(_, i)| *i)
-        .map(|(w, _)| w.as_str())
-        .collect();
-    let training: Vec<&str> = oracle_workloads
-        .iter()
-        .filter(|(_, i)| !*i)
-        .map(|(w, _)| w.as_str())
-        .collect();
-    let all: Vec<&str> = oracle_workloads.iter().map(|(w, _)| w.as_str()).collect();
+    let inference: Vec<&DatasetWorkload> =
+        oracle_workloads.iter().filter(|w| w.inference).collect();
+    let training: Vec<&DatasetWorkload> =
+        oracle_workloads.iter().filter(|w| !w.inference).collect();
+    let all: Vec<&DatasetWorkload> = oracle_workloads.iter().collect();
+    if all.is_empty() {
+        bail!("the dataset has no workload to give the jobs");
+    }
     let mut jobs: Vec<Job> = ran
         .iter()
         .map(|p| {
@@ -159,7 +184,7 @@ pub fn jobs(
             let mut rng = Rng::new(
                 seed ^ duet_core::hash::fnv1a(p.name.as_bytes(), duet_core::hash::FNV_OFFSET),
             );
-            let workload = pool[rng.below(pool.len())].to_string();
+            let workload = pool[rng.below(pool.len())];
             Job {
                 pod: p.name.clone(),
                 arrival: (p.creation - first) / compression,
@@ -171,7 +196,8 @@ pub fn jobs(
                     1000
                 },
                 inference: is_inference,
-                workload,
+                workload: workload.id.clone(),
+                memory_mib: workload.memory_mib,
             }
         })
         .collect();
@@ -737,6 +763,7 @@ impl<'a> World<'a> {
                     workload: self.jobs[r].workload.clone(),
                     weight: self.weight(r, None),
                     slo: self.jobs[r].inference.then_some(self.settings.slo),
+                    memory_mib: self.jobs[r].memory_mib,
                 }),
                 _ => None,
             })
@@ -754,6 +781,7 @@ impl<'a> World<'a> {
                 weight: self.weight(j, Some(t)),
                 priority: self.weight(j, None),
                 slo: self.jobs[j].inference.then_some(self.settings.slo),
+                memory_mib: self.jobs[j].memory_mib,
             })
             .collect();
         let sharings = self.oracle.sharings().to_vec();
@@ -969,7 +997,7 @@ pub fn simulate(
 mod tests {
     use std::path::{Path, PathBuf};
 
-    use duet_core::dataset::{Dataset, JobKind};
+    use duet_core::dataset::Dataset;
 
     use super::*;
 
@@ -995,11 +1023,7 @@ mod tests {
         let dir = repo("datasets/gavel-v100");
         let dataset = Dataset::read(&dir).expect("test input");
         let oracle = Oracle::new(&dir, &dataset).expect("test input");
-        let kinds: Vec<(String, bool)> = dataset
-            .workloads
-            .iter()
-            .map(|w| (w.workload.clone(), w.kind == JobKind::Infer))
-            .collect();
+        let kinds = DatasetWorkload::of(&dataset);
         let cluster = Cluster::draw(&trace, gpus, 7).expect("test input");
         let (jobs, workload) =
             jobs(&trace, gpus, Some(load), None, &kinds, 7, Some(n)).expect("test input");
