@@ -1109,6 +1109,42 @@ mod tests {
     }
 
     #[test]
+    fn footprints_that_do_not_fit_together_keep_jobs_apart() {
+        let trace = Trace::read(&repo("traces/alibaba-gpu-v2023"), None).expect("trace");
+        let dir = repo("datasets/gavel-v100");
+        let mut dataset = Dataset::read(&dir).expect("gavel");
+        for w in &mut dataset.workloads {
+            w.features.insert(
+                "mem_used_mib".into(),
+                duet_core::dataset::FeatureValue::Number(Some(30_000.0)),
+            );
+        }
+        let workloads = DatasetWorkload::of(&dataset);
+        assert!(workloads.iter().all(|w| w.memory_mib == Some(30_000.0)));
+        let oracle = Oracle::new(&dir, &dataset).expect("oracle");
+        let cluster = Cluster::draw(&trace, 64, 7).expect("cluster");
+        let (jobs, workload) =
+            jobs(&trace, 64, Some(1.3), None, &workloads, 7, Some(1500)).expect("jobs");
+        let co_located = |memory: f64| {
+            let mut settings = Settings::default();
+            settings.pricing.gpu_memory_mib = Some(memory);
+            let mut p = oracle.clone();
+            simulate(
+                &cluster,
+                &jobs,
+                workload.window,
+                &oracle,
+                Policy::Pricing(&mut p),
+                &settings,
+            )
+            .expect("simulation")
+            .co_located
+        };
+        assert_eq!(co_located(50_000.0), 0);
+        assert!(co_located(80_000.0) > 0);
+    }
+
+    #[test]
     fn a_simulation_is_reproducible() {
         let s = setup(1500, 64, 1.3);
         let mut a = s.oracle.clone();
