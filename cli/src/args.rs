@@ -392,6 +392,10 @@ pub struct SimulateArgs {
     /// dataset measured it) add up to more is never formed.
     #[arg(long)]
     pub gpu_memory_mib: Option<f64>,
+    /// Hide the queue's state (GPU release rate, typical runtime) from the pricing loop, so that
+    /// pairs are judged by throughput alone (for comparison).
+    #[arg(long)]
+    pub queue_blind: bool,
     /// Seconds of waiting after which a job's priority weight has doubled.
     #[arg(long, default_value_t = 3600.0)]
     pub aging: f64,

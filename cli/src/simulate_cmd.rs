@@ -126,6 +126,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
             gpu_memory_mib: args.gpu_memory_mib,
             ..Default::default()
         },
+        queue_aware: !args.queue_blind,
         ..Settings::default()
     };
     eprintln!(

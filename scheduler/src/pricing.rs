@@ -92,6 +92,18 @@ pub struct PricingConfig {
     /// Device memory of one GPU; with both jobs' footprints known, a pair that does not fit is
     /// never offered (otherwise the predictor's `feasible` decides alone).
     pub gpu_memory_mib: Option<f64>,
+    /// What the queue looks like, where the caller knows: a pair is then only formed where the
+    /// wait it saves the newcomer outweighs what it costs both jobs in speed.
+    pub queue: Option<Queue>,
+}
+
+/// The caller's view of its queue.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Queue {
+    /// GPUs coming free per second lately.
+    pub releases_per_s: f64,
+    /// A typical job's runtime alone, seconds (the median of the jobs finished so far).
+    pub typical_runtime: f64,
 }
 
 impl Default for PricingConfig {
@@ -101,6 +113,7 @@ impl Default for PricingConfig {
             window: 1024,
             min_gain: 0.0,
             gpu_memory_mib: None,
+            queue: None,
         }
     }
 }
@@ -204,42 +217,58 @@ pub fn round(
     stats.queries = queries.len();
 
     // The best sharing of each (job, group), by value, among the shapes that keep objectives.
-    let best_beside = |job: &Waiting, resident: &Resident| -> Option<(f64, usize, Outlook)> {
-        if let (Some(capacity), Some(a), Some(b)) =
-            (config.gpu_memory_mib, job.memory_mib, resident.memory_mib)
-            && a + b > capacity
-        {
-            return None;
-        }
-        let mut best: Option<(f64, usize, Outlook)> = None;
-        for s in 0..sharings.len() {
-            let Some(&q) = query_of.get(&(job.workload.as_str(), resident.workload.as_str(), s))
-            else {
-                continue;
-            };
-            let o = outlooks[q];
-            if !o.feasible || o.speed_a <= 0.0 || o.speed_b <= 0.0 {
-                continue;
-            }
-            if job.slo.is_some_and(|m| o.safe_speed_a < m)
-                || resident.slo.is_some_and(|m| o.safe_speed_b < m)
+    let best_beside =
+        |position: usize, job: &Waiting, resident: &Resident| -> Option<(f64, usize, Outlook)> {
+            if let (Some(capacity), Some(a), Some(b)) =
+                (config.gpu_memory_mib, job.memory_mib, resident.memory_mib)
+                && a + b > capacity
             {
-                continue;
+                return None;
             }
-            let loss = resident.weight * (1.0 - o.speed_b.min(1.0));
-            if job.priority * o.speed_a - loss <= config.min_gain * resident.weight {
-                continue;
+            let mut best: Option<(f64, usize, Outlook)> = None;
+            for s in 0..sharings.len() {
+                let Some(&q) =
+                    query_of.get(&(job.workload.as_str(), resident.workload.as_str(), s))
+                else {
+                    continue;
+                };
+                let o = outlooks[q];
+                if !o.feasible || o.speed_a <= 0.0 || o.speed_b <= 0.0 {
+                    continue;
+                }
+                if job.slo.is_some_and(|m| o.safe_speed_a < m)
+                    || resident.slo.is_some_and(|m| o.safe_speed_b < m)
+                {
+                    continue;
+                }
+                // Waiting for a whole GPU takes the newcomer about its place in line over the rate
+                // GPUs come free; paired, a typical job takes 1/s_j of its length and delays the
+                // resident by (1 - s_r)/s_j of it.
+                if let Some(q) = config.queue
+                    && q.releases_per_s > 0.0
+                {
+                    #[allow(clippy::cast_precision_loss)]
+                    let wait = (position + 1) as f64 / q.releases_per_s;
+                    let cost = q.typical_runtime * ((2.0 - o.speed_b.min(1.0)) / o.speed_a - 1.0);
+                    if wait <= cost {
+                        continue;
+                    }
+                }
+                let loss = resident.weight * (1.0 - o.speed_b.min(1.0));
+                if job.priority * o.speed_a - loss <= config.min_gain * resident.weight {
+                    continue;
+                }
+                let value = job.weight * o.speed_a - loss;
+                if best.as_ref().is_none_or(|(v, _, _)| value > *v) {
+                    best = Some((value, s, o));
+                }
             }
-            let value = job.weight * o.speed_a - loss;
-            if best.as_ref().is_none_or(|(v, _, _)| value > *v) {
-                best = Some((value, s, o));
-            }
-        }
-        best
-    };
+            best
+        };
     let values: Vec<Vec<Option<(f64, usize, Outlook)>>> = singles
         .iter()
-        .map(|j| groups.iter().map(|(r, _)| best_beside(j, r)).collect())
+        .enumerate()
+        .map(|(k, j)| groups.iter().map(|(r, _)| best_beside(k, j, r)).collect())
         .collect();
 
     // The auction. Objects: each empty GPU, each resident's GPU; prices start at zero.
@@ -488,6 +517,53 @@ mod tests {
         );
         assert_eq!(decisions.len(), 1);
         assert_eq!(decisions[0].job, 0);
+    }
+
+    #[test]
+    fn a_pair_is_formed_only_where_the_wait_it_saves_outweighs_the_slowdown() {
+        // Paired, a typical job of 600 s costs 600 * ((2 - 0.8) / 0.8 - 1) = 300 s.
+        let mut p = table(&[("w", "r", 0.8, 0.8, 0.8, 0.8)]);
+        let config = |releases_per_s| PricingConfig {
+            queue: Some(Queue {
+                releases_per_s,
+                typical_runtime: 600.0,
+            }),
+            ..PricingConfig::default()
+        };
+        // First in line, one GPU free every 100 s: the wait (100 s) is shorter, so it waits.
+        // One every 1,000 s: the wait is longer, so it pairs.
+        for (rate, pairs) in [(1.0 / 100.0, 0), (1.0 / 1000.0, 1)] {
+            let (decisions, _) = round(
+                "g",
+                &[job(0, "w", 1.0, None)],
+                &[],
+                &[resident(0, "r")],
+                &[SPACE],
+                &mut p,
+                &config(rate),
+            )
+            .expect("round");
+            assert_eq!(decisions.len(), pairs, "{rate}: {decisions:?}");
+        }
+        // Far down the line (400th), even the faster rate means a long wait: it pairs.
+        let mut line: Vec<Waiting> = (0..400).map(|i| job(i, "x", 1.0, None)).collect();
+        line.push(job(400, "w", 1.0, None));
+        let mut p = table(&[
+            ("w", "r", 0.8, 0.8, 0.8, 0.8),
+            ("x", "r", 0.1, 0.1, 0.1, 0.1),
+        ]);
+        let (decisions, _) = round(
+            "g",
+            &line,
+            &[],
+            &[resident(0, "r")],
+            &[SPACE],
+            &mut p,
+            &config(1.0 / 100.0),
+        )
+        .expect("round");
+        assert_eq!(decisions.len(), 1);
+        assert_eq!(decisions[0].job, 400);
     }
 
     #[test]

@@ -302,6 +302,8 @@ pub struct Settings {
     pub pricing: PricingConfig,
     /// Points of the utilisation series kept for the report.
     pub series_points: usize,
+    /// Give the pricing loop the queue's state (GPU release rate, typical runtime).
+    pub queue_aware: bool,
 }
 
 impl Default for Settings {
@@ -312,6 +314,7 @@ impl Default for Settings {
             aging: 3600.0,
             pricing: PricingConfig::default(),
             series_points: 400,
+            queue_aware: true,
         }
     }
 }
@@ -789,6 +792,10 @@ impl<'a> World<'a> {
             inner: predictor,
             failed: &self.failed,
         };
+        let mut config = self.settings.pricing.clone();
+        if self.settings.queue_aware {
+            config.queue = self.queue_estimate(t);
+        }
         let (decisions, round) = pricing::round(
             gpu_model,
             &waiting,
@@ -796,7 +803,7 @@ impl<'a> World<'a> {
             &residents,
             &sharings,
             &mut remembering,
-            &self.settings.pricing,
+            &config,
         )?;
         stats.record(&round);
         let mut placed = HashSet::new();
@@ -814,6 +821,35 @@ impl<'a> World<'a> {
         }
         self.waiting.retain(|j| !placed.contains(j));
         Ok(())
+    }
+
+    /// The queue as a scheduler sees it at `t`: GPUs freed over the last hour, and the median
+    /// runtime (alone) of the jobs finished so far; `None` before there is any.
+    fn queue_estimate(&self, t: f64) -> Option<pricing::Queue> {
+        let since = (t - 3600.0).max(0.0);
+        let freed: u32 = self
+            .finished
+            .iter()
+            .zip(self.jobs)
+            .filter(|(f, _)| f.is_some_and(|f| f > since))
+            .map(|(_, j)| j.gpus)
+            .sum();
+        let mut runtimes: Vec<f64> = self
+            .finished
+            .iter()
+            .zip(self.jobs)
+            .filter(|(f, _)| f.is_some())
+            .map(|(_, j)| j.work)
+            .collect();
+        if freed == 0 || runtimes.is_empty() {
+            return None;
+        }
+        let mid = runtimes.len() / 2;
+        let (_, median, _) = runtimes.select_nth_unstable_by(mid, f64::total_cmp);
+        Some(pricing::Queue {
+            releases_per_s: f64::from(freed) / (t - since).max(1.0),
+            typical_runtime: *median,
+        })
     }
 
     /// A job's priority weight; a waiting job's grows with its wait.
