@@ -1181,6 +1181,35 @@ mod tests {
     }
 
     #[test]
+    fn where_sharing_barely_pays_the_queue_estimate_keeps_the_loop_from_losing() {
+        // cpu-dev2c: every pair but one does 0.7 to 1.2 jobs' work.
+        let trace = Trace::read(&repo("traces/alibaba-gpu-v2023"), None).expect("trace");
+        let dir = repo("datasets/cpu-dev2c");
+        let dataset = Dataset::read(&dir).expect("cpu-dev2c");
+        let oracle = Oracle::new(&dir, &dataset).expect("oracle");
+        let cluster = Cluster::draw(&trace, 64, 7).expect("cluster");
+        let workloads = DatasetWorkload::of(&dataset);
+        let (jobs, workload) =
+            jobs(&trace, 64, Some(1.0), None, &workloads, 7, None).expect("jobs");
+        let run = |policy: Policy<'_>, queue_aware: bool| {
+            let settings = Settings {
+                queue_aware,
+                ..Settings::default()
+            };
+            simulate(&cluster, &jobs, workload.window, &oracle, policy, &settings)
+                .expect("simulation")
+                .avg_jct
+        };
+        let exclusive = run(Policy::Exclusive, true);
+        let mut p = oracle.clone();
+        let aware = run(Policy::Pricing(&mut p), true);
+        let mut p = oracle.clone();
+        let blind = run(Policy::Pricing(&mut p), false);
+        assert!(aware < exclusive, "{aware} >= {exclusive}");
+        assert!(blind > 1.5 * exclusive, "{blind} vs {exclusive}");
+    }
+
+    #[test]
     fn a_simulation_is_reproducible() {
         let s = setup(1500, 64, 1.3);
         let mut a = s.oracle.clone();
