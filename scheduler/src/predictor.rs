@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use duet_core::api::{ApiError, JobRef, PairQuery, PredictRequest, PredictResponse};
@@ -74,6 +74,11 @@ pub trait Predictor: std::fmt::Debug {
     fn describe(&self) -> String;
     /// One outlook per query, in order, for pairs on device `gpu`.
     fn predict(&mut self, gpu: &str, queries: &[Query<'_>]) -> Result<Vec<Outlook>>;
+
+    /// Whether its slowdowns are the measured ones (the oracle), not predictions.
+    fn is_measured(&self) -> bool {
+        false
+    }
 }
 
 /// The measured pairs of a dataset, both directions, averaged over repeated rows.
@@ -136,16 +141,8 @@ impl Oracle {
                     break;
                 }
             }
-            sharings.insert((
-                pair.mode,
-                pair.share_a.map(f64::to_bits),
-                pair.share_b.map(f64::to_bits),
-            ));
-            sharings.insert((
-                pair.mode,
-                pair.share_b.map(f64::to_bits),
-                pair.share_a.map(f64::to_bits),
-            ));
+            sharings.insert(sharing.key());
+            sharings.insert(sharing.mirrored().key());
         }
         if !dataset.pairs.iter().any(|p| p.status == Status::Ok) {
             bail!(
@@ -200,6 +197,10 @@ impl Oracle {
 impl Predictor for Oracle {
     fn describe(&self) -> String {
         format!("oracle (measured pairs of {})", self.name)
+    }
+
+    fn is_measured(&self) -> bool {
+        true
     }
 
     fn predict(&mut self, _gpu: &str, queries: &[Query<'_>]) -> Result<Vec<Outlook>> {
@@ -304,8 +305,7 @@ pub struct HttpPredictor {
     token: Option<String>,
     attempts: u32,
     first_backoff: Duration,
-    /// Time spent in `/v1/predict` calls, retries included.
-    pub spent: Duration,
+    /// `/v1/predict` calls made (each with its retries).
     pub calls: u64,
 }
 
@@ -318,7 +318,6 @@ impl HttpPredictor {
             token,
             attempts: 5,
             first_backoff: Duration::from_millis(100),
-            spent: Duration::ZERO,
             calls: 0,
         }
     }
@@ -374,11 +373,8 @@ impl Predictor for HttpPredictor {
         if queries.is_empty() {
             return Ok(Vec::new());
         }
-        let started = Instant::now();
-        let answer = self.call(&request(gpu, queries));
-        self.spent += started.elapsed();
         self.calls += 1;
-        let answer = answer?;
+        let answer = self.call(&request(gpu, queries))?;
         if answer.predictions.len() != queries.len() {
             bail!(
                 "predictor {} answered {} predictions for {} pairs",

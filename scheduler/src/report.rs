@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use duet_core::svg;
 
-use crate::sim::{Outcome, Workload};
+use crate::sim::{Outcome, PolicyKind, Workload};
 
 pub const REPORT_FILE: &str = "report.md";
 pub const JSON_FILE: &str = "report.json";
@@ -43,9 +43,9 @@ fn hours(seconds: f64) -> String {
 }
 
 impl Report {
-    /// The outcome of the policy called `name`, if it ran.
-    pub fn outcome(&self, prefix: &str) -> Option<&Outcome> {
-        self.outcomes.iter().find(|o| o.policy.starts_with(prefix))
+    /// The outcome of the policy `kind`, if it ran.
+    pub fn outcome(&self, kind: PolicyKind) -> Option<&Outcome> {
+        self.outcomes.iter().find(|o| o.kind == kind)
     }
 
     /// The Markdown report.
@@ -114,9 +114,13 @@ impl Report {
                 o.wall_s
             );
         }
-        if let Some(exclusive) = self.outcome("exclusive") {
+        if let Some(exclusive) = self.outcome(PolicyKind::Exclusive) {
             let _ = writeln!(md, "\nAgainst exclusive allocation:\n");
-            for o in self.outcomes.iter().filter(|o| o.policy != "exclusive") {
+            for o in self
+                .outcomes
+                .iter()
+                .filter(|o| o.kind != PolicyKind::Exclusive)
+            {
                 let _ = writeln!(
                     md,
                     "- {}: average JCT {:.2}x lower, {:.2}x the jobs per hour, GPUs busy {:.1}% \
@@ -129,15 +133,10 @@ impl Report {
                 );
             }
         }
-        let duet = self
-            .outcomes
-            .iter()
-            .find(|o| o.policy.starts_with("pricing") && !o.policy.contains("oracle"));
-        let oracle = self
-            .outcomes
-            .iter()
-            .find(|o| o.policy.starts_with("pricing") && o.policy.contains("oracle"));
-        if let (Some(d), Some(o)) = (duet, oracle) {
+        if let (Some(d), Some(o)) = (
+            self.outcome(PolicyKind::Duet),
+            self.outcome(PolicyKind::Oracle),
+        ) {
             let _ = writeln!(
                 md,
                 "\nPricing with duet's predictions against pricing with the oracle: average JCT \
@@ -188,11 +187,11 @@ impl Report {
     }
 
     fn legend(&self, svg: &mut String, x: f64, y: f64) {
-        let labels: Vec<String> = self.outcomes.iter().map(|o| short(&o.policy)).collect();
-        let entries: Vec<(&str, &str)> = labels
+        let entries: Vec<(&str, &str)> = self
+            .outcomes
             .iter()
             .enumerate()
-            .map(|(i, l)| (COLOURS[i % COLOURS.len()], l.as_str()))
+            .map(|(i, o)| (COLOURS[i % COLOURS.len()], o.kind.label()))
             .collect();
         svg::legend(svg, x, y, &entries);
     }
@@ -338,18 +337,5 @@ impl Report {
         );
         svg.push_str("</svg>\n");
         svg
-    }
-}
-
-/// `pricing (duet model ... )` -> `pricing + duet`, for legends.
-fn short(policy: &str) -> String {
-    if policy.starts_with("pricing") {
-        if policy.contains("oracle") {
-            "pricing + oracle".into()
-        } else {
-            "pricing + duet".into()
-        }
-    } else {
-        policy.into()
     }
 }

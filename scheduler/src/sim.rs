@@ -319,9 +319,34 @@ impl Default for Settings {
     }
 }
 
+/// Which policy an outcome is, as the report tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyKind {
+    Exclusive,
+    Packing,
+    /// The pricing loop on a predictor's slowdowns.
+    Duet,
+    /// The pricing loop on the measured slowdowns.
+    Oracle,
+}
+
+impl PolicyKind {
+    /// Its name in legends.
+    pub fn label(self) -> &'static str {
+        match self {
+            PolicyKind::Exclusive => "exclusive",
+            PolicyKind::Packing => "packing",
+            PolicyKind::Duet => "pricing + duet",
+            PolicyKind::Oracle => "pricing + oracle",
+        }
+    }
+}
+
 /// What happened under one policy.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Outcome {
+    pub kind: PolicyKind,
     pub policy: String,
     pub predictor: Option<String>,
     /// Per job, in the order of `jobs`: completion minus arrival, seconds.
@@ -446,6 +471,11 @@ struct World<'a> {
     /// The arrival window: utilisation is reported over it.
     window: (f64, f64),
     last_t: f64,
+    /// When jobs finished, in order, and the GPUs freed up to each (the queue estimate's rate).
+    finish_times: Vec<f64>,
+    freed_gpus: Vec<u64>,
+    /// Runtimes (alone) of the finished jobs, sorted (the queue estimate's typical runtime).
+    finished_runtimes: Vec<f64>,
     trace: Vec<(f64, f64, f64)>,
 }
 
@@ -519,6 +549,9 @@ impl<'a> World<'a> {
             window_goodput_area: 0.0,
             window,
             last_t: 0.0,
+            finish_times: Vec::new(),
+            freed_gpus: Vec::new(),
+            finished_runtimes: Vec::new(),
             trace: Vec::new(),
         }
     }
@@ -609,6 +642,12 @@ impl<'a> World<'a> {
             }
         }
         self.finished[j] = Some(t);
+        let freed = self.freed_gpus.last().copied().unwrap_or(0) + u64::from(self.jobs[j].gpus);
+        self.finish_times.push(t);
+        self.freed_gpus.push(freed);
+        let work = self.jobs[j].work;
+        let at = self.finished_runtimes.partition_point(|r| *r < work);
+        self.finished_runtimes.insert(at, work);
         for &g in &run.gpus {
             self.on_gpu[g].retain(|&x| x != j);
             // A job left alone runs at full speed again.
@@ -827,28 +866,18 @@ impl<'a> World<'a> {
     /// runtime (alone) of the jobs finished so far; `None` before there is any.
     fn queue_estimate(&self, t: f64) -> Option<pricing::Queue> {
         let since = (t - 3600.0).max(0.0);
-        let freed: u32 = self
-            .finished
-            .iter()
-            .zip(self.jobs)
-            .filter(|(f, _)| f.is_some_and(|f| f > since))
-            .map(|(_, j)| j.gpus)
-            .sum();
-        let mut runtimes: Vec<f64> = self
-            .finished
-            .iter()
-            .zip(self.jobs)
-            .filter(|(f, _)| f.is_some())
-            .map(|(_, j)| j.work)
-            .collect();
-        if freed == 0 || runtimes.is_empty() {
+        // Finish times only grow: the last hour's releases are a suffix of the record.
+        let before = self.finish_times.partition_point(|f| *f <= since);
+        let total = self.freed_gpus.last().copied().unwrap_or(0);
+        let freed = total - before.checked_sub(1).map_or(0, |i| self.freed_gpus[i]);
+        if freed == 0 {
             return None;
         }
-        let mid = runtimes.len() / 2;
-        let (_, median, _) = runtimes.select_nth_unstable_by(mid, f64::total_cmp);
+        #[allow(clippy::cast_precision_loss)]
+        let releases_per_s = freed as f64 / (t - since).max(1.0);
         Some(pricing::Queue {
-            releases_per_s: f64::from(freed) / (t - since).max(1.0),
-            typical_runtime: *median,
+            releases_per_s,
+            typical_runtime: self.finished_runtimes[self.finished_runtimes.len() / 2],
         })
     }
 
@@ -897,10 +926,17 @@ pub fn simulate(
 ) -> Result<Outcome> {
     let wall = Instant::now();
     cluster.check_fits(jobs)?;
-    let (name, mut predictor) = match policy {
-        Policy::Exclusive => ("exclusive".to_string(), None),
-        Policy::Packing => ("packing".to_string(), None),
-        Policy::Pricing(p) => (format!("pricing ({})", p.describe()), Some(p)),
+    let (kind, name, mut predictor) = match policy {
+        Policy::Exclusive => (PolicyKind::Exclusive, "exclusive".to_string(), None),
+        Policy::Packing => (PolicyKind::Packing, "packing".to_string(), None),
+        Policy::Pricing(p) => {
+            let kind = if p.is_measured() {
+                PolicyKind::Oracle
+            } else {
+                PolicyKind::Duet
+            };
+            (kind, format!("pricing ({})", p.describe()), Some(p))
+        }
     };
     let described = predictor.as_ref().map(|p| p.describe());
     let mut world = World::new(cluster, jobs, window, oracle, settings);
@@ -936,10 +972,10 @@ pub fn simulate(
             continue;
         }
         let round_started = Instant::now();
-        match predictor.as_deref_mut() {
-            None if name == "exclusive" => world.exclusive_round(t),
-            None => world.packing_round(t),
-            Some(p) => world.pricing_round(t, p, &oracle.gpu, &mut log)?,
+        match (kind, predictor.as_deref_mut()) {
+            (_, Some(p)) => world.pricing_round(t, p, &oracle.gpu, &mut log)?,
+            (PolicyKind::Exclusive, None) => world.exclusive_round(t),
+            (_, None) => world.packing_round(t),
         }
         placement_times.push(round_started.elapsed().as_secs_f64() * 1e3);
         if world.running.iter().all(Option::is_none) && !world.waiting.is_empty() {
@@ -988,6 +1024,7 @@ pub fn simulate(
         .collect();
     let inference_jobs = jobs.iter().filter(|j| j.inference).count();
     Ok(Outcome {
+        kind,
         policy: name,
         predictor: described,
         avg_jct: jct.iter().sum::<f64>() / n,
@@ -1055,14 +1092,20 @@ mod tests {
 
     /// The real trace's first `n` jobs on `gpus` GPUs at `load`, truth from gavel-v100.
     fn setup(n: usize, gpus: u32, load: f64) -> Setup {
-        let trace = Trace::read(&repo("traces/alibaba-gpu-v2023"), None).expect("test input");
         let dir = repo("datasets/gavel-v100");
         let dataset = Dataset::read(&dir).expect("test input");
-        let oracle = Oracle::new(&dir, &dataset).expect("test input");
-        let kinds = DatasetWorkload::of(&dataset);
+        setup_on(&dir, &dataset, Some(n), gpus, load)
+    }
+
+    /// The real trace's first `n` jobs (all with `None`) on `gpus` GPUs at `load`, truth from
+    /// `dataset` (read from `dir`).
+    fn setup_on(dir: &Path, dataset: &Dataset, n: Option<usize>, gpus: u32, load: f64) -> Setup {
+        let trace = Trace::read(&repo("traces/alibaba-gpu-v2023"), None).expect("test input");
+        let oracle = Oracle::new(dir, dataset).expect("test input");
+        let kinds = DatasetWorkload::of(dataset);
         let cluster = Cluster::draw(&trace, gpus, 7).expect("test input");
         let (jobs, workload) =
-            jobs(&trace, gpus, Some(load), None, &kinds, 7, Some(n)).expect("test input");
+            jobs(&trace, gpus, Some(load), None, &kinds, 7, n).expect("test input");
         Setup {
             cluster,
             jobs,
@@ -1072,13 +1115,17 @@ mod tests {
     }
 
     fn run(s: &Setup, policy: Policy<'_>) -> Outcome {
+        run_with(s, policy, &Settings::default())
+    }
+
+    fn run_with(s: &Setup, policy: Policy<'_>, settings: &Settings) -> Outcome {
         simulate(
             &s.cluster,
             &s.jobs,
             s.workload.window,
             &s.oracle,
             policy,
-            &Settings::default(),
+            settings,
         )
         .expect("test input")
     }
@@ -1146,7 +1193,6 @@ mod tests {
 
     #[test]
     fn footprints_that_do_not_fit_together_keep_jobs_apart() {
-        let trace = Trace::read(&repo("traces/alibaba-gpu-v2023"), None).expect("trace");
         let dir = repo("datasets/gavel-v100");
         let mut dataset = Dataset::read(&dir).expect("gavel");
         for w in &mut dataset.workloads {
@@ -1155,26 +1201,17 @@ mod tests {
                 duet_core::dataset::FeatureValue::Number(Some(30_000.0)),
             );
         }
-        let workloads = DatasetWorkload::of(&dataset);
-        assert!(workloads.iter().all(|w| w.memory_mib == Some(30_000.0)));
-        let oracle = Oracle::new(&dir, &dataset).expect("oracle");
-        let cluster = Cluster::draw(&trace, 64, 7).expect("cluster");
-        let (jobs, workload) =
-            jobs(&trace, 64, Some(1.3), None, &workloads, 7, Some(1500)).expect("jobs");
+        assert!(
+            DatasetWorkload::of(&dataset)
+                .iter()
+                .all(|w| w.memory_mib == Some(30_000.0))
+        );
+        let s = setup_on(&dir, &dataset, Some(1500), 64, 1.3);
         let co_located = |memory: f64| {
             let mut settings = Settings::default();
             settings.pricing.gpu_memory_mib = Some(memory);
-            let mut p = oracle.clone();
-            simulate(
-                &cluster,
-                &jobs,
-                workload.window,
-                &oracle,
-                Policy::Pricing(&mut p),
-                &settings,
-            )
-            .expect("simulation")
-            .co_located
+            let mut p = s.oracle.clone();
+            run_with(&s, Policy::Pricing(&mut p), &settings).co_located
         };
         assert_eq!(co_located(50_000.0), 0);
         assert!(co_located(80_000.0) > 0);
@@ -1183,28 +1220,21 @@ mod tests {
     #[test]
     fn where_sharing_barely_pays_the_queue_estimate_keeps_the_loop_from_losing() {
         // cpu-dev2c: every pair but one does 0.7 to 1.2 jobs' work.
-        let trace = Trace::read(&repo("traces/alibaba-gpu-v2023"), None).expect("trace");
         let dir = repo("datasets/cpu-dev2c");
         let dataset = Dataset::read(&dir).expect("cpu-dev2c");
-        let oracle = Oracle::new(&dir, &dataset).expect("oracle");
-        let cluster = Cluster::draw(&trace, 64, 7).expect("cluster");
-        let workloads = DatasetWorkload::of(&dataset);
-        let (jobs, workload) =
-            jobs(&trace, 64, Some(1.0), None, &workloads, 7, None).expect("jobs");
-        let run = |policy: Policy<'_>, queue_aware: bool| {
+        let s = setup_on(&dir, &dataset, None, 64, 1.0);
+        let avg_jct = |policy: Policy<'_>, queue_aware: bool| {
             let settings = Settings {
                 queue_aware,
                 ..Settings::default()
             };
-            simulate(&cluster, &jobs, workload.window, &oracle, policy, &settings)
-                .expect("simulation")
-                .avg_jct
+            run_with(&s, policy, &settings).avg_jct
         };
-        let exclusive = run(Policy::Exclusive, true);
-        let mut p = oracle.clone();
-        let aware = run(Policy::Pricing(&mut p), true);
-        let mut p = oracle.clone();
-        let blind = run(Policy::Pricing(&mut p), false);
+        let exclusive = avg_jct(Policy::Exclusive, true);
+        let mut p = s.oracle.clone();
+        let aware = avg_jct(Policy::Pricing(&mut p), true);
+        let mut p = s.oracle.clone();
+        let blind = avg_jct(Policy::Pricing(&mut p), false);
         assert!(aware < exclusive, "{aware} >= {exclusive}");
         assert!(blind > 1.5 * exclusive, "{blind} vs {exclusive}");
     }
