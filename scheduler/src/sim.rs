@@ -826,7 +826,7 @@ impl<'a> World<'a> {
                 memory_mib: self.jobs[j].memory_mib,
             })
             .collect();
-        let sharings = self.oracle.sharings().to_vec();
+        let sharings = self.oracle.sharings();
         let mut remembering = Remembering {
             inner: predictor,
             failed: &self.failed,
@@ -840,7 +840,7 @@ impl<'a> World<'a> {
             &waiting,
             &free,
             &residents,
-            &sharings,
+            sharings,
             &mut remembering,
             &config,
         )?;
