@@ -16,7 +16,7 @@ use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::activation::relu;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Distribution, Tensor};
+use burn::tensor::{Distribution, Tensor, TensorData};
 use duet_core::dataset::JobKind;
 
 use crate::catalog::{Builtin, Precision, Size};
@@ -162,9 +162,11 @@ fn run_on<B: AutodiffBackend>(
                 // products would decay into subnormals, then zeros, and change speed as it does).
                 let mut total = 0.0;
                 for _ in 0..size.depth {
-                    total += scalar(a.clone().matmul(b.clone()).sum());
+                    total += scalar(a.clone().matmul(b.clone()).sum())?;
                 }
-                if !total.is_finite() {
+                // The sum of A·Aᵀ's entries is |Aᵀ1|² >= 0: in fp16 it may exceed the type's
+                // range (+inf) while every product is right; NaN means a wrong result.
+                if total.is_nan() {
                     return Err(format!("a matrix product became {total}"));
                 }
                 if !tick() {
@@ -181,7 +183,7 @@ fn run_on<B: AutodiffBackend>(
                 for _ in 0..size.depth {
                     a = a * 0.5 + c.clone() * 0.25;
                 }
-                let _ = scalar(a.clone().sum());
+                scalar(a.clone().sum())?;
                 if !tick() {
                     return Ok(());
                 }
@@ -190,12 +192,22 @@ fn run_on<B: AutodiffBackend>(
     }
 }
 
-fn scalar<B: Backend>(t: Tensor<B, 1>) -> f32 {
-    t.into_data()
+/// The first value of `t`, read back from the device (which waits for the work behind it).
+fn scalar<B: Backend>(t: Tensor<B, 1>) -> Result<f32, String> {
+    first_value(t.into_data())
+}
+
+/// The first value of `data` as f32, whatever its float type: fp16 and bf16 are converted, so
+/// the callers' NaN checks see their values (read as f32 directly they were an error, and the
+/// check saw 0).
+fn first_value(data: TensorData) -> Result<f32, String> {
+    let dtype = data.dtype;
+    data.convert::<f32>()
         .to_vec::<f32>()
-        .ok()
-        .and_then(|v| v.first().copied())
-        .unwrap_or(0.0)
+        .map_err(|e| format!("a {dtype:?} result could not be read back: {e:?}"))?
+        .first()
+        .copied()
+        .ok_or_else(|| "an empty result was read back".to_string())
 }
 
 /// A network the training and inference loops can drive.
@@ -223,7 +235,7 @@ fn learn<B: AutodiffBackend, const D: usize, N: Net<B, D>>(
             loop {
                 let y = net.forward(x.clone());
                 let loss = (y.clone() * y).mean();
-                let value = scalar(loss.clone().inner());
+                let value = scalar(loss.clone().inner())?;
                 if !value.is_finite() {
                     return Err(format!("the training loss became {value}"));
                 }
@@ -239,7 +251,7 @@ fn learn<B: AutodiffBackend, const D: usize, N: Net<B, D>>(
             let x = x.inner();
             loop {
                 let y = N::forward_inner(&inner, x.clone());
-                let _ = scalar(y.sum());
+                scalar(y.sum())?;
                 if !tick() {
                     return Ok(());
                 }
@@ -319,7 +331,7 @@ fn decode<B: Backend>(
             tokens = Tensor::cat(vec![tokens, next], 1);
         }
         let last = tokens.slice([0..size.batch, size.seq..size.seq + 1, 0..size.width]);
-        let value = scalar(last.sum());
+        let value = scalar(last.sum())?;
         if !value.is_finite() {
             return Err(format!("decoding produced {value}"));
         }
@@ -456,6 +468,23 @@ mod tests {
             e.contains("precision bf16") && e.contains("--device cuda"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn half_precision_results_are_read_so_nan_is_seen() {
+        use burn::tensor::{bf16, f16};
+        let half = |x: f32| TensorData::new(vec![f16::from_f32(x)], [1]);
+        assert_eq!(first_value(half(1.5)), Ok(1.5));
+        assert!(first_value(half(f32::NAN)).is_ok_and(f32::is_nan));
+        assert!(first_value(half(f32::INFINITY)).is_ok_and(|v| v.is_infinite()));
+        let brain = |x: f32| TensorData::new(vec![bf16::from_f32(x)], [1]);
+        assert_eq!(first_value(brain(-2.0)), Ok(-2.0));
+        assert!(first_value(brain(f32::NAN)).is_ok_and(f32::is_nan));
+        assert_eq!(
+            first_value(TensorData::new(vec![0.25f32, 9.0], [2])),
+            Ok(0.25)
+        );
+        assert!(first_value(TensorData::new(Vec::<f32>::new(), [0])).is_err());
     }
 
     #[test]
