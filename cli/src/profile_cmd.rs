@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use duet_core::dataset::Mode;
 use duet_profiler::builtin::{self, Device};
-use duet_profiler::campaign::{Campaign, parse_shard};
+use duet_profiler::campaign::{Campaign, WARM_ITERATIONS, parse_shard};
 use duet_profiler::catalog::{Catalog, Source};
 use duet_profiler::process::{ITERATION_LINE, Launcher, Running};
 
@@ -159,6 +159,7 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
         modes,
         shares: args.shares.clone(),
         warmup: seconds(args.warmup, "--warmup")?,
+        warm_iterations: WARM_ITERATIONS,
         window: seconds(args.window, "--window")?,
         repetitions: args.repetitions,
         timeout: seconds(args.timeout, "--timeout")?,

@@ -487,3 +487,106 @@ fn ctrl_c_stops_the_workloads_and_keeps_the_journal() {
     );
     validate(&out);
 }
+
+/// A stand-in `nvidia-cuda-mps-control` in `dir/bin`: `-d` records the start; every command
+/// read is recorded with whether the pipe folder still exists, `get_server_list` answered with
+/// `servers`.
+fn fake_mps_control(dir: &Path, servers: &str) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let record = dir.join("mps-record.txt");
+    let script = format!(
+        "#!/bin/sh\n\
+         if [ \"$1\" = -d ]; then echo \"start $CUDA_MPS_PIPE_DIRECTORY\" >> {r}; exit 0; fi\n\
+         while read cmd; do\n\
+           if [ -d \"$CUDA_MPS_PIPE_DIRECTORY\" ]; then echo \"$cmd with-pipe\" >> {r}; \
+           else echo \"$cmd no-pipe\" >> {r}; fi\n\
+           case \"$cmd\" in get_server_list) echo '{servers}';; get_client_list*) echo 77;; esac\n\
+         done\n",
+        r = record.display()
+    );
+    let control = bin.join("nvidia-cuda-mps-control");
+    std::fs::write(&control, script).expect("script");
+    std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    (PathBuf::from(path), record)
+}
+
+#[test]
+fn mps_is_tried_with_one_client_and_quit_before_its_folder_goes() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let catalog = dir.path().join("catalog.toml");
+    std::fs::write(
+        &catalog,
+        "[[workload]]\nname = \"ticker\"\nkind = \"infer\"\ncommand = [\"sh\", \"-c\", \"while true; do echo tick; sleep 0.005; done\"]\nprogress = \"^tick$\"\n",
+    )
+    .expect("catalog");
+    let flags = [
+        "--repetitions",
+        "1",
+        "--device",
+        "cuda:0",
+        "--modes",
+        "timeslice,mps",
+        "--shares",
+        "50",
+        "--warmup",
+        "0.2",
+        "--window",
+        "0.4",
+        "--date",
+        "2026-11-30",
+    ];
+    let run = |servers: &str, name: &str| {
+        let (path, record) = fake_mps_control(&dir.path().join(name), servers);
+        let out = dir.path().join(name).join("ds");
+        let output = duet()
+            .arg("profile")
+            .arg("--catalog")
+            .arg(&catalog)
+            .arg("--out")
+            .arg(&out)
+            .args(flags)
+            .env("PATH", path)
+            .output()
+            .expect("duet profile");
+        let log = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "{log}");
+        let record = std::fs::read_to_string(record).expect("the control binary ran");
+        (out, log, record)
+    };
+
+    // The daemon answers and lists a server while the trial client runs: MPS is measured.
+    let (out, log, record) = run("4242", "answers");
+    assert!(
+        log.contains("MPS: the control daemon answers") && log.contains("server 4242"),
+        "{log}"
+    );
+    let d = Dataset::read(&out).expect("dataset");
+    assert_eq!(
+        d.meta.modes,
+        [duet_core::Mode::Timeslice, duet_core::Mode::Mps]
+    );
+    let lines: Vec<&str> = record.lines().collect();
+    assert!(lines[0].starts_with("start "), "{record}");
+    assert!(record.contains("get_server_list with-pipe"), "{record}");
+    // Told to quit while its pipe folder still existed; the journal's folder is gone after.
+    assert_eq!(lines.last(), Some(&"quit with-pipe"), "{record}");
+    assert!(!dir.path().join("answers/.ds.campaign").exists());
+
+    // A daemon that lists no server while a client runs: clients do not use it; MPS is
+    // dropped with the reason, time-slicing measured.
+    let (out, log, record) = run("", "no-server");
+    assert!(
+        log.contains("lists no server") && log.contains("the mps mode is skipped"),
+        "{log}"
+    );
+    let d = Dataset::read(&out).expect("dataset");
+    assert_eq!(d.meta.modes, [duet_core::Mode::Timeslice]);
+    assert_eq!(record.lines().last(), Some("quit with-pipe"), "{record}");
+}

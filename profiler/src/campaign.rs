@@ -3,7 +3,14 @@
 //!
 //! Every finished measurement is appended to a journal (`.<out>.campaign/journal.jsonl` beside
 //! the output folder) and flushed to disk at once; a rerun with `resume` skips what the journal
-//! holds. The dataset is written atomically at the end, and the journal removed.
+//! holds. The dataset is written atomically at the end, and the journal removed. A campaign
+//! stopped early (Ctrl-C, SIGTERM, `timeout -s INT`, a workload that failed alone) keeps its
+//! journal for `--resume` and writes what it holds so far as a partial dataset
+//! (`.<out>.campaign/partial`: the workloads measured alone and the pairs among them).
+//!
+//! A run's measured window opens `warmup` after every process has finished
+//! [`WARM_ITERATIONS`] iterations (past first-iteration costs such as kernel compilation),
+//! timed from the later of them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, OpenOptions};
@@ -23,10 +30,14 @@ use duet_core::hash::{FNV_OFFSET, fnv1a};
 use serde::{Deserialize, Serialize};
 
 use crate::builtin::Device;
-use crate::catalog::{Catalog, WorkloadSpec};
+use crate::catalog::{Catalog, Source, WorkloadSpec};
 use crate::gpu::GpuCounters;
 use crate::mps::MpsDaemon;
 use crate::process::{Launcher, ProcSample, Running, Usage, proc_sample, usage};
+
+/// Iterations each process of a run finishes before the warm-up is timed: the first ones carry
+/// one-off costs (kernel compilation, allocator growth, autotuning).
+pub const WARM_ITERATIONS: usize = 3;
 
 /// Everything a campaign needs.
 #[derive(Debug, Clone)]
@@ -36,7 +47,10 @@ pub struct Campaign {
     pub modes: Vec<Mode>,
     /// MPS active-thread percentages; modes without shares ignore them.
     pub shares: Vec<f64>,
+    /// Warm-up after every process has finished `warm_iterations` iterations.
     pub warmup: Duration,
+    /// Iterations each process finishes before its warm-up is timed (at least 1).
+    pub warm_iterations: usize,
     pub window: Duration,
     pub repetitions: u32,
     /// Longest a run may take to reach its measured window.
@@ -152,7 +166,11 @@ impl Campaign {
                 "--shard {i}/{n}: the index counts from 0 and must be below the shard count"
             )));
         }
-        if self.warmup.is_zero() || self.window.is_zero() || self.timeout.is_zero() {
+        if self.warmup.is_zero()
+            || self.window.is_zero()
+            || self.timeout.is_zero()
+            || self.warm_iterations == 0
+        {
             return Err(fail("--warmup, --window and --timeout must be positive"));
         }
         if self.repetitions == 0 {
@@ -199,6 +217,11 @@ impl Campaign {
         self.journal_dir().join("journal.jsonl")
     }
 
+    /// Where a campaign stopped early leaves the dataset of what its journal holds.
+    pub fn partial_dir(&self) -> PathBuf {
+        self.journal_dir().join("partial")
+    }
+
     /// What a measurement depends on; a resumed campaign must match it.
     fn settings(&self) -> BTreeMap<&'static str, String> {
         let catalog = fs::read_to_string(&self.catalog.path).unwrap_or_default();
@@ -214,6 +237,7 @@ impl Campaign {
             ("modes", format!("{:?}", self.modes)),
             ("shares", format!("{:?}", self.shares)),
             ("warmup", format!("{:?}", self.warmup)),
+            ("warm-iterations", self.warm_iterations.to_string()),
             ("window", format!("{:?}", self.window)),
             ("repetitions", self.repetitions.to_string()),
             ("device", self.launcher.device.to_string()),
@@ -249,7 +273,8 @@ impl Campaign {
     }
 
     /// The tasks of this shard: solos first (every shard measures every workload alone), then
-    /// the pairs, each group in a seeded random order.
+    /// the pairs mode by mode in the order of `modes` (a campaign stopped early has whole modes:
+    /// time-slicing before MPS), each group in a seeded random order.
     pub fn tasks(&self) -> Vec<Task> {
         let names: Vec<&str> = self
             .catalog
@@ -305,6 +330,11 @@ impl Campaign {
         let mut rng = self.seed ^ 0x9E37_79B9_7F4A_7C15;
         shuffle(&mut solos, &mut rng);
         shuffle(&mut pairs, &mut rng);
+        // Stable: the seeded order stays within each mode.
+        pairs.sort_by_key(|t| match t {
+            Task::Pair { mode, .. } => self.modes.iter().position(|m| m == mode),
+            Task::Solo { .. } => None,
+        });
         solos.extend(pairs);
         solos
     }
@@ -325,14 +355,30 @@ impl Campaign {
                 signal_hook::flag::register_conditional_shutdown(signal, 130, interrupted.clone());
             let _ = signal_hook::flag::register(signal, interrupted.clone());
         }
-        let mps = if self.modes.contains(&Mode::Mps) {
+        let mut mps = if self.modes.contains(&Mode::Mps) {
             let started = match self.launcher.device {
                 Device::Cpu => {
                     Err("MPS needs a GPU (--device cuda); the mps mode is skipped".to_string())
                 }
-                Device::Cuda(_) => MpsDaemon::start(&self.journal_dir()),
+                // A started daemon does not prove that clients reach it: one is tried first.
+                Device::Cuda(_) => MpsDaemon::start(&self.journal_dir()).and_then(|daemon| {
+                    self.probe_mps(&daemon, &interrupted)
+                        .map(|said| (daemon, said))
+                        .map_err(|why| {
+                            format!("MPS: the daemon started but {why}; the mps mode is skipped")
+                        })
+                }),
             };
-            started.map_err(|why| progress(&why)).ok()
+            match started {
+                Ok((daemon, said)) => {
+                    progress(&said);
+                    Some(daemon)
+                }
+                Err(why) => {
+                    progress(&why);
+                    None
+                }
+            }
         } else {
             None
         };
@@ -368,8 +414,9 @@ impl Campaign {
             .open(self.journal_path())
             .map_err(|e| fail(format!("{}: {e}", self.journal_path().display())))?;
         let gpu = match self.launcher.device {
-            Device::Cuda(index) => match GpuCounters::open(u32::try_from(index).unwrap_or(0)) {
+            Device::Cuda(index) => match GpuCounters::open(index) {
                 Ok(g) => {
+                    progress(&g.describe());
                     for why in [&g.gpm, &g.per_process]
                         .into_iter()
                         .filter_map(|r| r.as_ref().err())
@@ -389,15 +436,29 @@ impl Campaign {
         for (k, task) in todo.iter().enumerate() {
             if let Task::Pair { a, b, .. } = task {
                 for w in [a, b] {
-                    self.check_solo_succeeded(w, &done)?;
+                    if let Err(e) = self.check_solo_succeeded(w, &done) {
+                        drop(mps.take());
+                        return Err(self.stop_early(&done, gpu.as_ref(), e.0));
+                    }
                 }
             }
             let record = self.measure(task, gpu.as_ref(), mps.as_ref(), &interrupted);
+            if let Some(g) = &gpu {
+                for line in g.notes.drain() {
+                    progress(&line);
+                }
+            }
             if interrupted.load(Ordering::Relaxed) {
-                return Err(fail(format!(
-                    "interrupted; {} measurements are in the journal, rerun with --resume to go on",
-                    done.len()
-                )));
+                drop(mps.take());
+                return Err(self.stop_early(
+                    &done,
+                    gpu.as_ref(),
+                    format!(
+                        "interrupted; {} measurements are in the journal, rerun with --resume to \
+                         go on",
+                        done.len()
+                    ),
+                ));
             }
             let mut line = serde_json::to_string(&record).map_err(|e| fail(e.to_string()))?;
             line.push('\n');
@@ -440,27 +501,183 @@ impl Campaign {
             ));
             done.insert(record.key.clone(), record);
         }
-        for w in &self.catalog.workloads {
-            self.check_solo_succeeded(&w.name, &done)?;
+        // The daemon quits while its folders (under the journal's) still exist.
+        if let Some(daemon) = mps.take()
+            && let Err(why) = daemon.stop()
+        {
+            progress(&why);
         }
-        let dataset = self.assemble(&done)?;
-        let samples: Vec<Sample> = done
-            .values()
-            .flat_map(|r| {
-                r.samples.iter().map(|(source, t, counter, value)| Sample {
-                    run: r.key.clone(),
-                    source: source.clone(),
-                    t: *t,
-                    counter: counter.clone(),
-                    value: *value,
-                })
-            })
-            .collect();
+        for w in &self.catalog.workloads {
+            if let Err(e) = self.check_solo_succeeded(&w.name, &done) {
+                return Err(self.stop_early(&done, gpu.as_ref(), e.0));
+            }
+        }
+        let dataset = self.build(&done, gpu.as_ref())?;
         dataset
-            .write_with_samples(&self.out, &samples)
+            .write_with_samples(&self.out, &samples_of(&done))
             .map_err(|e| fail(e.to_string()))?;
         let _ = fs::remove_dir_all(self.journal_dir());
         Ok(dataset)
+    }
+
+    /// The dataset of `done`, with the driver NVML reports.
+    fn build(
+        &self,
+        done: &BTreeMap<String, Record>,
+        gpu: Option<&GpuCounters>,
+    ) -> Result<Dataset, CampaignError> {
+        let mut dataset = self.assemble(done)?;
+        dataset.meta.provenance.driver = gpu.and_then(GpuCounters::driver);
+        Ok(dataset)
+    }
+
+    /// The campaign's error for a stop before the end, after writing what the journal holds as
+    /// a partial dataset (the workloads with a successful solo run and the pairs among them);
+    /// the message says where, or why there is none.
+    fn stop_early(
+        &self,
+        done: &BTreeMap<String, Record>,
+        gpu: Option<&GpuCounters>,
+        message: String,
+    ) -> CampaignError {
+        let said = match self.write_partial(done, gpu) {
+            Ok(Some((workloads, pairs))) => format!(
+                "\nwhat the journal holds so far is in {} ({workloads} of {} workloads, {pairs} \
+                 pair settings); the finished campaign replaces it",
+                self.partial_dir().display(),
+                self.catalog.workloads.len()
+            ),
+            Ok(None) => String::new(),
+            Err(why) => format!("\nno partial dataset: {why}"),
+        };
+        fail(format!("{message}{said}"))
+    }
+
+    /// Writes the partial dataset; `None` where no workload has run alone successfully yet.
+    fn write_partial(
+        &self,
+        done: &BTreeMap<String, Record>,
+        gpu: Option<&GpuCounters>,
+    ) -> Result<Option<(usize, usize)>, String> {
+        let (partial, kept) = self.partial(done);
+        if partial.catalog.workloads.is_empty() {
+            return Ok(None);
+        }
+        let mut dataset = partial.build(&kept, gpu).map_err(|e| e.0)?;
+        dataset.meta.description = format!(
+            "PARTIAL ({} of {} measurements): {}",
+            kept.len(),
+            self.tasks().len(),
+            dataset.meta.description
+        );
+        let dir = self.partial_dir();
+        if dir.exists() {
+            fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        dataset
+            .write_with_samples(&dir, &samples_of(&kept))
+            .map_err(|e| e.to_string())?;
+        Ok(Some((dataset.workloads.len(), dataset.pairs.len())))
+    }
+
+    /// This campaign narrowed to the workloads with a successful solo run in `done`, and the
+    /// records among them.
+    fn partial(&self, done: &BTreeMap<String, Record>) -> (Campaign, BTreeMap<String, Record>) {
+        let measured: BTreeSet<&str> = done
+            .values()
+            .filter(|r| r.status == Status::Ok)
+            .filter_map(|r| match &r.task {
+                Task::Solo { workload, .. } => Some(workload.as_str()),
+                Task::Pair { .. } => None,
+            })
+            .collect();
+        let mut partial = self.clone();
+        partial
+            .catalog
+            .workloads
+            .retain(|w| measured.contains(w.name.as_str()));
+        let kept = done
+            .iter()
+            .filter(|(_, r)| match &r.task {
+                Task::Solo { workload, .. } => measured.contains(workload.as_str()),
+                Task::Pair { a, b, .. } => {
+                    measured.contains(a.as_str()) && measured.contains(b.as_str())
+                }
+            })
+            .map(|(k, r)| (k.clone(), r.clone()))
+            .collect();
+        (partial, kept)
+    }
+
+    /// Runs one MPS client (the catalog's first built-in, else its first workload) until its
+    /// first iteration, within `timeout`: clients that cannot reach the server may hang rather
+    /// than fail. Then the daemon must list a server. `Ok` says what MPS answered.
+    fn probe_mps(&self, daemon: &MpsDaemon, interrupted: &AtomicBool) -> Result<String, String> {
+        daemon
+            .servers()
+            .map_err(|e| format!("does not answer ({e})"))?;
+        let spec = self
+            .catalog
+            .workloads
+            .iter()
+            .find(|w| matches!(w.source, Source::Builtin { .. }))
+            .or_else(|| self.catalog.workloads.first())
+            .ok_or("the catalog has no workload to try it with")?;
+        let mut client = Running::start(&self.launcher, spec, &daemon.client_env(None))?;
+        let started = Instant::now();
+        let outcome = loop {
+            if client.iterations() > 0 {
+                break Ok(());
+            }
+            if let Some(how) = client.exited() {
+                std::thread::sleep(Duration::from_millis(50));
+                let tail = client.stderr_tail();
+                break Err(format!(
+                    "its trial client `{}` exited ({how}): {}",
+                    spec.name,
+                    tail.lines().last().unwrap_or("")
+                ));
+            }
+            if interrupted.load(Ordering::Relaxed) {
+                break Err("the trial was interrupted".to_string());
+            }
+            if started.elapsed() > self.timeout {
+                break Err(format!(
+                    "its trial client `{}` finished no iteration within the {:.0} s timeout",
+                    spec.name,
+                    self.timeout.as_secs_f64()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // Asked while the client still runs: the server lives as long as it has clients.
+        let servers = daemon.servers();
+        let pid = client.pid();
+        client.stop();
+        outcome?;
+        let servers = servers.map_err(|e| format!("does not answer with a client ({e})"))?;
+        let Some(server) = servers.first() else {
+            return Err(format!(
+                "lists no server (get_server_list is empty) while its trial client `{}` ran: \
+                 clients do not use MPS here",
+                spec.name
+            ));
+        };
+        let clients = daemon
+            .clients(server)
+            .unwrap_or_else(|e| vec![format!("unknown ({e})")]);
+        Ok(format!(
+            "MPS: the control daemon answers (pipe folder {}); with trial client `{}` (pid \
+             {pid}) running it listed server {} with clients {}",
+            daemon.pipe().display(),
+            spec.name,
+            servers.join(" "),
+            if clients.is_empty() {
+                "none".to_string()
+            } else {
+                clients.join(" ")
+            }
+        ))
     }
 
     /// Stops the campaign when a workload failed every time it ran alone: its pairs would have
@@ -570,8 +787,9 @@ impl Campaign {
         record
     }
 
-    /// Warm-up until every process has finished an iteration and `warmup` has passed, then the
-    /// measured window, sampling `/proc` (and NVML) throughout it.
+    /// Warm-up until every process has finished `warm_iterations` iterations and `warmup` has
+    /// passed since the later of them, then the measured window, sampling `/proc` (and NVML)
+    /// throughout it.
     fn window_of(
         &self,
         running: &mut [Running],
@@ -586,27 +804,34 @@ impl Campaign {
                 Ok(())
             }
         };
+        let warm_iterations = self.warm_iterations.max(1);
         loop {
             check_alive(running)?;
             stopped()?;
-            let warm = running.iter().all(|r| r.iterations() > 0);
-            if warm && start.elapsed() >= self.warmup {
-                break;
-            }
-            if start.elapsed() > self.timeout {
-                let slow: Vec<&str> = running
-                    .iter()
-                    .filter(|r| r.iterations() == 0)
-                    .map(|r| r.name.as_str())
-                    .collect();
-                return Err((
-                    Status::Timeout,
-                    format!(
-                        "no iteration within the {:.0} s timeout from {}",
-                        self.timeout.as_secs_f64(),
-                        slow.join(", ")
-                    ),
-                ));
+            let warm: Vec<Option<Instant>> = running
+                .iter()
+                .map(|r| r.iteration_at(warm_iterations))
+                .collect();
+            match window_opens(&warm, self.warmup) {
+                Some(open) if Instant::now() >= open => break,
+                Some(_) => {}
+                None if start.elapsed() > self.timeout => {
+                    let slow: Vec<String> = running
+                        .iter()
+                        .filter(|r| r.iterations() < warm_iterations)
+                        .map(|r| format!("{} ({})", r.name, r.iterations()))
+                        .collect();
+                    return Err((
+                        Status::Timeout,
+                        format!(
+                            "fewer than {warm_iterations} iterations within the {:.0} s timeout \
+                             from {}",
+                            self.timeout.as_secs_f64(),
+                            slow.join(", ")
+                        ),
+                    ));
+                }
+                None => {}
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -618,6 +843,8 @@ impl Campaign {
             vec![Vec::new(); running.len()];
         let mut readings = Vec::new();
         let mut samples: Vec<Vec<ProcSample>> = vec![Vec::new(); running.len()];
+        // PIDs of per-process samples that are none of the workloads'.
+        let mut unmatched = BTreeSet::new();
         // A zero interval turns sampling off (to measure what sampling costs).
         let sampling = !self.sample_interval.is_zero();
         let tick = if sampling {
@@ -640,6 +867,8 @@ impl Campaign {
                     for sample in fresh {
                         if let Some(i) = running.iter().position(|r| r.pid() == sample.0) {
                             per_process[i].push((now, sample));
+                        } else {
+                            unmatched.insert(sample.0);
                         }
                     }
                 }
@@ -652,6 +881,19 @@ impl Campaign {
             std::thread::sleep(tick.min(self.window.saturating_sub(t0.elapsed())));
         }
         let t1 = Instant::now();
+        if let Some(g) = gpu
+            && !unmatched.is_empty()
+            && per_process.iter().all(Vec::is_empty)
+        {
+            g.notes.note("process-pids", || {
+                format!(
+                    "per-process utilisation: NVML's samples name PIDs {unmatched:?}, none of the \
+                     workloads' ({:?}); a PID namespace (container, sandbox) may hide them; the \
+                     runs where none match have no per-process counters",
+                    running.iter().map(Running::pid).collect::<Vec<_>>()
+                )
+            });
+        }
         let gpm = match (gpu, &gpm_first, gpu.and_then(GpuCounters::gpm_sample)) {
             (Some(g), Some(first), Some(last)) => g.gpm_metrics(first, &last),
             _ => Default::default(),
@@ -1027,6 +1269,33 @@ impl Campaign {
     }
 }
 
+/// When a run's measured window opens: `warmup` after the later of the processes' warm
+/// iterations (`warm[i]`: when process `i` finished its `warm_iterations`-th one); `None` while a
+/// process has not.
+pub fn window_opens(warm: &[Option<Instant>], warmup: Duration) -> Option<Instant> {
+    let mut later: Option<Instant> = None;
+    for t in warm {
+        let t = (*t)?;
+        later = Some(later.map_or(t, |l| l.max(t)));
+    }
+    later.map(|l| l + warmup)
+}
+
+/// The raw readings of every record, as the dataset's samples.
+fn samples_of(done: &BTreeMap<String, Record>) -> Vec<Sample> {
+    done.values()
+        .flat_map(|r| {
+            r.samples.iter().map(|(source, t, counter, value)| Sample {
+                run: r.key.clone(),
+                source: source.clone(),
+                t: *t,
+                counter: counter.clone(),
+                value: *value,
+            })
+        })
+        .collect()
+}
+
 fn usage_features(usages: &[Usage]) -> Vec<(&'static str, Option<f64>)> {
     let pick = |f: fn(&Usage) -> f64| {
         (!usages.is_empty())
@@ -1169,6 +1438,7 @@ mod tests {
             modes: vec![Mode::Timeslice],
             shares: Vec::new(),
             warmup: Duration::from_secs(1),
+            warm_iterations: WARM_ITERATIONS,
             window: Duration::from_secs(1),
             repetitions: 1,
             timeout: Duration::from_secs(10),
@@ -1202,6 +1472,156 @@ mod tests {
 
     fn util(sm: f64) -> BTreeMap<String, f64> {
         crate::gpu::summarise_process(&[(1, sm, sm / 2.0), (1, sm, sm / 2.0)])
+    }
+
+    #[test]
+    fn pairs_are_measured_mode_by_mode_in_the_order_given() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = Campaign {
+            modes: vec![Mode::Timeslice, Mode::Mps],
+            shares: vec![50.0, 100.0],
+            repetitions: 2,
+            ..campaign(dir.path())
+        };
+        let modes: Vec<Option<Mode>> = c
+            .tasks()
+            .iter()
+            .map(|t| match t {
+                Task::Pair { mode, .. } => Some(*mode),
+                Task::Solo { .. } => None,
+            })
+            .collect();
+        // 2 solos, 3 pairs timesliced and 3 x 2 shares under MPS, twice each.
+        assert_eq!(modes.len(), 4 + 6 + 12);
+        assert!(modes[..4].iter().all(Option::is_none));
+        assert!(modes[4..10].iter().all(|m| *m == Some(Mode::Timeslice)));
+        assert!(modes[10..].iter().all(|m| *m == Some(Mode::Mps)));
+        let reversed = Campaign {
+            modes: vec![Mode::Mps, Mode::Timeslice],
+            ..c.clone()
+        };
+        assert_eq!(
+            reversed.tasks()[4..16]
+                .iter()
+                .filter(|t| matches!(
+                    t,
+                    Task::Pair {
+                        mode: Mode::Mps,
+                        ..
+                    }
+                ))
+                .count(),
+            12
+        );
+    }
+
+    #[test]
+    fn the_window_opens_after_the_later_process_is_warm() {
+        let t = Instant::now();
+        let at = |ms: u64| Some(t + Duration::from_millis(ms));
+        let warmup = Duration::from_millis(500);
+        // The slow process (kernel compilation on its first iterations) sets the start.
+        assert_eq!(
+            window_opens(&[at(100), at(4_000)], warmup),
+            at(4_500),
+            "timed from the later one"
+        );
+        assert_eq!(window_opens(&[at(4_000), at(100)], warmup), at(4_500));
+        assert_eq!(window_opens(&[at(20)], warmup), at(520));
+        // One process still short of its warm iterations: no window yet.
+        assert_eq!(window_opens(&[at(100), None], warmup), None);
+        assert_eq!(window_opens(&[None], warmup), None);
+    }
+
+    #[test]
+    fn the_warm_iterations_are_counted_from_a_process_output() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = campaign(dir.path());
+        let catalog = Catalog::parse(
+            "[[workload]]\nname = \"slow-start\"\nkind = \"infer\"\n\
+             command = [\"sh\", \"-c\", \"echo tick; sleep 0.3; echo tick; sleep 0.3; echo tick; while true; do echo tick; sleep 0.01; done\"]\n\
+             progress = \"^tick$\"\n",
+            &dir.path().join("c.toml"),
+        )
+        .expect("catalog");
+        let spec = catalog.get("slow-start").expect("spec");
+        let started = Instant::now();
+        let mut running = vec![Running::start(&c.launcher, spec, &[]).expect("started")];
+        let c = Campaign {
+            warmup: Duration::from_millis(100),
+            window: Duration::from_millis(300),
+            sample_interval: Duration::ZERO,
+            ..c
+        };
+        let measured = c
+            .window_of(&mut running, None, &AtomicBool::new(false))
+            .expect("measured");
+        let third = running[0].iteration_at(3).expect("three iterations");
+        running.into_iter().for_each(Running::stop);
+        // The first iterations took 0.6 s: the window waited for the third and the warm-up.
+        assert!(third - started >= Duration::from_millis(550));
+        assert!(started.elapsed() >= Duration::from_millis(550 + 100 + 300));
+        // Only the steady iterations (one per ~10 ms) are in the window.
+        assert!(measured.throughputs[0] > 20.0, "{:?}", measured.throughputs);
+    }
+
+    #[test]
+    fn a_stopped_campaign_assembles_what_its_journal_holds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = campaign(dir.path());
+        let solo = |w: &str, status: Status| {
+            let mut r = record(
+                Task::Solo {
+                    workload: w.into(),
+                    repetition: 0,
+                },
+                vec![util(50.0)],
+            );
+            r.status = status;
+            r
+        };
+        let pair = |a: &str, b: &str| {
+            record(
+                Task::Pair {
+                    a: a.into(),
+                    b: b.into(),
+                    mode: Mode::Timeslice,
+                    share_a: None,
+                    share_b: None,
+                    repetition: 0,
+                },
+                vec![util(30.0), util(30.0)],
+            )
+        };
+        // `y` has not run alone successfully: it and its pairs stay out.
+        let records = [
+            solo("x", Status::Ok),
+            solo("y", Status::Crash),
+            pair("x", "x"),
+            pair("x", "y"),
+        ];
+        let done: BTreeMap<String, Record> =
+            records.into_iter().map(|r| (r.key.clone(), r)).collect();
+        fs::create_dir_all(c.journal_dir()).expect("journal folder");
+        let error = c.stop_early(&done, None, "interrupted".into());
+        assert!(
+            error.0.starts_with("interrupted") && error.0.contains("1 of 2 workloads"),
+            "{error}"
+        );
+        let d = Dataset::read(&c.partial_dir()).expect("the partial dataset");
+        assert_eq!(d.workloads.len(), 1);
+        assert_eq!(d.pairs.len(), 1);
+        assert_eq!((d.pairs[0].a.as_str(), d.pairs[0].b.as_str()), ("x", "x"));
+        assert!(d.meta.description.starts_with("PARTIAL (2 of "));
+        // A later stop replaces it; with nothing measured alone there is none to write.
+        let again = c.stop_early(&done, None, "interrupted".into());
+        assert!(again.0.contains("partial"), "{again}");
+        let none = c.stop_early(&BTreeMap::new(), None, "stopped".into());
+        assert_eq!(none.0, "stopped");
+        assert!(
+            !c.out.exists(),
+            "the campaign's own output is never written early"
+        );
     }
 
     #[test]

@@ -2,9 +2,12 @@
 //! metrics (SM activity and occupancy, tensor activity, DRAM bandwidth, FP pipes) where the GPU
 //! has them, and each workload process's own SM and memory utilisation (NVML's per-process
 //! samples). NVML is loaded at run time: without the library, the permission or a metric, the
-//! campaign says so in one line and goes on with what it can read.
+//! campaign says so in one line and goes on with what it can read; what the GPU refuses later,
+//! while sampling, is said once too ([`OnceLog`]). The GPU is CUDA's device, matched through
+//! `CUDA_VISIBLE_DEVICES` (an index or a UUID) rather than assumed to be NVML's first.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
 
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter};
@@ -38,11 +41,14 @@ const GPM: [(&str, GpmMetricId); 6] = [
 #[derive(Debug)]
 pub struct GpuCounters {
     nvml: Nvml,
+    /// NVML's index of the GPU the workloads run on (CUDA's device matched by UUID).
     index: u32,
     /// Why GPM is off, when it is (said once).
     pub gpm: Result<(), String>,
     /// Why per-process utilisation is off, when it is (said once).
     pub per_process: Result<(), String>,
+    /// What went missing while sampling, each said once (drain it after every run).
+    pub notes: OnceLog,
 }
 
 /// The per-process counters, by canonical name: each job's own share of the GPU.
@@ -54,11 +60,119 @@ pub type ProcessSample = (u32, f64, f64);
 /// One tick's readings; a counter the GPU refused is absent.
 pub type Reading = BTreeMap<&'static str, f64>;
 
+/// Messages said once per campaign: the first note of a key queues its message, later notes of
+/// the same key are dropped.
+#[derive(Debug, Default)]
+pub struct OnceLog {
+    said: Mutex<BTreeSet<String>>,
+    pending: Mutex<Vec<String>>,
+}
+
+impl OnceLog {
+    /// Queues `message()` unless `key` was noted before; `true` when it was queued.
+    pub fn note(&self, key: &str, message: impl FnOnce() -> String) -> bool {
+        let fresh = self
+            .said
+            .lock()
+            .is_ok_and(|mut said| said.insert(key.to_string()));
+        if fresh && let Ok(mut pending) = self.pending.lock() {
+            pending.push(message());
+        }
+        fresh
+    }
+
+    /// The queued messages, oldest first; the queue is left empty.
+    pub fn drain(&self) -> Vec<String> {
+        self.pending
+            .lock()
+            .map(|mut p| std::mem::take(&mut *p))
+            .unwrap_or_default()
+    }
+}
+
+/// Which GPU CUDA's device `ordinal` is, as NVML can find it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// NVML's index (`CUDA_VISIBLE_DEVICES` unset, or an index in it).
+    Index(u32),
+    /// A UUID or the start of one (`GPU-…`, `MIG-…`), as `CUDA_VISIBLE_DEVICES` gave it.
+    Uuid(String),
+}
+
+/// The GPU CUDA's device `ordinal` is, given `CUDA_VISIBLE_DEVICES` (`visible`): CUDA numbers
+/// the listed devices from 0 and ignores the list from its first invalid entry on. An index in
+/// the list is taken as NVML's (the same order where `CUDA_DEVICE_ORDER=PCI_BUS_ID`).
+pub fn cuda_target(visible: Option<&str>, ordinal: usize) -> Result<Target, String> {
+    let Some(list) = visible else {
+        return u32::try_from(ordinal)
+            .map(Target::Index)
+            .map_err(|_| format!("CUDA device {ordinal}: no such index"));
+    };
+    let mut entries = Vec::new();
+    for entry in list.split(',').map(str::trim) {
+        let target = if let Ok(i) = entry.parse::<u32>() {
+            Target::Index(i)
+        } else if entry.starts_with("GPU-") || entry.starts_with("MIG-") {
+            Target::Uuid(entry.to_string())
+        } else {
+            break;
+        };
+        entries.push(target);
+    }
+    entries.into_iter().nth(ordinal).ok_or_else(|| {
+        format!("CUDA device {ordinal}: CUDA_VISIBLE_DEVICES=`{list}` makes no such device visible")
+    })
+}
+
+/// The index of the one UUID in `uuids` that starts with `wanted` (CUDA takes a UUID's start).
+pub fn match_uuid(wanted: &str, uuids: &[String]) -> Result<usize, String> {
+    let hits: Vec<usize> = uuids
+        .iter()
+        .enumerate()
+        .filter(|(_, u)| u.starts_with(wanted))
+        .map(|(i, _)| i)
+        .collect();
+    match hits.as_slice() {
+        [i] => Ok(*i),
+        [] => Err(format!(
+            "no GPU has UUID {wanted} (NVML sees {})",
+            if uuids.is_empty() {
+                "none".to_string()
+            } else {
+                uuids.join(", ")
+            }
+        )),
+        _ => Err(format!("UUID {wanted} names {} GPUs", hits.len())),
+    }
+}
+
 impl GpuCounters {
-    /// Opens NVML for GPU `index`; `Err` says why the counters will be missing.
-    pub fn open(index: u32) -> Result<GpuCounters, String> {
+    /// Opens NVML for CUDA's device `ordinal` (matched by UUID where `CUDA_VISIBLE_DEVICES`
+    /// holds one); `Err` says why the counters will be missing.
+    pub fn open(ordinal: usize) -> Result<GpuCounters, String> {
         let nvml = Nvml::init()
             .map_err(|e| format!("NVML unavailable ({e}); GPU counters are not recorded"))?;
+        let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+        let target = cuda_target(visible.as_deref(), ordinal)
+            .map_err(|e| format!("NVML: {e}; GPU counters are not recorded"))?;
+        let index = match target {
+            Target::Index(i) => i,
+            Target::Uuid(wanted) => {
+                let count = nvml.device_count().map_err(|e| {
+                    format!("NVML: cannot count GPUs ({e}); GPU counters are not recorded")
+                })?;
+                let uuids: Vec<String> = (0..count)
+                    .map(|i| {
+                        nvml.device_by_index(i)
+                            .and_then(|d| d.uuid())
+                            .unwrap_or_default()
+                    })
+                    .collect();
+                let i = match_uuid(&wanted, &uuids)
+                    .map_err(|e| format!("NVML: {e}; GPU counters are not recorded"))?;
+                u32::try_from(i).unwrap_or(0)
+            }
+        };
         let device = nvml
             .device_by_index(index)
             .map_err(|e| format!("NVML: GPU {index}: {e}; GPU counters are not recorded"))?;
@@ -81,7 +195,35 @@ impl GpuCounters {
             index,
             gpm,
             per_process,
+            notes: OnceLog::default(),
         })
+    }
+
+    /// One line on the GPU the counters come from: NVML's index, name, UUID, compute mode,
+    /// driver and `CUDA_VISIBLE_DEVICES`.
+    pub fn describe(&self) -> String {
+        let d = self.nvml.device_by_index(self.index);
+        let field = |v: Result<String, NvmlError>| v.unwrap_or_else(|e| format!("unknown ({e})"));
+        let (name, uuid, mode) = match &d {
+            Ok(d) => (
+                field(d.name()),
+                field(d.uuid()),
+                field(d.compute_mode().map(|m| format!("{m:?}"))),
+            ),
+            Err(e) => (format!("unknown ({e})"), String::new(), String::new()),
+        };
+        format!(
+            "NVML: GPU {} is {name}, UUID {uuid}, compute mode {mode}, driver {}, \
+             CUDA_VISIBLE_DEVICES {}",
+            self.index,
+            field(self.nvml.sys_driver_version()),
+            std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "unset".into())
+        )
+    }
+
+    /// The driver's version, for the dataset's provenance.
+    pub fn driver(&self) -> Option<String> {
+        self.nvml.sys_driver_version().ok()
     }
 
     /// The GPU's name, for the dataset's provenance.
@@ -141,29 +283,67 @@ impl GpuCounters {
                     .collect();
                 (out, newest)
             }
-            Err(_) => (Vec::new(), since),
+            // No sample since `since`: nothing ran on the GPU meanwhile.
+            Err(NvmlError::NotFound) => (Vec::new(), since),
+            Err(e) => {
+                self.notes.note("process-samples", || {
+                    format!(
+                        "per-process utilisation: NVML refused a reading ({e}); the runs where \
+                         it does have no per-process counters"
+                    )
+                });
+                (Vec::new(), since)
+            }
         }
     }
 
     /// A GPM sample to diff against a later one, where GPM works.
     pub fn gpm_sample(&self) -> Option<GpmSample<'_>> {
         self.gpm.as_ref().ok()?;
-        self.nvml
+        let sample = self
+            .nvml
             .device_by_index(self.index)
-            .ok()?
-            .gpm_sample()
-            .ok()
+            .and_then(|d| d.gpm_sample());
+        match sample {
+            Ok(s) => Some(s),
+            Err(e) => {
+                self.notes.note("gpm-sample", || {
+                    format!(
+                        "GPM: the GPU refused a sample ({e}); the runs where it does have no \
+                         GPM metrics"
+                    )
+                });
+                None
+            }
+        }
     }
 
     /// GPM metrics between two samples, percent.
     pub fn gpm_metrics(&self, first: &GpmSample<'_>, last: &GpmSample<'_>) -> Reading {
         let ids: Vec<GpmMetricId> = GPM.iter().map(|(_, id)| *id).collect();
         let mut out = Reading::new();
-        if let Ok(results) = nvml_wrapper::gpm::gpm_metrics_get(&self.nvml, first, last, &ids) {
-            for ((name, _), result) in GPM.iter().zip(results) {
-                if let Ok(r) = result {
-                    out.insert(name, r.value);
+        match nvml_wrapper::gpm::gpm_metrics_get(&self.nvml, first, last, &ids) {
+            Ok(results) => {
+                for ((name, _), result) in GPM.iter().zip(results) {
+                    match result {
+                        Ok(r) => {
+                            out.insert(name, r.value);
+                        }
+                        Err(e) => {
+                            self.notes.note(&format!("gpm-{name}"), || {
+                                format!("GPM: the GPU refused `{name}` ({e}); it is not recorded")
+                            });
+                        }
+                    }
                 }
+            }
+            Err(e) => {
+                self.notes.note("gpm-metrics", || {
+                    format!(
+                        "GPM: the GPU refused the metrics ({e}); the runs where it does have no \
+                         GPM metrics"
+                    )
+                });
             }
         }
         out
@@ -220,6 +400,46 @@ mod tests {
                 assert!(!why.contains('\n'));
             }
         }
+    }
+
+    #[test]
+    fn cuda_devices_are_found_by_index_or_uuid() {
+        assert_eq!(cuda_target(None, 0), Ok(Target::Index(0)));
+        assert_eq!(cuda_target(None, 2), Ok(Target::Index(2)));
+        assert_eq!(cuda_target(Some("3,1"), 1), Ok(Target::Index(1)));
+        assert_eq!(cuda_target(Some(" 3 , 1"), 0), Ok(Target::Index(3)));
+        assert_eq!(
+            cuda_target(Some("GPU-8f2a,1"), 0),
+            Ok(Target::Uuid("GPU-8f2a".into()))
+        );
+        assert_eq!(
+            cuda_target(Some("MIG-1234-abcd"), 0),
+            Ok(Target::Uuid("MIG-1234-abcd".into()))
+        );
+        // CUDA stops at the first invalid entry, and an empty list hides every device.
+        assert!(cuda_target(Some("0,oops,1"), 1).is_err());
+        let why = cuda_target(Some(""), 0).expect_err("none visible");
+        assert!(why.contains("CUDA_VISIBLE_DEVICES"), "{why}");
+        let uuids = vec![
+            "GPU-8f2a0000-1111".to_string(),
+            "GPU-8f2b0000-2222".to_string(),
+        ];
+        assert_eq!(match_uuid("GPU-8f2b", &uuids), Ok(1));
+        assert_eq!(match_uuid("GPU-8f2a0000-1111", &uuids), Ok(0));
+        assert!(match_uuid("GPU-8f2", &uuids).is_err_and(|e| e.contains("2 GPUs")));
+        assert!(match_uuid("GPU-ffff", &uuids).is_err_and(|e| e.contains("GPU-8f2a0000-1111")));
+    }
+
+    #[test]
+    fn a_note_is_said_once() {
+        let log = OnceLog::default();
+        assert!(log.note("gpm", || "GPM refused: Not Supported".into()));
+        assert!(!log.note("gpm", || unreachable!("said already")));
+        assert!(log.note("pid", || "unmatched".into()));
+        assert_eq!(log.drain(), ["GPM refused: Not Supported", "unmatched"]);
+        assert!(log.drain().is_empty());
+        assert!(!log.note("gpm", || "again".into()));
+        assert!(log.drain().is_empty());
     }
 
     #[test]

@@ -117,6 +117,12 @@ impl Running {
         self.ticks.lock().map_or(0, |t| t.len())
     }
 
+    /// When the `n`-th iteration (from 1) finished; `None` before it has.
+    pub fn iteration_at(&self, n: usize) -> Option<Instant> {
+        let i = n.checked_sub(1)?;
+        self.ticks.lock().ok()?.get(i).copied()
+    }
+
     /// Iterations finished within `[from, to]`.
     pub fn iterations_between(&self, from: Instant, to: Instant) -> usize {
         self.ticks
