@@ -1,76 +1,182 @@
 #!/usr/bin/env bash
-# One GPU campaign in at most 8 minutes: six workloads (Burn on CUDA: MLP, conv net, transformer
-# encoder, KV-cache decoder; PyTorch: a training and an inference loop) alone and in every pair under time-slicing, written as a duet dataset with a log.
+# One GPU campaign that ends within 8 minutes: five workloads (Burn on CUDA: an MLP in fp32, a
+# transformer encoder in bf16, a KV-cache decoder in fp16; PyTorch: a training and an inference
+# loop) alone and in every pair, time-slicing first, then MPS where it works, written as a duet
+# dataset with a log.
 #
 #   profiler/scripts/gpu-campaign.sh <duet binary built with --features cuda> <output folder> [gpu label]
 #
-# Needs an NVIDIA GPU, its driver, and python3 with PyTorch (CUDA) for the two PyTorch workloads.
-# Writes <output folder>/dataset (the dataset), campaign.log, nvidia-smi.txt and catalog.toml.
-# Where MPS cannot start, duet profile says so in the log and measures time-slicing only.
+# Needs an NVIDIA GPU, its driver, the CUDA toolkit's headers and NVRTC (burn-cuda compiles its
+# kernels at run time; build duet with CUDARC_CUDA_VERSION matching the driver's CUDA, 13.0 with
+# driver 580: an NVRTC newer than the driver fails at kernel load), and python3 with PyTorch
+# (CUDA) for the two PyTorch workloads.
+#
+# Leaves in <output folder>, whatever happens (at most 7 files):
+#   campaign.log     everything: nvidia-smi, driver, toolkit, each workload's check, duet
+#                    profile's lines (what NVML, GPM and MPS said), the dataset's summary
+#   catalog.toml     the workloads measured (those that passed their check)
+#   dataset/         the dataset (dataset.json, workloads.parquet, pairs.parquet, samples.parquet)
+#   partial/         instead, when the campaign was stopped early: what its journal held
+#   journal.jsonl    then also the journal (`duet profile --resume` goes on from it)
+#
+# The whole script runs against a deadline (DUET_CAMPAIGN_SECONDS, default 450 s): duet profile
+# gets what is left under `timeout --foreground -s INT` (the signal to duet alone: a second
+# SIGINT would make it exit at once), which stops it cleanly: it stops its workloads and writes
+# the partial dataset; SIGKILL follows 20 s later if it has not ended.
 set -euo pipefail
+if [ $# -lt 2 ]; then
+  echo "usage: $0 <duet binary built with --features cuda> <output folder> [gpu label]" >&2
+  exit 64
+fi
+if [ ! -x "$1" ]; then echo "$1: not an executable duet binary" >&2; exit 64; fi
+started=$(date +%s)
+deadline=$((started + ${DUET_CAMPAIGN_SECONDS:-450}))
+left() { echo $((deadline - $(date +%s))); }
 duet="$(realpath "$1")"
 out="$(realpath -m "$2")"
-gpu="${3:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr 'A-Z ' 'a-z-' || echo gpu)}"
 here="$(cd "$(dirname "$0")" && pwd)"
-examples="$here/../examples/pytorch"
+examples="$(realpath "$here/../examples/pytorch")"
 python="${PYTHON:-python3}"
+# `cpu` only to dry-run this script on a machine without a GPU (with a stand-in nvidia-smi).
+device="${DUET_CAMPAIGN_DEVICE:-cuda}"
 mkdir -p "$out"
 log="$out/campaign.log"
-{
-  echo "# $(date -u +%FT%TZ) gpu-campaign.sh $*"
-  nvidia-smi || echo "nvidia-smi failed"
-} > "$out/nvidia-smi.txt" 2>&1
+: > "$log"
+say() { echo "# $*" | tee -a "$log" >&2; }
 
-cat > "$out/catalog.toml" <<TOML
-[[workload]]
-name = "burn-mlp-train"
-kind = "train"
+# A short private folder: the MPS control socket lives under the campaign's journal folder and
+# its path must stay under 107 bytes.
+work="$(mktemp -d /tmp/duet-gpu.XXXXXX)"
+copy_back() {
+  local rc=$?
+  set +e
+  if [ -f "$work/ds/dataset.json" ]; then
+    mkdir -p "$out/dataset" && cp "$work"/ds/* "$out/dataset/"
+  elif [ -d "$work/.ds.campaign" ]; then
+    [ -f "$work/.ds.campaign/partial/dataset.json" ] &&
+      mkdir -p "$out/partial" && cp "$work"/.ds.campaign/partial/* "$out/partial/"
+    [ -f "$work/.ds.campaign/journal.jsonl" ] && cp "$work/.ds.campaign/journal.jsonl" "$out/"
+    for f in "$work"/.ds.campaign/mps-log/*.log; do
+      [ -f "$f" ] && { echo "# MPS $(basename "$f"), last lines:"; tail -n 20 "$f"; } >> "$log"
+    done
+  fi
+  [ -f "$work/catalog.toml" ] && cp "$work/catalog.toml" "$out/"
+  say "finished after $(($(date +%s) - started)) s with status $rc; in $out: $(cd "$out" && find . -type f | sort | tr '\n' ' ')"
+  rm -rf "$work"
+}
+trap copy_back EXIT
+# Stopped from outside (the device's own limit): still copy back.
+trap 'exit 130' INT TERM
+
+say "$(date -u +%FT%TZ) gpu-campaign.sh $*"
+say "duet: $duet ($("$duet" --version 2>&1 | head -1 || echo 'does not run'))"
+
+# The driver's own folders (nvidia-smi, nvidia-cuda-mps-control, libcuda) where a container
+# mounts them.
+[ -d /usr/local/nvidia/bin ] && export PATH="$PATH:/usr/local/nvidia/bin"
+[ -d /usr/local/nvidia/lib64 ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/nvidia/lib64"
+
+# The GPU, first: nothing else is worth doing without one.
+if ! command -v nvidia-smi > /dev/null || ! nvidia-smi >> "$log" 2>&1; then
+  say "no GPU: nvidia-smi is missing or failed (above); nothing is measured"
+  exit 2
+fi
+nvidia-smi --query-gpu=index,name,uuid,driver_version,compute_mode,mig.mode.current,memory.total \
+  --format=csv >> "$log" 2>&1 || true
+say "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset}; MPS control: $(command -v nvidia-cuda-mps-control || echo 'not on PATH (duet also looks in /usr/local/nvidia/bin, /usr/local/cuda/bin, /usr/bin)')"
+gpu="${3:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | sed 's/^NVIDIA //' | tr 'A-Z ' 'a-z-')}"
+gpu="${gpu:-gpu}"
+
+# The CUDA toolkit burn-cuda needs at run time: headers (cubecl-cuda reads CUDA_PATH, else
+# /usr/local/cuda, /opt/cuda, or /usr when /usr/bin/nvcc exists, and panics without one) and
+# libnvrtc (cudarc panics when none loads).
+if [ -z "${CUDA_PATH:-}" ]; then
+  for d in /usr/local/cuda /opt/cuda "$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /none/bin/nvcc)")")"; do
+    if [ -f "$d/include/cuda.h" ] || [ -f "$d/include/cuda_runtime.h" ]; then export CUDA_PATH="$d"; break; fi
+  done
+fi
+if [ -z "${CUDA_PATH:-}" ]; then
+  # PyTorch's wheels carry the runtime headers.
+  d="$("$python" -c 'import nvidia.cuda_runtime as m, os; print(os.path.dirname(m.__file__))' 2>/dev/null || true)"
+  [ -n "$d" ] && [ -d "$d/include" ] && export CUDA_PATH="$d"
+fi
+say "CUDA_PATH=${CUDA_PATH:-not found}; nvcc: $(command -v nvcc || echo none) $(nvcc --version 2>/dev/null | tail -1 || true)"
+for d in "${CUDA_PATH:-/none}/lib64" "${CUDA_PATH:-/none}/lib" \
+  "$("$python" -c 'import nvidia.cuda_nvrtc as m, os; print(os.path.dirname(m.__file__))' 2>/dev/null || echo /none)/lib"; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+done
+say "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-unset}; libnvrtc: $( (ldconfig -p 2>/dev/null | grep -o 'libnvrtc.so[.0-9]*' | sort -u | tr '\n' ' '; for d in ${LD_LIBRARY_PATH//:/ }; do ls "$d" 2>/dev/null | grep '^libnvrtc' ; done) | tr '\n' ' ')"
+say "python: $("$python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -1)"
+
+# cubecl's kernel cache on disk (read from cubecl.toml in the working folder, which the
+# workload processes inherit): each Burn process otherwise compiles every kernel again.
+cat > "$work/cubecl.toml" <<TOML
+[compilation]
+cache = { file = "$work/cubecl-cache" }
+
+[autotune]
+cache = { file = "$work/cubecl-cache" }
+TOML
+cd "$work"
+
+declare -A block
+names=(burn-mlp-train burn-encoder-train burn-decoder-infer torch-train torch-infer)
+block[burn-mlp-train]='kind = "train"
 builtin = "mlp"
 batch = 512
 width = 2048
-depth = 4
-
-[[workload]]
-name = "burn-conv-train"
-kind = "train"
-builtin = "conv"
-batch = 64
-width = 64
-depth = 3
-
-[[workload]]
-name = "burn-encoder-train"
-kind = "train"
+depth = 4'
+block[burn-encoder-train]='kind = "train"
 builtin = "encoder"
 batch = 32
 width = 512
 depth = 4
 seq = 128
-
-[[workload]]
-name = "burn-decoder-infer"
-kind = "infer"
+precision = "bf16"'
+block[burn-decoder-infer]='kind = "infer"
 builtin = "decoder"
 batch = 32
 width = 512
 depth = 4
 seq = 32
+precision = "fp16"'
+block[torch-train]="kind = \"train\"
+command = [\"$python\", \"$examples/train_loop.py\", \"--device\", \"$device\", \"--batch\", \"256\", \"--width\", \"4096\", \"--depth\", \"4\"]
+progress = \"^step \\\\d+\""
+block[torch-infer]="kind = \"infer\"
+command = [\"$python\", \"$examples/infer_loop.py\", \"--device\", \"$device\", \"--batch\", \"64\", \"--width\", \"1024\", \"--seq\", \"256\"]
+progress = \"^batch \\\\d+\""
+catalog_of() {
+  for n in "$@"; do printf '[[workload]]\nname = "%s"\n%s\n\n' "$n" "${block[$n]}"; done
+}
+catalog_of "${names[@]}" > "$work/catalog-all.toml"
 
-[[workload]]
-name = "torch-train"
-kind = "train"
-command = ["$python", "$examples/train_loop.py", "--device", "cuda", "--batch", "256", "--width", "4096", "--depth", "4"]
-progress = "^step \\\\d+"
+# Each workload alone for 5 s: one that fails is dropped with its pairs, not the campaign.
+kept=()
+for n in "${names[@]}"; do
+  if [ "$(left)" -lt 120 ]; then say "check $n: skipped, too little time left"; continue; fi
+  if timeout -s INT -k 5 45 "$duet" workload run "$n" --catalog "$work/catalog-all.toml" \
+    --device "$device" --seconds 5 >> "$log" 2>&1; then
+    kept+=("$n"); say "check $n: ok"
+  else
+    say "check $n: FAILED (status $?, output above); dropped with its pairs"
+  fi
+done
+if [ ${#kept[@]} -eq 0 ]; then say "no workload passed its check; nothing is measured"; exit 3; fi
+catalog_of "${kept[@]}" > "$work/catalog.toml"
 
-[[workload]]
-name = "torch-infer"
-kind = "infer"
-command = ["$python", "$examples/infer_loop.py", "--device", "cuda", "--batch", "64", "--width", "1024", "--seq", "256"]
-progress = "^batch \\\\d+"
-TOML
-
-# 6 alone + 21 pairs x 2 modes, one repetition each, about 6 s per run with process start-up.
-"$duet" profile --catalog "$out/catalog.toml" --device cuda --gpu "$gpu" --modes timeslice,mps \
-  --shares 50 --warmup 1.5 --window 3 --repetitions 1 --timeout 60 --sample-ms 100 \
-  --out "$out/dataset" --name "${gpu}-$(date -u +%F)" 2>&1 | tee -a "$log"
-"$duet" dataset inspect "$out/dataset" | tee -a "$log"
+budget=$(($(left) - 30))
+say "duet profile: ${#kept[@]} workloads, $budget s"
+status=0
+timeout --foreground -s INT -k 20 "$budget" "$duet" profile --catalog "$work/catalog.toml" \
+  --device "$device" --gpu "$gpu" --modes timeslice,mps --shares 50 --warmup 1 --window 3 \
+  --repetitions 1 --timeout 45 --sample-ms 100 --out "$work/ds" --name "${gpu}-$(date -u +%F)" \
+  2>&1 | tee -a "$log" >&2 || status=$?
+say "duet profile ended with status $status$([ "$status" = 124 ] && echo ' (the time limit: stopped early)')"
+for d in "$work/ds" "$work/.ds.campaign/partial"; do
+  if [ -f "$d/dataset.json" ]; then
+    "$duet" dataset validate "$d" >> "$log" 2>&1 || say "$d does not validate"
+    "$duet" dataset inspect "$d" >> "$log" 2>&1 || true
+  fi
+done
+exit "$status"
