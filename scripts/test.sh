@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(scripts/python-env.sh)"
+# One build for every README command and CI (scripts/duet and scripts/serve.sh use the same).
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/duet-target}"
 cargo test --workspace "$@"
 deploy/validate.sh
 "$DUET_VENV/bin/python" scripts/run-notebooks.py

@@ -200,6 +200,13 @@ pub struct ServeArgs {
     /// Require the token on read endpoints too (health, readiness and metrics stay open).
     #[arg(long)]
     pub protect_reads: bool,
+    /// Serve write endpoints without a token on a non-loopback address (refused otherwise).
+    #[arg(long)]
+    pub allow_open_writes: bool,
+    /// The folder whose subfolders are the models `POST /v1/models/reload` may name (default:
+    /// the folder that holds --model).
+    #[arg(long)]
+    pub model_repo: Option<PathBuf>,
     /// Device of pairs that name none (default: the model's only device, if it has one).
     #[arg(long)]
     pub gpu: Option<String>,

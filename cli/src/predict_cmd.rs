@@ -4,8 +4,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use duet_core::api::{ApiError, JobRef, PairQuery, PredictRequest, PredictResponse};
+use duet_core::api::{JobRef, PairQuery, PredictRequest};
 use duet_core::dataset::Mode;
+use duet_scheduler::client::PredictClient;
 
 use crate::args::PredictArgs;
 use crate::serve_cmd::read_token;
@@ -165,27 +166,12 @@ pub fn run(args: PredictArgs) -> Result<()> {
         gpu: args.gpu.clone(),
         pairs,
     };
-    let url = format!("{}/v1/predict", args.server.trim_end_matches('/'));
-    let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs_f64(args.timeout.max(0.001)))
-        .build();
-    let mut call = agent.post(&url);
-    if let Some(token) = read_token(args.token_file.as_deref())? {
-        call = call.set("Authorization", &format!("Bearer {token}"));
-    }
-    let response = match call.send_json(&request) {
-        Ok(r) => r,
-        Err(ureq::Error::Status(code, r)) => {
-            let message = ApiError::describe(&r.into_string().unwrap_or_default());
-            bail!("{url} answered {code}: {message}");
-        }
-        Err(e) => bail!("{url}: {e}"),
-    };
-    let text = response
-        .into_string()
-        .with_context(|| format!("{url}: cannot read the answer"))?;
-    let answer: PredictResponse =
-        serde_json::from_str(&text).with_context(|| format!("{url}: unexpected answer"))?;
+    let client = PredictClient::new(
+        &args.server,
+        read_token(args.token_file.as_deref())?,
+        Duration::from_secs_f64(args.timeout.max(0.001)),
+    );
+    let answer = client.predict(&request)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&answer)?);
         return Ok(());

@@ -30,6 +30,16 @@ pub fn read_token(file: Option<&Path>) -> Result<Option<String>> {
     Ok(Some(token))
 }
 
+/// Whether every address `addr` resolves to is a loopback one (127.0.0.0/8, ::1).
+fn is_loopback(addr: &str) -> Result<bool> {
+    use std::net::ToSocketAddrs;
+    let resolved: Vec<std::net::SocketAddr> = addr
+        .to_socket_addrs()
+        .with_context(|| format!("--addr {addr}: not an address to listen on"))?
+        .collect();
+    Ok(!resolved.is_empty() && resolved.iter().all(|a| a.ip().is_loopback()))
+}
+
 pub fn run(args: ServeArgs) -> Result<()> {
     let engine: EngineKind = args
         .engine
@@ -66,10 +76,24 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_body_bytes: args.max_body_bytes,
         max_pairs: args.max_pairs,
         request_timeout: Duration::from_secs_f64(args.request_timeout),
+        model_repo: args.model_repo,
         ..Config::new(args.model)
     };
     if config.protect_reads && config.token.is_none() {
         bail!("--protect-reads needs a token (--token-file or {TOKEN_ENV})");
+    }
+    if config.token.is_none() && !args.allow_open_writes && !is_loopback(&args.addr)? {
+        bail!(
+            "--addr {}: not a loopback address, and no token protects the write endpoints \
+             (registering and deleting workloads, reloading the model). Give a token with \
+             --token-file FILE or {TOKEN_ENV}, or accept open writes with --allow-open-writes",
+            args.addr
+        );
+    }
+    if let Some(repo) = &args.model_repo
+        && !repo.is_dir()
+    {
+        bail!("--model-repo {}: not a folder", repo.display());
     }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     runtime.enable_all();

@@ -4,11 +4,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use duet_core::dataset::Dataset;
+use duet_model::EngineKind;
 use duet_scheduler::predictor::{HttpPredictor, ModelPredictor, Oracle, Predictor, Query};
 use duet_scheduler::report::{REPORT_FILE, Report};
 use duet_scheduler::sim::{self, Cluster, DatasetWorkload, Policy, Settings};
 use duet_scheduler::trace::Trace;
-use duet_server::EngineKind;
 
 use crate::args::SimulateArgs;
 use crate::serve_cmd::read_token;

@@ -1,7 +1,7 @@
 //! `duet train`.
 
 use anyhow::{Result, bail};
-use duet_trainer::model::{TrainConfig, TrainDevice};
+use duet_model::network::{TrainConfig, TrainDevice};
 use duet_trainer::pipeline::{self, TrainOptions};
 
 use crate::args::TrainArgs;

@@ -342,4 +342,56 @@ fn serve_refuses_bad_flags_and_a_missing_model() {
         .output()
         .expect("duet serve");
     assert!(String::from_utf8_lossy(&out.stderr).contains("--protect-reads needs a token"));
+
+    // A non-loopback address needs a token, or the operator's explicit consent.
+    let err = run(&["--addr", "0.0.0.0:0"]);
+    assert!(
+        err.contains("--addr 0.0.0.0:0: not a loopback address")
+            && err.contains("--token-file")
+            && err.contains("DUET_TOKEN")
+            && err.contains("--allow-open-writes"),
+        "{err}"
+    );
+    let err = run(&["--model-repo", missing.to_str().expect("utf8")]);
+    assert!(
+        err.contains("--model-repo") && err.contains("not a folder"),
+        "{err}"
+    );
+}
+
+#[test]
+fn serve_on_every_interface_starts_with_a_token_or_explicit_open_writes() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("token"), TOKEN).expect("token");
+    let token = dir.path().join("token");
+    for extra in [
+        vec!["--token-file", token.to_str().expect("utf8")],
+        vec!["--allow-open-writes"],
+    ] {
+        let port = free_port();
+        let mut child = duet()
+            .args(["serve", "--engine", "burn", "--addr"])
+            .arg(format!("0.0.0.0:{port}"))
+            .arg("--model")
+            .arg(model_dir())
+            .args(&extra)
+            .env_remove("DUET_TOKEN")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("duet serve starts");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut ready = false;
+        while Instant::now() < deadline && !ready {
+            ready = ureq::get(&format!("http://127.0.0.1:{port}/readyz"))
+                .call()
+                .is_ok_and(|r| r.status() == 200);
+            if !ready {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(ready, "{extra:?}: duet serve did not become ready");
+    }
 }

@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use criterion::{Criterion, criterion_group, criterion_main};
 use duet_core::dataset::Dataset;
 use duet_core::rng::Rng;
+use duet_model::EngineKind;
 use duet_scheduler::predictor::{ModelPredictor, Oracle, Predictor};
 use duet_scheduler::pricing::{self, FreeNode, PricingConfig, Resident, Waiting};
-use duet_server::EngineKind;
 
 fn repo(path: &str) -> PathBuf {
     Path::new(

@@ -8,9 +8,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use duet_core::dataset::Mode;
+use duet_model::EngineKind;
 use duet_scheduler::predictor::{HttpPredictor, ModelPredictor, Predictor, Sharing};
 use duet_scheduler::pricing::{self, FreeNode, PricingConfig, Resident, Waiting};
-use duet_server::EngineKind;
 
 fn main() -> anyhow::Result<()> {
     let mut predictor: Box<dyn Predictor> = match std::env::args().nth(1) {

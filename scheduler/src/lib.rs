@@ -2,6 +2,7 @@
 //! slowdowns of candidate pairs, and a trace-driven cluster simulator that measures what those
 //! predictions are worth against exclusive allocation, interference-blind packing and an oracle.
 
+pub mod client;
 pub mod predictor;
 pub mod pricing;
 pub mod report;

@@ -6,13 +6,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
-use duet_core::api::{ApiError, JobRef, PairQuery, PredictRequest, PredictResponse};
+use anyhow::{Result, anyhow, bail};
+use duet_core::api::{JobRef, PairQuery, PredictRequest};
 use duet_core::dataset::{Dataset, Mode, Status, speed};
-use duet_server::EngineKind;
-use duet_server::model::LoadedModel;
-use duet_server::predict;
-use duet_server::registry::Registry;
+use duet_model::{EngineKind, LoadedModel, Registry, predict};
+
+use crate::client::PredictClient;
 
 /// How two jobs share a GPU: the mode and each one's MPS share (percent), `None` where the mode
 /// has no shares.
@@ -279,20 +278,9 @@ impl Predictor for ModelPredictor {
             return Ok(Vec::new());
         }
         let request = request(gpu, queries);
-        let inputs = predict::encode(&self.model, &self.registry, &request, None).map_err(|f| {
-            anyhow!(
-                "model {}: {}{}",
-                self.model.dir.display(),
-                f.field.map(|f| format!("{f}: ")).unwrap_or_default(),
-                f.error
-            )
-        })?;
-        let outputs = self
-            .model
-            .engine
-            .run(inputs)
+        let predictions = predict::predict(&self.model, &self.registry, &request, None)
             .map_err(|e| anyhow!("model {}: {e}", self.model.dir.display()))?;
-        Ok(outlooks(&predict::predictions(&outputs)))
+        Ok(outlooks(&predictions))
     }
 }
 
@@ -300,11 +288,7 @@ impl Predictor for ModelPredictor {
 /// with back-off, then the error names the URL. Never falls back to another predictor.
 #[derive(Debug)]
 pub struct HttpPredictor {
-    url: String,
-    agent: ureq::Agent,
-    token: Option<String>,
-    attempts: u32,
-    first_backoff: Duration,
+    client: PredictClient,
     /// `/v1/predict` calls made (each with its retries).
     pub calls: u64,
 }
@@ -313,60 +297,23 @@ impl HttpPredictor {
     /// A client of the server at `base` (`http://host:port`).
     pub fn new(base: &str, token: Option<String>, timeout: Duration) -> HttpPredictor {
         HttpPredictor {
-            url: format!("{}/v1/predict", base.trim_end_matches('/')),
-            agent: ureq::AgentBuilder::new().timeout(timeout).build(),
-            token,
-            attempts: 5,
-            first_backoff: Duration::from_millis(100),
+            client: PredictClient::new(base, token, timeout)
+                .with_retries(5, Duration::from_millis(100)),
             calls: 0,
         }
     }
 
     /// Changes the retry policy: `attempts` tries, waiting `first_backoff`, then twice that ...
+    #[must_use]
     pub fn with_retries(mut self, attempts: u32, first_backoff: Duration) -> HttpPredictor {
-        self.attempts = attempts.max(1);
-        self.first_backoff = first_backoff;
+        self.client = self.client.with_retries(attempts, first_backoff);
         self
-    }
-
-    fn call(&self, body: &PredictRequest) -> Result<PredictResponse> {
-        let mut wait = self.first_backoff;
-        let mut last = String::new();
-        for attempt in 1..=self.attempts {
-            let mut call = self.agent.post(&self.url);
-            if let Some(token) = &self.token {
-                call = call.set("Authorization", &format!("Bearer {token}"));
-            }
-            match call.send_json(body) {
-                Ok(response) => {
-                    let text = response
-                        .into_string()
-                        .with_context(|| format!("{}: cannot read the answer", self.url))?;
-                    return serde_json::from_str(&text)
-                        .with_context(|| format!("{}: unexpected answer", self.url));
-                }
-                Err(ureq::Error::Status(code, response)) if code < 500 => {
-                    let message = ApiError::describe(&response.into_string().unwrap_or_default());
-                    bail!("predictor {} answered {code}: {message}", self.url);
-                }
-                Err(e) => last = e.to_string(),
-            }
-            if attempt < self.attempts {
-                std::thread::sleep(wait);
-                wait *= 2;
-            }
-        }
-        bail!(
-            "predictor {} unreachable after {} attempts: {last}",
-            self.url,
-            self.attempts
-        )
     }
 }
 
 impl Predictor for HttpPredictor {
     fn describe(&self) -> String {
-        format!("duet server {}", self.url)
+        format!("duet server {}", self.client.url())
     }
 
     fn predict(&mut self, gpu: &str, queries: &[Query<'_>]) -> Result<Vec<Outlook>> {
@@ -374,11 +321,14 @@ impl Predictor for HttpPredictor {
             return Ok(Vec::new());
         }
         self.calls += 1;
-        let answer = self.call(&request(gpu, queries))?;
+        let answer = self
+            .client
+            .predict(&request(gpu, queries))
+            .map_err(|e| anyhow!("predictor {e:#}"))?;
         if answer.predictions.len() != queries.len() {
             bail!(
                 "predictor {} answered {} predictions for {} pairs",
-                self.url,
+                self.client.url(),
                 answer.predictions.len(),
                 queries.len()
             );

@@ -76,9 +76,7 @@ fn bench(c: &mut Criterion) {
         };
         let body = request(&ids, 10_000);
         c.bench_function(&format!("predict_10k_pairs_{engine}"), |b| {
-            b.iter(|| {
-                black_box(duet_server::app::answer(&state, black_box(&body)).expect("answer"))
-            });
+            b.iter(|| black_box(duet_server::answer(&state, black_box(&body)).expect("answer")));
         });
         if engine == EngineKind::Burn {
             // The stages of the 10,000-pair request that do not depend on the engine.
@@ -89,7 +87,7 @@ fn bench(c: &mut Criterion) {
                     )
                 });
             });
-            let answer = duet_server::app::answer(&state, &body).expect("answer");
+            let answer = duet_server::answer(&state, &body).expect("answer");
             let parsed: duet_core::api::PredictResponse =
                 serde_json::from_slice(&answer).expect("response");
             c.bench_function("serialize_10k_predictions", |b| {
@@ -98,9 +96,7 @@ fn bench(c: &mut Criterion) {
         }
         let single = request(&ids, 1);
         c.bench_function(&format!("predict_1_pair_{engine}"), |b| {
-            b.iter(|| {
-                black_box(duet_server::app::answer(&state, black_box(&single)).expect("answer"))
-            });
+            b.iter(|| black_box(duet_server::answer(&state, black_box(&single)).expect("answer")));
         });
         let model = state.model().expect("model");
         let rows = vec![0.1f32; 20_000 * model.meta.spec.pair_width()];

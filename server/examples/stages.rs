@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use duet_core::api::{JobRef, PairQuery, PredictRequest, PredictResponse};
 use duet_core::dataset::Mode;
-use duet_server::{AppState, Config, EngineKind, error, predict};
+use duet_model::predict;
+use duet_server::{AppState, Config, EngineKind, error};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -87,7 +88,7 @@ fn main() {
     }
     let start = Instant::now();
     for _ in 0..rounds {
-        std::hint::black_box(duet_server::app::answer(&state, &body).expect("answer"));
+        std::hint::black_box(duet_server::answer(&state, &body).expect("answer"));
     }
     let whole = start.elapsed().as_secs_f64() * 1e3 / f64::from(rounds);
     let names = ["parse", "encode", "forward", "predictions", "serialize"];

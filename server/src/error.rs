@@ -1,9 +1,11 @@
 //! The one error every route answers with: a status and a JSON body naming the offending field.
 
 use axum::Json;
+use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use duet_core::api::ApiError;
+use duet_model::{ErrorKind, ModelError};
 
 /// A failed request: what went wrong and the request field to blame, where there is one.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +46,25 @@ impl Failure {
     }
 }
 
+/// A model's error as an answer: invalid input 422, an unknown id 404, an engine failure 500.
+impl From<ModelError> for Failure {
+    fn from(e: ModelError) -> Failure {
+        let status = match e.kind {
+            ErrorKind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::Internal => {
+                tracing::error!(error = %e.message, "inference failed");
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        };
+        Failure {
+            status,
+            error: e.message,
+            field: e.field,
+        }
+    }
+}
+
 impl IntoResponse for Failure {
     fn into_response(self) -> Response {
         (self.status, Json(self.body())).into_response()
@@ -78,4 +99,18 @@ fn parse_json_tracked<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T,
     de.end()
         .map_err(|e| Failure::new(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))?;
     Ok(value)
+}
+
+/// A body that could not be read: too large (413) or broken.
+pub fn body_failure(e: &BytesRejection, limit: usize) -> Failure {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        Failure::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the body is larger than the server's limit of {limit} bytes (--max-body-bytes)"
+            ),
+        )
+    } else {
+        Failure::new(e.status(), format!("cannot read the body: {e}"))
+    }
 }

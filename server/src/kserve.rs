@@ -10,13 +10,14 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use duet_trainer::model::OUTPUTS;
-use duet_trainer::onnx::{INPUT, OUTPUT};
+use duet_model::LoadedModel;
+use duet_model::network::OUTPUTS;
+use duet_model::onnx::{INPUT, OUTPUT};
 use serde::{Deserialize, Serialize};
 
-use crate::app::{AppState, authorize_read, not_ready_failure};
+use crate::auth::authorize_read;
 use crate::error::{Failure, parse_json};
-use crate::model::LoadedModel;
+use crate::state::{AppState, not_ready};
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -114,7 +115,7 @@ async fn model_ready(
     Path(name): Path<String>,
 ) -> Result<Json<Ready>, Failure> {
     if !state.is_ready() {
-        return Err(not_ready_failure());
+        return Err(not_ready());
     }
     named(&state, &name)?;
     Ok(Json(Ready { ready: true }))

@@ -1,30 +1,33 @@
-//! duet's server: the axum app answering `/v1/predict`, the inference engines and the workload
-//! registry. The only crate that speaks HTTP.
+//! duet's server: the axum app answering `/v1/predict` over a model loaded by `duet-model`, with
+//! authentication, metrics, the durable registry store and the KServe aliases. The only crate
+//! that serves HTTP.
 //!
 //! `serve` binds nothing itself: it takes a listener, answers `/healthz` at once, loads and warms
 //! the model in the background (`/readyz` turns 200 when it is in), reloads on SIGHUP and stops
 //! gracefully on SIGTERM or Ctrl-C, letting in-flight requests finish.
 
-pub mod app;
-pub mod engine;
+pub mod auth;
 pub mod error;
 pub mod kserve;
 pub mod metrics;
-pub mod model;
 pub mod openapi;
-pub mod predict;
-pub mod registry;
+pub mod router;
+pub mod routes;
+pub mod state;
+pub mod store;
 
 use std::sync::Arc;
 
-pub use app::{AppState, Config};
-pub use engine::EngineKind;
+pub use duet_model::EngineKind;
+pub use router::router;
+pub use routes::predict::answer;
+pub use state::{AppState, Config};
 
 /// Serves `config` on `listener` until SIGTERM or Ctrl-C. Fails when the registry database
 /// cannot be opened or the first model cannot be loaded.
 pub async fn serve(config: Config, listener: tokio::net::TcpListener) -> Result<(), String> {
     let state = AppState::new(config)?;
-    let app = app::router(state.clone());
+    let app = router(state.clone());
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(%addr, "listening");
     let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel::<String>();

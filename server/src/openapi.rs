@@ -1,6 +1,18 @@
 //! `/openapi.json`, generated from the request and response types and the routes' annotations.
 
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use utoipa::OpenApi;
+
+use crate::state::AppState;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new().route("/openapi.json", get(openapi))
+}
 
 #[derive(OpenApi)]
 #[openapi(
@@ -9,15 +21,16 @@ use utoipa::OpenApi;
         description = "Predicts how much two GPU jobs slow each other down when they share one GPU."
     ),
     paths(
-        crate::app::healthz,
-        crate::app::readyz,
-        crate::app::predict_route,
-        crate::app::list_workloads,
-        crate::app::get_workload,
-        crate::app::put_workload,
-        crate::app::delete_workload,
-        crate::app::models,
-        crate::app::reload_route,
+        crate::routes::health::healthz,
+        crate::routes::health::readyz,
+        crate::routes::predict::predict_route,
+        crate::routes::workloads::list_workloads,
+        crate::routes::workloads::get_workload,
+        crate::routes::workloads::put_workload,
+        crate::routes::workloads::delete_workload,
+        crate::routes::models::models,
+        crate::routes::models::reload_route,
+        crate::routes::limits::limits,
     ),
     components(schemas(
         duet_core::api::PredictRequest,
@@ -39,4 +52,8 @@ pub fn document() -> String {
     Document::openapi()
         .to_pretty_json()
         .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], document()).into_response()
 }

@@ -24,7 +24,7 @@ fn model_dir() -> PathBuf {
 fn app_with(config: Config) -> (Router, Arc<AppState>) {
     let state = AppState::new(config).expect("state");
     state.load_model(None).expect("the default model loads");
-    (duet_server::app::router(state.clone()), state)
+    (duet_server::router(state.clone()), state)
 }
 
 fn app() -> Router {
@@ -409,23 +409,37 @@ async fn bad_registrations_leave_the_registry_as_it_was() {
     assert_eq!(list.as_array().expect("list").len(), 26);
 }
 
+/// A model repository in a temporary folder: `default` (a copy of the shipped model) and
+/// `broken` (the same with a corrupt record).
+fn repository() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tmp");
+    for name in ["default", "broken"] {
+        let to = dir.path().join(name);
+        std::fs::create_dir(&to).expect("mkdir");
+        for f in std::fs::read_dir(model_dir()).expect("model") {
+            let f = f.expect("entry").path();
+            std::fs::copy(&f, to.join(f.file_name().expect("name"))).expect("copy");
+        }
+    }
+    std::fs::write(dir.path().join("broken/member-0.mpk"), b"not a record").expect("corrupt");
+    dir
+}
+
 #[tokio::test]
 async fn a_broken_model_never_replaces_the_working_one() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let broken = dir.path().join("broken");
-    std::fs::create_dir(&broken).expect("mkdir");
-    for f in std::fs::read_dir(model_dir()).expect("model") {
-        let f = f.expect("entry").path();
-        std::fs::copy(&f, broken.join(f.file_name().expect("name"))).expect("copy");
-    }
-    std::fs::write(broken.join("member-0.mpk"), b"not a record").expect("corrupt");
-    let app = app();
+    let repo = repository();
+    let app = app_with(Config {
+        token: Some(TOKEN.into()),
+        model_repo: Some(repo.path().to_path_buf()),
+        ..Config::new(model_dir())
+    })
+    .0;
     let (_, before) = call(&app, "GET", "/v1/models", None, None).await;
     let refused = call(
         &app,
         "POST",
         "/v1/models/reload",
-        Some(json!({"model": broken.display().to_string()})),
+        Some(json!({"model": "broken"})),
         Some(TOKEN),
     )
     .await;
@@ -445,9 +459,107 @@ async fn a_broken_model_never_replaces_the_working_one() {
         text.contains("duet_model_reload_failures_total 1"),
         "{text}"
     );
-    // A good reload of the same folder goes through.
-    let reloaded = call(&app, "POST", "/v1/models/reload", None, Some(TOKEN)).await;
-    assert_eq!(reloaded.0, StatusCode::OK, "{}", reloaded.1);
+    // A good reload of the serving folder goes through, with no body, `null` or `{}`.
+    for body in [None, Some("null"), Some("{}")] {
+        let reloaded = call_raw(
+            &app,
+            "POST",
+            "/v1/models/reload",
+            body.map(str::to_string),
+            Some(TOKEN),
+        )
+        .await;
+        assert_eq!(reloaded.0, StatusCode::OK, "{body:?}: {}", reloaded.1);
+    }
+    // And by name from the repository.
+    let by_name = call(
+        &app,
+        "POST",
+        "/v1/models/reload",
+        Some(json!({"model": "default"})),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(by_name.0, StatusCode::OK, "{}", by_name.1);
+    let (_, models) = call(&app, "GET", "/v1/models", None, None).await;
+    assert_eq!(
+        models[0]["path"],
+        repo.path().join("default").display().to_string()
+    );
+}
+
+#[tokio::test]
+async fn reload_never_reads_a_path_a_client_gives() {
+    let repo = repository();
+    let app = app_with(Config {
+        token: Some(TOKEN.into()),
+        model_repo: Some(repo.path().to_path_buf()),
+        ..Config::new(model_dir())
+    })
+    .0;
+    let (_, before) = call(&app, "GET", "/v1/models", None, None).await;
+    let outside = model_dir().display().to_string();
+    for name in [
+        outside.as_str(),
+        "../default",
+        "..",
+        ".",
+        "default/",
+        "/etc",
+        "",
+        "sub/default",
+    ] {
+        let refused = call(
+            &app,
+            "POST",
+            "/v1/models/reload",
+            Some(json!({ "model": name })),
+            Some(TOKEN),
+        )
+        .await;
+        assert_error(
+            &refused,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("model"),
+            "never a path",
+        );
+    }
+    let unknown = call(
+        &app,
+        "POST",
+        "/v1/models/reload",
+        Some(json!({"model": "nope"})),
+        Some(TOKEN),
+    )
+    .await;
+    assert_error(
+        &unknown,
+        StatusCode::NOT_FOUND,
+        Some("model"),
+        "broken, default",
+    );
+    let (_, after) = call(&app, "GET", "/v1/models", None, None).await;
+    assert_eq!(before, after);
+}
+
+#[tokio::test]
+async fn limits_are_listed_and_named_when_exceeded() {
+    let app = app();
+    let (status, limits) = call(&app, "GET", "/v1/limits", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(limits["max_pairs"], 1000);
+    assert_eq!(limits["max_body_bytes"], 200_000);
+    assert_eq!(limits["request_timeout_s"], 30.0);
+    assert_eq!(limits["max_workload_id_length"], 200);
+    let pairs: Vec<Value> = (0..1001).map(|_| pair("a3c", "lm-bs80")).collect();
+    let over = predict_v100(&app, &pairs).await;
+    assert_error(
+        &over,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        Some("pairs"),
+        "--max-pairs",
+    );
+    assert!(over.1["error"].as_str().is_some_and(|e| e.contains("1000")));
 }
 
 #[tokio::test]
@@ -495,6 +607,7 @@ async fn health_models_metrics_and_openapi() {
         "/v1/predict",
         "/v1/workloads/{id}",
         "/v1/models/reload",
+        "/v1/limits",
         "/readyz",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} missing");
@@ -645,7 +758,7 @@ async fn burn_and_onnx_engines_agree() {
 #[tokio::test]
 async fn not_ready_until_a_model_is_loaded() {
     let state = AppState::new(Config::new(model_dir())).expect("state");
-    let app = duet_server::app::router(state.clone());
+    let app = duet_server::router(state.clone());
     assert_eq!(
         call(&app, "GET", "/healthz", None, None).await.0,
         StatusCode::OK
@@ -678,8 +791,13 @@ async fn a_request_over_the_timeout_is_answered_503() {
         ..Config::new(model_dir())
     });
     let pairs: Vec<Value> = (0..5000).map(|_| pair("a3c", "lm-bs80")).collect();
-    let (status, _) = predict_v100(&app, &pairs).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let answer = predict_v100(&app, &pairs).await;
+    assert_error(
+        &answer,
+        StatusCode::SERVICE_UNAVAILABLE,
+        None,
+        "--request-timeout",
+    );
 }
 
 #[tokio::test]

@@ -7,8 +7,9 @@ use std::path::Path;
 use burn::backend::{Autodiff, Flex};
 use criterion::{Criterion, criterion_group, criterion_main};
 use duet_core::dataset::Dataset;
-use duet_trainer::eval::Corpus;
-use duet_trainer::model::{Batch, TrainConfig, fit};
+use duet_model::network::TrainConfig;
+use duet_trainer::corpus::Corpus;
+use duet_trainer::training::{Batch, fit};
 
 /// The default model's training batch (all Gavel rows, with and without identities).
 pub fn default_batch() -> Batch {

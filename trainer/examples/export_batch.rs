@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use duet_core::dataset::Dataset;
-use duet_trainer::eval::Corpus;
+use duet_trainer::corpus::Corpus;
 
 fn bytes(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()

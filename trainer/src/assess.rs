@@ -6,12 +6,13 @@ use std::path::{Path, PathBuf};
 use duet_core::dataset::{DatasetError, FeatureKind, META_FILE};
 use serde::Serialize;
 
-use crate::artifact;
-use crate::eval::{self, Corpus, Trained, mlp_scored};
-use crate::features::SOLO_THROUGHPUT;
-use crate::metrics::{Metrics, Scored};
-use crate::model::OUTPUTS;
+use crate::corpus::{Corpus, Trained};
+use crate::eval::{self, mlp_scored};
 use crate::pipeline::{PipelineError, load};
+use duet_model::accuracy::{Metrics, Scored};
+use duet_model::artifact;
+use duet_model::encoding::SOLO_THROUGHPUT;
+use duet_model::network::OUTPUTS;
 
 /// Metrics of one device and mode (or `all`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -33,7 +34,7 @@ pub struct Report {
 
 /// Every feature the model encodes must be declared by each dataset with the same kind.
 fn check_columns(
-    spec: &crate::features::FeatureSpec,
+    spec: &duet_model::encoding::FeatureSpec,
     dir: &Path,
     declared: &BTreeMap<String, FeatureKind>,
 ) -> Result<(), DatasetError> {

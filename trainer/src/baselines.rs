@@ -7,9 +7,9 @@ use std::collections::HashMap;
 
 use duet_core::dataset::FeatureValue;
 
-use crate::features::JobFeatures;
-use crate::model::Rng;
 use crate::rows::Example;
+use duet_model::encoding::JobFeatures;
+use duet_model::network::Rng;
 
 /// Mean measured speed of the feasible training rows.
 pub fn constant(train: &[&Example]) -> f64 {

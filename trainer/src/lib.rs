@@ -1,14 +1,12 @@
-//! duet's trainer: feature building, the Burn degradation regressor, honest evaluation against
-//! baselines, and the model artifact the server loads.
+//! duet's trainer: training examples from datasets, the training loop of the degradation
+//! regressor, honest evaluation against baselines, and the model's report. What a model is (its
+//! artifact, encoding and network) lives in `duet-model`.
 
-pub mod artifact;
 pub mod assess;
 pub mod baselines;
+pub mod corpus;
 pub mod eval;
-pub mod features;
-pub mod metrics;
-pub mod model;
-pub mod onnx;
 pub mod pipeline;
 pub mod report;
 pub mod rows;
+pub mod training;

@@ -6,10 +6,15 @@ use std::path::{Path, PathBuf};
 
 use duet_core::dataset::{Dataset, DatasetError};
 
-use crate::artifact::{self, ArtifactError, FORMAT, ModelMeta, TrainingData, fingerprint, fnv1a};
-use crate::eval::{Corpus, Split, evaluate};
-use crate::model::{OUT_LOG_SPEED, OUTPUTS, TrainConfig, TrainError};
+use crate::corpus::{Corpus, Trained};
+use crate::eval::{Split, evaluate};
+use duet_model::artifact::{
+    self, ArtifactError, FORMAT, ModelMeta, TrainingData, fingerprint, fnv1a,
+};
+use duet_model::network::{OUT_LOG_SPEED, OUTPUTS, TrainConfig};
+
 use crate::report::{self, Matrix};
+use crate::training::TrainError;
 
 #[derive(Debug, Clone)]
 pub struct TrainOptions {
@@ -86,7 +91,7 @@ pub fn load(paths: &[PathBuf]) -> Result<(Vec<Dataset>, Vec<TrainingData>), Pipe
 }
 
 /// The measured and predicted speed matrices of the first dataset, for the heatmap.
-fn matrix(corpus: &Corpus, trained: &crate::eval::Trained) -> Matrix {
+fn matrix(corpus: &Corpus, trained: &Trained) -> Matrix {
     let d = &corpus.datasets[0];
     let ids: Vec<String> = d.workloads.iter().map(|w| w.workload.clone()).collect();
     let index: BTreeMap<&str, usize> = ids

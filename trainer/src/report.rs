@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 
 use duet_core::svg;
 
-use crate::artifact::{ModelMeta, REPORT_FILE};
 use crate::eval::{HeldOut, MetricsRow, PREDICTORS, Split};
+use duet_model::artifact::{ModelMeta, REPORT_FILE};
 
 fn pct(x: f64) -> String {
     if x.is_finite() {

@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use duet_core::dataset::{Dataset, Mode};
-use duet_trainer::artifact;
-use duet_trainer::eval::Corpus;
-use duet_trainer::features::JobFeatures;
-use duet_trainer::model::{Rng, TrainConfig};
-use duet_trainer::onnx;
+use duet_model::artifact;
+use duet_model::encoding::JobFeatures;
+use duet_model::network::{Rng, TrainConfig};
+use duet_model::onnx;
+use duet_trainer::corpus::Corpus;
 use ort::session::Session;
 use ort::value::Tensor;
 
@@ -33,7 +33,7 @@ fn quick_config() -> TrainConfig {
 }
 
 /// 1,000 encoded pairs of random workloads from the corpus, on random devices and modes.
-fn random_pairs(corpus: &Corpus, spec: &duet_trainer::features::FeatureSpec) -> Vec<f32> {
+fn random_pairs(corpus: &Corpus, spec: &duet_model::encoding::FeatureSpec) -> Vec<f32> {
     let mut rng = Rng::new(99);
     let jobs: Vec<&JobFeatures> = corpus.jobs.iter().flat_map(|m| m.values()).collect();
     let pick = |rng: &mut Rng, n: usize| usize::try_from(rng.next_u64() % n as u64).expect("index");
@@ -136,7 +136,7 @@ fn burn_record_and_onnx_graph_agree_with_the_trained_ensemble() {
     artifact::write(&out, &meta, &trained.nets, &[]).expect("write artifact");
     let (back, nets) = artifact::load(&out).expect("load artifact");
     assert_eq!(back, meta);
-    let reloaded = duet_trainer::eval::Trained {
+    let reloaded = duet_trainer::corpus::Trained {
         spec: back.spec,
         nets,
         outcomes: back.training,

@@ -12,7 +12,7 @@ use onnx_protobuf::{
     TypeProto, ValueInfoProto, tensor_proto, tensor_shape_proto, type_proto,
 };
 
-use crate::model::{Mlp, OUTPUTS};
+use crate::network::{Mlp, OUTPUTS};
 
 pub const INPUT: &str = "pairs";
 pub const OUTPUT: &str = "outputs";

@@ -1,4 +1,5 @@
-//! Accuracy measures of predicted speeds against measured ones.
+//! Accuracy measures of predicted speeds against measured ones, and the metrics table of
+//! `model.json` (one row per split, predictor, device and mode).
 
 use serde::{Deserialize, Serialize};
 
@@ -146,6 +147,39 @@ impl Metrics {
                 .then(|| share(covered.iter().filter(|c| **c).count(), covered.len())),
         }
     }
+}
+
+/// The evaluation splits `model.json`'s metrics table reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Split {
+    Random,
+    UnseenPairs,
+    UnseenWorkloads,
+}
+
+impl Split {
+    pub const ALL: [Split; 3] = [Split::Random, Split::UnseenPairs, Split::UnseenWorkloads];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Split::Random => "random",
+            Split::UnseenPairs => "unseen_pairs",
+            Split::UnseenWorkloads => "unseen_workloads",
+        }
+    }
+}
+
+/// One line of the metrics table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricsRow {
+    pub split: Split,
+    pub predictor: String,
+    /// A device, or `all`.
+    pub gpu: String,
+    /// A mode, or `all`.
+    pub mode: String,
+    pub metrics: Metrics,
 }
 
 #[cfg(test)]

@@ -1,11 +1,12 @@
-//! `/v1/predict`: pairs to encoded rows (both directions), one forward pass, rows to predictions.
+//! A prediction request to predictions: pairs to encoded rows (both directions), one forward
+//! pass, rows to predictions. The server's `/v1/predict` and the in-process predictor both call it.
 
 use duet_core::api::{JobRef, PredictRequest, Prediction};
-use duet_trainer::model::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS};
 
-use crate::error::Failure;
-use crate::model::LoadedModel;
-use crate::registry::{Registry, not_found};
+use crate::error::ModelError;
+use crate::loaded::LoadedModel;
+use crate::network::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS};
+use crate::registry::Registry;
 
 /// Encodes every pair of `request` twice, `(a, b)` then `(b, a)`, for `model`; checks every
 /// field first, so a bad pair fails the request before any work is done.
@@ -14,7 +15,7 @@ pub fn encode(
     registry: &Registry,
     request: &PredictRequest,
     default_gpu: Option<&str>,
-) -> Result<Vec<f32>, Failure> {
+) -> Result<Vec<f32>, ModelError> {
     encode_pairs(
         model,
         registry,
@@ -31,7 +32,7 @@ pub fn encode_pairs(
     request: &PredictRequest,
     range: std::ops::Range<usize>,
     default_gpu: Option<&str>,
-) -> Result<Vec<f32>, Failure> {
+) -> Result<Vec<f32>, ModelError> {
     let spec = &model.meta.spec;
     let width = spec.pair_width();
     let job_width = spec.job_width();
@@ -52,7 +53,7 @@ pub fn encode_pairs(
             .or(default_gpu)
             .or(model_gpu)
             .ok_or_else(|| {
-                Failure::field(
+                ModelError::field(
                     field("gpu"),
                     format!(
                         "no device: give `gpu` in the pair or the request (the model knows {})",
@@ -61,7 +62,7 @@ pub fn encode_pairs(
                 )
             })?;
         if !model.knows_mode(pair.mode) {
-            return Err(Failure::field(
+            return Err(ModelError::field(
                 field("mode"),
                 format!(
                     "the model was not trained on mode `{}`; it knows {}",
@@ -74,7 +75,7 @@ pub fn encode_pairs(
             if let Some(s) = share
                 && !(s > 0.0 && s <= 100.0)
             {
-                return Err(Failure::field(
+                return Err(ModelError::field(
                     field(name),
                     format!("share {s} is outside (0, 100]"),
                 ));
@@ -110,14 +111,14 @@ fn job<'a>(
     gpu: &str,
     (pair, side): (usize, &str),
     scratch: &'a mut Vec<f32>,
-) -> Result<&'a [f32], Failure> {
+) -> Result<&'a [f32], ModelError> {
     // Only an error needs the field's path.
     let field = || format_field(pair, side);
     match (&job.workload, &job.features) {
         (Some(id), None) => {
             let entry = registry
                 .get(id)
-                .ok_or_else(|| not_found(id, &format!("{}.workload", field())))?;
+                .ok_or_else(|| ModelError::not_found(id, format!("{}.workload", field())))?;
             if let Some(encoded) = entry.encoded(gpu) {
                 return Ok(encoded);
             }
@@ -126,8 +127,8 @@ fn job<'a>(
                 let why = model
                     .job_features(features, &format!("workload `{id}` profile `{gpu}`"))
                     .err()
-                    .map_or_else(String::new, |f| f.error);
-                return Err(Failure::field(
+                    .map_or_else(String::new, |f| f.message);
+                return Err(ModelError::field(
                     format!("{}.workload", field()),
                     format!(
                         "workload `{id}`'s profile on `{gpu}` does not fit the loaded model: {why}"
@@ -141,7 +142,7 @@ fn job<'a>(
                 .keys()
                 .map(String::as_str)
                 .collect();
-            Err(Failure::field(
+            Err(ModelError::field(
                 format!("{}.workload", field()),
                 format!(
                     "workload `{id}` has no profile on `{gpu}`; it has {}",
@@ -155,7 +156,7 @@ fn job<'a>(
             model.meta.spec.encode_job(&parsed, scratch);
             Ok(scratch)
         }
-        _ => Err(Failure::field(
+        _ => Err(ModelError::field(
             field(),
             "give exactly one of `workload` (a registered id) or `features`",
         )),
@@ -192,4 +193,19 @@ pub fn predictions(outputs: &[f32]) -> Vec<Prediction> {
             }
         })
         .collect()
+}
+
+/// Every prediction of `request`, in the order of its pairs: encode, run, decode.
+pub fn predict(
+    model: &LoadedModel,
+    registry: &Registry,
+    request: &PredictRequest,
+    default_gpu: Option<&str>,
+) -> Result<Vec<Prediction>, ModelError> {
+    let inputs = encode(model, registry, request, default_gpu)?;
+    let outputs = model
+        .engine
+        .run(inputs)
+        .map_err(|e| ModelError::internal(format!("inference failed: {e}")))?;
+    Ok(predictions(&outputs))
 }

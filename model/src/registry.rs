@@ -1,100 +1,27 @@
-//! The workload registry: solo profiles by id, so the pricing loop sends ids instead of
-//! features.
+//! The workload registry in memory: solo profiles by id, so the pricing loop sends ids instead
+//! of features.
 //!
 //! It starts with the workloads of the model's training datasets (`source: dataset:<name>`);
-//! clients add, replace and delete entries (`source: client`). Client writes and deletions go to
-//! an SQLite database first and to memory second, so a restart keeps every acknowledged write.
-//! Each entry keeps its profiles encoded for the loaded model; a reload re-encodes them all.
+//! clients add, replace and delete entries (`source: client`). Each entry keeps its profiles
+//! encoded for the loaded model; a reload re-encodes them all. Where client entries are stored
+//! durably is the caller's business: the server writes them to its store before it calls `put`
+//! or `delete` here.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use duet_core::Dataset;
 use duet_core::api::{FeatureInput, RegisteredWorkload, WorkloadBody};
 use duet_core::dataset::FeatureValue;
-use duet_trainer::features::SOLO_THROUGHPUT;
-use rusqlite::Connection;
 
-use crate::error::Failure;
-use crate::model::LoadedModel;
+use crate::encoding::SOLO_THROUGHPUT;
+use crate::error::ModelError;
+use crate::loaded::LoadedModel;
 
 pub const SOURCE_CLIENT: &str = "client";
 
 /// The longest workload id accepted.
-const MAX_ID: usize = 200;
-
-/// Durable client writes: `workloads(id, body)`, a NULL body marking a deleted dataset workload.
-#[derive(Debug)]
-pub struct Store {
-    path: PathBuf,
-    conn: Mutex<Connection>,
-}
-
-impl Store {
-    pub fn open(path: &Path) -> Result<Store, String> {
-        let fail = |e: rusqlite::Error| format!("{}: {e}", path.display());
-        let conn = Connection::open(path).map_err(fail)?;
-        conn.execute_batch(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;
-             CREATE TABLE IF NOT EXISTS workloads (id TEXT PRIMARY KEY, body TEXT);",
-        )
-        .map_err(fail)?;
-        Ok(Store {
-            path: path.to_path_buf(),
-            conn: Mutex::new(conn),
-        })
-    }
-
-    /// Every stored entry: `Some(body)` registered, `None` deleted.
-    pub fn entries(&self) -> Result<Vec<(String, Option<WorkloadBody>)>, String> {
-        let fail = |e: rusqlite::Error| format!("{}: {e}", self.path.display());
-        let conn = self.conn.lock().map_err(|_| "registry lock poisoned")?;
-        let mut stmt = conn
-            .prepare("SELECT id, body FROM workloads ORDER BY id")
-            .map_err(fail)?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
-            })
-            .map_err(fail)?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (id, body) = row.map_err(fail)?;
-            let body = match body {
-                Some(text) => Some(
-                    serde_json::from_str(&text)
-                        .map_err(|e| format!("{}: workload `{id}`: {e}", self.path.display()))?,
-                ),
-                None => None,
-            };
-            out.push((id, body));
-        }
-        Ok(out)
-    }
-
-    fn write(&self, id: &str, body: Option<&WorkloadBody>) -> Result<(), String> {
-        let text = body
-            .map(serde_json::to_string)
-            .transpose()
-            .map_err(|e| e.to_string())?;
-        let conn = self.conn.lock().map_err(|_| "registry lock poisoned")?;
-        conn.execute(
-            "INSERT INTO workloads (id, body) VALUES (?1, ?2)
-             ON CONFLICT(id) DO UPDATE SET body = excluded.body",
-            rusqlite::params![id, text],
-        )
-        .map_err(|e| format!("{}: {e}", self.path.display()))?;
-        Ok(())
-    }
-
-    fn forget(&self, id: &str) -> Result<(), String> {
-        let conn = self.conn.lock().map_err(|_| "registry lock poisoned")?;
-        conn.execute("DELETE FROM workloads WHERE id = ?1", [id])
-            .map_err(|e| format!("{}: {e}", self.path.display()))?;
-        Ok(())
-    }
-}
+pub const MAX_ID: usize = 200;
 
 /// One workload with its profiles encoded for the loaded model, by device (a short list: a
 /// scan beats hashing).
@@ -190,20 +117,26 @@ impl Registry {
         all
     }
 
-    /// Registers or replaces `id` after checking it against `model`: durable first.
-    /// Returns whether the id is new.
+    /// Whether `id` is one of the model's dataset workloads (deleting it leaves a tombstone).
+    pub fn is_seed(&self, id: &str) -> bool {
+        self.seeds.contains_key(id)
+    }
+
+    /// Checks `body` for `id` against `model` without changing anything: what `put` would refuse.
+    pub fn check(model: &LoadedModel, id: &str, body: &WorkloadBody) -> Result<(), ModelError> {
+        check_id(id)?;
+        check_body(model, body)
+    }
+
+    /// Registers or replaces `id` after checking it against `model`. Returns whether the id is
+    /// new.
     pub fn put(
         &mut self,
-        store: Option<&Store>,
         model: &LoadedModel,
         id: &str,
         body: WorkloadBody,
-    ) -> Result<bool, Failure> {
-        check_id(id)?;
-        check_body(model, &body)?;
-        if let Some(store) = store {
-            store.write(id, Some(&body)).map_err(internal)?;
-        }
+    ) -> Result<bool, ModelError> {
+        Registry::check(model, id, &body)?;
         let created = !self.entries.contains_key(id);
         let registered = RegisteredWorkload {
             workload: id.to_string(),
@@ -216,21 +149,12 @@ impl Registry {
         Ok(created)
     }
 
-    /// Deletes `id`; a dataset workload stays deleted across restarts.
-    pub fn delete(&mut self, store: Option<&Store>, id: &str) -> Result<(), Failure> {
+    /// Deletes `id`; a dataset workload stays deleted across rebuilds.
+    pub fn delete(&mut self, id: &str) -> Result<(), ModelError> {
         if !self.entries.contains_key(id) {
-            return Err(not_found(id, "workload"));
+            return Err(ModelError::not_found(id, "workload"));
         }
-        let seeded = self.seeds.contains_key(id);
-        if let Some(store) = store {
-            if seeded {
-                store.write(id, None)
-            } else {
-                store.forget(id)
-            }
-            .map_err(internal)?;
-        }
-        if seeded {
+        if self.seeds.contains_key(id) {
             self.client.insert(id.to_string(), None);
         } else {
             self.client.remove(id);
@@ -240,20 +164,7 @@ impl Registry {
     }
 }
 
-pub fn not_found(id: &str, field: &str) -> Failure {
-    Failure::field(field, format!("unknown workload `{id}`"))
-        .with_status(axum::http::StatusCode::NOT_FOUND)
-}
-
-fn internal(message: String) -> Failure {
-    tracing::error!(error = %message, "registry write failed");
-    Failure::new(
-        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-        format!("the registry could not be written: {message}"),
-    )
-}
-
-fn check_id(id: &str) -> Result<(), Failure> {
+fn check_id(id: &str) -> Result<(), ModelError> {
     let ok = !id.is_empty()
         && id.len() <= MAX_ID
         && id
@@ -262,7 +173,7 @@ fn check_id(id: &str) -> Result<(), Failure> {
     if ok {
         Ok(())
     } else {
-        Err(Failure::field(
+        Err(ModelError::field(
             "id",
             format!(
                 "workload id `{id}` must be 1 to {MAX_ID} characters of letters, digits and - _ . : +"
@@ -271,16 +182,16 @@ fn check_id(id: &str) -> Result<(), Failure> {
     }
 }
 
-fn check_body(model: &LoadedModel, body: &WorkloadBody) -> Result<(), Failure> {
+fn check_body(model: &LoadedModel, body: &WorkloadBody) -> Result<(), ModelError> {
     if body.profiles.is_empty() {
-        return Err(Failure::field(
+        return Err(ModelError::field(
             "profiles",
             "no profile: give the solo features measured on at least one device",
         ));
     }
     for (gpu, features) in &body.profiles {
         if gpu.trim().is_empty() {
-            return Err(Failure::field("profiles", "a device name is empty"));
+            return Err(ModelError::field("profiles", "a device name is empty"));
         }
         model.job_features(features, &format!("profiles.{gpu}"))?;
     }

@@ -10,9 +10,9 @@ use burn::module::Module;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use serde::{Deserialize, Serialize};
 
-use crate::eval::MetricsRow;
-use crate::features::FeatureSpec;
-use crate::model::{Mlp, Rng, TrainConfig, TrainOutcome, init};
+use crate::accuracy::MetricsRow;
+use crate::encoding::FeatureSpec;
+use crate::network::{Mlp, Rng, TrainConfig, TrainOutcome, init};
 
 pub const MODEL_JSON: &str = "model.json";
 /// The Burn record of ensemble member `k`, without the extension Burn's recorder adds.

@@ -9,10 +9,10 @@ use std::path::Path;
 use std::str::FromStr;
 use std::sync::{Mutex, OnceLock};
 
+use crate::artifact::ONNX_FILE;
+use crate::network::{Mlp, OUTPUTS, ensemble_forward};
+use crate::onnx;
 use burn::backend::Flex;
-use duet_trainer::artifact::ONNX_FILE;
-use duet_trainer::model::{Mlp, OUTPUTS, ensemble_forward};
-use duet_trainer::onnx;
 use ort::session::Session;
 use ort::value::TensorRef;
 

@@ -3,14 +3,13 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::artifact::{self, ModelMeta};
+use crate::encoding::{IDENTITY, JobFeatures, SOLO_THROUGHPUT};
+use crate::engine::{BurnEngine, Engine, EngineKind, OnnxEngine};
+use crate::error::ModelError;
+use crate::network::OUTPUTS;
 use duet_core::api::{FeatureInput, Features};
 use duet_core::dataset::{FeatureValue, Mode};
-use duet_trainer::artifact::{self, ModelMeta};
-use duet_trainer::features::{IDENTITY, JobFeatures, SOLO_THROUGHPUT};
-use duet_trainer::model::OUTPUTS;
-
-use crate::engine::{BurnEngine, Engine, EngineKind, OnnxEngine};
-use crate::error::Failure;
 
 /// How far the ONNX engine may stray from Burn on the probe batch before a model is refused.
 const ENGINE_AGREEMENT: f32 = 1e-3;
@@ -87,12 +86,16 @@ impl LoadedModel {
     /// A client's features as the model's job features, checked: every feature the model
     /// uses present (`null` where not measured), no unknown name, numbers where numbers belong,
     /// `solo_throughput` a positive number. `field` prefixes the paths of errors.
-    pub fn job_features(&self, features: &Features, field: &str) -> Result<JobFeatures, Failure> {
+    pub fn job_features(
+        &self,
+        features: &Features,
+        field: &str,
+    ) -> Result<JobFeatures, ModelError> {
         let spec = &self.meta.spec;
         let mut job = JobFeatures::new();
         for (name, value) in features {
             if !self.knows_feature(name) {
-                return Err(Failure::field(
+                return Err(ModelError::field(
                     format!("{field}.{name}"),
                     format!(
                         "unknown feature `{name}`; this model knows {}",
@@ -107,13 +110,13 @@ impl LoadedModel {
                 (FeatureInput::Text(v), false) => FeatureValue::Category(Some(v.clone())),
                 (FeatureInput::Null, false) => FeatureValue::Category(None),
                 (FeatureInput::Text(_), true) => {
-                    return Err(Failure::field(
+                    return Err(ModelError::field(
                         format!("{field}.{name}"),
                         format!("`{name}` is numeric: send a number or null"),
                     ));
                 }
                 (FeatureInput::Number(_), false) => {
-                    return Err(Failure::field(
+                    return Err(ModelError::field(
                         format!("{field}.{name}"),
                         format!("`{name}` is categorical: send a string or null"),
                     ));
@@ -124,13 +127,13 @@ impl LoadedModel {
         match job.get(SOLO_THROUGHPUT).and_then(FeatureValue::as_number) {
             Some(v) if v > 0.0 => {}
             Some(v) => {
-                return Err(Failure::field(
+                return Err(ModelError::field(
                     format!("{field}.{SOLO_THROUGHPUT}"),
                     format!("{SOLO_THROUGHPUT} must be positive, got {v}"),
                 ));
             }
             None => {
-                return Err(Failure::field(
+                return Err(ModelError::field(
                     format!("{field}.{SOLO_THROUGHPUT}"),
                     format!(
                         "missing feature `{SOLO_THROUGHPUT}` (iterations per second alone on the \
@@ -141,7 +144,7 @@ impl LoadedModel {
         }
         for name in self.feature_names() {
             if !job.contains_key(&name) {
-                return Err(Failure::field(
+                return Err(ModelError::field(
                     format!("{field}.{name}"),
                     format!("missing feature `{name}` (send null if it was not measured)"),
                 ));

@@ -1,0 +1,59 @@
+//! The default model's predictions on a fixed set of 10,000 pairs (`fixtures/predict-10k.json`,
+//! made by `fixtures/generate.py`: registered ids on every device, inline features with missing
+//! values and unknown categories, an unseen device, shares) hash to the value they had before
+//! the model crate was split out of the trainer and the server. A change of the encoding, the
+//! network or the decoding changes the hash; retraining the default model does too, and then
+//! the new hash is written here with the reason.
+
+use std::path::PathBuf;
+
+use duet_core::api::PredictRequest;
+use duet_core::hash::{FNV_OFFSET, fnv1a};
+use duet_model::{EngineKind, LoadedModel, Registry, predict};
+
+/// FNV-1a 64 of every prediction's fields (f32 bits, little-endian) in request order, computed
+/// with the Burn engine.
+const EXPECTED: &str = "1a0346076dac548b";
+
+fn root() -> PathBuf {
+    PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("..")
+}
+
+#[test]
+fn default_model_predictions_on_10k_pairs_are_bit_identical() {
+    let model = LoadedModel::load(&root().join("models/default"), EngineKind::Burn)
+        .expect("the default model loads");
+    let (registry, warnings) = Registry::build(&model, Default::default());
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let text = std::fs::read(root().join("model/tests/fixtures/predict-10k.json"))
+        .expect("the committed fixture");
+    let request: PredictRequest = serde_json::from_slice(&text).expect("a valid request");
+    assert_eq!(request.pairs.len(), 10_000);
+    let mut hash = FNV_OFFSET;
+    // In parts of 1,000 pairs, as the fixture's hash was first computed.
+    for chunk in request.pairs.chunks(1000) {
+        let part = PredictRequest {
+            pairs: chunk.to_vec(),
+            ..request.clone()
+        };
+        for p in predict::predict(&model, &registry, &part, None).expect("every pair is valid") {
+            for v in [
+                p.feasible_probability,
+                p.speed_a,
+                p.speed_b,
+                p.slowdown_a,
+                p.slowdown_b,
+                p.slowdown_a_p90,
+                p.slowdown_b_p90,
+                p.combined,
+            ] {
+                hash = fnv1a(&v.to_le_bytes(), hash);
+            }
+            hash = fnv1a(&[u8::from(p.feasible)], hash);
+        }
+    }
+    assert_eq!(format!("{hash:016x}"), EXPECTED);
+}

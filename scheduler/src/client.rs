@@ -1,0 +1,89 @@
+//! The one HTTP client of `POST /v1/predict`, used by `duet predict` and by the pricing loop's
+//! remote predictor: keep-alive, an optional bearer token, refused connections and 5xx retried
+//! with back-off, a 4xx reported at once with the server's field.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use duet_core::api::{ApiError, PredictRequest, PredictResponse};
+
+/// A client of one server's `/v1/predict`.
+#[derive(Debug, Clone)]
+pub struct PredictClient {
+    url: String,
+    agent: ureq::Agent,
+    token: Option<String>,
+    attempts: u32,
+    first_backoff: Duration,
+}
+
+impl PredictClient {
+    /// A client of the server at `base` (`http://host:port`); one attempt per call.
+    pub fn new(base: &str, token: Option<String>, timeout: Duration) -> PredictClient {
+        PredictClient {
+            url: format!("{}/v1/predict", base.trim_end_matches('/')),
+            agent: ureq::AgentBuilder::new().timeout(timeout).build(),
+            token,
+            attempts: 1,
+            first_backoff: Duration::from_millis(100),
+        }
+    }
+
+    /// Changes the retry policy: `attempts` tries, waiting `first_backoff`, then twice that ...
+    #[must_use]
+    pub fn with_retries(mut self, attempts: u32, first_backoff: Duration) -> PredictClient {
+        self.attempts = attempts.max(1);
+        self.first_backoff = first_backoff;
+        self
+    }
+
+    /// The full URL it posts to.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// One prediction request; its answer, or an error naming the URL (and the server's field
+    /// for a 4xx).
+    pub fn predict(&self, body: &PredictRequest) -> Result<PredictResponse> {
+        let mut wait = self.first_backoff;
+        let mut last = String::new();
+        for attempt in 1..=self.attempts {
+            let mut call = self.agent.post(&self.url);
+            if let Some(token) = &self.token {
+                call = call.set("Authorization", &format!("Bearer {token}"));
+            }
+            match call.send_json(body) {
+                Ok(response) => {
+                    let text = response
+                        .into_string()
+                        .with_context(|| format!("{}: cannot read the answer", self.url))?;
+                    return serde_json::from_str(&text)
+                        .with_context(|| format!("{}: unexpected answer", self.url));
+                }
+                Err(ureq::Error::Status(code, response)) if code < 500 => {
+                    let message = ApiError::describe(&response.into_string().unwrap_or_default());
+                    bail!("{} answered {code}: {message}", self.url);
+                }
+                Err(ureq::Error::Status(code, response)) => {
+                    last = format!(
+                        "answered {code}: {}",
+                        ApiError::describe(&response.into_string().unwrap_or_default())
+                    );
+                }
+                Err(e) => last = e.to_string(),
+            }
+            if attempt < self.attempts {
+                std::thread::sleep(wait);
+                wait *= 2;
+            }
+        }
+        if self.attempts == 1 {
+            bail!("{}: {last}", self.url)
+        }
+        bail!(
+            "{} unreachable after {} attempts: {last}",
+            self.url,
+            self.attempts
+        )
+    }
+}

@@ -1,0 +1,93 @@
+//! The serving model: what it is, and reloading it.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use crate::auth::{authorize_read, authorize_write};
+use crate::error::{Failure, body_failure, parse_json};
+use crate::routes::health::Health;
+use crate::state::AppState;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/models", get(models))
+        .route("/v1/models/reload", post(reload_route))
+}
+
+/// `GET /v1/models`: the serving model.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ModelInfo {
+    pub name: String,
+    pub version: String,
+    pub engine: String,
+    pub path: String,
+    /// Unix seconds.
+    pub loaded_at: u64,
+    /// `model.json`: feature spec, training data, configuration and metrics per split.
+    #[schema(value_type = Object)]
+    pub meta: serde_json::Value,
+}
+
+#[utoipa::path(get, path = "/v1/models", responses((status = 200, body = Vec<ModelInfo>)))]
+pub async fn models(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<ModelInfo>>, Failure> {
+    authorize_read(&state, &headers)?;
+    let model = state.model()?;
+    let meta = serde_json::to_value(&model.meta)
+        .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(Json(vec![ModelInfo {
+        name: model.meta.name.clone(),
+        version: model.version().to_string(),
+        engine: model.engine.kind().to_string(),
+        path: model.dir.display().to_string(),
+        loaded_at: model.loaded_at,
+        meta,
+    }]))
+}
+
+/// `POST /v1/models/reload`: optional body naming another model of the server's model
+/// repository (`--model-repo`, by default the folder that holds `--model`).
+#[derive(Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReloadRequest {
+    /// The name of a model in the server's model repository (a folder name, never a path); the
+    /// serving model's folder is read again when absent.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+#[utoipa::path(post, path = "/v1/models/reload", request_body = Option<ReloadRequest>, responses(
+    (status = 200, body = Health), (status = 401, body = duet_core::api::ApiError),
+    (status = 422, body = duet_core::api::ApiError, description = "refused; the old model serves")))]
+pub async fn reload_route(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Health>, Failure> {
+    authorize_write(&state, &headers)?;
+    let body = body.map_err(|e| body_failure(&e, state.config.max_body_bytes))?;
+    // No body, `null` and `{}` all mean "read the serving model's folder again".
+    let request: ReloadRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        ReloadRequest::default()
+    } else {
+        parse_json::<Option<ReloadRequest>>(&body)?.unwrap_or_default()
+    };
+    let dir = request
+        .model
+        .map(|name| state.config.resolve_model_name(&name))
+        .transpose()?;
+    let version = state.reload(dir).await?;
+    Ok(Json(Health {
+        status: "reloaded".into(),
+        model_version: Some(version),
+    }))
+}

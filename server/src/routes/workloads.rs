@@ -1,0 +1,91 @@
+//! The workload registry: list, get, register or replace, delete.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use duet_core::api::{RegisteredWorkload, WorkloadBody};
+
+use crate::auth::{authorize_read, authorize_write};
+use crate::error::{Failure, body_failure, parse_json};
+use crate::state::{AppState, not_ready};
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/workloads", get(list_workloads))
+        .route(
+            "/v1/workloads/{id}",
+            get(get_workload).put(put_workload).delete(delete_workload),
+        )
+}
+
+#[utoipa::path(get, path = "/v1/workloads", responses((status = 200, body = Vec<RegisteredWorkload>)))]
+pub async fn list_workloads(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<RegisteredWorkload>>, Failure> {
+    authorize_read(&state, &headers)?;
+    let guard = state.read()?;
+    let serving = guard.as_ref().ok_or_else(not_ready)?;
+    Ok(Json(serving.registry.list().into_iter().cloned().collect()))
+}
+
+#[utoipa::path(get, path = "/v1/workloads/{id}", responses(
+    (status = 200, body = RegisteredWorkload), (status = 404, body = duet_core::api::ApiError)))]
+pub async fn get_workload(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<RegisteredWorkload>, Failure> {
+    authorize_read(&state, &headers)?;
+    let guard = state.read()?;
+    let serving = guard.as_ref().ok_or_else(not_ready)?;
+    serving
+        .registry
+        .get(&id)
+        .map(|e| Json(e.registered.clone()))
+        .ok_or_else(|| duet_model::ModelError::not_found(&id, "id").into())
+}
+
+#[utoipa::path(put, path = "/v1/workloads/{id}", request_body = WorkloadBody, responses(
+    (status = 200, body = RegisteredWorkload, description = "replaced"),
+    (status = 201, body = RegisteredWorkload, description = "registered"),
+    (status = 401, body = duet_core::api::ApiError),
+    (status = 422, body = duet_core::api::ApiError)))]
+pub async fn put_workload(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Failure> {
+    authorize_write(&state, &headers)?;
+    let body = body.map_err(|e| body_failure(&e, state.config.max_body_bytes))?;
+    let body: WorkloadBody = parse_json(&body)?;
+    let (created, registered) = state.put_workload(&id, body)?;
+    tracing::info!(workload = %id, created, "workload registered");
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(registered)).into_response())
+}
+
+#[utoipa::path(delete, path = "/v1/workloads/{id}", responses(
+    (status = 204), (status = 401, body = duet_core::api::ApiError),
+    (status = 404, body = duet_core::api::ApiError)))]
+pub async fn delete_workload(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<StatusCode, Failure> {
+    authorize_write(&state, &headers)?;
+    state.delete_workload(&id)?;
+    tracing::info!(workload = %id, "workload deleted");
+    Ok(StatusCode::NO_CONTENT)
+}
