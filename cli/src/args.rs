@@ -156,6 +156,11 @@ pub struct TrainArgs {
     /// Seed of every random choice: the same seed gives the same model and metrics.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
+    /// Repeat the evaluation with each of these seeds (comma-separated: other folds, calibration
+    /// hold-outs and initial weights) and report every metric's mean and standard deviation; the
+    /// shipped networks use the first. Replaces --seed.
+    #[arg(long, value_delimiter = ',', conflicts_with = "seed")]
+    pub seeds: Vec<u64>,
     /// Hidden layer widths, comma-separated.
     #[arg(long, default_value = "64,64", value_delimiter = ',')]
     pub hidden: Vec<usize>,

@@ -36,6 +36,12 @@ pub fn run(args: TrainArgs) -> Result<()> {
     if args.max_epochs == 0 {
         bail!("--max-epochs: must be at least 1");
     }
+    let mut distinct = args.seeds.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != args.seeds.len() {
+        bail!("--seeds: each seed once (a repeated seed repeats the same folds and weights)");
+    }
     let config = TrainConfig {
         hidden: args.hidden,
         max_epochs: args.max_epochs,
@@ -43,7 +49,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         device,
         learning_rate: args.learning_rate,
         patience: args.patience,
-        seed: args.seed,
+        seed: args.seeds.first().copied().unwrap_or(args.seed),
         ..TrainConfig::default()
     };
     let name = args.name.unwrap_or_else(|| {
@@ -56,6 +62,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         out: args.out,
         name,
         config,
+        seeds: args.seeds,
         created: today(),
     };
     let summary = pipeline::run(&options, |line| eprintln!("{line}"))?;
@@ -68,11 +75,23 @@ pub fn run(args: TrainArgs) -> Result<()> {
         .iter()
         .filter(|r| r.gpu == "all" && r.predictor == "mlp")
     {
+        let sd = summary.meta.metrics_sd.iter().find(|s| {
+            (s.split, &s.predictor, &s.gpu, &s.mode) == (r.split, &r.predictor, &r.gpu, &r.mode)
+        });
+        let pm = |f: fn(&duet_model::accuracy::Metrics) -> f64, scale: f64| {
+            sd.map_or(String::new(), |s| {
+                format!(" ± {:.2}", f(&s.metrics) * scale)
+            })
+        };
+        let percent = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:.1}%", x * 100.0));
         println!(
-            "{:<17} MAPE speed {:>6.2}%  Spearman {:.3}",
+            "{:<17} MAPE speed {:>6.2}%{}  Spearman {:.3}  p90 coverage {}  p90/median {:.3}",
             r.split.as_str(),
             r.metrics.mape_speed * 100.0,
-            r.metrics.spearman
+            pm(|m| m.mape_speed, 100.0),
+            r.metrics.spearman,
+            percent(r.metrics.p90_coverage),
+            r.metrics.p90_width.unwrap_or(f64::NAN),
         );
     }
     println!(

@@ -144,6 +144,22 @@ pub struct Prediction {
     pub slowdown_b_p90: f32,
     /// `speed_a + speed_b`: the pair's total normalised throughput (1 = running one job alone).
     pub combined: f32,
+    /// Which calibration of the p90 slowdowns applies: `known` when the model was trained on
+    /// both workloads (both have an identity slot), `new` when at least one is new to it.
+    pub calibration: Calibration,
+}
+
+/// The conformal calibration a prediction's p90 slowdowns come from. Each holds its 90% on
+/// held-out pairs grouped the way it is used: `known` on unmeasured pairs of training
+/// workloads, `new` on pairs with a workload left out of training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Calibration {
+    /// Both workloads were in the model's training data.
+    Known,
+    /// At least one workload is new to the model (profiled only alone, or inline features).
+    New,
 }
 
 /// The answer to `POST /v1/predict`.

@@ -39,6 +39,10 @@ pub struct Metrics {
     pub feasibility_accuracy: Option<f64>,
     /// Share of feasible rows whose measured slowdown is at or below the predicted p90 slowdown.
     pub p90_coverage: Option<f64>,
+    /// Mean over feasible rows of the predicted p90 slowdown over the predicted median slowdown:
+    /// how much the p90 costs in width (1 = none). Absent in older files.
+    #[serde(default)]
+    pub p90_width: Option<f64>,
 }
 
 /// An undefined metric (NaN: no rows, or a constant side) is `null` in JSON and NaN again when
@@ -125,6 +129,10 @@ impl Metrics {
             .iter()
             .filter_map(|r| r.feasible.map(|f| (f, r.speed.is_some())))
             .collect();
+        let widths: Vec<f64> = feasible
+            .iter()
+            .filter_map(|(_, r)| r.conservative.map(|c| r.predicted / c))
+            .collect();
         let covered: Vec<bool> = feasible
             .iter()
             .filter_map(|(s, r)| r.conservative.map(|c| *s >= c))
@@ -145,8 +153,78 @@ impl Metrics {
             }),
             p90_coverage: (!covered.is_empty())
                 .then(|| share(covered.iter().filter(|c| **c).count(), covered.len())),
+            p90_width: (!widths.is_empty()).then(|| mean(widths.iter().copied())),
         }
     }
+
+    /// Every metric of `runs` (one per seed, same rows) combined by `f` (mean, standard
+    /// deviation); an optional metric present in some runs only combines the runs that have it.
+    pub fn combine(runs: &[&Metrics], f: fn(&[f64]) -> f64) -> Metrics {
+        let all = |g: fn(&Metrics) -> f64| f(&runs.iter().map(|m| g(m)).collect::<Vec<_>>());
+        let some = |g: fn(&Metrics) -> Option<f64>| {
+            let xs: Vec<f64> = runs.iter().filter_map(|m| g(m)).collect();
+            (!xs.is_empty()).then(|| f(&xs))
+        };
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Metrics {
+            rows: runs.first().map_or(0, |m| m.rows),
+            mape_speed: all(|m| m.mape_speed),
+            mape_slowdown: all(|m| m.mape_slowdown),
+            mae_speed: all(|m| m.mae_speed),
+            spearman: all(|m| m.spearman),
+            precision_at_08: all(|m| m.precision_at_08),
+            recall_at_08: all(|m| m.recall_at_08),
+            feasibility_accuracy: some(|m| m.feasibility_accuracy),
+            p90_coverage: some(|m| m.p90_coverage),
+            p90_width: some(|m| m.p90_width),
+        }
+    }
+}
+
+/// Mean of `xs` (NaN when empty or any is NaN).
+pub fn mean_of(xs: &[f64]) -> f64 {
+    mean(xs.iter().copied())
+}
+
+/// Sample standard deviation of `xs` (n - 1; 0 for a single value, NaN when empty).
+pub fn sd_of(xs: &[f64]) -> f64 {
+    match xs.len() {
+        0 => f64::NAN,
+        1 => 0.0,
+        n => {
+            let m = mean_of(xs);
+            #[allow(clippy::cast_precision_loss)]
+            let var = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1) as f64;
+            var.sqrt()
+        }
+    }
+}
+
+/// The metrics tables of several seeds (same rows in the same order) as their mean and their
+/// standard deviation; `None` when the tables do not list the same rows.
+pub fn mean_and_sd(tables: &[Vec<MetricsRow>]) -> Option<(Vec<MetricsRow>, Vec<MetricsRow>)> {
+    let first = tables.first()?;
+    let key = |r: &MetricsRow| (r.split, r.predictor.clone(), r.gpu.clone(), r.mode.clone());
+    if tables
+        .iter()
+        .any(|t| t.len() != first.len() || t.iter().zip(first).any(|(a, b)| key(a) != key(b)))
+    {
+        return None;
+    }
+    let combined = |f: fn(&[f64]) -> f64| -> Vec<MetricsRow> {
+        first
+            .iter()
+            .enumerate()
+            .map(|(k, row)| MetricsRow {
+                metrics: Metrics::combine(
+                    &tables.iter().map(|t| &t[k].metrics).collect::<Vec<_>>(),
+                    f,
+                ),
+                ..row.clone()
+            })
+            .collect()
+    };
+    Some((combined(mean_of), combined(sd_of)))
 }
 
 /// The evaluation splits `model.json`'s metrics table reports.
@@ -208,6 +286,28 @@ mod tests {
         assert_eq!(m.feasibility_accuracy, Some(1.0));
         // coverage: 0.5 >= 0.54? no; 1.0 >= 0.81 yes; 0.9 >= 0.63 yes
         assert!((m.p90_coverage.expect("coverage") - 2.0 / 3.0).abs() < 1e-12);
+        // every conservative speed is 0.9 of the predicted one
+        assert!((m.p90_width.expect("width") - 1.0 / 0.9).abs() < 1e-12);
+    }
+
+    #[test]
+    fn mean_and_sd_across_seeds() {
+        let table = |speeds: [f64; 2]| {
+            vec![MetricsRow {
+                split: Split::Random,
+                predictor: "mlp".into(),
+                gpu: "all".into(),
+                mode: "all".into(),
+                metrics: Metrics::of(&[row(speeds[0], 0.5), row(speeds[1], 0.5)]),
+            }]
+        };
+        // MAPE 0 (speeds = predicted) and MAPE 1 (speeds 0.25)
+        let (mean, sd) = mean_and_sd(&[table([0.5, 0.5]), table([0.25, 0.25])]).expect("same rows");
+        assert!((mean[0].metrics.mape_speed - 0.5).abs() < 1e-12);
+        assert!((sd[0].metrics.mape_speed - 0.5f64.sqrt()).abs() < 1e-12);
+        let mut other = table([0.5, 0.5]);
+        other[0].gpu = "k80".into();
+        assert!(mean_and_sd(&[table([0.5, 0.5]), other]).is_none());
     }
 
     #[test]

@@ -11,6 +11,7 @@ use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder};
 use serde::{Deserialize, Serialize};
 
 use crate::accuracy::MetricsRow;
+use crate::calibration::Calibration;
 use crate::encoding::FeatureSpec;
 use crate::network::{Mlp, Rng, TrainConfig, TrainOutcome, init};
 
@@ -58,7 +59,33 @@ pub struct ModelMeta {
     /// How training ended, per ensemble member.
     pub training: Vec<TrainOutcome>,
     pub folds: std::collections::BTreeMap<String, usize>,
+    /// Mean over the evaluation's seeds (one seed: its values).
     pub metrics: Vec<MetricsRow>,
+    /// The shifts of the p90 slowdown per kind of pair, applied at prediction time. Absent in a
+    /// `model.json` from before them: both 0, as that model's conservative head already
+    /// carries its single shift (so old folders still load and predict as before).
+    #[serde(default)]
+    pub calibration: Calibration,
+    /// Where the metrics come from: the protocol, seeds and split definitions. Absent in older
+    /// files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluation: Option<EvaluationInfo>,
+    /// Standard deviation of every metric across the evaluation's seeds (same rows as
+    /// `metrics`); empty with a single seed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics_sd: Vec<MetricsRow>,
+}
+
+/// What `model.json`'s metrics are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvaluationInfo {
+    /// How the numbers were produced.
+    pub protocol: String,
+    /// The seeds of the evaluation: each draws its own folds, calibration hold-outs and initial
+    /// weights. The shipped networks are trained with the first.
+    pub seeds: Vec<u64>,
+    /// Split name -> how its folds are formed.
+    pub splits: std::collections::BTreeMap<String, String>,
 }
 
 pub use duet_core::hash::{FNV_OFFSET, fnv1a};

@@ -9,13 +9,15 @@
 //! - `loaded`: a model loaded, probed and ready to answer;
 //! - `registry`: the workload registry in memory, encoded for the loaded model;
 //! - `predict`: a `PredictRequest` to predictions (encode, run, decode);
-//! - `accuracy`: the accuracy measures and `model.json`'s metrics table.
+//! - `accuracy`: the accuracy measures and `model.json`'s metrics table;
+//! - `calibration`: the two split-conformal shifts of the p90 slowdown (known, new workloads).
 //!
 //! It knows nothing of HTTP, training loops or where registrations are stored: its errors are
 //! plain values (`ModelError`) that the server maps to HTTP.
 
 pub mod accuracy;
 pub mod artifact;
+pub mod calibration;
 pub mod encoding;
 pub mod engine;
 pub mod error;

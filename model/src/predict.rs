@@ -1,7 +1,10 @@
 //! A prediction request to predictions: pairs to encoded rows (both directions), one forward
 //! pass, rows to predictions. The server's `/v1/predict` and the in-process predictor both call it.
 
-use duet_core::api::{JobRef, PredictRequest, Prediction};
+use duet_core::api::{Calibration, JobRef, PredictRequest, Prediction};
+
+use crate::calibration::Calibration as CalibrationShifts;
+use crate::encoding::FeatureSpec;
 
 use crate::error::ModelError;
 use crate::loaded::LoadedModel;
@@ -167,11 +170,35 @@ fn format_field(pair: usize, side: &str) -> String {
     format!("pairs[{pair}].{side}")
 }
 
-/// Predictions from the engine's outputs for the rows `encode` built.
-pub fn predictions(outputs: &[f32]) -> Vec<Prediction> {
+/// The calibration of each pair of rows `encode` built (one per pair, from its `(a, b)` row):
+/// its kind (`known` when the encoder set an identity slot for both jobs) and the shift of its
+/// kind on its device. Call it before the engine takes the inputs.
+pub fn kinds(
+    spec: &FeatureSpec,
+    calibration: &CalibrationShifts,
+    inputs: &[f32],
+) -> Vec<(Calibration, f64)> {
+    let width = spec.pair_width();
+    if width == 0 {
+        return Vec::new();
+    }
+    inputs
+        .chunks_exact(2 * width)
+        .map(|rows| {
+            let row = &rows[..width];
+            let kind = spec.calibration_kind(row);
+            (kind, calibration.shift(kind, spec.row_gpu(row)))
+        })
+        .collect()
+}
+
+/// Predictions from the engine's outputs for the rows `encode` built, with each pair's p90
+/// slowdowns shifted by its calibration (`kinds`, one per pair).
+pub fn predictions(kinds: &[(Calibration, f64)], outputs: &[f32]) -> Vec<Prediction> {
     outputs
         .chunks_exact(2 * OUTPUTS)
-        .map(|rows| {
+        .zip(kinds)
+        .map(|(rows, &(kind, shift))| {
             let (ab, ba) = rows.split_at(OUTPUTS);
             let speed_a = f64::from(ab[OUT_LOG_SPEED]).exp();
             let speed_b = f64::from(ba[OUT_LOG_SPEED]).exp();
@@ -187,9 +214,10 @@ pub fn predictions(outputs: &[f32]) -> Vec<Prediction> {
                 speed_b: single(speed_b),
                 slowdown_a: single(1.0 / speed_a),
                 slowdown_b: single(1.0 / speed_b),
-                slowdown_a_p90: single((-f64::from(ab[OUT_LOG_SPEED_P10])).exp()),
-                slowdown_b_p90: single((-f64::from(ba[OUT_LOG_SPEED_P10])).exp()),
+                slowdown_a_p90: single((shift - f64::from(ab[OUT_LOG_SPEED_P10])).exp()),
+                slowdown_b_p90: single((shift - f64::from(ba[OUT_LOG_SPEED_P10])).exp()),
                 combined: single(speed_a + speed_b),
+                calibration: kind,
             }
         })
         .collect()
@@ -203,9 +231,10 @@ pub fn predict(
     default_gpu: Option<&str>,
 ) -> Result<Vec<Prediction>, ModelError> {
     let inputs = encode(model, registry, request, default_gpu)?;
+    let kinds = kinds(&model.meta.spec, &model.meta.calibration, &inputs);
     let outputs = model
         .engine
         .run(inputs)
         .map_err(|e| ModelError::internal(format!("inference failed: {e}")))?;
-    Ok(predictions(&outputs))
+    Ok(predictions(&kinds, &outputs))
 }

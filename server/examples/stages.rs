@@ -66,14 +66,16 @@ fn main() {
             let guard = state.serving.read().expect("lock");
             let s = guard.as_ref().expect("loaded");
             let inputs = predict::encode(&s.model, &s.registry, &request, None).expect("encode");
-            (s.model.clone(), inputs)
+            let kinds = predict::kinds(&s.model.meta.spec, &s.model.meta.calibration, &inputs);
+            (s.model.clone(), (inputs, kinds))
         };
         let s2 = Instant::now();
+        let (inputs, kinds) = inputs;
         let outputs = model.engine.run(inputs).expect("run");
         let s3 = Instant::now();
         let response = PredictResponse {
             model_version: model.version().to_string(),
-            predictions: predict::predictions(&outputs),
+            predictions: predict::predictions(&kinds, &outputs),
         };
         let s4 = Instant::now();
         let bytes = serde_json::to_vec(&response).expect("json");

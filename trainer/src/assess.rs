@@ -129,12 +129,19 @@ pub fn evaluate(model_dir: &Path, data: &[PathBuf]) -> Result<Report, PipelineEr
         spec: meta.spec.clone(),
         nets,
         outcomes: meta.training.clone(),
+        calibration: meta.calibration.clone(),
     };
     let rows: Vec<usize> = (0..corpus.examples.len()).collect();
-    let out = trained.outputs(&corpus, &rows);
+    let batch = corpus.encode(&trained.spec, &rows);
+    let out = trained.forward(&batch.inputs);
     let mut groups: BTreeMap<(String, String), Vec<Scored>> = BTreeMap::new();
     for (k, e) in corpus.examples.iter().enumerate() {
-        let s = mlp_scored(&out[k * OUTPUTS..(k + 1) * OUTPUTS], e.speed);
+        let row = &batch.inputs[k * batch.width..(k + 1) * batch.width];
+        let s = mlp_scored(
+            &out[k * OUTPUTS..(k + 1) * OUTPUTS],
+            e.speed,
+            trained.shift(row),
+        );
         for key in eval::metric_groups(e) {
             groups.entry(key).or_default().push(s);
         }

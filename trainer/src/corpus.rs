@@ -1,16 +1,17 @@
 //! The training corpus: datasets loaded as directed examples with every job's raw features, and
 //! what training on a subset of its rows produces (a feature spec fitted on those rows, the
-//! ensemble, its conservative head calibrated on held-out rows).
+//! ensemble, and the split-conformal shifts of its conservative output, fitted on rows no member
+//! trained or stopped on).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use burn::backend::{Autodiff, Flex};
 use duet_core::dataset::Dataset;
+use duet_model::calibration::{ALPHA, Calibration, Offset, Shifts, conformal_shift};
 use duet_model::encoding::{FeatureSpec, IDENTITY, JobFeatures, job_features};
 use duet_model::network::{
-    CONSERVATIVE_QUANTILE, Mlp, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig, TrainDevice,
-    TrainOutcome, ensemble_forward, forward,
+    Mlp, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig, TrainDevice, TrainOutcome, ensemble_forward,
 };
 
 use crate::rows::{Example, examples};
@@ -85,9 +86,87 @@ impl Corpus {
         batch
     }
 
-    /// Fits the feature spec and the MLP on `rows`, holding out a share of their settings for
-    /// early stopping.
+    /// Splits `rows` into calibration rows and the rest (training and early stopping), as
+    /// `train` does with `seed`:
+    ///
+    /// - new-workload calibration: every row touching one of `ceil(15%)` of the workloads
+    ///   (drawn; none when fewer than `MIN_WORKLOADS_FOR_NEW` workloads), so these workloads are
+    ///   absent from the model's spec, exactly like a job it never saw;
+    /// - known-workload calibration: of the remaining rows, those of 10% of the unordered pairs
+    ///   (the same two workloads on every device, mode and share leave together), as an
+    ///   unmeasured pair of known workloads.
+    ///
+    /// Calibration rows are used for nothing else: no member trains or early-stops on them.
+    pub fn calibration_split(&self, rows: &[usize], seed: u64) -> CalibrationSplit {
+        let mut rng = Rng::new(seed ^ 0xCA1B_0A7E);
+        let mut ids: Vec<&str> = rows
+            .iter()
+            .flat_map(|&i| [self.examples[i].a.as_str(), self.examples[i].b.as_str()])
+            .collect::<BTreeSet<&str>>()
+            .into_iter()
+            .collect();
+        rng.shuffle(&mut ids);
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let held = if ids.len() >= MIN_WORKLOADS_FOR_NEW {
+            ((ids.len() as f64) * CALIBRATION_WORKLOADS).ceil() as usize
+        } else {
+            0
+        };
+        let held: BTreeSet<String> = ids.iter().take(held).map(|s| s.to_string()).collect();
+        let (new, rest): (Vec<usize>, Vec<usize>) = rows.iter().partition(|&&i| {
+            let e = &self.examples[i];
+            held.contains(&e.a) || held.contains(&e.b)
+        });
+        let mut pairs: Vec<usize> = rest
+            .iter()
+            .map(|&i| self.examples[i].pair)
+            .collect::<BTreeSet<usize>>()
+            .into_iter()
+            .collect();
+        rng.shuffle(&mut pairs);
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let known_pairs = ((pairs.len() as f64) * CALIBRATION_PAIRS).ceil() as usize;
+        // Never all of them: training needs rows.
+        let known_pairs: BTreeSet<usize> = pairs
+            .into_iter()
+            .take(known_pairs.min(rest.len().saturating_sub(1) / 2))
+            .collect();
+        let (known, train): (Vec<usize>, Vec<usize>) = rest
+            .into_iter()
+            .partition(|&i| known_pairs.contains(&self.examples[i].pair));
+        CalibrationSplit {
+            held_workloads: held,
+            known_pairs: known_pairs.len(),
+            calibration: new.into_iter().chain(known).collect(),
+            train,
+        }
+    }
+
+    /// Calibrates, then refits: an ensemble trained on `rows` minus the calibration rows gives
+    /// the conformal shifts (scored on those rows, which none of its members trained or
+    /// early-stopped on); the returned ensemble is then refitted on all of `rows` with the same
+    /// configuration and carries those shifts. The refit sees more data than the calibrated
+    /// ensemble, so its errors are no larger in expectation; the cross-validated coverage
+    /// (`eval`) measures this whole procedure on rows neither stage saw.
     pub fn train(&self, rows: &[usize], config: &TrainConfig) -> Result<Trained, TrainError> {
+        let split = self.calibration_split(rows, config.seed);
+        let calibration = self.calibrate(&self.fit_ensemble(&split.train, config)?, &split);
+        let mut trained = self.fit_ensemble(rows, config)?;
+        trained.calibration = calibration;
+        Ok(trained)
+    }
+
+    /// Fits the feature spec and the ensemble on `rows`, each member holding out its own share
+    /// of the settings for early stopping; no calibration.
+    fn fit_ensemble(&self, rows: &[usize], config: &TrainConfig) -> Result<Trained, TrainError> {
         let spec = self.fit_spec(rows);
         let settings: BTreeSet<usize> = rows.iter().map(|&i| self.examples[i].setting).collect();
         let settings: Vec<usize> = settings.into_iter().collect();
@@ -119,15 +198,152 @@ impl Corpus {
                 }
                 TrainDevice::Cuda(index) => fit_cuda(&train, &validation, &member_config, index)?,
             };
-            nets.push(calibrate(net, &validation));
+            nets.push(net);
             outcomes.push(outcome);
         }
         Ok(Trained {
             spec,
             nets,
             outcomes,
+            calibration: Calibration::default(),
         })
     }
+
+    /// The two split-conformal shifts of `trained`'s conservative output, from the ensemble's
+    /// scores on the calibration rows, each row counted in the kind the encoder gives it (both
+    /// identity slots set: known). A kind with too few rows for the finite-sample quantile
+    /// borrows the other's shift (new from known: a lower bound, said in `fallback`).
+    fn calibrate(&self, trained: &Trained, split: &CalibrationSplit) -> Calibration {
+        let batch = self.encode(&trained.spec, &split.calibration);
+        let out = trained.forward(&batch.inputs);
+        // (device, kind) -> scores; kind 0 known, 1 new
+        let mut scores: BTreeMap<(String, usize), Vec<f64>> = BTreeMap::new();
+        for (k, &i) in split.calibration.iter().enumerate() {
+            let e = &self.examples[i];
+            let Some(speed) = e.speed else {
+                continue;
+            };
+            let row = &batch.inputs[k * batch.width..(k + 1) * batch.width];
+            let kind = usize::from(!trained.spec.pair_known(row));
+            scores
+                .entry((e.gpu.clone(), kind))
+                .or_default()
+                .push(f64::from(out[k * OUTPUTS + OUT_LOG_SPEED_P10]) - speed.ln());
+        }
+        let pooled = |kind: usize| -> Vec<f64> {
+            scores
+                .iter()
+                .filter(|((_, k), _)| *k == kind)
+                .flat_map(|(_, v)| v.iter().copied())
+                .collect()
+        };
+        let groups = [split.known_pairs, split.held_workloads.len()];
+        let pair = |known: &[f64], new: &[f64]| {
+            let mut known = offset(known, groups[0]);
+            let mut new = offset(new, groups[1]);
+            borrow(&mut known, &mut new);
+            Shifts { known, new }
+        };
+        let overall = pair(&pooled(0), &pooled(1));
+        let gpus: BTreeSet<&String> = scores.keys().map(|(g, _)| g).collect();
+        let by_device = if gpus.len() > 1 {
+            gpus.into_iter()
+                .map(|gpu| {
+                    let get = |kind| {
+                        scores
+                            .get(&(gpu.clone(), kind))
+                            .cloned()
+                            .unwrap_or_default()
+                    };
+                    let mut d = pair(&get(0), &get(1));
+                    // A device too thin for its own bound uses the pooled one.
+                    for (mine, all) in [(&mut d.known, &overall.known), (&mut d.new, &overall.new)]
+                    {
+                        if mine.fallback.is_some() {
+                            mine.shift = all.shift;
+                            mine.fallback = Some(format!(
+                                "{} calibration rows on this device; uses all devices' shift",
+                                mine.rows
+                            ));
+                        }
+                    }
+                    (gpu.clone(), d)
+                })
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        Calibration {
+            known: overall.known,
+            new: overall.new,
+            by_device,
+        }
+    }
+}
+
+/// The conformal offset of `scores` (NaN shift when too few rows).
+fn offset(scores: &[f64], groups: usize) -> Offset {
+    Offset {
+        shift: conformal_shift(scores, ALPHA).unwrap_or(f64::NAN),
+        rows: scores.len(),
+        groups,
+        fallback: None,
+    }
+}
+
+/// A kind too thin for a finite bound borrows the other kind's shift (or, both thin, stays
+/// uncalibrated at 0), saying so in `fallback`.
+fn borrow(known: &mut Offset, new: &mut Offset) {
+    let too_few = |o: &Offset| {
+        format!(
+            "{} calibration rows, fewer than the {} a finite 90% bound needs",
+            o.rows,
+            min_rows()
+        )
+    };
+    match (known.shift.is_finite(), new.shift.is_finite()) {
+        (true, true) => {}
+        (true, false) => {
+            new.fallback = Some(format!("{}; uses the known-workload shift", too_few(new)));
+            new.shift = known.shift;
+        }
+        (false, true) => {
+            known.fallback = Some(format!("{}; uses the new-workload shift", too_few(known)));
+            known.shift = new.shift;
+        }
+        (false, false) => {
+            for o in [known, new] {
+                o.fallback = Some(format!("{}; uncalibrated (pinball p10)", too_few(o)));
+                o.shift = 0.0;
+            }
+        }
+    }
+}
+
+/// Share of workloads held out for the new-workload calibration.
+pub const CALIBRATION_WORKLOADS: f64 = 0.15;
+/// Share of the remaining unordered pairs held out for the known-workload calibration.
+pub const CALIBRATION_PAIRS: f64 = 0.10;
+/// Fewer workloads than this leave none out for the new-workload calibration (it then borrows
+/// the known one's shift): with so few, holding some out would leave too little to learn from.
+pub const MIN_WORKLOADS_FOR_NEW: usize = 6;
+
+/// Rows the finite-sample quantile needs at `ALPHA`.
+fn min_rows() -> usize {
+    (1..1000)
+        .find(|&n| conformal_shift(&vec![0.0; n], ALPHA).is_some())
+        .unwrap_or(usize::MAX)
+}
+
+/// The rows `train` calibrates on and those it trains and early-stops on.
+#[derive(Debug, Clone)]
+pub struct CalibrationSplit {
+    /// Workloads whose every row went to calibration (absent from the spec).
+    pub held_workloads: BTreeSet<String>,
+    /// Unordered pairs held out for the known-workload calibration.
+    pub known_pairs: usize,
+    pub calibration: Vec<usize>,
+    pub train: Vec<usize>,
 }
 
 #[cfg(feature = "cuda")]
@@ -156,56 +372,6 @@ fn fit_cuda(
     Err(TrainError::NoCuda { index })
 }
 
-/// Shifts the conservative head of `net` so that, on its held-out validation rows, 90% of
-/// measured log speeds lie at or above it (split-conformal calibration). The shift goes into
-/// the output bias, so Burn and the ONNX graph carry it alike.
-fn calibrate(net: Mlp<Flex>, validation: &Batch) -> Mlp<Flex> {
-    let out = forward(
-        &net,
-        &validation.inputs,
-        validation.width,
-        &Default::default(),
-    );
-    let mut residuals: Vec<f64> = (0..validation.rows())
-        .filter(|&r| validation.feasible[r] > 0.0)
-        .map(|r| {
-            f64::from(validation.log_speed[r]) - f64::from(out[r * OUTPUTS + OUT_LOG_SPEED_P10])
-        })
-        .collect();
-    if residuals.len() < 10 {
-        return net;
-    }
-    residuals.sort_by(f64::total_cmp);
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let k = ((residuals.len() as f64) * CONSERVATIVE_QUANTILE).floor() as usize;
-    let shift = residuals[k.min(residuals.len() - 1)];
-    let mut net = net;
-    if let Some(last) = net.layers.last_mut() {
-        let mut bias = last
-            .bias
-            .val()
-            .into_data()
-            .to_vec::<f32>()
-            .unwrap_or_default();
-        if let Some(b) = bias.get_mut(OUT_LOG_SPEED_P10) {
-            #[allow(clippy::cast_possible_truncation)]
-            {
-                *b += shift as f32;
-            }
-            let n = bias.len();
-            last.bias = burn::module::Param::from_tensor(burn::tensor::Tensor::from_data(
-                burn::tensor::TensorData::new(bias, [n]),
-                &Default::default(),
-            ));
-        }
-    }
-    net
-}
-
 /// A job's features as the network sees them: as they are, or with the identity hidden (only
 /// then is a copy needed).
 fn view(job: &JobFeatures, identity: bool) -> Cow<'_, JobFeatures> {
@@ -225,9 +391,18 @@ pub struct Trained {
     /// The ensemble's members.
     pub nets: Vec<Mlp<Flex>>,
     pub outcomes: Vec<TrainOutcome>,
+    /// The conformal shifts of the conservative output, per kind of pair.
+    pub calibration: Calibration,
 }
 
 impl Trained {
+    /// The shift of ln(p10 speed) for an encoded pair row: the calibration of its kind and
+    /// device.
+    pub fn shift(&self, row: &[f32]) -> f64 {
+        self.calibration
+            .shift(self.spec.calibration_kind(row), self.spec.row_gpu(row))
+    }
+
     /// Network outputs for `rows` of the corpus.
     pub fn outputs(&self, corpus: &Corpus, rows: &[usize]) -> Vec<f32> {
         let batch = corpus.encode(&self.spec, rows);

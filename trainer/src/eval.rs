@@ -1,7 +1,8 @@
 //! Honest evaluation: k-fold over three splits, the MLP and every baseline on the same folds.
 //!
 //! - `random`: directed rows in random folds (a pair's mirror may be in training).
-//! - `unseen_pairs`: folds of unordered pair settings; a pair and its mirror leave together.
+//! - `unseen_pairs`: folds of unordered pairs of workloads; a pair leaves with its mirror and
+//!   with its measurements on every other device, mode and share.
 //! - `unseen_workloads`: leave one workload out; test rows touch it, training rows do not (a
 //!   new job that was only profiled alone).
 
@@ -25,12 +26,13 @@ pub const FOLDS: usize = 5;
 /// The predictors every report compares, in table order.
 pub const PREDICTORS: [&str; 5] = ["mlp", "ridge", "low_rank", "utilisation_sum", "constant"];
 
-/// The MLP's prediction for one row from its network outputs `o` (`OUTPUTS` values).
-pub fn mlp_scored(o: &[f32], speed: Option<f64>) -> Scored {
+/// The MLP's prediction for one row from its network outputs `o` (`OUTPUTS` values) and the
+/// conformal shift of the row's kind.
+pub fn mlp_scored(o: &[f32], speed: Option<f64>, shift: f64) -> Scored {
     Scored {
         speed,
         predicted: f64::from(o[OUT_LOG_SPEED]).exp(),
-        conservative: Some(f64::from(o[OUT_LOG_SPEED_P10]).exp()),
+        conservative: Some((f64::from(o[OUT_LOG_SPEED_P10]) - shift).exp()),
         feasible: Some(o[OUT_FEASIBLE_LOGIT] > 0.0),
     }
 }
@@ -41,6 +43,32 @@ pub fn metric_groups(e: &Example) -> [(String, String); 2] {
         (e.gpu.clone(), e.mode.to_string()),
         ("all".to_string(), "all".to_string()),
     ]
+}
+
+/// How each split's folds are formed, for `model.json`.
+pub fn split_definitions() -> BTreeMap<String, String> {
+    [
+        (
+            Split::Random,
+            format!("{FOLDS} folds of directed rows drawn at random (a pair's mirror may train)"),
+        ),
+        (
+            Split::UnseenPairs,
+            format!(
+                "{FOLDS} folds of unordered workload pairs: a pair's rows leave together in both \
+                 orders and on every device, mode and share"
+            ),
+        ),
+        (
+            Split::UnseenWorkloads,
+            "leave one workload out (by id, on every device): test rows touch it, training rows \
+             do not, and the model has no identity slot for it"
+                .to_string(),
+        ),
+    ]
+    .into_iter()
+    .map(|(s, d)| (s.as_str().to_string(), d))
+    .collect()
 }
 
 /// The train and test rows of one fold.
@@ -74,15 +102,15 @@ pub fn folds(split: Split, examples: &[Example], seed: u64) -> Vec<Fold> {
             from_groups(&|i| fold_of[i], FOLDS)
         }
         Split::UnseenPairs => {
-            let settings: BTreeSet<usize> = examples.iter().map(|e| e.setting).collect();
-            let mut order: Vec<usize> = settings.into_iter().collect();
+            let pairs: BTreeSet<usize> = examples.iter().map(|e| e.pair).collect();
+            let mut order: Vec<usize> = pairs.into_iter().collect();
             rng.shuffle(&mut order);
             let fold_of: BTreeMap<usize, usize> = order
                 .iter()
                 .enumerate()
                 .map(|(k, &s)| (s, k % FOLDS))
                 .collect();
-            from_groups(&|i| fold_of[&examples[i].setting], FOLDS)
+            from_groups(&|i| fold_of[&examples[i].pair], FOLDS)
         }
         Split::UnseenWorkloads => {
             let ids: BTreeSet<&str> = examples
@@ -160,7 +188,7 @@ fn score_fold(
         let o = &out[k * OUTPUTS..(k + 1) * OUTPUTS];
         let row = &test_batch.inputs[k * test_batch.width..(k + 1) * test_batch.width];
         let entries = [
-            ("mlp", Some(mlp_scored(o, e.speed))),
+            ("mlp", Some(mlp_scored(o, e.speed, trained.shift(row)))),
             ("ridge", plain(ridge.predict(row).exp())),
             ("low_rank", plain(low_rank.predict(e).exp())),
             (

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use duet_core::dataset::{Dataset, DatasetError};
 
 use crate::corpus::{Corpus, Trained};
-use crate::eval::{Split, evaluate};
+use crate::eval::{Split, evaluate, split_definitions};
+use duet_model::accuracy::mean_and_sd;
 use duet_model::artifact::{
-    self, ArtifactError, FORMAT, ModelMeta, TrainingData, fingerprint, fnv1a,
+    self, ArtifactError, EvaluationInfo, FORMAT, ModelMeta, TrainingData, fingerprint, fnv1a,
 };
 use duet_model::network::{OUT_LOG_SPEED, OUTPUTS, TrainConfig};
 
@@ -22,6 +23,10 @@ pub struct TrainOptions {
     pub out: PathBuf,
     pub name: String,
     pub config: TrainConfig,
+    /// Seeds of the evaluation (each: its own folds, calibration hold-outs and initial weights);
+    /// metrics are their mean and standard deviation. Empty: `config.seed` alone. The shipped
+    /// networks are trained with the first.
+    pub seeds: Vec<u64>,
     /// Date for `model.json`, YYYY-MM-DD.
     pub created: String,
 }
@@ -125,6 +130,12 @@ fn matrix(corpus: &Corpus, trained: &Trained) -> Matrix {
     }
 }
 
+/// What `model.json`'s metrics are, in its `evaluation.protocol`.
+pub const PROTOCOL: &str = "cross-validated: every metric is scored on held-out test rows of \
+per-fold refits (spec, ensemble and both p90 calibrations fitted on the fold's training rows \
+only), never on the shipped networks, which are trained on every row with the first seed; with \
+several seeds, `metrics` is the mean over seeds and `metrics_sd` the sample standard deviation";
+
 /// Trains, evaluates and writes the artifact. `progress` hears one line per step.
 pub fn run(
     options: &TrainOptions,
@@ -135,34 +146,76 @@ pub fn run(
     })?;
     let (datasets, data) = load(&options.data)?;
     let corpus = Corpus::new(datasets);
+    let mut warnings = Vec::new();
     progress(&format!(
         "{} directed rows from {} dataset(s)",
         corpus.examples.len(),
         data.len()
     ));
-    let evaluation = evaluate(&corpus, &options.config, |split: Split, done, total| {
-        progress(&format!("evaluated {} fold {done}/{total}", split.as_str()));
+    let seeds = if options.seeds.is_empty() {
+        vec![options.config.seed]
+    } else {
+        options.seeds.clone()
+    };
+    let mut evaluations = Vec::with_capacity(seeds.len());
+    for &seed in &seeds {
+        let config = TrainConfig {
+            seed,
+            ..options.config.clone()
+        };
+        evaluations.push(evaluate(&corpus, &config, |split: Split, done, total| {
+            progress(&format!(
+                "seed {seed}: evaluated {} fold {done}/{total}",
+                split.as_str()
+            ));
+        })?);
+    }
+    let tables: Vec<_> = evaluations.iter().map(|e| e.table.clone()).collect();
+    let (metrics, metrics_sd) = mean_and_sd(&tables).ok_or_else(|| {
+        PipelineError::Data("the seeds' evaluations scored different groups of rows".into())
     })?;
+    let final_config = TrainConfig {
+        seed: seeds[0],
+        ..options.config.clone()
+    };
     let all: Vec<usize> = (0..corpus.examples.len()).collect();
-    let trained = corpus.train(&all, &options.config)?;
+    let trained = corpus.train(&all, &final_config)?;
+    for (kind, o) in [
+        ("known", &trained.calibration.known),
+        ("new", &trained.calibration.new),
+    ] {
+        progress(&format!(
+            "final model, {kind}-workload calibration: shift {:+.4} from {} rows ({} groups){}",
+            o.shift,
+            o.rows,
+            o.groups,
+            o.fallback
+                .as_ref()
+                .map_or(String::new(), |f| format!("; {f}"))
+        ));
+        if let Some(f) = &o.fallback {
+            warnings.push(format!("{kind}-workload p90 calibration: {f}"));
+        }
+    }
     for (k, o) in trained.outcomes.iter().enumerate() {
         progress(&format!(
             "final model, member {k}: {} epochs, best {}",
             o.epochs, o.best_epoch
         ));
     }
-    let mut warnings: Vec<String> = trained
-        .spec
-        .dropped
-        .iter()
-        .map(|d| format!("feature left out: {d}"))
-        .collect();
+    warnings.extend(
+        trained
+            .spec
+            .dropped
+            .iter()
+            .map(|d| format!("feature left out: {d}")),
+    );
     if trained.spec.numeric.len() + trained.spec.categorical.len() <= 1 {
         warnings.push(
             "only solo throughput describes the jobs; expect weak unseen-workload accuracy".into(),
         );
     }
-    let config_json = serde_json::to_string(&options.config).unwrap_or_default();
+    let config_json = serde_json::to_string(&final_config).unwrap_or_default();
     let mut hash = fnv1a(config_json.as_bytes(), artifact::FNV_OFFSET);
     for d in &data {
         hash = fnv1a(d.fingerprint.as_bytes(), hash);
@@ -180,16 +233,27 @@ pub fn run(
             "ln(p10 speed of a) = -ln(p90 slowdown of a)".to_string(),
             "logit(pair is feasible)".to_string(),
         ],
-        config: options.config.clone(),
+        config: final_config.clone(),
         spec: trained.spec.clone(),
         data,
         training: trained.outcomes.clone(),
-        folds: evaluation.folds.clone(),
-        metrics: evaluation.table.clone(),
+        folds: evaluations[0].folds.clone(),
+        metrics,
+        calibration: trained.calibration.clone(),
+        evaluation: Some(EvaluationInfo {
+            protocol: PROTOCOL.to_string(),
+            seeds: seeds.clone(),
+            splits: split_definitions(),
+        }),
+        metrics_sd: if seeds.len() > 1 {
+            metrics_sd
+        } else {
+            Vec::new()
+        },
     };
     let files = report::render(
         &meta,
-        &evaluation.held_out,
+        &evaluations[0].held_out,
         Some(&matrix(&corpus, &trained)),
     );
     artifact::write(&options.out, &meta, &trained.nets, &files)?;

@@ -23,31 +23,53 @@ fn num(x: f64) -> String {
     }
 }
 
-fn opt_pct(x: Option<f64>) -> String {
-    x.map_or_else(|| "n/a".into(), pct)
+const HEADER: &str = "| split | predictor | device | mode | rows | MAPE speed | MAPE slowdown | MAE speed | Spearman | precision@0.8 | recall@0.8 | feasibility acc. | p90 coverage | p90/median |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+
+/// `value`, and `± sd` in the same unit where several seeds give one.
+fn with_sd(value: f64, sd: Option<f64>, show: fn(f64) -> String) -> String {
+    match sd {
+        Some(sd) if sd.is_finite() && value.is_finite() => {
+            format!("{} ± {}", show(value), show(sd).trim_end_matches('%'))
+        }
+        _ => show(value),
+    }
 }
 
-const HEADER: &str = "| split | predictor | device | mode | rows | MAPE speed | MAPE slowdown | MAE speed | Spearman | precision@0.8 | recall@0.8 | feasibility acc. | p90 coverage |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-
-fn table_row(out: &mut String, r: &MetricsRow) {
+fn table_row(out: &mut String, r: &MetricsRow, sd: Option<&MetricsRow>) {
     let m = &r.metrics;
+    let s = sd.map(|s| &s.metrics);
+    let opt = |v: Option<f64>, d: Option<Option<f64>>, show: fn(f64) -> String| {
+        v.map_or_else(|| "n/a".into(), |v| with_sd(v, d.flatten(), show))
+    };
     let _ = writeln!(
         out,
-        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
         r.split.as_str(),
         r.predictor,
         r.gpu,
         r.mode,
         m.rows,
-        pct(m.mape_speed),
-        pct(m.mape_slowdown),
-        num(m.mae_speed),
-        num(m.spearman),
-        pct(m.precision_at_08),
-        pct(m.recall_at_08),
-        opt_pct(m.feasibility_accuracy),
-        opt_pct(m.p90_coverage),
+        with_sd(m.mape_speed, s.map(|s| s.mape_speed), pct),
+        with_sd(m.mape_slowdown, s.map(|s| s.mape_slowdown), pct),
+        with_sd(m.mae_speed, s.map(|s| s.mae_speed), num),
+        with_sd(m.spearman, s.map(|s| s.spearman), num),
+        with_sd(m.precision_at_08, s.map(|s| s.precision_at_08), pct),
+        with_sd(m.recall_at_08, s.map(|s| s.recall_at_08), pct),
+        opt(
+            m.feasibility_accuracy,
+            s.map(|s| s.feasibility_accuracy),
+            pct
+        ),
+        opt(m.p90_coverage, s.map(|s| s.p90_coverage), pct),
+        opt(m.p90_width, s.map(|s| s.p90_width), num),
     );
+}
+
+/// The standard-deviation row matching `r`, where several seeds were run.
+fn sd_of<'a>(meta: &'a ModelMeta, r: &MetricsRow) -> Option<&'a MetricsRow> {
+    meta.metrics_sd.iter().find(|s| {
+        (s.split, &s.predictor, &s.gpu, &s.mode) == (r.split, &r.predictor, &r.gpu, &r.mode)
+    })
 }
 
 /// A measured-against-predicted matrix for the heatmap figure.
@@ -117,15 +139,57 @@ pub fn render(
             t.epochs, t.best_epoch, t.best_validation_loss
         );
     }
+    let _ = writeln!(
+        md,
+        "\n## p90 calibration\n\nThe p90 slowdown is the network's 10th-percentile speed shifted by a \
+         split-conformal offset (the ceil((n+1)·0.9)-th smallest of n held-out scores), chosen per \
+         pair: `known` when the model has an identity slot for both workloads, `new` otherwise. \
+         Each offset is fitted on rows no ensemble member trained or early-stopped on: `known` on \
+         held-out unordered pairs of training workloads, `new` on every row of workloads held \
+         out of training altogether (so the model has no identity for them).\n\n\
+         | kind | shift of ln p90 slowdown | rows | held-out groups | note |\n|---|---|---|---|---|"
+    );
+    for (kind, o) in [
+        ("known", &meta.calibration.known),
+        ("new", &meta.calibration.new),
+    ] {
+        let _ = writeln!(
+            md,
+            "| {kind} | {:+.4} | {} | {} | {} |",
+            o.shift,
+            o.rows,
+            o.groups,
+            o.fallback.as_deref().unwrap_or("")
+        );
+    }
     let folds: Vec<String> = meta.folds.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(
         md,
         "\n## Accuracy on held-out rows\n\nFolds: {}. Every predictor is fitted on the same training \
          rows and scored on the same held-out rows. MAPE and MAE are over feasible rows; \
          precision and recall are of \"speed >= 0.8\"; p90 coverage is the share of held-out rows \
-         whose measured slowdown is at or below the predicted p90 slowdown (0.9 is calibrated).\n",
+         whose measured slowdown is at or below the predicted p90 slowdown (0.9 is the target); \
+         p90/median is the mean ratio of the predicted p90 slowdown to the predicted median one.\n",
         folds.join(", ")
     );
+    if let Some(e) = &meta.evaluation {
+        let seeds: Vec<String> = e.seeds.iter().map(u64::to_string).collect();
+        let _ = writeln!(
+            md,
+            "Seeds: {}{}. Where the numbers come from: {}.\n",
+            seeds.join(", "),
+            if e.seeds.len() > 1 {
+                " (figures are the mean ± the standard deviation over seeds)"
+            } else {
+                ""
+            },
+            e.protocol
+        );
+        for (split, definition) in &e.splits {
+            let _ = writeln!(md, "- `{split}`: {definition}");
+        }
+        md.push('\n');
+    }
     md.push_str(HEADER);
     for split in Split::ALL {
         for predictor in PREDICTORS {
@@ -134,7 +198,7 @@ pub fn render(
                 .iter()
                 .filter(|r| r.split == split && r.predictor == predictor && r.gpu == "all")
             {
-                table_row(&mut md, r);
+                table_row(&mut md, r, sd_of(meta, r));
             }
         }
     }
@@ -147,7 +211,7 @@ pub fn render(
                 .iter()
                 .filter(|r| r.split == split && r.predictor == predictor && r.gpu != "all")
             {
-                table_row(&mut md, r);
+                table_row(&mut md, r, sd_of(meta, r));
             }
         }
     }

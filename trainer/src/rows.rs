@@ -9,6 +9,9 @@ pub struct Example {
     pub dataset: usize,
     /// Index of the unordered pair setting (a pair and its mirror share it).
     pub setting: usize,
+    /// Index of the unordered pair of workload ids, across datasets, devices, modes and shares:
+    /// the same two workloads measured on another GPU share it.
+    pub pair: usize,
     pub a: String,
     pub b: String,
     pub gpu: String,
@@ -26,6 +29,7 @@ pub struct Example {
 pub fn examples(datasets: &[Dataset]) -> Vec<Example> {
     let mut out = Vec::new();
     let mut setting = 0;
+    let mut pairs: std::collections::BTreeMap<(String, String), usize> = Default::default();
     for (index, d) in datasets.iter().enumerate() {
         for p in &d.pairs {
             if !matches!(p.status, Status::Ok | Status::Oom) {
@@ -35,6 +39,13 @@ pub fn examples(datasets: &[Dataset]) -> Vec<Example> {
                 continue;
             };
             let feasible = p.status == Status::Ok;
+            let key = if p.a <= p.b {
+                (p.a.clone(), p.b.clone())
+            } else {
+                (p.b.clone(), p.a.clone())
+            };
+            let next = pairs.len();
+            let pair = *pairs.entry(key).or_insert(next);
             for (a, b, ta, sa, sb, solo) in [
                 (
                     &p.a,
@@ -56,6 +67,7 @@ pub fn examples(datasets: &[Dataset]) -> Vec<Example> {
                 out.push(Example {
                     dataset: index,
                     setting,
+                    pair,
                     a: a.clone(),
                     b: b.clone(),
                     gpu: p.gpu.clone(),

@@ -132,6 +132,9 @@ fn burn_record_and_onnx_graph_agree_with_the_trained_ensemble() {
         training: trained.outcomes.clone(),
         folds: Default::default(),
         metrics: vec![],
+        calibration: trained.calibration.clone(),
+        evaluation: None,
+        metrics_sd: vec![],
     };
     artifact::write(&out, &meta, &trained.nets, &[]).expect("write artifact");
     let (back, nets) = artifact::load(&out).expect("load artifact");
@@ -140,6 +143,7 @@ fn burn_record_and_onnx_graph_agree_with_the_trained_ensemble() {
         spec: back.spec,
         nets,
         outcomes: back.training,
+        calibration: back.calibration,
     };
     assert_eq!(reloaded.forward(&inputs), expected);
     let written = std::fs::read(out.join(artifact::ONNX_FILE)).expect("model.onnx");

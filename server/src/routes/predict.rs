@@ -64,6 +64,7 @@ pub fn answer(state: &AppState, body: &[u8]) -> Result<Vec<u8>, Failure> {
             range,
             default_gpu,
         )?;
+        let kinds = duet_model::predict::kinds(&model.meta.spec, &model.meta.calibration, &inputs);
         let outputs = if serial {
             model.engine.run_serial(inputs)
         } else {
@@ -76,7 +77,7 @@ pub fn answer(state: &AppState, body: &[u8]) -> Result<Vec<u8>, Failure> {
                 format!("inference failed: {e}"),
             )
         })?;
-        serde_json::to_vec(&duet_model::predict::predictions(&outputs))
+        serde_json::to_vec(&duet_model::predict::predictions(&kinds, &outputs))
             .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
     };
     let arrays: Vec<Vec<u8>> = if parts == 1 {
