@@ -11,6 +11,7 @@ pub mod features;
 pub mod hash;
 pub mod import;
 pub mod rng;
+pub mod stats;
 pub mod svg;
 
 pub use dataset::{

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -193,38 +193,29 @@ pub struct ProcSample {
     pub context_switches: f64,
 }
 
-/// Reads `/proc/<pid>`; `None` where there is no such file (not Linux, process gone).
+/// Reads `/proc/<pid>` (through `procfs`); `None` where there is no such process or no `/proc`
+/// (not Linux).
 pub fn proc_sample(pid: u32) -> Option<ProcSample> {
-    let root = Path::new("/proc").join(pid.to_string());
-    let stat = std::fs::read_to_string(root.join("stat")).ok()?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let after = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // utime, stime, cutime and cstime are fields 14 to 17 of the line, 12 to 15 after the name:
-    // the process's own CPU time and that of the children it has reaped (a shell's commands).
-    let mut ticks = 0.0;
-    for i in 11..15 {
-        ticks += fields.get(i)?.parse::<f64>().ok()?;
-    }
-    let status = std::fs::read_to_string(root.join("status")).ok()?;
-    let field = |name: &str| -> Option<f64> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-    };
+    let process = procfs::process::Process::new(i32::try_from(pid).ok()?).ok()?;
+    let stat = process.stat().ok()?;
+    let status = process.status().ok()?;
+    // The process's own CPU time and that of the children it has reaped (a shell's commands).
+    #[allow(clippy::cast_precision_loss)]
+    let ticks = (stat.utime + stat.stime) as f64 + (stat.cutime + stat.cstime).max(0) as f64;
+    #[allow(clippy::cast_precision_loss)]
+    let per_second = procfs::ticks_per_second().max(1) as f64;
+    #[allow(clippy::cast_precision_loss)]
+    let switches = (status.voluntary_ctxt_switches.unwrap_or(0)
+        + status.nonvoluntary_ctxt_switches.unwrap_or(0)) as f64;
+    #[allow(clippy::cast_precision_loss)]
+    let rss_kib = status.vmrss.unwrap_or(0) as f64;
     Some(ProcSample {
         at: Instant::now(),
-        cpu_seconds: ticks / CLOCK_TICKS_PER_SECOND,
-        rss_mib: field("VmRSS:").unwrap_or(0.0) / 1024.0,
-        context_switches: field("voluntary_ctxt_switches:").unwrap_or(0.0)
-            + field("nonvoluntary_ctxt_switches:").unwrap_or(0.0),
+        cpu_seconds: ticks / per_second,
+        rss_mib: rss_kib / 1024.0,
+        context_switches: switches,
     })
 }
-
-/// `sysconf(_SC_CLK_TCK)`, 100 on every Linux duet runs on (reading it needs libc).
-const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
 
 /// Counters of one process over a measured window.
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
@@ -268,17 +259,7 @@ pub fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / n
 }
 
+/// The 95th percentile by nearest rank (`duet_core::stats`).
 pub fn p95(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return 0.0;
-    }
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let i = ((v.len() - 1) as f64 * 0.95).round() as usize;
-    v[i]
+    duet_core::stats::quantile(xs, 0.95)
 }

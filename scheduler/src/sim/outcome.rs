@@ -64,15 +64,7 @@ pub(super) fn class_mean(values: &[f64], jobs: &[Job], inference: bool) -> f64 {
     picked.iter().sum::<f64>() / picked.len().max(1) as f64
 }
 
+/// `q` quantile of ascending `sorted` by nearest rank.
 pub(super) fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    #[allow(
-        clippy::cast_precision_loss,
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss
-    )]
-    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
+    duet_core::stats::nearest_rank(sorted, q)
 }
