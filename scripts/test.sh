@@ -8,5 +8,8 @@ eval "$(scripts/python-env.sh)"
 # One build for every README command and CI (scripts/duet and scripts/serve.sh use the same).
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/duet-target}"
 cargo test --workspace "$@"
+# /openapi.json against the real server: schemathesis (every check and phase) and a generated
+# client.
+scripts/api-contract.sh
 deploy/validate.sh
 "$DUET_VENV/bin/python" scripts/run-notebooks.py

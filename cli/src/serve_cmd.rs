@@ -90,7 +90,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             args.addr
         );
     }
-    if let Some(repo) = &args.model_repo
+    if let Some(repo) = &config.model_repo
         && !repo.is_dir()
     {
         bail!("--model-repo {}: not a folder", repo.display());

@@ -68,13 +68,48 @@ impl<'de> Deserialize<'de> for FeatureInput {
     }
 }
 
+/// Deserializes a struct from a JSON object only. serde's derive also takes a struct from an
+/// array of its fields in order (`[null]` as `{"model": null}`), which no client means and the
+/// OpenAPI document does not allow. Put `#[serde(remote = "Self")]` on the struct's derive and
+/// `object_only!(Type);` after it: the derived code becomes `Type::deserialize`/`serialize`,
+/// and the trait impls written here call it through a map.
+#[macro_export]
+macro_rules! object_only {
+    ($ty:ty) => {
+        impl<'de> ::serde::Deserialize<'de> for $ty {
+            fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct Visit;
+                impl<'de> ::serde::de::Visitor<'de> for Visit {
+                    type Value = $ty;
+                    fn expecting(&self, f: &mut ::std::fmt::Formatter) -> ::std::fmt::Result {
+                        f.write_str(concat!("an object (", stringify!($ty), ")"))
+                    }
+                    fn visit_map<A: ::serde::de::MapAccess<'de>>(
+                        self,
+                        map: A,
+                    ) -> Result<$ty, A::Error> {
+                        <$ty>::deserialize(::serde::de::value::MapAccessDeserializer::new(map))
+                    }
+                }
+                d.deserialize_map(Visit)
+            }
+        }
+
+        impl ::serde::Serialize for $ty {
+            fn serialize<S: ::serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                <$ty>::serialize(self, s)
+            }
+        }
+    };
+}
+
 /// A job's features by name, `solo_throughput` included.
 pub type Features = BTreeMap<String, FeatureInput>;
 
 /// One job of a pair: `{"workload": "<id>"}` or `{"features": {...}}`, exactly one of the two.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct JobRef {
     /// The id of a registered workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,6 +119,7 @@ pub struct JobRef {
     #[cfg_attr(feature = "openapi", schema(value_type = Option<BTreeMap<String, Object>>))]
     pub features: Option<Features>,
 }
+object_only!(JobRef);
 
 impl JobRef {
     pub fn workload(id: impl Into<String>) -> JobRef {
@@ -97,7 +133,7 @@ impl JobRef {
 /// One candidate co-location: `a` next to `b` on one device under `mode`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct PairQuery {
     pub a: JobRef,
     pub b: JobRef,
@@ -111,11 +147,12 @@ pub struct PairQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<String>,
 }
+object_only!(PairQuery);
 
 /// `POST /v1/predict`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct PredictRequest {
     /// The device of every pair that names none; defaults to the server's `--gpu`, then to the
     /// model's only device when it was trained on one.
@@ -123,6 +160,7 @@ pub struct PredictRequest {
     pub gpu: Option<String>,
     pub pairs: Vec<PairQuery>,
 }
+object_only!(PredictRequest);
 
 /// The prediction for one pair, in the order of the request's pairs. Single precision: the
 /// model computes in it, and it halves the answer of a large request.
@@ -173,7 +211,7 @@ pub struct PredictResponse {
 /// A registered workload: its solo profile on each device it was measured on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct WorkloadBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<JobKind>,
@@ -181,6 +219,7 @@ pub struct WorkloadBody {
     #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, BTreeMap<String, Object>>))]
     pub profiles: BTreeMap<String, Features>,
 }
+object_only!(WorkloadBody);
 
 /// `GET /v1/workloads/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -245,5 +284,35 @@ mod tests {
         )
         .expect_err("typo");
         assert!(err.to_string().contains("shar_a"), "{err}");
+    }
+
+    #[test]
+    fn request_bodies_are_objects_never_arrays_of_fields() {
+        for (text, what) in [
+            (r#"[null, []]"#, "request"),
+            (
+                r#"{"pairs": [[{"workload": "x"}, {"workload": "y"}, "space"]]}"#,
+                "pair",
+            ),
+            (
+                r#"{"pairs": [{"a": ["x"], "b": {"workload": "y"}, "mode": "space"}]}"#,
+                "job",
+            ),
+        ] {
+            let err = serde_json::from_str::<PredictRequest>(text).expect_err(what);
+            assert!(
+                err.to_string().contains("expected an object"),
+                "{what}: {err}"
+            );
+        }
+        assert!(serde_json::from_str::<WorkloadBody>(r#"[null, {}]"#).is_err());
+        let ok: PredictRequest = serde_json::from_str(
+            r#"{"pairs": [{"a": {"workload": "x"}, "b": {"workload": "y"}, "mode": "space"}]}"#,
+        )
+        .expect("an object");
+        assert_eq!(
+            serde_json::to_value(&ok).expect("writes")["pairs"][0]["mode"],
+            "space"
+        );
     }
 }

@@ -145,13 +145,18 @@ fn job<'a>(
                 .keys()
                 .map(String::as_str)
                 .collect();
-            Err(ModelError::field(
-                format!("{}.workload", field()),
-                format!(
-                    "workload `{id}` has no profile on `{gpu}`; it has {}",
-                    known.join(", ")
-                ),
-            ))
+            // The workload exists, its profile on this device does not: not found, like an
+            // unknown id (register the profile with PUT /v1/workloads/{id}).
+            Err(ModelError {
+                kind: crate::error::ErrorKind::NotFound,
+                ..ModelError::field(
+                    format!("{}.workload", field()),
+                    format!(
+                        "workload `{id}` has no profile on `{gpu}`; it has {}",
+                        known.join(", ")
+                    ),
+                )
+            })
         }
         (None, Some(features)) => {
             let parsed = model.job_features(features, &format!("{}.features", field()))?;
@@ -168,6 +173,21 @@ fn job<'a>(
 
 fn format_field(pair: usize, side: &str) -> String {
     format!("pairs[{pair}].{side}")
+}
+
+/// The largest |ln speed| an answer carries: `e^LOG_BOUND` and its inverse are finite in single
+/// precision. Only inputs far outside anything the model was trained on get near it; JSON has no
+/// infinity, so an answer is bounded rather than null.
+const LOG_BOUND: f64 = 80.0;
+
+/// `exp(x)` with `x` clamped to `[-LOG_BOUND, LOG_BOUND]` (a NaN, which finite inputs never
+/// produce, is taken as 0: speed 1).
+fn bounded_exp(x: impl Into<f64>) -> f64 {
+    let x: f64 = x.into();
+    if x.is_nan() {
+        return 1.0;
+    }
+    x.clamp(-LOG_BOUND, LOG_BOUND).exp()
 }
 
 /// The calibration of each pair of rows `encode` built (one per pair, from its `(a, b)` row):
@@ -200,8 +220,8 @@ pub fn predictions(kinds: &[(Calibration, f64)], outputs: &[f32]) -> Vec<Predict
         .zip(kinds)
         .map(|(rows, &(kind, shift))| {
             let (ab, ba) = rows.split_at(OUTPUTS);
-            let speed_a = f64::from(ab[OUT_LOG_SPEED]).exp();
-            let speed_b = f64::from(ba[OUT_LOG_SPEED]).exp();
+            let speed_a = bounded_exp(ab[OUT_LOG_SPEED]);
+            let speed_b = bounded_exp(ba[OUT_LOG_SPEED]);
             let logit =
                 (f64::from(ab[OUT_FEASIBLE_LOGIT]) + f64::from(ba[OUT_FEASIBLE_LOGIT])) / 2.0;
             let p = 1.0 / (1.0 + (-logit).exp());
@@ -214,8 +234,8 @@ pub fn predictions(kinds: &[(Calibration, f64)], outputs: &[f32]) -> Vec<Predict
                 speed_b: single(speed_b),
                 slowdown_a: single(1.0 / speed_a),
                 slowdown_b: single(1.0 / speed_b),
-                slowdown_a_p90: single((shift - f64::from(ab[OUT_LOG_SPEED_P10])).exp()),
-                slowdown_b_p90: single((shift - f64::from(ba[OUT_LOG_SPEED_P10])).exp()),
+                slowdown_a_p90: single(bounded_exp(shift - f64::from(ab[OUT_LOG_SPEED_P10]))),
+                slowdown_b_p90: single(bounded_exp(shift - f64::from(ba[OUT_LOG_SPEED_P10]))),
                 combined: single(speed_a + speed_b),
                 calibration: kind,
             }
@@ -237,4 +257,28 @@ pub fn predict(
         .run(inputs)
         .map_err(|e| ModelError::internal(format!("inference failed: {e}")))?;
     Ok(predictions(&kinds, &outputs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extreme_outputs_give_finite_predictions() {
+        let outputs = [f32::MAX, f32::NAN, 0.0, -f32::MAX, f32::MAX, 0.0];
+        let p = predictions(&[(Calibration::New, 0.3)], &outputs)[0];
+        for v in [
+            p.speed_a,
+            p.speed_b,
+            p.slowdown_a,
+            p.slowdown_b,
+            p.slowdown_a_p90,
+            p.slowdown_b_p90,
+            p.combined,
+            p.feasible_probability,
+        ] {
+            assert!(v.is_finite() && v >= 0.0, "{p:?}");
+        }
+        assert!(p.speed_a > 1e30 && p.speed_b < 1e-30, "{p:?}");
+    }
 }

@@ -19,6 +19,18 @@ use crate::auth::authorize_read;
 use crate::error::{Failure, parse_json};
 use crate::state::{AppState, not_ready};
 
+/// The largest magnitude of an encoded input: standardised features are a few units, so this
+/// bound only refuses values no encoding produces, and keeps every output finite.
+pub const MAX_INPUT: f32 = 1e6;
+
+/// The path parameter naming the model.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ModelName {
+    /// The served model's name (`GET /v1/models`).
+    pub name: String,
+}
+
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/v2/health/live", get(live))
@@ -28,21 +40,24 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v2/models/{name}/infer", post(infer))
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Live {
     pub live: bool,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Ready {
     pub ready: bool,
 }
 
-async fn live() -> Json<Live> {
+#[utoipa::path(get, path = "/v2/health/live", tag = "kserve", responses((status = 200, body = Live)))]
+pub async fn live() -> Json<Live> {
     Json(Live { live: true })
 }
 
-async fn ready(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Ready>) {
+#[utoipa::path(get, path = "/v2/health/ready", tag = "kserve", responses(
+    (status = 200, body = Ready), (status = 503, body = Ready, description = "no model loaded yet")))]
+pub async fn ready(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Ready>) {
     let ready = state.is_ready();
     let status = if ready {
         StatusCode::OK
@@ -52,14 +67,14 @@ async fn ready(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Ready>) 
     (status, Json(Ready { ready }))
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TensorMeta {
     pub name: String,
     pub datatype: String,
     pub shape: Vec<i64>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ModelMetadata {
     pub name: String,
     pub versions: Vec<String>,
@@ -85,8 +100,13 @@ fn named(state: &AppState, name: &str) -> Result<Arc<LoadedModel>, Failure> {
     }
 }
 
+#[utoipa::path(get, path = "/v2/models/{name}", tag = "kserve", params(ModelName), responses(
+    (status = 200, body = ModelMetadata),
+    (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token"),
+    (status = 404, body = duet_core::api::ApiError, description = "no model of that name"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet")))]
 #[allow(clippy::cast_possible_wrap)]
-async fn metadata(
+pub async fn metadata(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(name): Path<String>,
@@ -110,7 +130,11 @@ async fn metadata(
     }))
 }
 
-async fn model_ready(
+#[utoipa::path(get, path = "/v2/models/{name}/ready", tag = "kserve", params(ModelName), responses(
+    (status = 200, body = Ready),
+    (status = 404, body = duet_core::api::ApiError, description = "no model of that name"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet")))]
+pub async fn model_ready(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
 ) -> Result<Json<Ready>, Failure> {
@@ -121,30 +145,35 @@ async fn model_ready(
     Ok(Json(Ready { ready: true }))
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct InferTensor {
     pub name: String,
     pub shape: Vec<i64>,
     pub datatype: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub parameters: Option<serde_json::Value>,
     pub data: Vec<f32>,
 }
+duet_core::object_only!(InferTensor);
 
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct InferRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub parameters: Option<serde_json::Value>,
     pub inputs: Vec<InferTensor>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub outputs: Option<serde_json::Value>,
 }
+duet_core::object_only!(InferRequest);
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct InferResponse {
     pub model_name: String,
     pub model_version: String,
@@ -197,16 +226,29 @@ fn check_tensor(input: &InferTensor, width: usize, max_rows: usize) -> Result<us
             ),
         ));
     }
-    if let Some(i) = input.data.iter().position(|v| !v.is_finite()) {
+    if let Some(i) = input.data.iter().position(|v| !(v.abs() <= MAX_INPUT)) {
         return Err(Failure::field(
             format!("inputs[0].data[{i}]"),
-            "not a finite number",
+            format!(
+                "{} is not a number in [-{MAX_INPUT:e}, {MAX_INPUT:e}] (encoded inputs are \
+                 standardised: a value this large is no pair's encoding)",
+                input.data[i]
+            ),
         ));
     }
     Ok(rows)
 }
 
-async fn infer(
+#[utoipa::path(post, path = "/v2/models/{name}/infer", tag = "kserve", params(ModelName),
+    request_body = InferRequest, responses(
+    (status = 200, body = InferResponse),
+    (status = 400, body = duet_core::api::ApiError, description = "malformed JSON"),
+    (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token"),
+    (status = 404, body = duet_core::api::ApiError, description = "no model of that name"),
+    (status = 413, body = duet_core::api::ApiError, description = "over the body or rows limit"),
+    (status = 422, body = duet_core::api::ApiError, description = "a tensor the model cannot take (name, type, shape, data length, a non-finite value)"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or over the time limit")))]
+pub async fn infer(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(name): Path<String>,

@@ -1,14 +1,25 @@
-//! `/openapi.json`, generated from the request and response types and the routes' annotations.
+//! `/openapi.json`: the contract of this server as it runs. The routes, statuses and bodies come
+//! from the handlers' annotations and the request and response types (utoipa); what depends on
+//! the loaded model and the server's flags is then written in from the same values the handlers
+//! check against: the features the model reads (names, numeric or categorical, required), its
+//! modes, whether a device must be named, the pairs limit, and the KServe tensor's width. A
+//! request the document calls valid is one the server answers without a 422, and the other way
+//! round, except where JSON Schema cannot say it (a tensor's data length is its rows times its
+//! width).
 
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use duet_model::LoadedModel;
+use duet_model::encoding::SOLO_THROUGHPUT;
+use serde_json::{Value, json};
 use utoipa::OpenApi;
 
-use crate::state::AppState;
+use crate::state::{AppState, Config};
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new().route("/openapi.json", get(openapi))
@@ -31,6 +42,11 @@ pub fn routes() -> Router<Arc<AppState>> {
         crate::routes::models::models,
         crate::routes::models::reload_route,
         crate::routes::limits::limits,
+        crate::kserve::live,
+        crate::kserve::ready,
+        crate::kserve::metadata,
+        crate::kserve::model_ready,
+        crate::kserve::infer,
     ),
     components(schemas(
         duet_core::api::PredictRequest,
@@ -47,13 +63,186 @@ pub fn routes() -> Router<Arc<AppState>> {
 )]
 struct Document;
 
-/// The OpenAPI document as JSON.
-pub fn document() -> String {
-    Document::openapi()
-        .to_pretty_json()
-        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+/// A model name a client may give to reload (`AppState::resolve_model_name` checks the same).
+const MODEL_NAME_PATTERN: &str = r"^[A-Za-z0-9._+\-]{1,200}$";
+
+/// A value a client may send for a feature: a number, a category, or null (not measured).
+fn feature_value() -> Value {
+    json!({"type": ["number", "string", "null"]})
 }
 
-async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], document()).into_response()
+/// The features the loaded model reads, as a client sends them for one job.
+fn features_schema(model: &LoadedModel) -> Value {
+    let spec = &model.meta.spec;
+    let mut properties = serde_json::Map::new();
+    let mut required = Vec::new();
+    for name in model.feature_names() {
+        let schema = if name == SOLO_THROUGHPUT {
+            json!({"type": "number", "exclusiveMinimum": 0,
+                   "description": "iterations per second alone on the pair's device"})
+        } else if spec.numeric.iter().any(|f| f.name == name) {
+            json!({"type": ["number", "null"], "description": "numeric; null if not measured"})
+        } else {
+            json!({"type": ["string", "null"], "description": "categorical; null if not measured"})
+        };
+        properties.insert(name.clone(), schema);
+        required.push(name);
+    }
+    // Columns the trainer found no signal in: accepted as categories, unused.
+    for dropped in &spec.dropped {
+        if let Some(name) = dropped.split(':').next()
+            && !properties.contains_key(name)
+        {
+            properties.insert(
+                name.to_string(),
+                json!({"type": ["string", "null"], "description": "accepted, unused by this model"}),
+            );
+        }
+    }
+    json!({
+        "type": "object",
+        "description": "A job's features for the loaded model: every feature it reads, null where \
+                        not measured, and no other",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false,
+    })
+}
+
+fn schema_ref(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+/// The parts of the document the loaded model and the flags decide.
+fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
+    let schemas = &mut doc["components"]["schemas"];
+    let features = model.map_or_else(
+        || json!({"type": "object", "additionalProperties": feature_value()}),
+        features_schema,
+    );
+    schemas["Features"] = features;
+    schemas["FeatureValue"] = feature_value();
+    schemas["JobRef"] = json!({
+        "description": "One job: a registered workload's id, or its features inline; exactly one",
+        "oneOf": [
+            {"type": "object", "properties": {
+                "workload": {"type": "string", "description": "a registered workload's id"},
+                "features": {"type": "null"}},
+             "required": ["workload"], "additionalProperties": false},
+            {"type": "object", "properties": {
+                "features": schema_ref("Features"),
+                "workload": {"type": "null"}},
+             "required": ["features"], "additionalProperties": false},
+        ],
+    });
+    let share = json!({"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 100,
+                       "description": "MPS active-thread percentage, in (0, 100]"});
+    schemas["PairQuery"]["properties"]["share_a"] = share.clone();
+    schemas["PairQuery"]["properties"]["share_b"] = share;
+    if let Some(model) = model {
+        let modes: Vec<&str> = model.meta.spec.modes.iter().map(|m| m.as_str()).collect();
+        schemas["PairQuery"]["properties"]["mode"] = json!({
+            "type": "string", "enum": modes,
+            "description": "a sharing mode the loaded model was trained on"});
+    }
+    let request = &mut schemas["PredictRequest"];
+    request["properties"]["pairs"]["minItems"] = json!(1);
+    request["properties"]["pairs"]["maxItems"] = json!(config.max_pairs);
+    let needs_gpu = config.gpu.is_none() && model.is_some_and(|m| m.meta.spec.gpus.len() != 1);
+    if needs_gpu {
+        request["anyOf"] = json!([
+            {"required": ["gpu"], "properties": {"gpu": {"type": "string"}}},
+            {"properties": {"pairs": {"items": {
+                "required": ["gpu"], "properties": {"gpu": {"type": "string"}}}}}},
+        ]);
+        request["description"] = json!(
+            "The device must be named: by `gpu` here or in every pair (the model knows several \
+             and the server has no --gpu)"
+        );
+    }
+    schemas["WorkloadBody"] = json!({
+        "type": "object",
+        "properties": {
+            "kind": {"oneOf": [schema_ref("JobKind"), {"type": "null"}]},
+            "profiles": {
+                "type": "object", "minProperties": 1,
+                "description": "device model -> the job's features measured alone on it",
+                "propertyNames": {"pattern": "\\S"},
+                "additionalProperties": schema_ref("Features"),
+            },
+        },
+        "required": ["profiles"],
+        "additionalProperties": false,
+    });
+    schemas["RegisteredWorkload"] = json!({
+        "type": "object",
+        "properties": {
+            "workload": {"type": "string"},
+            "source": {"type": "string", "description": "`dataset:<name>` (comma-separated where \
+                        several) for the model's training data, `client` for PUTs"},
+            "kind": {"oneOf": [schema_ref("JobKind"), {"type": "null"}]},
+            "profiles": {"type": "object", "additionalProperties": {
+                "type": "object", "additionalProperties": schema_ref("FeatureValue")}},
+        },
+        "required": ["workload", "source", "profiles"],
+    });
+    schemas["ReloadRequest"] = json!({
+        "type": "object",
+        "properties": {"model": {
+            "type": ["string", "null"], "pattern": MODEL_NAME_PATTERN,
+            "not": {"enum": [".", ".."]},
+            "description": "a model of the server's model repository, by name (never a path); \
+                            absent or null: the serving model's folder again"}},
+        "additionalProperties": false,
+    });
+    let reload = &mut doc["paths"]["/v1/models/reload"]["post"]["requestBody"];
+    reload["required"] = json!(false);
+    reload["content"]["application/json"]["schema"] =
+        json!({"oneOf": [schema_ref("ReloadRequest"), {"type": "null"}]});
+    // KServe: one FP32 input tensor `pairs` of shape [rows, width].
+    let width = model.map(|m| m.meta.spec.pair_width());
+    let max_rows = config.max_pairs * 2;
+    let schemas = &mut doc["components"]["schemas"];
+    schemas["InferRequest"]["properties"]["inputs"]["minItems"] = json!(1);
+    schemas["InferRequest"]["properties"]["inputs"]["maxItems"] = json!(1);
+    schemas["InferRequest"]["properties"]["inputs"]["items"] = schema_ref("InferInput");
+    let mut input = schemas["InferTensor"].clone();
+    input["properties"]["name"] = json!({"type": "string", "const": duet_model::onnx::INPUT});
+    input["properties"]["datatype"] = json!({"type": "string", "const": "FP32"});
+    input["properties"]["shape"] = json!({
+        "type": "array", "minItems": 2, "maxItems": 2,
+        "prefixItems": [
+            {"type": "integer", "minimum": 1, "maximum": max_rows},
+            width.map_or_else(|| json!({"type": "integer"}), |w| json!({"const": w})),
+        ],
+        "description": "[rows, the model's input width]"});
+    input["properties"]["data"] = json!({
+        "type": "array",
+        "items": {"type": "number", "minimum": -crate::kserve::MAX_INPUT,
+                  "maximum": crate::kserve::MAX_INPUT},
+        "description": "rows x width values, row-major"});
+    schemas["InferInput"] = input;
+    // Links: a registered workload can be read and deleted by the id it was put under.
+    let by_id = json!({"id": "$request.path.id"});
+    for status in ["200", "201"] {
+        doc["paths"]["/v1/workloads/{id}"]["put"]["responses"][status]["links"] = json!({
+            "GetWorkload": {"operationId": "get_workload", "parameters": by_id},
+            "DeleteWorkload": {"operationId": "delete_workload", "parameters": by_id},
+        });
+    }
+}
+
+/// The document for the server as it runs now.
+pub fn document(state: &AppState) -> Value {
+    let mut doc = serde_json::to_value(Document::openapi())
+        .unwrap_or_else(|e| json!({"error": e.to_string()}));
+    let model = state.model().ok();
+    patch(&mut doc, &state.config, model.as_deref());
+    doc
+}
+
+async fn openapi(State(state): State<Arc<AppState>>) -> Response {
+    let body = serde_json::to_string_pretty(&document(&state))
+        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }

@@ -237,7 +237,7 @@ async fn bad_predictions_name_the_field_and_the_server_keeps_serving() {
     let cases: Vec<(Option<String>, StatusCode, Option<&str>, &str)> = vec![
         (Some("{\"pairs\": [".into()), StatusCode::BAD_REQUEST, Some("pairs"), "EOF"),
         (Some("not json".into()), StatusCode::BAD_REQUEST, None, "expected ident"),
-        (Some("42".into()), StatusCode::UNPROCESSABLE_ENTITY, None, "expected struct PredictRequest"),
+        (Some("42".into()), StatusCode::UNPROCESSABLE_ENTITY, None, "expected an object (PredictRequest)"),
         (
             one(json!({"a": {"workload": "a3c"}, "b": {"workload": "a3c"}, "mode": "space", "share_a": "half"})).map(|v| v.to_string()),
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -336,7 +336,7 @@ async fn bad_predictions_name_the_field_and_the_server_keeps_serving() {
         ),
         (
             one(json!({"a": {"workload": "a3c"}, "b": {"workload": "a3c"}, "mode": "space", "gpu": "h200"})).map(|v| v.to_string()),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            StatusCode::NOT_FOUND,
             Some("pairs[0].a.workload"),
             "no profile on `h200`",
         ),
@@ -613,6 +613,41 @@ async fn health_models_metrics_and_openapi() {
         assert!(doc["paths"][path].is_object(), "{path} missing");
     }
     assert!(doc["components"]["schemas"]["PairQuery"]["properties"]["share_a"].is_object());
+    // The document states what this server and its model check.
+    for path in [
+        "/v2/models/{name}/infer",
+        "/v2/models/{name}",
+        "/v2/health/ready",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path} missing");
+    }
+    let id = &doc["paths"]["/v1/workloads/{id}"]["put"]["parameters"][0];
+    assert_eq!(id["name"], "id");
+    assert_eq!(id["in"], "path");
+    assert_eq!(id["schema"]["maxLength"], 200);
+    let features = &doc["components"]["schemas"]["Features"];
+    assert_eq!(
+        features["required"],
+        json!(["solo_throughput", "batch_size", "model"])
+    );
+    assert_eq!(features["additionalProperties"], false);
+    assert_eq!(
+        doc["components"]["schemas"]["PairQuery"]["properties"]["mode"]["enum"],
+        json!(["space"])
+    );
+    assert_eq!(
+        doc["components"]["schemas"]["PredictRequest"]["properties"]["pairs"]["maxItems"],
+        1000
+    );
+    assert!(doc["components"]["schemas"]["PredictRequest"]["anyOf"].is_array());
+    assert_eq!(
+        doc["components"]["schemas"]["WorkloadBody"]["properties"]["profiles"]["minProperties"],
+        1
+    );
+    let put = &doc["paths"]["/v1/workloads/{id}"]["put"]["responses"];
+    for status in ["400", "401", "413", "422"] {
+        assert!(put[status].is_object(), "PUT {status} undocumented");
+    }
     let (s, body) = call(&app, "GET", "/v1/nothing", None, None).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     assert!(body["error"].as_str().is_some());

@@ -26,7 +26,7 @@ pub struct Health {
     pub model_version: Option<String>,
 }
 
-#[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health)))]
+#[utoipa::path(get, tag = "health", path = "/healthz", responses((status = 200, body = Health)))]
 pub async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok".into(),
@@ -34,8 +34,9 @@ pub async fn healthz() -> Json<Health> {
     })
 }
 
-#[utoipa::path(get, path = "/readyz", responses(
-    (status = 200, body = Health), (status = 503, body = duet_core::api::ApiError)))]
+#[utoipa::path(get, tag = "health", path = "/readyz", responses(
+    (status = 200, body = Health),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet")))]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Result<Json<Health>, Failure> {
     if !state.is_ready() {
         return Err(not_ready());

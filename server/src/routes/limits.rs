@@ -31,8 +31,9 @@ pub struct Limits {
     pub max_workload_id_length: usize,
 }
 
-#[utoipa::path(get, path = "/v1/limits", responses(
-    (status = 200, body = Limits), (status = 401, body = duet_core::api::ApiError)))]
+#[utoipa::path(get, tag = "limits", path = "/v1/limits", responses(
+    (status = 200, body = Limits),
+    (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token")))]
 pub async fn limits(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,

@@ -35,7 +35,10 @@ pub struct ModelInfo {
     pub meta: serde_json::Value,
 }
 
-#[utoipa::path(get, path = "/v1/models", responses((status = 200, body = Vec<ModelInfo>)))]
+#[utoipa::path(get, tag = "models", path = "/v1/models", responses(
+    (status = 200, body = Vec<ModelInfo>),
+    (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet")))]
 pub async fn models(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -57,17 +60,23 @@ pub async fn models(
 /// `POST /v1/models/reload`: optional body naming another model of the server's model
 /// repository (`--model-repo`, by default the folder that holds `--model`).
 #[derive(Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct ReloadRequest {
     /// The name of a model in the server's model repository (a folder name, never a path); the
     /// serving model's folder is read again when absent.
     #[serde(default)]
     pub model: Option<String>,
 }
+duet_core::object_only!(ReloadRequest);
 
-#[utoipa::path(post, path = "/v1/models/reload", request_body = Option<ReloadRequest>, responses(
-    (status = 200, body = Health), (status = 401, body = duet_core::api::ApiError),
-    (status = 422, body = duet_core::api::ApiError, description = "refused; the old model serves")))]
+#[utoipa::path(post, tag = "models", path = "/v1/models/reload", request_body = Option<ReloadRequest>, responses(
+    (status = 200, body = Health),
+    (status = 400, body = duet_core::api::ApiError, description = "malformed JSON"),
+    (status = 401, body = duet_core::api::ApiError, description = "no or a wrong token"),
+    (status = 404, body = duet_core::api::ApiError, description = "no model of that name in the repository"),
+    (status = 413, body = duet_core::api::ApiError, description = "over the body limit"),
+    (status = 422, body = duet_core::api::ApiError, description = "not a model name, or the model was refused (the old one serves)"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or over the time limit")))]
 pub async fn reload_route(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,

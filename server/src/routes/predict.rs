@@ -130,13 +130,14 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
-#[utoipa::path(post, path = "/v1/predict", request_body = PredictRequest, responses(
+#[utoipa::path(post, tag = "predict", path = "/v1/predict", request_body = PredictRequest, responses(
     (status = 200, body = duet_core::api::PredictResponse),
     (status = 400, body = duet_core::api::ApiError, description = "malformed JSON"),
-    (status = 404, body = duet_core::api::ApiError, description = "unknown workload id"),
+    (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token"),
+    (status = 404, body = duet_core::api::ApiError, description = "unknown workload id, or no profile of it on the pair's device"),
     (status = 413, body = duet_core::api::ApiError, description = "over the body or pairs limit"),
     (status = 422, body = duet_core::api::ApiError, description = "a field the model cannot use"),
-    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet")))]
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or over the time limit")))]
 pub async fn predict_route(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,

@@ -15,6 +15,15 @@ use crate::auth::{authorize_read, authorize_write};
 use crate::error::{Failure, body_failure, parse_json};
 use crate::state::{AppState, not_ready};
 
+/// The path parameter of `/v1/workloads/{id}`.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct WorkloadId {
+    /// The workload's id: 1 to 200 letters, digits and `- _ . : +`.
+    #[param(min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._:+\-]+$")]
+    pub id: String,
+}
+
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/v1/workloads", get(list_workloads))
@@ -24,7 +33,10 @@ pub fn routes() -> Router<Arc<AppState>> {
         )
 }
 
-#[utoipa::path(get, path = "/v1/workloads", responses((status = 200, body = Vec<RegisteredWorkload>)))]
+#[utoipa::path(get, tag = "workloads", path = "/v1/workloads", responses(
+    (status = 200, body = Vec<RegisteredWorkload>),
+    (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet")))]
 pub async fn list_workloads(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -35,8 +47,11 @@ pub async fn list_workloads(
     Ok(Json(serving.registry.list().into_iter().cloned().collect()))
 }
 
-#[utoipa::path(get, path = "/v1/workloads/{id}", responses(
-    (status = 200, body = RegisteredWorkload), (status = 404, body = duet_core::api::ApiError)))]
+#[utoipa::path(get, tag = "workloads", path = "/v1/workloads/{id}", params(WorkloadId), responses(
+    (status = 200, body = RegisteredWorkload),
+    (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token"),
+    (status = 404, body = duet_core::api::ApiError, description = "no workload with this id"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet")))]
 pub async fn get_workload(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -52,11 +67,14 @@ pub async fn get_workload(
         .ok_or_else(|| duet_model::ModelError::not_found(&id, "id").into())
 }
 
-#[utoipa::path(put, path = "/v1/workloads/{id}", request_body = WorkloadBody, responses(
+#[utoipa::path(put, tag = "workloads", path = "/v1/workloads/{id}", params(WorkloadId), request_body = WorkloadBody, responses(
     (status = 200, body = RegisteredWorkload, description = "replaced"),
     (status = 201, body = RegisteredWorkload, description = "registered"),
-    (status = 401, body = duet_core::api::ApiError),
-    (status = 422, body = duet_core::api::ApiError)))]
+    (status = 400, body = duet_core::api::ApiError, description = "malformed JSON"),
+    (status = 401, body = duet_core::api::ApiError, description = "no or a wrong token"),
+    (status = 413, body = duet_core::api::ApiError, description = "over the body limit"),
+    (status = 422, body = duet_core::api::ApiError, description = "an id or a profile the model cannot use"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet")))]
 pub async fn put_workload(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -76,9 +94,11 @@ pub async fn put_workload(
     Ok((status, Json(registered)).into_response())
 }
 
-#[utoipa::path(delete, path = "/v1/workloads/{id}", responses(
-    (status = 204), (status = 401, body = duet_core::api::ApiError),
-    (status = 404, body = duet_core::api::ApiError)))]
+#[utoipa::path(delete, tag = "workloads", path = "/v1/workloads/{id}", params(WorkloadId), responses(
+    (status = 204, description = "deleted"),
+    (status = 401, body = duet_core::api::ApiError, description = "no or a wrong token"),
+    (status = 404, body = duet_core::api::ApiError, description = "no workload with this id"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet")))]
 pub async fn delete_workload(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,

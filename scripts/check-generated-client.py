@@ -1,0 +1,57 @@
+"""Calls a running duet server through a Python client generated from its /openapi.json
+(openapi-python-client): predict, register, get, list and delete, each checked. If the document
+misnamed a route, a parameter or a body, the generated client would fail here.
+
+Usage: check-generated-client.py <folder holding the generated duet_client package> <base URL> <token>
+"""
+
+import sys
+
+sys.path.insert(0, sys.argv[1])
+base, token = sys.argv[2], sys.argv[3]
+
+from duet_client import AuthenticatedClient  # noqa: E402
+from duet_client.api.predict import predict_route  # noqa: E402
+from duet_client.api.workloads import (  # noqa: E402
+    delete_workload,
+    get_workload,
+    list_workloads,
+    put_workload,
+)
+from duet_client.models import PredictRequestType0, PredictResponse, RegisteredWorkload, WorkloadBody  # noqa: E402
+
+client = AuthenticatedClient(base_url=base, token=token)
+
+
+def expect(response, status, what):
+    if response.status_code != status:
+        sys.exit(f"{what}: expected {status}, got {response.status_code}: {response.content!r}")
+    return response.parsed
+
+
+features = {"solo_throughput": 11.2, "model": "ResNet-50", "batch_size": 64}
+body = WorkloadBody.from_dict({"kind": "infer", "profiles": {"v100": features}})
+put = expect(put_workload.sync_detailed(id="generated-client-job", client=client, body=body), 201, "put")
+assert isinstance(put, RegisteredWorkload) and put.workload == "generated-client-job", put
+got = expect(get_workload.sync_detailed(id="generated-client-job", client=client), 200, "get")
+assert got.source == "client", got
+listed = expect(list_workloads.sync_detailed(client=client), 200, "list")
+assert "generated-client-job" in [w.workload for w in listed], listed
+request = PredictRequestType0.from_dict(
+    {
+        "gpu": "v100",
+        "pairs": [
+            {"a": {"workload": "generated-client-job"}, "b": {"workload": "a3c"}, "mode": "space"},
+            {"a": {"features": features}, "b": {"workload": "a3c"}, "mode": "space"},
+        ],
+    }
+)
+answer = expect(predict_route.sync_detailed(client=client, body=request), 200, "predict")
+assert isinstance(answer, PredictResponse) and len(answer.predictions) == 2, answer
+first, second = answer.predictions
+# A registered workload predicts like its features inline.
+assert abs(first.speed_a - second.speed_a) < 1e-6, (first, second)
+assert first.speed_a > 0 and first.slowdown_a_p90 > 0, first
+expect(delete_workload.sync_detailed(id="generated-client-job", client=client), 204, "delete")
+expect(get_workload.sync_detailed(id="generated-client-job", client=client), 404, "get after delete")
+print("generated client: predict, put, get, list and delete answered as documented")
