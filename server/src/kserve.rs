@@ -226,7 +226,11 @@ fn check_tensor(input: &InferTensor, width: usize, max_rows: usize) -> Result<us
             ),
         ));
     }
-    if let Some(i) = input.data.iter().position(|v| !(v.abs() <= MAX_INPUT)) {
+    if let Some(i) = input
+        .data
+        .iter()
+        .position(|v| !v.is_finite() || v.abs() > MAX_INPUT)
+    {
         return Err(Failure::field(
             format!("inputs[0].data[{i}]"),
             format!(
