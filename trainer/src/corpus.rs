@@ -291,8 +291,9 @@ fn offset(scores: &[f64], groups: usize) -> Offset {
     }
 }
 
-/// A kind too thin for a finite bound borrows the other kind's shift (or, both thin, stays
-/// uncalibrated at 0), saying so in `fallback`.
+/// A kind too thin for a finite bound borrows the other kind's shift where it widens the p90
+/// (evidence from other pairs may loosen the learned p10, never tighten it), or stays at the
+/// learned p10 (shift 0; both thin: uncalibrated); `fallback` says which.
 fn borrow(known: &mut Offset, new: &mut Offset) {
     let too_few = |o: &Offset| {
         format!(
@@ -304,12 +305,18 @@ fn borrow(known: &mut Offset, new: &mut Offset) {
     match (known.shift.is_finite(), new.shift.is_finite()) {
         (true, true) => {}
         (true, false) => {
-            new.fallback = Some(format!("{}; uses the known-workload shift", too_few(new)));
-            new.shift = known.shift;
+            new.fallback = Some(format!(
+                "{}; uses the known-workload shift where it widens, else none",
+                too_few(new)
+            ));
+            new.shift = known.shift.max(0.0);
         }
         (false, true) => {
-            known.fallback = Some(format!("{}; uses the new-workload shift", too_few(known)));
-            known.shift = new.shift;
+            known.fallback = Some(format!(
+                "{}; uses the new-workload shift where it widens, else none",
+                too_few(known)
+            ));
+            known.shift = new.shift.max(0.0);
         }
         (false, false) => {
             for o in [known, new] {
@@ -417,5 +424,33 @@ impl Trained {
             self.spec.pair_width(),
             &Default::default(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_borrowed_shift_only_widens() {
+        let scores: Vec<f64> = (0..20).map(|k| f64::from(k) / 100.0 - 0.5).collect();
+        // Known: 20 rows, a tightening shift (negative); new: too few rows.
+        let mut known = offset(&scores, 5);
+        let mut new = offset(&scores[..3], 1);
+        assert!(known.shift < 0.0 && new.shift.is_nan());
+        borrow(&mut known, &mut new);
+        assert_eq!(new.shift, 0.0, "a tightening shift is not borrowed");
+        assert!(new.fallback.is_some() && known.fallback.is_none());
+        // A widening one is.
+        let wide: Vec<f64> = scores.iter().map(|s| s + 1.0).collect();
+        let mut known = offset(&wide, 5);
+        let mut new = offset(&[], 0);
+        borrow(&mut known, &mut new);
+        assert_eq!(new.shift, known.shift);
+        // Both thin: uncalibrated.
+        let (mut known, mut new) = (offset(&scores[..2], 1), offset(&[], 0));
+        borrow(&mut known, &mut new);
+        assert_eq!((known.shift, new.shift), (0.0, 0.0));
+        assert!(known.fallback.is_some() && new.fallback.is_some());
     }
 }

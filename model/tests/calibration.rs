@@ -1,0 +1,73 @@
+//! The default model chooses its p90 calibration per pair: `known` for two training workloads
+//! (both identity slots set), `new` when a job is unknown to it, each shifted by its device's
+//! conformal offset, and says which in the answer.
+
+use std::path::PathBuf;
+
+use duet_core::api::{Calibration, PredictRequest};
+use duet_model::network::{OUT_LOG_SPEED_P10, OUTPUTS};
+use duet_model::{EngineKind, LoadedModel, Registry, predict};
+
+fn root() -> PathBuf {
+    PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("..")
+}
+
+#[test]
+fn each_pair_uses_the_calibration_of_its_kind_and_device() {
+    let model = LoadedModel::load(&root().join("models/default"), EngineKind::Burn)
+        .expect("the default model loads");
+    let meta = &model.meta;
+    // The shipped model carries both calibrations, per device, fitted on held-out rows; a
+    // device it never saw (a100) gets the pooled shift.
+    for gpu in ["k80", "p100", "v100"] {
+        let d = meta
+            .calibration
+            .by_device
+            .get(gpu)
+            .expect("a calibration per device");
+        assert!(d.known.rows >= 9 && d.new.rows >= 9, "{gpu}: {d:?}");
+    }
+    let ids = &meta.spec.identities;
+    assert!(ids.len() >= 2);
+    let (registry, _) = Registry::build(&model, Default::default());
+    let request: PredictRequest = serde_json::from_value(serde_json::json!({
+        "gpu": "v100",
+        "pairs": [
+            {"a": {"workload": ids[0]}, "b": {"workload": ids[1]}, "mode": "space"},
+            {"a": {"workload": ids[0]},
+             "b": {"features": {"solo_throughput": 9.7, "batch_size": 32, "model": "Unseen-Net"}},
+             "mode": "space"},
+            {"a": {"features": {"solo_throughput": 20.0, "batch_size": 64, "model": "A3C"}},
+             "b": {"features": {"solo_throughput": 9.7, "batch_size": 32, "model": "Unseen-Net"}},
+             "mode": "space", "gpu": "a100"},
+        ]
+    }))
+    .expect("a valid request");
+    let answer = predict::predict(&model, &registry, &request, None).expect("predictions");
+    let kinds: Vec<Calibration> = answer.iter().map(|p| p.calibration).collect();
+    assert_eq!(
+        kinds,
+        [Calibration::Known, Calibration::New, Calibration::New]
+    );
+    let raw = model
+        .engine
+        .run(predict::encode(&model, &registry, &request, None).expect("encode"))
+        .expect("run");
+    for (k, (p, gpu)) in answer
+        .iter()
+        .zip([Some("v100"), Some("v100"), None])
+        .enumerate()
+    {
+        let shift = meta.calibration.shift(p.calibration, gpu);
+        let p10 = f64::from(raw[2 * k * OUTPUTS + OUT_LOG_SPEED_P10]);
+        let expected = (shift - p10).exp();
+        assert!(
+            (f64::from(p.slowdown_a_p90) - expected).abs() <= 1e-5 * expected,
+            "pair {k}: {} against {expected}",
+            p.slowdown_a_p90
+        );
+    }
+}
