@@ -195,10 +195,15 @@ pub struct ServeArgs {
     /// backend, nothing to install).
     #[arg(long, default_value = "onnx")]
     pub engine: String,
-    /// SQLite file keeping the workloads clients register across restarts (default: memory
-    /// only).
+    /// Where the workloads clients register are kept: an SQLite file (one machine, kept across
+    /// restarts) or a PostgreSQL URL `postgres://user@host:port/db` shared by every replica
+    /// (default: memory only). A URL with a password belongs in --state-file or DUET_STATE.
+    #[arg(long, conflicts_with = "state_file")]
+    pub state: Option<String>,
+    /// File holding the --state value (a PostgreSQL URL with its password, e.g. from a
+    /// Kubernetes Secret); the environment variable DUET_STATE may hold it instead.
     #[arg(long)]
-    pub state: Option<PathBuf>,
+    pub state_file: Option<PathBuf>,
     /// File holding the bearer token that write endpoints require (also `DUET_TOKEN`).
     #[arg(long)]
     pub token_file: Option<PathBuf>,

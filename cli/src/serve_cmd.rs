@@ -4,6 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use duet_server::store::StateLocation;
 use duet_server::{Config, EngineKind};
 
 use crate::args::ServeArgs;
@@ -28,6 +29,29 @@ pub fn read_token(file: Option<&Path>) -> Result<Option<String>> {
         bail!("{origin}: the token is empty");
     }
     Ok(Some(token))
+}
+
+/// The environment variable that may hold the `--state` value instead of `--state-file`.
+pub const STATE_ENV: &str = "DUET_STATE";
+
+/// Where registrations are kept: `--state`, else `--state-file`, else `DUET_STATE`.
+pub fn read_state(state: Option<&str>, file: Option<&Path>) -> Result<Option<StateLocation>> {
+    let (value, origin) = match (state, file) {
+        (Some(v), _) => (v.to_string(), "--state".to_string()),
+        (None, Some(f)) => (
+            std::fs::read_to_string(f).with_context(|| format!("--state-file {}", f.display()))?,
+            format!("--state-file {}", f.display()),
+        ),
+        (None, None) => match std::env::var(STATE_ENV) {
+            Ok(v) => (v, STATE_ENV.to_string()),
+            Err(_) => return Ok(None),
+        },
+    };
+    let value = value.trim();
+    if value.is_empty() {
+        bail!("{origin}: empty; give an SQLite file or a postgres:// URL");
+    }
+    Ok(Some(StateLocation::parse(value)))
 }
 
 /// Whether every address `addr` resolves to is a loopback one (127.0.0.0/8, ::1).
@@ -69,7 +93,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     let config = Config {
         engine,
-        state: args.state,
+        state: read_state(args.state.as_deref(), args.state_file.as_deref())?,
         token: read_token(args.token_file.as_deref())?,
         protect_reads: args.protect_reads,
         gpu: args.gpu,

@@ -3,112 +3,13 @@
 //! while a request is in flight, restart on the same state file and find the workload again.
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const TOKEN: &str = "e2e-token";
-
-fn duet() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_duet"))
-}
-
-fn model_dir() -> PathBuf {
-    Path::new(
-        &std::env::var_os("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
-    )
-    .join("../models/default")
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Server {
-    fn start(dir: &Path) -> Server {
-        let port = free_port();
-        let child = duet()
-            .args(["serve", "--engine", "burn", "--addr"])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--model")
-            .arg(model_dir())
-            .arg("--state")
-            .arg(dir.join("registry.sqlite"))
-            .arg("--token-file")
-            .arg(dir.join("token"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("duet serve starts");
-        let server = Server {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-        };
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while Instant::now() < deadline {
-            if let Ok(r) = ureq::get(&format!("{}/readyz", server.base)).call()
-                && r.status() == 200
-            {
-                return server;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("duet serve did not become ready");
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([format!("-{name}"), self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-    }
-
-    /// SIGTERM, then the exit status within `within`.
-    fn stop(self, within: Duration) -> std::process::ExitStatus {
-        self.signal("TERM");
-        self.wait(within)
-    }
-
-    fn wait(mut self, within: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "duet serve ignored SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().expect("a UTF-8 temporary path")
-}
+mod support;
+use support::{Server, TOKEN, duet, free_port, model_dir, path};
 
 /// `duet predict` against `server` for V100 pairs in the space mode (pairs and files may name
 /// their own), with `args` after.

@@ -149,6 +149,32 @@ impl Registry {
         Ok(created)
     }
 
+    /// Applies a stored change without checking it (it was checked when it was written,
+    /// perhaps by another replica): `Some` registers or replaces `id`, `None` deletes it (nothing
+    /// to do when it does not exist). A profile this model cannot read keeps its raw form.
+    pub fn apply(&mut self, model: &LoadedModel, id: &str, body: Option<WorkloadBody>) {
+        match body {
+            Some(body) => {
+                let registered = RegisteredWorkload {
+                    workload: id.to_string(),
+                    source: SOURCE_CLIENT.to_string(),
+                    body: body.clone(),
+                };
+                self.client.insert(id.to_string(), Some(body));
+                self.entries
+                    .insert(id.to_string(), encode(model, registered));
+            }
+            None => {
+                if self.seeds.contains_key(id) {
+                    self.client.insert(id.to_string(), None);
+                } else {
+                    self.client.remove(id);
+                }
+                self.entries.remove(id);
+            }
+        }
+    }
+
     /// Deletes `id`; a dataset workload stays deleted across rebuilds.
     pub fn delete(&mut self, id: &str) -> Result<(), ModelError> {
         if !self.entries.contains_key(id) {

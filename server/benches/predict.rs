@@ -53,7 +53,7 @@ fn state(engine: EngineKind) -> std::sync::Arc<AppState> {
         ..Config::new(model_dir())
     })
     .expect("state");
-    state.load_model(None).expect("model");
+    state.load_model(None, Vec::new()).expect("model");
     state
 }
 

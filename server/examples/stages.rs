@@ -31,7 +31,7 @@ fn main() {
         ..Config::new(model.into())
     })
     .expect("state");
-    state.load_model(None).expect("model");
+    state.load_model(None, Vec::new()).expect("model");
     let ids: Vec<String> = {
         let guard = state.serving.read().expect("lock");
         let s = guard.as_ref().expect("loaded");

@@ -15,6 +15,7 @@ pub mod router;
 pub mod routes;
 pub mod state;
 pub mod store;
+pub mod sync;
 
 use std::sync::Arc;
 

@@ -1,7 +1,9 @@
 //! The server's shared state: its configuration, the serving model with the registry encoded
 //! for it (swapped together), the durable store, the metrics, and the model's lifecycle (load,
-//! probe, warm-up, reload). Registry writes go through here: durable in the store first.
+//! probe, warm-up, reload). Registry writes go through here: durable in the store first, then
+//! applied in memory by sequence number, the same way changes from other replicas are.
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -13,15 +15,17 @@ use duet_model::{EngineKind, LoadedModel, Registry};
 
 use crate::error::Failure;
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{Change, RegistryStore, StateLocation, Store, StoreError};
+use crate::sync::SyncStatus;
 
 /// How the server runs; `duet serve` fills it from its flags.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub model: PathBuf,
     pub engine: EngineKind,
-    /// The SQLite file of client registrations; `None` keeps them in memory only.
-    pub state: Option<PathBuf>,
+    /// Where client registrations are kept: an SQLite file or a PostgreSQL database shared by
+    /// replicas; `None` keeps them in memory only. Its `Debug` never shows a password.
+    pub state: Option<StateLocation>,
     /// The bearer token write endpoints require; `None` leaves them open.
     pub token: Option<String>,
     /// Require the token on read endpoints too (health, readiness and metrics stay open).
@@ -121,6 +125,20 @@ impl Config {
 pub struct Serving {
     pub model: Arc<LoadedModel>,
     pub registry: Registry,
+    /// The sequence number of the change applied last to each id: an older change (a catch-up
+    /// that reads a write this replica already applied, or lost a race) never overwrites it.
+    applied: HashMap<String, i64>,
+}
+
+impl Serving {
+    /// Applies `change` unless a later one for the same id already was.
+    fn apply(&mut self, change: Change) {
+        let last = self.applied.get(&change.id).copied().unwrap_or(0);
+        if change.seq > last {
+            self.registry.apply(&self.model, &change.id, change.body);
+            self.applied.insert(change.id, change.seq);
+        }
+    }
 }
 
 /// Everything the handlers share.
@@ -128,7 +146,9 @@ pub struct Serving {
 pub struct AppState {
     pub config: Config,
     pub serving: RwLock<Option<Serving>>,
-    pub store: Option<Store>,
+    pub store: RegistryStore,
+    /// Where the registry stands against the store.
+    pub sync: SyncStatus,
     pub metrics: Metrics,
     ready: AtomicBool,
     /// One reload at a time.
@@ -138,14 +158,16 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// The state before any model is loaded: opens the registry database.
+    /// The state before any model is loaded: opens an SQLite registry (a PostgreSQL one is
+    /// connected by `start`).
     pub fn new(config: Config) -> Result<Arc<AppState>, String> {
-        let store = config.state.as_deref().map(Store::open).transpose()?;
+        let store = RegistryStore::open(config.state.as_ref())?;
         Ok(Arc::new(AppState {
             model_dir: RwLock::new(config.model.clone()),
             config,
             serving: RwLock::new(None),
             store,
+            sync: SyncStatus::default(),
             metrics: Metrics::default(),
             ready: AtomicBool::new(false),
             reloading: tokio::sync::Mutex::new(()),
@@ -180,8 +202,13 @@ impl AppState {
 
     /// Loads the model at `dir` (the current one when `None`), checks it, warms it up and swaps
     /// it in with the registry re-encoded for it. On any failure the serving model stays.
-    /// Blocking: call from a blocking thread.
-    pub fn load_model(&self, dir: Option<PathBuf>) -> Result<String, Failure> {
+    /// Blocking: call from a blocking thread. `initial`: the store's changes, for the first
+    /// load.
+    pub fn load_model(
+        &self,
+        dir: Option<PathBuf>,
+        initial: Vec<Change>,
+    ) -> Result<String, Failure> {
         let dir = match dir {
             Some(d) => d,
             None => self
@@ -200,19 +227,19 @@ impl AppState {
             })?;
         let model = Arc::new(loaded);
         let mut serving = self.write()?;
-        let (registry, warnings) = match serving.as_ref() {
-            Some(current) => current.registry.rebuild(&model),
-            // The first load: the client entries come from the registry database.
+        let (registry, applied, warnings) = match serving.as_ref() {
+            Some(current) => {
+                let (registry, warnings) = current.registry.rebuild(&model);
+                (registry, current.applied.clone(), warnings)
+            }
+            // The first load: the client entries come from the store.
             None => {
-                let client = match &self.store {
-                    Some(store) => store
-                        .entries()
-                        .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e))?
-                        .into_iter()
-                        .collect(),
-                    None => Default::default(),
-                };
-                Registry::build(&model, client)
+                let applied: HashMap<String, i64> =
+                    initial.iter().map(|c| (c.id.clone(), c.seq)).collect();
+                let client: BTreeMap<String, Option<_>> =
+                    initial.into_iter().map(|c| (c.id, c.body)).collect();
+                let (registry, warnings) = Registry::build(&model, client);
+                (registry, applied, warnings)
             }
         };
         for w in warnings {
@@ -226,7 +253,11 @@ impl AppState {
             workloads = registry.len(),
             "model loaded"
         );
-        *serving = Some(Serving { model, registry });
+        *serving = Some(Serving {
+            model,
+            registry,
+            applied,
+        });
         drop(serving);
         if let Ok(mut d) = self.model_dir.write() {
             *d = dir;
@@ -235,15 +266,56 @@ impl AppState {
         Ok(version)
     }
 
-    /// The first load, from async code.
+    /// The first load, from async code: reads the store's registrations (a PostgreSQL store is
+    /// connected first, and one that cannot be reached leaves the registry degraded: the
+    /// model's dataset workloads only, until the sync task catches up), loads the model, and
+    /// starts the sync task for a shared store.
     pub async fn start(self: &Arc<Self>) -> Result<String, Failure> {
         let _one = self.reloading.lock().await;
-        self.load_blocking(None).await
+        let mut notifications = None;
+        if let Some(pg) = self.store.postgres() {
+            match pg.connect().await {
+                Ok(rx) => notifications = Some(rx),
+                Err(e) => {
+                    tracing::error!(error = %e, "registry database unreachable at start; serving the model's dataset workloads until it returns");
+                    pg.disconnected(&e.to_string());
+                    self.sync.failed(&e, true);
+                }
+            }
+        }
+        let initial = match self.store.changes_since(0).await {
+            Ok(changes) => {
+                self.sync.synced();
+                changes
+            }
+            Err(e) if self.store.postgres().is_some() => {
+                self.sync.failed(&e, true);
+                Vec::new()
+            }
+            Err(e) => {
+                return Err(Failure::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("the registry store cannot be read: {e}"),
+                ));
+            }
+        };
+        if let Some(last) = initial.iter().map(|c| c.seq).max() {
+            self.sync.advance(last);
+        }
+        let version = self.load_blocking(None, initial).await?;
+        if self.store.postgres().is_some() {
+            tokio::spawn(crate::sync::run(self.clone(), notifications));
+        }
+        Ok(version)
     }
 
-    async fn load_blocking(self: &Arc<Self>, dir: Option<PathBuf>) -> Result<String, Failure> {
+    async fn load_blocking(
+        self: &Arc<Self>,
+        dir: Option<PathBuf>,
+        initial: Vec<Change>,
+    ) -> Result<String, Failure> {
         let state = self.clone();
-        tokio::task::spawn_blocking(move || state.load_model(dir))
+        tokio::task::spawn_blocking(move || state.load_model(dir, initial))
             .await
             .unwrap_or_else(|e| {
                 Err(Failure::new(
@@ -256,7 +328,7 @@ impl AppState {
     /// `load_model` from async code, one at a time, counted and logged.
     pub async fn reload(self: &Arc<Self>, dir: Option<PathBuf>) -> Result<String, Failure> {
         let _one = self.reloading.lock().await;
-        let result = self.load_blocking(dir).await;
+        let result = self.load_blocking(dir, Vec::new()).await;
         self.metrics.reload(result.is_ok());
         match &result {
             Ok(version) => tracing::info!(version = %version, "model reloaded"),
@@ -267,55 +339,122 @@ impl AppState {
         result
     }
     /// Registers or replaces workload `id`: checked against the serving model, durable in the
-    /// store, then visible. Returns whether it is new, and the entry as stored.
-    pub fn put_workload(
+    /// store, then applied in memory. Returns whether it is new, and the entry as written (the
+    /// answer to this call, even if another replica's later write replaces it at once).
+    pub async fn put_workload(
         &self,
         id: &str,
         body: WorkloadBody,
     ) -> Result<(bool, RegisteredWorkload), Failure> {
-        let mut guard = self.write()?;
-        let serving = guard.as_mut().ok_or_else(not_ready)?;
-        let model = serving.model.clone();
+        let (model, seed) = {
+            let guard = self.read()?;
+            let serving = guard.as_ref().ok_or_else(not_ready)?;
+            (serving.model.clone(), serving.registry.is_seed(id))
+        };
         Registry::check(&model, id, &body)?;
-        if let Some(store) = &self.store {
-            store.write(id, Some(&body)).map_err(store_failure)?;
-        }
-        let created = serving.registry.put(&model, id, body)?;
-        let registered = serving
-            .registry
-            .get(id)
-            .map(|e| e.registered.clone())
-            .ok_or_else(|| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "lost a write"))?;
-        Ok((created, registered))
+        let written = self
+            .store
+            .write(id, Some(&body), seed)
+            .await
+            .map_err(|e| self.store_failure(&e))?;
+        let seq = written.seq.ok_or_else(|| {
+            Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "the store lost a write")
+        })?;
+        self.apply_local(Change {
+            id: id.to_string(),
+            body: Some(body.clone()),
+            seq,
+        })?;
+        Ok((
+            !written.existed,
+            RegisteredWorkload {
+                workload: id.to_string(),
+                source: duet_model::registry::SOURCE_CLIENT.to_string(),
+                body,
+            },
+        ))
     }
 
-    /// Deletes workload `id`: durable in the store (a dataset workload as a tombstone), then
-    /// gone from memory.
-    pub fn delete_workload(&self, id: &str) -> Result<(), Failure> {
-        let mut guard = self.write()?;
-        let serving = guard.as_mut().ok_or_else(not_ready)?;
-        if serving.registry.get(id).is_none() {
+    /// Deletes workload `id`: a tombstone durable in the store, then gone from memory. 404 when
+    /// the store says it does not exist.
+    pub async fn delete_workload(&self, id: &str) -> Result<(), Failure> {
+        let seed = {
+            let guard = self.read()?;
+            let serving = guard.as_ref().ok_or_else(not_ready)?;
+            serving.registry.is_seed(id)
+        };
+        let written = self
+            .store
+            .write(id, None, seed)
+            .await
+            .map_err(|e| self.store_failure(&e))?;
+        let Some(seq) = written.seq else {
             return Err(duet_model::ModelError::not_found(id, "workload").into());
+        };
+        self.apply_local(Change {
+            id: id.to_string(),
+            body: None,
+            seq,
+        })
+    }
+
+    /// A write of this replica, applied after the store acknowledged it.
+    fn apply_local(&self, change: Change) -> Result<(), Failure> {
+        let seq = change.seq;
+        self.apply_changes(vec![change])?;
+        // Only a store with one writer has no gaps below a local write's number: a shared
+        // store's sequence advances by catch-up alone.
+        if self.store.postgres().is_none() {
+            self.sync.advance(seq);
         }
-        if let Some(store) = &self.store {
-            if serving.registry.is_seed(id) {
-                store.write(id, None)
-            } else {
-                store.forget(id)
-            }
-            .map_err(store_failure)?;
-        }
-        serving.registry.delete(id)?;
         Ok(())
     }
-}
 
-fn store_failure(message: String) -> Failure {
-    tracing::error!(error = %message, "registry write failed");
-    Failure::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        format!("the registry could not be written: {message}"),
-    )
+    /// Applies changes from the store in sequence order, each unless a later one for its id
+    /// already was.
+    pub(crate) fn apply_changes(&self, changes: Vec<Change>) -> Result<(), Failure> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let mut guard = self.write()?;
+        if let Some(serving) = guard.as_mut() {
+            for change in changes {
+                serving.apply(change);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the store's changes after the last applied one and applies them.
+    pub(crate) async fn catch_up(&self) -> Result<(), StoreError> {
+        let changes = self.store.changes_since(self.sync.seq()).await?;
+        let last = changes.iter().map(|c| c.seq).max();
+        self.apply_changes(changes)
+            .map_err(|f| StoreError::Broken(f.error))?;
+        if let Some(last) = last {
+            self.sync.advance(last);
+        }
+        self.sync.synced();
+        Ok(())
+    }
+
+    fn store_failure(&self, error: &StoreError) -> Failure {
+        self.sync.failed(error, false);
+        tracing::error!(error = %error, "registry write failed");
+        match error {
+            StoreError::Unavailable(m) => Failure::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the registry database cannot be reached ({m}); writes are refused until it \
+                     returns, predictions keep serving"
+                ),
+            ),
+            StoreError::Broken(m) => Failure::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the registry could not be written: {m}"),
+            ),
+        }
+    }
 }
 
 /// Runs a batch the size of a large request once, so the first real one finds warm allocators.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use duet_server::store::StateLocation;
 use duet_server::{AppState, Config, EngineKind};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -23,7 +24,16 @@ fn model_dir() -> PathBuf {
 
 fn app_with(config: Config) -> (Router, Arc<AppState>) {
     let state = AppState::new(config).expect("state");
-    state.load_model(None).expect("the default model loads");
+    state
+        .load_model(None, Vec::new())
+        .expect("the default model loads");
+    (duet_server::router(state.clone()), state)
+}
+
+/// The app as `duet serve` starts it: the store read, the model loaded.
+async fn app_started(config: Config) -> (Router, Arc<AppState>) {
+    let state = AppState::new(config).expect("state");
+    state.start().await.expect("the default model loads");
     (duet_server::router(state.clone()), state)
 }
 
@@ -697,11 +707,11 @@ async fn kserve_v2_aliases_run_the_same_model() {
 async fn the_registry_survives_a_new_server_on_the_same_state_file() {
     let dir = tempfile::tempdir().expect("tmp");
     let config = Config {
-        state: Some(dir.path().join("registry.sqlite")),
+        state: Some(StateLocation::Sqlite(dir.path().join("registry.sqlite"))),
         ..Config::new(model_dir())
     };
     {
-        let (app, _) = app_with(config.clone());
+        let (app, _) = app_started(config.clone()).await;
         let put = json!({"profiles": {"v100": resnet_features(), "k80": {"solo_throughput": 2.0, "model": "ResNet-50", "batch_size": 64}}});
         assert_eq!(
             call(&app, "PUT", "/v1/workloads/kept", Some(put), None)
@@ -716,7 +726,7 @@ async fn the_registry_survives_a_new_server_on_the_same_state_file() {
             StatusCode::NO_CONTENT
         );
     }
-    let (app, _) = app_with(config);
+    let (app, _) = app_started(config).await;
     let (s, kept) = call(&app, "GET", "/v1/workloads/kept", None, None).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(kept["profiles"]["k80"]["solo_throughput"], 2.0);
@@ -812,7 +822,7 @@ async fn not_ready_until_a_model_is_loaded() {
     );
     let predict = predict_one(&app).await;
     assert_eq!(predict.0, StatusCode::SERVICE_UNAVAILABLE);
-    state.load_model(None).expect("load");
+    state.load_model(None, Vec::new()).expect("load");
     assert_eq!(
         call(&app, "GET", "/readyz", None, None).await.0,
         StatusCode::OK

@@ -98,5 +98,6 @@ pub async fn reload_route(
     Ok(Json(Health {
         status: "reloaded".into(),
         model_version: Some(version),
+        registry: None,
     }))
 }

@@ -74,7 +74,7 @@ pub async fn get_workload(
     (status = 401, body = duet_core::api::ApiError, description = "no or a wrong token"),
     (status = 413, body = duet_core::api::ApiError, description = "over the body limit"),
     (status = 422, body = duet_core::api::ApiError, description = "an id or a profile the model cannot use"),
-    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet")))]
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or the registry database cannot be reached (the message names it)")))]
 pub async fn put_workload(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -84,7 +84,7 @@ pub async fn put_workload(
     authorize_write(&state, &headers)?;
     let body = body.map_err(|e| body_failure(&e, state.config.max_body_bytes))?;
     let body: WorkloadBody = parse_json(&body)?;
-    let (created, registered) = state.put_workload(&id, body)?;
+    let (created, registered) = state.put_workload(&id, body).await?;
     tracing::info!(workload = %id, created, "workload registered");
     let status = if created {
         StatusCode::CREATED
@@ -98,14 +98,14 @@ pub async fn put_workload(
     (status = 204, description = "deleted"),
     (status = 401, body = duet_core::api::ApiError, description = "no or a wrong token"),
     (status = 404, body = duet_core::api::ApiError, description = "no workload with this id"),
-    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet")))]
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or the registry database cannot be reached (the message names it)")))]
 pub async fn delete_workload(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<StatusCode, Failure> {
     authorize_write(&state, &headers)?;
-    state.delete_workload(&id)?;
+    state.delete_workload(&id).await?;
     tracing::info!(workload = %id, "workload deleted");
     Ok(StatusCode::NO_CONTENT)
 }

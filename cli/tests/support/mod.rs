@@ -1,0 +1,158 @@
+//! What the end-to-end tests of `duet serve` share: the binary, the shipped model, a free
+//! loopback port, and a server process started with given flags, stopped on drop.
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const TOKEN: &str = "e2e-token";
+
+pub fn duet() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_duet"))
+}
+
+pub fn model_dir() -> PathBuf {
+    Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../models/default")
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// The shipped model with the registry in `dir/registry.sqlite` and the token in
+    /// `dir/token`.
+    pub fn start(dir: &Path) -> Server {
+        Server::start_with(&[
+            "--state".into(),
+            dir.join("registry.sqlite").into(),
+            "--token-file".into(),
+            dir.join("token").into(),
+        ])
+    }
+
+    /// `duet serve --engine burn` on the shipped model, with `flags`, on a port the kernel
+    /// gives it (read back from its log, so tests running at once never collide on a port);
+    /// returns once `/readyz` answers 200. Its log is kept in `log` for failure messages.
+    pub fn start_with(flags: &[OsString]) -> Server {
+        let mut child = duet()
+            .args(["serve", "--engine", "burn", "--addr", "127.0.0.1:0"])
+            .arg("--model")
+            .arg(model_dir())
+            .args(flags)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("duet serve starts");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if line.contains("listening")
+                        && let Some(addr) = line
+                            .split_whitespace()
+                            .find_map(|w| w.strip_prefix("addr="))
+                    {
+                        let _ = addr_tx.send(addr.to_string());
+                    }
+                    if let Ok(mut l) = log.lock() {
+                        l.push_str(&line);
+                        l.push('\n');
+                    }
+                }
+            });
+        }
+        let Ok(addr) = addr_rx.recv_timeout(Duration::from_secs(60)) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            std::thread::sleep(Duration::from_millis(200));
+            panic!(
+                "duet serve did not listen:\n{}",
+                log.lock().map(|l| l.clone()).unwrap_or_default()
+            );
+        };
+        let server = Server {
+            child,
+            base: format!("http://{addr}"),
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            if let Ok(r) = ureq::get(&format!("{}/readyz", server.base)).call()
+                && r.status() == 200
+            {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("duet serve did not become ready:\n{}", server.log());
+    }
+
+    /// What the server has logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// SIGTERM, then the exit status within `within`.
+    pub fn stop(self, within: Duration) -> std::process::ExitStatus {
+        self.signal("TERM");
+        self.wait(within)
+    }
+
+    pub fn wait(mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "duet serve ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn path(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 temporary path")
+}

@@ -1,0 +1,203 @@
+//! Load against running `duet serve` replicas (BENCHMARKS.md, "Shared registry"):
+//!
+//!     registry_load predict URL SECONDS CONNECTIONS
+//!         single-pair /v1/predict requests by id, back to back on each connection:
+//!         throughput and latency percentiles
+//!     registry_load writes TOKEN N CONNECTIONS URL...
+//!         N registrations spread over the replicas: registrations per second
+//!     registry_load propagation TOKEN N URL_A URL_B
+//!         N times: register on A, then ask B until it predicts with it: the delay from A's
+//!         acknowledgement to B's first success, percentiles
+//!
+//! A plain blocking client per connection (ureq); run it on the same machine as the servers and
+//! compare stores under the same command.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(30))
+        .build()
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn report(what: &str, mut ms: Vec<f64>, elapsed: Duration) {
+    ms.sort_by(f64::total_cmp);
+    #[allow(clippy::cast_precision_loss)]
+    let rate = ms.len() as f64 / elapsed.as_secs_f64();
+    println!(
+        "{what}: {} in {:.1} s = {rate:.0}/s; latency ms p50 {:.3} p90 {:.3} p99 {:.3} max {:.3}",
+        ms.len(),
+        elapsed.as_secs_f64(),
+        percentile(&ms, 0.5),
+        percentile(&ms, 0.9),
+        percentile(&ms, 0.99),
+        ms.last().copied().unwrap_or(f64::NAN)
+    );
+}
+
+fn profile(i: usize) -> Value {
+    let models = [
+        "A3C",
+        "CycleGAN",
+        "LM",
+        "ResNet-18",
+        "ResNet-50",
+        "Transformer",
+    ];
+    #[allow(clippy::cast_precision_loss)]
+    let solo = 1.0 + (i % 97) as f64;
+    json!({"kind": "infer", "profiles": {"v100": {
+        "solo_throughput": solo, "model": models[i % models.len()], "batch_size": 32}}})
+}
+
+fn predict(url: &str, seconds: f64, connections: usize) {
+    let body = json!({"gpu": "v100", "pairs": [
+        {"a": {"workload": "resnet-50-bs64"}, "b": {"workload": "transformer-bs32"}, "mode": "space"}]});
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let started = Instant::now();
+    let all: Vec<f64> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..connections)
+            .map(|_| {
+                let body = &body;
+                scope.spawn(move || {
+                    let http = agent();
+                    let mut ms = Vec::new();
+                    while Instant::now() < until {
+                        let t = Instant::now();
+                        let r = http.post(&format!("{url}/v1/predict")).send_json(body);
+                        assert!(r.is_ok_and(|r| r.status() == 200), "a prediction failed");
+                        ms.push(t.elapsed().as_secs_f64() * 1e3);
+                    }
+                    ms
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a connection"))
+            .collect()
+    });
+    report(
+        &format!("predict 1 pair, {connections} connections"),
+        all,
+        started.elapsed(),
+    );
+}
+
+fn writes(token: &str, n: usize, connections: usize, urls: &[String]) {
+    let started = Instant::now();
+    let all: Vec<f64> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..connections)
+            .map(|c| {
+                scope.spawn(move || {
+                    let http = agent();
+                    let mut ms = Vec::new();
+                    for i in (c..n).step_by(connections) {
+                        let url = &urls[i % urls.len()];
+                        let t = Instant::now();
+                        let r = http
+                            .put(&format!("{url}/v1/workloads/load-{i}"))
+                            .set("Authorization", &format!("Bearer {token}"))
+                            .send_json(profile(i));
+                        assert!(r.is_ok(), "a registration failed: {r:?}");
+                        ms.push(t.elapsed().as_secs_f64() * 1e3);
+                    }
+                    ms
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a connection"))
+            .collect()
+    });
+    report(
+        &format!(
+            "registrations over {} replicas, {connections} connections",
+            urls.len()
+        ),
+        all,
+        started.elapsed(),
+    );
+}
+
+fn propagation(token: &str, n: usize, a: &str, b: &str) {
+    let http = agent();
+    let mut delays = Vec::with_capacity(n);
+    let started = Instant::now();
+    for i in 0..n {
+        let id = format!("prop-{i}");
+        let r = http
+            .put(&format!("{a}/v1/workloads/{id}"))
+            .set("Authorization", &format!("Bearer {token}"))
+            .send_json(profile(i));
+        assert!(r.is_ok(), "a registration failed: {r:?}");
+        let acknowledged = Instant::now();
+        let body = json!({"gpu": "v100", "pairs": [
+            {"a": {"workload": id}, "b": {"workload": "a3c"}, "mode": "space"}]});
+        loop {
+            match http.post(&format!("{b}/v1/predict")).send_json(&body) {
+                Ok(r) if r.status() == 200 => break,
+                Err(ureq::Error::Status(404, _)) => {}
+                other => panic!("replica B: {other:?}"),
+            }
+            assert!(
+                acknowledged.elapsed() < Duration::from_secs(10),
+                "{id} never reached replica B"
+            );
+        }
+        delays.push(acknowledged.elapsed().as_secs_f64() * 1e3);
+    }
+    report(
+        "propagation A -> B (delay from acknowledgement to first prediction)",
+        delays,
+        started.elapsed(),
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let number = |i: usize, what: &str| -> usize {
+        args.get(i)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{what}: a number"))
+    };
+    match args.first().map(String::as_str) {
+        Some("predict") if args.len() == 4 => {
+            let seconds: f64 = args[2].parse().expect("SECONDS: a number");
+            predict(&args[1], seconds, number(3, "CONNECTIONS"));
+        }
+        Some("writes") if args.len() >= 5 => writes(
+            &args[1],
+            number(2, "N"),
+            number(3, "CONNECTIONS"),
+            &args[4..],
+        ),
+        Some("propagation") if args.len() == 5 => {
+            propagation(&args[1], number(2, "N"), &args[3], &args[4]);
+        }
+        _ => {
+            eprintln!(
+                "usage: registry_load predict URL SECONDS CONNECTIONS\n       \
+                 registry_load writes TOKEN N CONNECTIONS URL...\n       \
+                 registry_load propagation TOKEN N URL_A URL_B"
+            );
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! Client registrations in memory only (no `--state`): lost on restart, same semantics otherwise.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use duet_core::api::WorkloadBody;
+
+use super::{Change, Store, StoreError, Written, existed};
+
+/// id -> (body, sequence number); a `None` body is a tombstone.
+type Rows = BTreeMap<String, (Option<WorkloadBody>, i64)>;
+
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    /// id -> (body, sequence number), `None` body: a tombstone; and the last sequence number.
+    rows: Mutex<(Rows, i64)>,
+}
+
+impl Store for MemoryStore {
+    fn target(&self) -> &str {
+        "memory"
+    }
+
+    async fn changes_since(&self, after: i64) -> Result<Vec<Change>, StoreError> {
+        let rows = self
+            .rows
+            .lock()
+            .map_err(|_| StoreError::Broken("memory store lock poisoned".into()))?;
+        let mut out: Vec<Change> = rows
+            .0
+            .iter()
+            .filter(|(_, (_, seq))| *seq > after)
+            .map(|(id, (body, seq))| Change {
+                id: id.clone(),
+                body: body.clone(),
+                seq: *seq,
+            })
+            .collect();
+        out.sort_by_key(|c| c.seq);
+        Ok(out)
+    }
+
+    async fn write(
+        &self,
+        id: &str,
+        body: Option<&WorkloadBody>,
+        seed: bool,
+    ) -> Result<Written, StoreError> {
+        let mut rows = self
+            .rows
+            .lock()
+            .map_err(|_| StoreError::Broken("memory store lock poisoned".into()))?;
+        let (rows, last) = &mut *rows;
+        let existed = existed(rows.get(id).map(|(b, _)| b.is_some()), seed);
+        if body.is_none() && !existed {
+            return Ok(Written { seq: None, existed });
+        }
+        *last += 1;
+        let seq = *last;
+        rows.insert(id.to_string(), (body.cloned(), seq));
+        Ok(Written {
+            seq: Some(seq),
+            existed,
+        })
+    }
+}

@@ -1,0 +1,199 @@
+//! The durable side of the workload registry: client registrations and deletions, each with a
+//! change sequence number. One `Store` trait, three implementations with the same semantics:
+//! memory (nothing durable), an embedded SQLite file (one machine), PostgreSQL (every replica of
+//! a Deployment shares it).
+//!
+//! Semantics common to all three: a write is durable in the store before `write` returns, and the
+//! server makes it visible only after that. Every write gets the next number of one sequence,
+//! and writes are ordered by it (PostgreSQL serialises writers so that commit order is sequence
+//! order): a reader that has applied every change up to `n` catches up with `changes_since(n)`
+//! and never misses one. A deletion is a tombstone (a change with no body), so replicas learn
+//! of deletions the same way; the last write by sequence wins.
+
+mod memory;
+mod postgres;
+mod sqlite;
+
+use std::fmt;
+use std::path::PathBuf;
+
+use duet_core::api::WorkloadBody;
+
+pub use memory::MemoryStore;
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+
+/// The store schema this binary writes; a database with a newer one is refused.
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// One change of the registry: `body` `None` is a deletion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub id: String,
+    pub body: Option<WorkloadBody>,
+    pub seq: i64,
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// The write's sequence number; `None` when nothing was written (deleting an id that does
+    /// not exist).
+    pub seq: Option<i64>,
+    /// Whether the id existed before the write.
+    pub existed: bool,
+}
+
+/// Why the store failed. `Unavailable`: the database cannot be reached (writes answer 503);
+/// `Broken`: it answered with something this binary cannot use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    Unavailable(String),
+    Broken(String),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Unavailable(m) | StoreError::Broken(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Whether `id` exists given its stored row (`None`: no row; `Some(None)`: a tombstone) and
+/// whether it is one of the model's dataset workloads, which exist until a tombstone says not.
+pub fn existed(row: Option<bool>, seed: bool) -> bool {
+    row.unwrap_or(seed)
+}
+
+/// A registry store. `write` with `body` `None` deletes `id`, and writes nothing when `id` does
+/// not exist; `seed` says whether `id` is one of the serving model's dataset workloads.
+pub trait Store: Send + Sync + fmt::Debug {
+    /// Where the store is, for logs, errors and `/readyz`: never a password.
+    fn target(&self) -> &str;
+    /// Every change after sequence number `after`, in sequence order (one per id: its latest).
+    fn changes_since(
+        &self,
+        after: i64,
+    ) -> impl Future<Output = Result<Vec<Change>, StoreError>> + Send;
+    fn write(
+        &self,
+        id: &str,
+        body: Option<&WorkloadBody>,
+        seed: bool,
+    ) -> impl Future<Output = Result<Written, StoreError>> + Send;
+}
+
+/// Where client registrations are kept: `--state`.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StateLocation {
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection string (`postgres://` or `postgresql://`), which may hold a
+    /// password: shown only through `PostgresStore::describe`.
+    Postgres(String),
+}
+
+impl StateLocation {
+    /// A `postgres://` or `postgresql://` URL is a PostgreSQL database; anything else a path.
+    pub fn parse(value: &str) -> StateLocation {
+        let lower = value.trim_start().to_ascii_lowercase();
+        if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
+            StateLocation::Postgres(value.trim().to_string())
+        } else {
+            StateLocation::Sqlite(PathBuf::from(value))
+        }
+    }
+
+    /// For messages: the path, or the database without its password.
+    pub fn describe(&self) -> String {
+        match self {
+            StateLocation::Sqlite(p) => p.display().to_string(),
+            StateLocation::Postgres(dsn) => postgres::describe(dsn),
+        }
+    }
+}
+
+impl fmt::Debug for StateLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StateLocation::Sqlite(p) => f.debug_tuple("Sqlite").field(p).finish(),
+            StateLocation::Postgres(_) => {
+                f.debug_tuple("Postgres").field(&self.describe()).finish()
+            }
+        }
+    }
+}
+
+/// The server's store, whichever it is.
+#[derive(Debug)]
+pub enum RegistryStore {
+    Memory(MemoryStore),
+    Sqlite(SqliteStore),
+    Postgres(PostgresStore),
+}
+
+impl RegistryStore {
+    /// Opens the store `location` names (memory when `None`). SQLite is opened here and fails
+    /// at once; PostgreSQL is only described here: the sync task connects, and a database that
+    /// cannot be reached leaves the registry degraded, never the server down.
+    pub fn open(location: Option<&StateLocation>) -> Result<RegistryStore, String> {
+        Ok(match location {
+            None => RegistryStore::Memory(MemoryStore::default()),
+            Some(StateLocation::Sqlite(path)) => RegistryStore::Sqlite(SqliteStore::open(path)?),
+            Some(StateLocation::Postgres(dsn)) => RegistryStore::Postgres(PostgresStore::new(dsn)?),
+        })
+    }
+
+    /// `memory`, `sqlite` or `postgres`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RegistryStore::Memory(_) => "memory",
+            RegistryStore::Sqlite(_) => "sqlite",
+            RegistryStore::Postgres(_) => "postgres",
+        }
+    }
+
+    pub fn postgres(&self) -> Option<&PostgresStore> {
+        match self {
+            RegistryStore::Postgres(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+impl Store for RegistryStore {
+    fn target(&self) -> &str {
+        match self {
+            RegistryStore::Memory(s) => s.target(),
+            RegistryStore::Sqlite(s) => s.target(),
+            RegistryStore::Postgres(s) => s.target(),
+        }
+    }
+
+    async fn changes_since(&self, after: i64) -> Result<Vec<Change>, StoreError> {
+        match self {
+            RegistryStore::Memory(s) => s.changes_since(after).await,
+            RegistryStore::Sqlite(s) => s.changes_since(after).await,
+            RegistryStore::Postgres(s) => s.changes_since(after).await,
+        }
+    }
+
+    async fn write(
+        &self,
+        id: &str,
+        body: Option<&WorkloadBody>,
+        seed: bool,
+    ) -> Result<Written, StoreError> {
+        match self {
+            RegistryStore::Memory(s) => s.write(id, body, seed).await,
+            RegistryStore::Sqlite(s) => s.write(id, body, seed).await,
+            RegistryStore::Postgres(s) => s.write(id, body, seed).await,
+        }
+    }
+}
+
+/// A stored body back to a `WorkloadBody`.
+pub(crate) fn parse_body(target: &str, id: &str, text: &str) -> Result<WorkloadBody, StoreError> {
+    serde_json::from_str(text)
+        .map_err(|e| StoreError::Broken(format!("{target}: workload `{id}`: {e}")))
+}

@@ -1,0 +1,356 @@
+//! Client registrations in PostgreSQL, shared by every replica.
+//!
+//! Each write is one call of the `duet_workload_write` function, which takes a transaction-level
+//! advisory lock before it draws the next sequence number: writers are serialised, so commit
+//! order is sequence order and a replica catching up with `seq > n` never skips a change that
+//! commits late. The function notifies `duet_registry` with the sequence number; the server's
+//! sync task (`crate::sync`) listens on the same connection and also polls, so a lost
+//! notification costs at most one poll interval.
+//!
+//! One connection per replica serves writes, catch-up queries and `LISTEN` (tokio-postgres
+//! pipelines concurrent queries on it). The sync task connects and reconnects it; while it is
+//! down, writes fail with `StoreError::Unavailable` at once, never waiting on the network.
+
+use std::str::FromStr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use duet_core::api::WorkloadBody;
+use tokio_postgres::config::Host;
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
+
+use super::{Change, SCHEMA_VERSION, Store, StoreError, Written, parse_body};
+
+/// The channel writers notify and replicas listen on.
+pub const CHANNEL: &str = "duet_registry";
+/// Advisory lock keys: schema migration, and writes.
+const MIGRATION_LOCK: i64 = 0x6475_6574_0001;
+const WRITE_LOCK: i64 = 0x6475_6574_0002;
+/// How long a connection attempt may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a write or a catch-up may wait for the database. A write over it answers 503 (it
+/// may still commit: a PUT or DELETE retried is harmless); a catch-up over it (a partition that
+/// drops packets without closing the connection) gives the connection up, and the sync task
+/// rebuilds it.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The database as `postgres://user@host:port/dbname`, never with its password.
+pub fn describe(dsn: &str) -> String {
+    match Config::from_str(dsn) {
+        Ok(config) => describe_config(&config),
+        Err(_) => "postgres://(a connection string that does not parse)".into(),
+    }
+}
+
+fn describe_config(config: &Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let host = match h {
+                Host::Tcp(name) => name.clone(),
+                #[cfg(unix)]
+                Host::Unix(path) => path.display().to_string(),
+            };
+            let port = config
+                .get_ports()
+                .get(i)
+                .or_else(|| config.get_ports().first())
+                .copied()
+                .unwrap_or(5432);
+            format!("{host}:{port}")
+        })
+        .collect();
+    let user = config
+        .get_user()
+        .map(|u| format!("{u}@"))
+        .unwrap_or_default();
+    let db = config.get_dbname().unwrap_or("");
+    format!("postgres://{user}{}/{db}", hosts.join(","))
+}
+
+#[derive(Debug)]
+pub struct PostgresStore {
+    config: Config,
+    target: String,
+    client: RwLock<Option<Arc<Client>>>,
+    /// Why the database is unreachable, while it is.
+    down: RwLock<Option<String>>,
+}
+
+impl PostgresStore {
+    pub fn new(dsn: &str) -> Result<PostgresStore, String> {
+        let mut config = Config::from_str(dsn)
+            .map_err(|e| format!("--state: not a PostgreSQL connection string: {e}"))?;
+        if config.get_hosts().is_empty() {
+            return Err("--state: the PostgreSQL connection string names no host".into());
+        }
+        config.connect_timeout(CONNECT_TIMEOUT);
+        if config.get_application_name().is_none() {
+            config.application_name("duet-serve");
+        }
+        let target = describe_config(&config);
+        Ok(PostgresStore {
+            config,
+            target,
+            client: RwLock::new(None),
+            down: RwLock::new(Some("not connected yet".into())),
+        })
+    }
+
+    /// Connects, brings the schema to this binary's version and listens on `CHANNEL`.
+    /// Notifications (and the connection's end, as `None`) arrive on the returned receiver.
+    /// Replaces the connection writes use.
+    pub async fn connect(
+        &self,
+    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<Option<i64>>, StoreError> {
+        let (client, mut connection) = self
+            .config
+            .connect(NoTls)
+            .await
+            .map_err(|e| self.unavailable(&e))?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                    Some(Ok(AsyncMessage::Notification(n))) => {
+                        let _ = tx.send(n.payload().parse::<i64>().ok());
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "registry database connection lost");
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            // The receiver learns that the connection ended when the sender drops.
+        });
+        self.migrate(&client).await?;
+        client
+            .batch_execute(&format!("LISTEN {CHANNEL}"))
+            .await
+            .map_err(|e| self.unavailable(&e))?;
+        if let Ok(mut c) = self.client.write() {
+            *c = Some(Arc::new(client));
+        }
+        if let Ok(mut d) = self.down.write() {
+            *d = None;
+        }
+        Ok(rx)
+    }
+
+    /// Marks the database unreachable: writes fail at once until `connect` succeeds.
+    pub fn disconnected(&self, why: &str) {
+        if let Ok(mut c) = self.client.write() {
+            *c = None;
+        }
+        if let Ok(mut d) = self.down.write() {
+            *d = Some(why.to_string());
+        }
+    }
+
+    /// Why the database is unreachable, while it is.
+    pub fn down(&self) -> Option<String> {
+        self.down.read().ok().and_then(|d| d.clone())
+    }
+
+    fn unavailable(&self, e: &tokio_postgres::Error) -> StoreError {
+        let detail = match e.as_db_error() {
+            Some(db) => format!("{}: {}", db.code().code(), db.message()),
+            None => {
+                let source = std::error::Error::source(e)
+                    .map(|s| format!(": {s}"))
+                    .unwrap_or_default();
+                format!("{e}{source}")
+            }
+        };
+        StoreError::Unavailable(format!("{}: {detail}", self.target))
+    }
+
+    fn current(&self) -> Result<Arc<Client>, StoreError> {
+        let client = self.client.read().ok().and_then(|c| c.clone());
+        match client {
+            Some(c) if !c.is_closed() => Ok(c),
+            _ => Err(StoreError::Unavailable(format!(
+                "{}: {}",
+                self.target,
+                self.down()
+                    .unwrap_or_else(|| "the connection is closed".into())
+            ))),
+        }
+    }
+
+    /// Creates or upgrades the schema, one replica at a time; refuses a newer one.
+    async fn migrate(&self, client: &Client) -> Result<(), StoreError> {
+        let fail = |e: tokio_postgres::Error| self.unavailable(&e);
+        client
+            .batch_execute(&format!(
+                "BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK});
+                 CREATE TABLE IF NOT EXISTS duet_schema (
+                     version BIGINT NOT NULL,
+                     migrated_at TIMESTAMPTZ NOT NULL DEFAULT now());"
+            ))
+            .await
+            .map_err(fail)?;
+        let result = self.migrate_locked(client).await;
+        let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        client.batch_execute(end).await.map_err(fail)?;
+        result
+    }
+
+    async fn migrate_locked(&self, client: &Client) -> Result<(), StoreError> {
+        let fail = |e: tokio_postgres::Error| self.unavailable(&e);
+        let row = client
+            .query_one("SELECT COALESCE(MAX(version), 0) FROM duet_schema", &[])
+            .await
+            .map_err(fail)?;
+        let version: i64 = row.get(0);
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::Broken(format!(
+                "{}: the registry database has schema version {version}, newer than this \
+                 duet's {SCHEMA_VERSION}; run a newer duet, or give another database",
+                self.target
+            )));
+        }
+        if version < SCHEMA_VERSION {
+            client
+                .batch_execute(&format!(
+                    "CREATE SEQUENCE IF NOT EXISTS duet_workload_seq;
+                     CREATE TABLE IF NOT EXISTS duet_workloads (
+                         id TEXT PRIMARY KEY,
+                         body TEXT,
+                         seq BIGINT NOT NULL,
+                         written_at TIMESTAMPTZ NOT NULL DEFAULT now());
+                     CREATE INDEX IF NOT EXISTS duet_workloads_seq ON duet_workloads (seq);
+                     CREATE OR REPLACE FUNCTION duet_workload_write(
+                         p_id TEXT, p_body TEXT, p_seed BOOLEAN)
+                     RETURNS TABLE (written_seq BIGINT, existed BOOLEAN)
+                     LANGUAGE plpgsql AS $fn$
+                     DECLARE
+                         row_present BOOLEAN;
+                         row_live BOOLEAN;
+                         was BOOLEAN;
+                         s BIGINT;
+                     BEGIN
+                         PERFORM pg_advisory_xact_lock({WRITE_LOCK});
+                         SELECT w.body IS NOT NULL INTO row_live
+                             FROM duet_workloads w WHERE w.id = p_id;
+                         row_present := FOUND;
+                         was := CASE WHEN row_present THEN row_live ELSE p_seed END;
+                         IF p_body IS NULL AND NOT was THEN
+                             RETURN QUERY SELECT NULL::BIGINT, FALSE;
+                             RETURN;
+                         END IF;
+                         s := nextval('duet_workload_seq');
+                         INSERT INTO duet_workloads AS w (id, body, seq, written_at)
+                             VALUES (p_id, p_body, s, now())
+                             ON CONFLICT (id) DO UPDATE
+                             SET body = EXCLUDED.body, seq = EXCLUDED.seq,
+                                 written_at = EXCLUDED.written_at;
+                         PERFORM pg_notify('{CHANNEL}', s::text);
+                         RETURN QUERY SELECT s, was;
+                     END
+                     $fn$;
+                     INSERT INTO duet_schema (version) VALUES ({SCHEMA_VERSION});"
+                ))
+                .await
+                .map_err(fail)?;
+            tracing::info!(
+                database = %self.target,
+                from = version,
+                to = SCHEMA_VERSION,
+                "registry schema migrated"
+            );
+        }
+        Ok(())
+    }
+
+    /// `query` within `QUERY_TIMEOUT`; a connection error marks the database unreachable, and
+    /// so does a timeout where `give_up`.
+    async fn timed<T>(
+        &self,
+        query: impl Future<Output = Result<T, tokio_postgres::Error>>,
+        give_up: bool,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(QUERY_TIMEOUT, query).await {
+            Ok(result) => result.map_err(|e| self.result(e)),
+            Err(_) => {
+                let err = StoreError::Unavailable(format!(
+                    "{}: no answer within {} s",
+                    self.target,
+                    QUERY_TIMEOUT.as_secs()
+                ));
+                if give_up {
+                    self.disconnected(&err.to_string());
+                }
+                Err(err)
+            }
+        }
+    }
+
+    fn result(&self, e: tokio_postgres::Error) -> StoreError {
+        let err = self.unavailable(&e);
+        if e.is_closed() || e.as_db_error().is_none() {
+            self.disconnected(&err.to_string());
+        }
+        err
+    }
+}
+
+impl Store for PostgresStore {
+    fn target(&self) -> &str {
+        &self.target
+    }
+
+    async fn changes_since(&self, after: i64) -> Result<Vec<Change>, StoreError> {
+        let client = self.current()?;
+        let rows = self
+            .timed(
+                client.query(
+                    "SELECT id, body, seq FROM duet_workloads WHERE seq > $1 ORDER BY seq",
+                    &[&after],
+                ),
+                true,
+            )
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: String = row.get(0);
+            let body: Option<String> = row.get(1);
+            let seq: i64 = row.get(2);
+            let body = body
+                .map(|text| parse_body(&self.target, &id, &text))
+                .transpose()?;
+            out.push(Change { id, body, seq });
+        }
+        Ok(out)
+    }
+
+    async fn write(
+        &self,
+        id: &str,
+        body: Option<&WorkloadBody>,
+        seed: bool,
+    ) -> Result<Written, StoreError> {
+        let text = body
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| StoreError::Broken(e.to_string()))?;
+        let client = self.current()?;
+        let row = self
+            .timed(
+                client.query_one(
+                    "SELECT written_seq, existed FROM duet_workload_write($1, $2, $3)",
+                    &[&id, &text, &seed],
+                ),
+                false,
+            )
+            .await?;
+        Ok(Written {
+            seq: row.get(0),
+            existed: row.get(1),
+        })
+    }
+}

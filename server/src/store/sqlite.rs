@@ -1,0 +1,146 @@
+//! Client registrations in an embedded SQLite file: the default for one machine. One process
+//! owns the file; its writes are serialised by a mutex, so sequence order is commit order.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use duet_core::api::WorkloadBody;
+use rusqlite::{Connection, OptionalExtension};
+
+use super::{Change, SCHEMA_VERSION, Store, StoreError, Written, existed, parse_body};
+
+#[derive(Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    target: String,
+    conn: Mutex<Connection>,
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the file and brings its schema to this binary's version: a file from
+    /// before change sequences gets its rows numbered in insertion order; a file with a newer
+    /// schema is refused.
+    pub fn open(path: &Path) -> Result<SqliteStore, String> {
+        let fail = |e: rusqlite::Error| format!("--state {}: {e}", path.display());
+        let mut conn = Connection::open(path).map_err(fail)?;
+        conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;")
+            .map_err(fail)?;
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(fail)?;
+        if version > SCHEMA_VERSION {
+            return Err(format!(
+                "--state {}: the registry file has schema version {version}, newer than this \
+                 duet's {SCHEMA_VERSION}; run a newer duet, or give another file",
+                path.display()
+            ));
+        }
+        let tx = conn.transaction().map_err(fail)?;
+        tx.execute_batch("CREATE TABLE IF NOT EXISTS workloads (id TEXT PRIMARY KEY, body TEXT);")
+            .map_err(fail)?;
+        let has_seq: bool = tx
+            .prepare("SELECT 1 FROM pragma_table_info('workloads') WHERE name = 'seq'")
+            .and_then(|mut s| s.exists([]))
+            .map_err(fail)?;
+        if !has_seq {
+            // Version 1 (no sequence): number the rows as they were inserted.
+            tx.execute_batch(
+                "ALTER TABLE workloads ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;
+                 UPDATE workloads SET seq = rowid;
+                 CREATE INDEX IF NOT EXISTS workloads_seq ON workloads (seq);",
+            )
+            .map_err(fail)?;
+        }
+        tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION};"))
+            .map_err(fail)?;
+        tx.commit().map_err(fail)?;
+        Ok(SqliteStore {
+            path: path.to_path_buf(),
+            target: format!("sqlite:{}", path.display()),
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn broken(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Broken(format!("{}: {e}", self.path.display()))
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Connection>, StoreError> {
+        self.conn
+            .lock()
+            .map_err(|_| StoreError::Broken("registry lock poisoned".into()))
+    }
+}
+
+impl Store for SqliteStore {
+    fn target(&self) -> &str {
+        &self.target
+    }
+
+    async fn changes_since(&self, after: i64) -> Result<Vec<Change>, StoreError> {
+        let conn = self.lock()?;
+        let mut stmt = conn
+            .prepare("SELECT id, body, seq FROM workloads WHERE seq > ?1 ORDER BY seq")
+            .map_err(|e| self.broken(e))?;
+        let rows = stmt
+            .query_map([after], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            })
+            .map_err(|e| self.broken(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, body, seq) = row.map_err(|e| self.broken(e))?;
+            let body = body
+                .map(|text| parse_body(&self.target, &id, &text))
+                .transpose()?;
+            out.push(Change { id, body, seq });
+        }
+        Ok(out)
+    }
+
+    async fn write(
+        &self,
+        id: &str,
+        body: Option<&WorkloadBody>,
+        seed: bool,
+    ) -> Result<Written, StoreError> {
+        let text = body
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| self.broken(e))?;
+        let mut conn = self.lock()?;
+        let tx = conn.transaction().map_err(|e| self.broken(e))?;
+        let row: Option<bool> = tx
+            .query_row(
+                "SELECT body IS NOT NULL FROM workloads WHERE id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.broken(e))?;
+        let existed = existed(row, seed);
+        if body.is_none() && !existed {
+            return Ok(Written { seq: None, existed });
+        }
+        let seq: i64 = tx
+            .query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM workloads", [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| self.broken(e))?;
+        tx.execute(
+            "INSERT INTO workloads (id, body, seq) VALUES (?1, ?2, ?3)
+             ON CONFLICT(id) DO UPDATE SET body = excluded.body, seq = excluded.seq",
+            rusqlite::params![id, text, seq],
+        )
+        .map_err(|e| self.broken(e))?;
+        tx.commit().map_err(|e| self.broken(e))?;
+        Ok(Written {
+            seq: Some(seq),
+            existed,
+        })
+    }
+}

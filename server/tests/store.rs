@@ -1,0 +1,312 @@
+//! The registry stores against real databases: the same semantics from memory, an SQLite file
+//! and PostgreSQL (a fresh database per test), replicas sharing one PostgreSQL database, schema
+//! versions, and connection strings that never show their password.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use duet_core::api::{FeatureInput, WorkloadBody};
+use duet_server::Config;
+use duet_server::store::{
+    Change, MemoryStore, PostgresStore, SqliteStore, StateLocation, Store, StoreError, Written,
+};
+
+#[path = "support/pg.rs"]
+mod pg;
+
+fn body(solo: f64) -> WorkloadBody {
+    WorkloadBody {
+        kind: None,
+        profiles: BTreeMap::from([(
+            "v100".to_string(),
+            BTreeMap::from([("solo_throughput".to_string(), FeatureInput::Number(solo))]),
+        )]),
+    }
+}
+
+/// What every store must do, in one script.
+async fn same_semantics(store: &impl Store) {
+    let first = store
+        .write("w1", Some(&body(1.0)), false)
+        .await
+        .expect("w1");
+    assert!(!first.existed);
+    let s1 = first.seq.expect("a sequence number");
+    let replaced = store
+        .write("w1", Some(&body(2.0)), false)
+        .await
+        .expect("w1 again");
+    assert!(replaced.existed);
+    assert!(replaced.seq.expect("seq") > s1);
+    // Deleting what does not exist writes nothing.
+    assert_eq!(
+        store.write("nobody", None, false).await.expect("nobody"),
+        Written {
+            seq: None,
+            existed: false
+        }
+    );
+    // A dataset workload exists until a tombstone says not; then it is gone, and may come back.
+    let tomb = store.write("seed", None, true).await.expect("seed");
+    assert!(tomb.existed && tomb.seq.is_some());
+    assert_eq!(
+        store.write("seed", None, true).await.expect("again").seq,
+        None
+    );
+    assert!(
+        !store
+            .write("seed", Some(&body(3.0)), true)
+            .await
+            .expect("back")
+            .existed
+    );
+    let deleted = store.write("w1", None, false).await.expect("delete w1");
+    assert!(deleted.existed);
+
+    let all = store.changes_since(0).await.expect("changes");
+    let ids: Vec<(&str, bool)> = all
+        .iter()
+        .map(|c| (c.id.as_str(), c.body.is_some()))
+        .collect();
+    assert_eq!(ids, [("seed", true), ("w1", false)], "{all:?}");
+    assert!(all.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert_eq!(all[0].body, Some(body(3.0)));
+    let later = store.changes_since(all[0].seq).await.expect("later");
+    assert_eq!(later, all[1..].to_vec());
+    assert!(
+        store
+            .changes_since(all[1].seq)
+            .await
+            .expect("none")
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn memory_store_semantics() {
+    same_semantics(&MemoryStore::default()).await;
+}
+
+#[tokio::test]
+async fn sqlite_store_semantics_and_durability() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("registry.sqlite");
+    same_semantics(&SqliteStore::open(&path).expect("open")).await;
+    // A second open of the file sees every change, and numbers on from the last.
+    let again = SqliteStore::open(&path).expect("reopen");
+    let all = again.changes_since(0).await.expect("changes");
+    assert_eq!(all.len(), 2);
+    let next = again
+        .write("w2", Some(&body(1.0)), false)
+        .await
+        .expect("w2");
+    assert_eq!(next.seq, Some(all[1].seq + 1));
+}
+
+#[tokio::test]
+async fn sqlite_file_from_before_sequences_is_migrated_and_a_newer_one_refused() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let old = dir.path().join("old.sqlite");
+    {
+        let conn = rusqlite::Connection::open(&old).expect("old file");
+        conn.execute_batch("CREATE TABLE workloads (id TEXT PRIMARY KEY, body TEXT);")
+            .expect("old schema");
+        let text = serde_json::to_string(&body(4.0)).expect("json");
+        conn.execute(
+            "INSERT INTO workloads VALUES ('kept', ?1), ('a3c', NULL)",
+            [text],
+        )
+        .expect("old rows");
+    }
+    let store = SqliteStore::open(&old).expect("migrated");
+    let all = store.changes_since(0).await.expect("changes");
+    assert_eq!(
+        all,
+        vec![
+            Change {
+                id: "kept".into(),
+                body: Some(body(4.0)),
+                seq: 1
+            },
+            Change {
+                id: "a3c".into(),
+                body: None,
+                seq: 2
+            }
+        ]
+    );
+    let newer = dir.path().join("newer.sqlite");
+    rusqlite::Connection::open(&newer)
+        .and_then(|c| c.execute_batch("PRAGMA user_version = 99;"))
+        .expect("newer file");
+    let err = SqliteStore::open(&newer).expect_err("newer schema");
+    assert!(
+        err.contains("schema version 99, newer than this duet's"),
+        "{err}"
+    );
+    assert!(err.contains("newer.sqlite"), "{err}");
+}
+
+async fn connected(
+    dsn: &str,
+) -> (
+    PostgresStore,
+    tokio::sync::mpsc::UnboundedReceiver<Option<i64>>,
+) {
+    let store = PostgresStore::new(dsn).expect("a valid DSN");
+    let rx = store.connect().await.expect("connects");
+    (store, rx)
+}
+
+#[tokio::test]
+async fn postgres_store_semantics() {
+    let Some(db) = pg::TestDatabase::create("store_semantics") else {
+        return;
+    };
+    let (store, _rx) = connected(&db.dsn).await;
+    same_semantics(&store).await;
+    // The schema is created once: a second replica connecting finds it and changes nothing.
+    let (other, _rx2) = connected(&db.dsn).await;
+    assert_eq!(
+        other.changes_since(0).await.expect("changes"),
+        store.changes_since(0).await.expect("changes")
+    );
+    let versions = pg::column(&db.dsn, "SELECT version::text FROM duet_schema");
+    assert_eq!(versions, [Some("2".to_string())]);
+}
+
+/// Two replicas writing the same ids at once: sequence numbers follow commit order (a reader
+/// catching up by number misses nothing), every write notifies, the last by number wins.
+#[tokio::test]
+async fn postgres_replicas_racing_end_in_one_state() {
+    let Some(db) = pg::TestDatabase::create("store_race") else {
+        return;
+    };
+    let (a, _rx_a) = connected(&db.dsn).await;
+    let (b, mut rx_b) = connected(&db.dsn).await;
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    // A reader catching up by sequence number while the writes run.
+    let reader = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let mut seen: BTreeMap<String, (Option<WorkloadBody>, i64)> = BTreeMap::new();
+            let mut last = 0;
+            for _ in 0..200 {
+                for c in b.changes_since(last).await.expect("catch up") {
+                    assert!(c.seq > last, "out of order: {} after {last}", c.seq);
+                    last = c.seq;
+                    seen.insert(c.id, (c.body, c.seq));
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            (seen, last)
+        })
+    };
+    let mut tasks = Vec::new();
+    for i in 0..400u32 {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            let id = format!("w{}", i % 10);
+            let value = (i % 3 == 0).then(|| body(f64::from(i + 1)));
+            store
+                .write(&id, value.as_ref(), false)
+                .await
+                .expect("write")
+        }));
+    }
+    let mut seqs = Vec::new();
+    for t in tasks {
+        if let Some(seq) = t.await.expect("task").seq {
+            seqs.push(seq);
+        }
+    }
+    seqs.sort_unstable();
+    seqs.dedup();
+    let final_state = a.changes_since(0).await.expect("final");
+    assert_eq!(final_state, b.changes_since(0).await.expect("final on b"));
+    assert!(final_state.len() <= 10);
+    let (mut seen, last) = reader.await.expect("reader");
+    for c in b.changes_since(last).await.expect("rest") {
+        seen.insert(c.id, (c.body, c.seq));
+    }
+    let expected: BTreeMap<String, (Option<WorkloadBody>, i64)> = final_state
+        .into_iter()
+        .map(|c| (c.id, (c.body, c.seq)))
+        .collect();
+    assert_eq!(
+        seen, expected,
+        "a reader catching up by number ends where the database is"
+    );
+    // Each write notified its number.
+    let mut notified = Vec::new();
+    while let Ok(Some(n)) = tokio::time::timeout(Duration::from_millis(500), rx_b.recv()).await {
+        notified.extend(n);
+    }
+    notified.sort_unstable();
+    assert_eq!(notified, seqs);
+}
+
+#[tokio::test]
+async fn postgres_database_newer_than_the_binary_is_refused() {
+    let Some(db) = pg::TestDatabase::create("store_newer") else {
+        return;
+    };
+    let (store, _rx) = connected(&db.dsn).await;
+    drop(store);
+    pg::execute(&db.dsn, "INSERT INTO duet_schema (version) VALUES (99)").expect("version 99");
+    let newer = PostgresStore::new(&db.dsn).expect("dsn");
+    match newer.connect().await {
+        Err(StoreError::Broken(m)) => {
+            assert!(
+                m.contains("schema version 99, newer than this duet's 2"),
+                "{m}"
+            );
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn unreachable_postgres_fails_fast_and_names_the_database() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    let dsn = format!("postgres://duet:s3cret@127.0.0.1:{port}/registry");
+    let store = PostgresStore::new(&dsn).expect("dsn");
+    let started = std::time::Instant::now();
+    let err = store.connect().await.expect_err("nothing listens");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("postgres://duet@127.0.0.1:{port}/registry")),
+        "{text}"
+    );
+    assert!(!text.contains("s3cret"), "{text}");
+    // Writes fail at once while it is unreachable.
+    let write = store.write("w", Some(&body(1.0)), false).await;
+    assert!(
+        matches!(write, Err(StoreError::Unavailable(_))),
+        "{write:?}"
+    );
+}
+
+#[test]
+fn a_password_never_shows() {
+    let location = StateLocation::parse("postgresql://duet:hunter2@db.internal:6543/duet");
+    assert_eq!(location.describe(), "postgres://duet@db.internal:6543/duet");
+    let config = Config {
+        state: Some(location),
+        ..Config::new("models/default".into())
+    };
+    let shown = format!("{config:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("db.internal"), "{shown}");
+    assert_eq!(
+        StateLocation::parse("state/registry.sqlite"),
+        StateLocation::Sqlite("state/registry.sqlite".into())
+    );
+    let bad = PostgresStore::new("postgres://duet:hunter2@/").expect_err("no host");
+    assert!(!bad.contains("hunter2"), "{bad}");
+}
