@@ -6,6 +6,7 @@ pub mod assess;
 pub mod baselines;
 pub mod corpus;
 pub mod eval;
+pub mod export;
 pub mod pipeline;
 pub mod report;
 pub mod rows;
