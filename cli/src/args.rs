@@ -180,6 +180,11 @@ pub struct TrainArgs {
     /// duet built with `--features cuda`).
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Fit only the model that ships (feature spec, ensemble, p90 calibrations), with no
+    /// cross-validation and no baselines: for scheduled retraining. model.json then holds no
+    /// metrics and its `evaluation` says that none was run.
+    #[arg(long, conflicts_with = "seeds")]
+    pub final_only: bool,
 }
 
 #[derive(Debug, clap::Args)]

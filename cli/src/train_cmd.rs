@@ -64,6 +64,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         config,
         seeds: args.seeds,
         created: today(),
+        final_only: args.final_only,
     };
     let summary = pipeline::run(&options, |line| eprintln!("{line}"))?;
     for w in &summary.warnings {
@@ -93,6 +94,9 @@ pub fn run(args: TrainArgs) -> Result<()> {
             percent(r.metrics.p90_coverage),
             r.metrics.p90_width.unwrap_or(f64::NAN),
         );
+    }
+    if options.final_only {
+        println!("final only: no cross-validated evaluation was run; model.json has no metrics");
     }
     println!(
         "wrote {} (version {})",

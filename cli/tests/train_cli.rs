@@ -314,3 +314,101 @@ fn evaluate_scores_a_model_and_refuses_missing_features() {
     );
     assert!(err.contains("the model needs feature"), "{err}");
 }
+
+fn committed(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../datasets")
+        .join(name)
+}
+
+fn read_meta(dir: &Path) -> Value {
+    serde_json::from_str(&fs::read_to_string(dir.join("model.json")).expect("read")).expect("json")
+}
+
+/// `--final-only` on a committed dataset: the same networks and calibrations as a full run,
+/// no metrics, an `evaluation` that says so, and a folder the server's model crate loads and
+/// predicts with.
+#[test]
+fn final_only_trains_the_shipped_model_alone_and_it_serves() {
+    use duet_core::api::PredictRequest;
+    use duet_model::{EngineKind, LoadedModel, Registry, predict};
+
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = committed("cpu-dev2c");
+    let fast = tmp.path().join("fast");
+    let result = train(&[&data], &fast, &["--final-only", "--name", "m"]);
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(
+        stdout.contains("no cross-validated evaluation was run"),
+        "{stdout}"
+    );
+    let mut files: Vec<String> = fs::read_dir(&fast)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "heatmap.svg",
+            "member-0.mpk",
+            "member-1.mpk",
+            "model.json",
+            "model.onnx",
+            "report.md"
+        ]
+    );
+    let meta = read_meta(&fast);
+    assert_eq!(meta["evaluation"]["final_only"], true);
+    assert!(
+        meta["evaluation"]["protocol"]
+            .as_str()
+            .expect("protocol")
+            .starts_with("final-only: no cross-validated evaluation was run"),
+        "{}",
+        meta["evaluation"]
+    );
+    assert_eq!(meta["metrics"], serde_json::json!([]));
+    assert_eq!(meta["folds"], serde_json::json!({}));
+    assert!(meta.get("metrics_sd").is_none());
+    let report = fs::read_to_string(fast.join("report.md")).expect("report");
+    assert!(report.contains("## Accuracy\n\nNot measured"), "{report}");
+    assert!(!report.contains("| split |"), "{report}");
+
+    // A full run with the same seed ships the same networks and calibrations.
+    let full = tmp.path().join("full");
+    assert!(train(&[&data], &full, &["--name", "m"]).status.success());
+    let full_meta = read_meta(&full);
+    for key in ["version", "spec", "training", "calibration", "config"] {
+        assert_eq!(meta[key], full_meta[key], "{key}");
+    }
+    assert_eq!(
+        fs::read(fast.join("model.onnx")).expect("onnx"),
+        fs::read(full.join("model.onnx")).expect("onnx")
+    );
+    assert_eq!(full_meta["evaluation"].get("final_only"), None);
+
+    // The server's model crate loads it, seeds the registry from the dataset and predicts.
+    let model = LoadedModel::load(&fast, EngineKind::Burn).expect("the model loads");
+    let (registry, warnings) = Registry::build(&model, Default::default());
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let ids: Vec<String> = registry.list().iter().map(|w| w.workload.clone()).collect();
+    assert_eq!(ids.len(), 6, "{ids:?}");
+    let request: PredictRequest = serde_json::from_value(serde_json::json!({
+        "pairs": [{"a": {"workload": ids[0]}, "b": {"workload": ids[1]}, "mode": "cpu"}]
+    }))
+    .expect("request");
+    let p = predict::predict(&model, &registry, &request, None).expect("a prediction");
+    assert_eq!(p.len(), 1);
+    assert!(p[0].speed_a > 0.0 && p[0].speed_a.is_finite(), "{:?}", p[0]);
+    assert!(
+        p[0].slowdown_a_p90 > 0.0 && p[0].slowdown_a_p90.is_finite(),
+        "{:?}",
+        p[0]
+    );
+}

@@ -86,6 +86,10 @@ pub struct EvaluationInfo {
     pub seeds: Vec<u64>,
     /// Split name -> how its folds are formed.
     pub splits: std::collections::BTreeMap<String, String>,
+    /// Trained with `--final-only`: no cross-validated evaluation was run, so `metrics` and
+    /// `folds` are empty and nothing in the file measures accuracy. Absent (false) otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub final_only: bool,
 }
 
 pub use duet_core::hash::{FNV_OFFSET, fnv1a};

@@ -155,58 +155,102 @@ impl Corpus {
     /// early-stopped on); the returned ensemble is then refitted on all of `rows` with the same
     /// configuration and carries those shifts. The refit sees more data than the calibrated
     /// ensemble, so its errors are no larger in expectation; the cross-validated coverage
-    /// (`eval`) measures this whole procedure on rows neither stage saw.
+    /// (`eval`) measures this whole procedure on rows neither stage saw. One thread: the
+    /// evaluation already runs its folds on every core.
     pub fn train(&self, rows: &[usize], config: &TrainConfig) -> Result<Trained, TrainError> {
+        self.train_on(rows, config, 1)
+    }
+
+    /// `train` with the members of both ensembles (the calibrated one and the refit do not
+    /// depend on each other) fitted on `workers` threads. Every member has its own seed and
+    /// rows, and results are collected in member order, so the model is the same for any
+    /// number of workers.
+    pub fn train_on(
+        &self,
+        rows: &[usize],
+        config: &TrainConfig,
+        workers: usize,
+    ) -> Result<Trained, TrainError> {
         let split = self.calibration_split(rows, config.seed);
-        let calibration = self.calibrate(&self.fit_ensemble(&split.train, config)?, &split);
-        let mut trained = self.fit_ensemble(rows, config)?;
-        trained.calibration = calibration;
+        let mut fitted = self
+            .fit_ensembles(&[&split.train, rows], config, workers)?
+            .into_iter();
+        let (Some(held), Some(mut trained)) = (fitted.next(), fitted.next()) else {
+            return Err(TrainError::Empty);
+        };
+        trained.calibration = self.calibrate(&held, &split);
         Ok(trained)
     }
 
-    /// Fits the feature spec and the ensemble on `rows`, each member holding out its own share
-    /// of the settings for early stopping; no calibration.
-    fn fit_ensemble(&self, rows: &[usize], config: &TrainConfig) -> Result<Trained, TrainError> {
-        let spec = self.fit_spec(rows);
-        let settings: BTreeSet<usize> = rows.iter().map(|&i| self.examples[i].setting).collect();
-        let settings: Vec<usize> = settings.into_iter().collect();
-        let mut nets = Vec::with_capacity(config.ensemble.max(1));
-        let mut outcomes = Vec::new();
-        for member in 0..config.ensemble.max(1) as u64 {
-            let member_config = TrainConfig {
-                seed: config.seed.wrapping_add(member.wrapping_mul(0x9E37_79B9)),
-                ..config.clone()
-            };
-            let mut order = settings.clone();
-            let mut rng = Rng::new(member_config.seed ^ 0x5EED);
-            rng.shuffle(&mut order);
-            #[allow(
-                clippy::cast_possible_truncation,
-                clippy::cast_sign_loss,
-                clippy::cast_precision_loss
-            )]
-            let held = ((order.len() as f64) * config.validation_fraction).round() as usize;
-            let held: BTreeSet<usize> = order.into_iter().take(held).collect();
-            let (validation, train): (Vec<usize>, Vec<usize>) = rows
-                .iter()
-                .partition(|&&i| held.contains(&self.examples[i].setting));
-            let validation = self.encode_for_training(&spec, &validation);
-            let train = self.encode_for_training(&spec, &train);
-            let (net, outcome) = match config.device {
-                TrainDevice::Cpu => {
-                    fit::<Autodiff<Flex>>(&train, &validation, &member_config, &Default::default())?
-                }
-                TrainDevice::Cuda(index) => fit_cuda(&train, &validation, &member_config, index)?,
-            };
-            nets.push(net);
-            outcomes.push(outcome);
+    /// Fits the feature spec and the ensemble on each of `sets`, each member holding out its
+    /// own share of the settings for early stopping; no calibration. The members of all sets
+    /// are fitted on `workers` threads and come back in set and member order.
+    fn fit_ensembles(
+        &self,
+        sets: &[&[usize]],
+        config: &TrainConfig,
+        workers: usize,
+    ) -> Result<Vec<Trained>, TrainError> {
+        let members = config.ensemble.max(1);
+        let specs: Vec<FeatureSpec> = sets.iter().map(|rows| self.fit_spec(rows)).collect();
+        let tasks: Vec<(usize, usize)> = (0..sets.len())
+            .flat_map(|s| (0..members).map(move |m| (s, m)))
+            .collect();
+        let results = run_parallel(&tasks, workers, |&(s, m)| {
+            self.fit_member(sets[s], &specs[s], config, m as u64)
+        });
+        let mut out: Vec<Trained> = specs
+            .into_iter()
+            .map(|spec| Trained {
+                spec,
+                nets: Vec::with_capacity(members),
+                outcomes: Vec::with_capacity(members),
+                calibration: Calibration::default(),
+            })
+            .collect();
+        for (&(s, _), result) in tasks.iter().zip(results) {
+            let (net, outcome) = result?;
+            out[s].nets.push(net);
+            out[s].outcomes.push(outcome);
         }
-        Ok(Trained {
-            spec,
-            nets,
-            outcomes,
-            calibration: Calibration::default(),
-        })
+        Ok(out)
+    }
+
+    /// Ensemble member `member` on `rows`: its own seed, and its own share of the settings held
+    /// out for early stopping.
+    fn fit_member(
+        &self,
+        rows: &[usize],
+        spec: &FeatureSpec,
+        config: &TrainConfig,
+        member: u64,
+    ) -> Result<(Mlp<Flex>, TrainOutcome), TrainError> {
+        let settings: BTreeSet<usize> = rows.iter().map(|&i| self.examples[i].setting).collect();
+        let member_config = TrainConfig {
+            seed: config.seed.wrapping_add(member.wrapping_mul(0x9E37_79B9)),
+            ..config.clone()
+        };
+        let mut order: Vec<usize> = settings.into_iter().collect();
+        let mut rng = Rng::new(member_config.seed ^ 0x5EED);
+        rng.shuffle(&mut order);
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let held = ((order.len() as f64) * config.validation_fraction).round() as usize;
+        let held: BTreeSet<usize> = order.into_iter().take(held).collect();
+        let (validation, train): (Vec<usize>, Vec<usize>) = rows
+            .iter()
+            .partition(|&&i| held.contains(&self.examples[i].setting));
+        let validation = self.encode_for_training(spec, &validation);
+        let train = self.encode_for_training(spec, &train);
+        match config.device {
+            TrainDevice::Cpu => {
+                fit::<Autodiff<Flex>>(&train, &validation, &member_config, &Default::default())
+            }
+            TrainDevice::Cuda(index) => fit_cuda(&train, &validation, &member_config, index),
+        }
     }
 
     /// The two split-conformal shifts of `trained`'s conservative output, from the ensemble's
@@ -279,6 +323,42 @@ impl Corpus {
             by_device,
         }
     }
+}
+
+/// `job` of every task on `workers` threads (at most one per task); results in task order,
+/// whatever the scheduling.
+pub fn run_parallel<T: Sync, R: Send>(
+    tasks: &[T],
+    workers: usize,
+    job: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let workers = workers.clamp(1, tasks.len().max(1));
+    if workers == 1 {
+        return tasks.iter().map(job).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut results: Vec<Option<R>> = Vec::new();
+    results.resize_with(tasks.len(), || None);
+    let done = std::sync::Mutex::new(results);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(task) = tasks.get(i) else { break };
+                    let r = job(task);
+                    if let Ok(mut d) = done.lock() {
+                        d[i] = Some(r);
+                    }
+                }
+            });
+        }
+    });
+    done.into_inner()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| r.expect("every task ran"))
+        .collect()
 }
 
 /// The conformal offset of `scores` (NaN shift when too few rows).

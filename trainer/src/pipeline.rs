@@ -29,6 +29,10 @@ pub struct TrainOptions {
     pub seeds: Vec<u64>,
     /// Date for `model.json`, YYYY-MM-DD.
     pub created: String,
+    /// Fit only what the shipped model needs (feature spec, ensemble, p90 calibrations): no
+    /// cross-validation and no baselines, for scheduled retraining. `model.json` then has no
+    /// metrics and its `evaluation` says so.
+    pub final_only: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +140,13 @@ per-fold refits (spec, ensemble and both p90 calibrations fitted on the fold's t
 only), never on the shipped networks, which are trained on every row with the first seed; with \
 several seeds, `metrics` is the mean over seeds and `metrics_sd` the sample standard deviation";
 
+/// `evaluation.protocol` of a model trained with `--final-only`.
+pub const FINAL_ONLY_PROTOCOL: &str = "final-only: no cross-validated evaluation was run, so \
+this file holds no accuracy figures; the spec, the ensemble and both p90 calibrations were fitted \
+exactly as in a full run (the calibrations on rows held out inside the final fit); score the model \
+with `duet evaluate` on data it did not train on, or judge the procedure by a full `duet train` on \
+the same data";
+
 /// Trains, evaluates and writes the artifact. `progress` hears one line per step.
 pub fn run(
     options: &TrainOptions,
@@ -158,28 +169,45 @@ pub fn run(
         options.seeds.clone()
     };
     let mut evaluations = Vec::with_capacity(seeds.len());
-    for &seed in &seeds {
-        let config = TrainConfig {
-            seed,
-            ..options.config.clone()
-        };
-        evaluations.push(evaluate(&corpus, &config, |split: Split, done, total| {
-            progress(&format!(
-                "seed {seed}: evaluated {} fold {done}/{total}",
-                split.as_str()
-            ));
-        })?);
+    if options.final_only {
+        progress("final only: no cross-validation, no baselines");
+    } else {
+        for &seed in &seeds {
+            let config = TrainConfig {
+                seed,
+                ..options.config.clone()
+            };
+            evaluations.push(evaluate(&corpus, &config, |split: Split, done, total| {
+                progress(&format!(
+                    "seed {seed}: evaluated {} fold {done}/{total}",
+                    split.as_str()
+                ));
+            })?);
+        }
     }
     let tables: Vec<_> = evaluations.iter().map(|e| e.table.clone()).collect();
-    let (metrics, metrics_sd) = mean_and_sd(&tables).ok_or_else(|| {
-        PipelineError::Data("the seeds' evaluations scored different groups of rows".into())
-    })?;
+    let (metrics, metrics_sd) = if options.final_only {
+        (Vec::new(), Vec::new())
+    } else {
+        mean_and_sd(&tables).ok_or_else(|| {
+            PipelineError::Data("the seeds' evaluations scored different groups of rows".into())
+        })?
+    };
     let final_config = TrainConfig {
         seed: seeds[0],
         ..options.config.clone()
     };
     let all: Vec<usize> = (0..corpus.examples.len()).collect();
-    let trained = corpus.train(&all, &final_config)?;
+    let workers = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let started = std::time::Instant::now();
+    let trained = corpus.train_on(&all, &final_config, workers)?;
+    progress(&format!(
+        "final model: 2 ensembles of {} members (calibrated, then refitted on every row) on {} \
+         thread(s) in {:.1} s",
+        final_config.ensemble.max(1),
+        workers.min(2 * final_config.ensemble.max(1)),
+        started.elapsed().as_secs_f64()
+    ));
     for (kind, o) in [
         ("known", &trained.calibration.known),
         ("new", &trained.calibration.new),
@@ -237,13 +265,26 @@ pub fn run(
         spec: trained.spec.clone(),
         data,
         training: trained.outcomes.clone(),
-        folds: evaluations[0].folds.clone(),
+        folds: evaluations
+            .first()
+            .map(|e| e.folds.clone())
+            .unwrap_or_default(),
         metrics,
         calibration: trained.calibration.clone(),
-        evaluation: Some(EvaluationInfo {
-            protocol: PROTOCOL.to_string(),
-            seeds: seeds.clone(),
-            splits: split_definitions(),
+        evaluation: Some(if options.final_only {
+            EvaluationInfo {
+                protocol: FINAL_ONLY_PROTOCOL.to_string(),
+                seeds: vec![seeds[0]],
+                splits: BTreeMap::new(),
+                final_only: true,
+            }
+        } else {
+            EvaluationInfo {
+                protocol: PROTOCOL.to_string(),
+                seeds: seeds.clone(),
+                splits: split_definitions(),
+                final_only: false,
+            }
         }),
         metrics_sd: if seeds.len() > 1 {
             metrics_sd
@@ -253,7 +294,7 @@ pub fn run(
     };
     let files = report::render(
         &meta,
-        &evaluations[0].held_out,
+        evaluations.first().map_or(&[][..], |e| &e.held_out[..]),
         Some(&matrix(&corpus, &trained)),
     );
     artifact::write(&options.out, &meta, &trained.nets, &files)?;

@@ -162,6 +162,25 @@ pub fn render(
             o.fallback.as_deref().unwrap_or("")
         );
     }
+    if let Some(e) = meta.evaluation.as_ref().filter(|e| e.final_only) {
+        let _ = writeln!(
+            md,
+            "\n## Accuracy\n\nNot measured: this model was trained with `--final-only` (seed {}), so \
+             no cross-validated evaluation was run and model.json holds no metrics. The spec, the \
+             ensemble and both p90 calibrations were fitted exactly as a full run with the same \
+             seed fits them (the calibrations on rows held out inside the final fit). Score it \
+             with `duet evaluate` on data it did not train on, or judge the procedure by a full \
+             `duet train` on the same data.",
+            e.seeds.first().copied().unwrap_or(meta.config.seed),
+        );
+        let mut files = Vec::new();
+        if let Some(m) = matrix {
+            let _ = writeln!(md, "\n![{}](heatmap.svg)", m.title);
+            files.push(("heatmap.svg".to_string(), heatmap(m)));
+        }
+        files.push((REPORT_FILE.to_string(), md));
+        return files;
+    }
     let folds: Vec<String> = meta.folds.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(
         md,

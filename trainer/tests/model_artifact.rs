@@ -185,3 +185,21 @@ fn a_diverging_run_stops_with_a_clear_error() {
     );
     assert!(message.ends_with("nothing was written"), "{message}");
 }
+
+#[test]
+fn members_on_several_threads_give_the_same_model() {
+    let corpus = Corpus::new(vec![dataset("gavel-k80")]);
+    let all: Vec<usize> = (0..corpus.examples.len()).collect();
+    let config = TrainConfig {
+        ensemble: 3,
+        max_epochs: 30,
+        ..quick_config()
+    };
+    let one = corpus.train_on(&all, &config, 1).expect("training");
+    let four = corpus.train_on(&all, &config, 4).expect("training");
+    let inputs = random_pairs(&corpus, &one.spec);
+    assert_eq!(one.forward(&inputs), four.forward(&inputs));
+    assert_eq!(one.outcomes, four.outcomes);
+    assert_eq!(one.calibration, four.calibration);
+    assert_eq!(one.spec, four.spec);
+}
