@@ -29,17 +29,6 @@ fn predict(server: &Server, args: &[&str]) -> std::process::Output {
         .expect("duet predict")
 }
 
-fn metric(server: &Server, name: &str) -> f64 {
-    let text = ureq::get(&server.url("/metrics"))
-        .call()
-        .expect("metrics")
-        .into_string()
-        .expect("text");
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
-}
-
 #[test]
 fn serve_register_predict_reload_restart_and_stop() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -146,11 +135,11 @@ fn serve_register_predict_reload_restart_and_stop() {
     assert_eq!(reloaded["model_version"], before.as_str());
     server.signal("HUP");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while metric(&server, "duet_model_reloads_total") < 2.0 {
+    while server.metric("duet_model_reloads_total") < 2.0 {
         assert!(Instant::now() < deadline, "SIGHUP did not reload");
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(metric(&server, "duet_model_reload_failures_total"), 0.0);
+    assert_eq!(server.metric("duet_model_reload_failures_total"), 0.0);
     // The registered workload survived the reloads.
     assert_eq!(
         ureq::get(&server.url("/v1/workloads/my-infer"))

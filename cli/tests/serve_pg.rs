@@ -253,18 +253,6 @@ fn replicas_share_one_registry() {
     assert!(!all_ids(&c).contains(&"cyclegan".to_string()));
 }
 
-fn metric(server: &Server, name: &str) -> f64 {
-    let text = agent()
-        .get(&server.url("/metrics"))
-        .call()
-        .expect("metrics")
-        .into_string()
-        .expect("text");
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
-}
-
 #[test]
 fn replicas_ride_out_a_database_restart() {
     let Some(cluster) = pg::Cluster::start() else {
@@ -339,8 +327,8 @@ fn replicas_ride_out_a_database_restart() {
         assert_eq!(ready["status"], "degraded", "{ready}");
         let error = ready["registry"]["error"].as_str().expect("error");
         assert!(error.contains(&shown), "{error}");
-        assert_eq!(metric(&a, "duet_registry_degraded"), 1.0);
-        assert!(metric(&a, "duet_registry_database_errors_total") >= 1.0);
+        assert_eq!(a.metric("duet_registry_degraded"), 1.0);
+        assert!(a.metric("duet_registry_database_errors_total") >= 1.0);
         let refused = agent()
             .put(&b.url("/v1/workloads/refused"))
             .set("Authorization", &format!("Bearer {TOKEN}"))
@@ -403,7 +391,7 @@ fn replicas_ride_out_a_database_restart() {
         "both replicas equal to the database after the outage",
         || client_entries(&a) == database && client_entries(&b) == database,
     );
-    assert_eq!(metric(&a, "duet_registry_degraded"), 0.0);
+    assert_eq!(a.metric("duet_registry_degraded"), 0.0);
 }
 
 #[test]

@@ -4,8 +4,8 @@
 //! It starts with the workloads of the model's training datasets (`source: dataset:<name>`);
 //! clients add, replace and delete entries (`source: client`). Each entry keeps its profiles
 //! encoded for the loaded model; a reload re-encodes them all. Where client entries are stored
-//! durably is the caller's business: the server writes them to its store before it calls `put`
-//! or `delete` here.
+//! durably is the caller's business: the server writes them to its store, then `apply`s each
+//! change here in sequence order (its own and other replicas').
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -77,14 +77,7 @@ impl Registry {
         for (id, body) in &self.client {
             match body {
                 Some(body) => {
-                    all.insert(
-                        id.clone(),
-                        RegisteredWorkload {
-                            workload: id.clone(),
-                            source: SOURCE_CLIENT.to_string(),
-                            body: body.clone(),
-                        },
-                    );
+                    all.insert(id.clone(), client_entry(id, body.clone()));
                 }
                 None => {
                     all.remove(id);
@@ -122,31 +115,10 @@ impl Registry {
         self.seeds.contains_key(id)
     }
 
-    /// Checks `body` for `id` against `model` without changing anything: what `put` would refuse.
+    /// Checks `body` for `id` against `model` without changing anything: what a registration must pass.
     pub fn check(model: &LoadedModel, id: &str, body: &WorkloadBody) -> Result<(), ModelError> {
         check_id(id)?;
         check_body(model, body)
-    }
-
-    /// Registers or replaces `id` after checking it against `model`. Returns whether the id is
-    /// new.
-    pub fn put(
-        &mut self,
-        model: &LoadedModel,
-        id: &str,
-        body: WorkloadBody,
-    ) -> Result<bool, ModelError> {
-        Registry::check(model, id, &body)?;
-        let created = !self.entries.contains_key(id);
-        let registered = RegisteredWorkload {
-            workload: id.to_string(),
-            source: SOURCE_CLIENT.to_string(),
-            body: body.clone(),
-        };
-        self.client.insert(id.to_string(), Some(body));
-        self.entries
-            .insert(id.to_string(), encode(model, registered));
-        Ok(created)
     }
 
     /// Applies a stored change without checking it (it was checked when it was written,
@@ -155,11 +127,7 @@ impl Registry {
     pub fn apply(&mut self, model: &LoadedModel, id: &str, body: Option<WorkloadBody>) {
         match body {
             Some(body) => {
-                let registered = RegisteredWorkload {
-                    workload: id.to_string(),
-                    source: SOURCE_CLIENT.to_string(),
-                    body: body.clone(),
-                };
+                let registered = client_entry(id, body.clone());
                 self.client.insert(id.to_string(), Some(body));
                 self.entries
                     .insert(id.to_string(), encode(model, registered));
@@ -174,19 +142,14 @@ impl Registry {
             }
         }
     }
+}
 
-    /// Deletes `id`; a dataset workload stays deleted across rebuilds.
-    pub fn delete(&mut self, id: &str) -> Result<(), ModelError> {
-        if !self.entries.contains_key(id) {
-            return Err(ModelError::not_found(id, "workload"));
-        }
-        if self.seeds.contains_key(id) {
-            self.client.insert(id.to_string(), None);
-        } else {
-            self.client.remove(id);
-        }
-        self.entries.remove(id);
-        Ok(())
+/// A client's registration of `body` as `id`, as the registry lists it.
+pub fn client_entry(id: &str, body: WorkloadBody) -> RegisteredWorkload {
+    RegisteredWorkload {
+        workload: id.to_string(),
+        source: SOURCE_CLIENT.to_string(),
+        body,
     }
 }
 

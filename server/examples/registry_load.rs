@@ -65,26 +65,18 @@ fn profile(i: usize) -> Value {
         "solo_throughput": solo, "model": models[i % models.len()], "batch_size": 32}}})
 }
 
-fn predict(url: &str, seconds: f64, connections: usize) {
-    let body = json!({"gpu": "v100", "pairs": [
-        {"a": {"workload": "resnet-50-bs64"}, "b": {"workload": "transformer-bs32"}, "mode": "space"}]});
-    let until = Instant::now() + Duration::from_secs_f64(seconds);
+/// Runs `connection(c)` for each of `connections` on a thread of its own; returns every latency
+/// they measured and the wall time of the whole.
+fn on_connections(
+    connections: usize,
+    connection: impl Fn(usize) -> Vec<f64> + Sync,
+) -> (Vec<f64>, Duration) {
     let started = Instant::now();
-    let all: Vec<f64> = std::thread::scope(|scope| {
+    let all = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..connections)
-            .map(|_| {
-                let body = &body;
-                scope.spawn(move || {
-                    let http = agent();
-                    let mut ms = Vec::new();
-                    while Instant::now() < until {
-                        let t = Instant::now();
-                        let r = http.post(&format!("{url}/v1/predict")).send_json(body);
-                        assert!(r.is_ok_and(|r| r.status() == 200), "a prediction failed");
-                        ms.push(t.elapsed().as_secs_f64() * 1e3);
-                    }
-                    ms
-                })
+            .map(|c| {
+                let connection = &connection;
+                scope.spawn(move || connection(c))
             })
             .collect();
         handles
@@ -92,39 +84,46 @@ fn predict(url: &str, seconds: f64, connections: usize) {
             .flat_map(|h| h.join().expect("a connection"))
             .collect()
     });
+    (all, started.elapsed())
+}
+
+fn predict(url: &str, seconds: f64, connections: usize) {
+    let body = json!({"gpu": "v100", "pairs": [
+        {"a": {"workload": "resnet-50-bs64"}, "b": {"workload": "transformer-bs32"}, "mode": "space"}]});
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let (all, elapsed) = on_connections(connections, |_| {
+        let http = agent();
+        let mut ms = Vec::new();
+        while Instant::now() < until {
+            let t = Instant::now();
+            let r = http.post(&format!("{url}/v1/predict")).send_json(&body);
+            assert!(r.is_ok_and(|r| r.status() == 200), "a prediction failed");
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        ms
+    });
     report(
         &format!("predict 1 pair, {connections} connections"),
         all,
-        started.elapsed(),
+        elapsed,
     );
 }
 
 fn writes(token: &str, n: usize, connections: usize, urls: &[String]) {
-    let started = Instant::now();
-    let all: Vec<f64> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..connections)
-            .map(|c| {
-                scope.spawn(move || {
-                    let http = agent();
-                    let mut ms = Vec::new();
-                    for i in (c..n).step_by(connections) {
-                        let url = &urls[i % urls.len()];
-                        let t = Instant::now();
-                        let r = http
-                            .put(&format!("{url}/v1/workloads/load-{i}"))
-                            .set("Authorization", &format!("Bearer {token}"))
-                            .send_json(profile(i));
-                        assert!(r.is_ok(), "a registration failed: {r:?}");
-                        ms.push(t.elapsed().as_secs_f64() * 1e3);
-                    }
-                    ms
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("a connection"))
-            .collect()
+    let (all, elapsed) = on_connections(connections, |c| {
+        let http = agent();
+        let mut ms = Vec::new();
+        for i in (c..n).step_by(connections) {
+            let url = &urls[i % urls.len()];
+            let t = Instant::now();
+            let r = http
+                .put(&format!("{url}/v1/workloads/load-{i}"))
+                .set("Authorization", &format!("Bearer {token}"))
+                .send_json(profile(i));
+            assert!(r.is_ok(), "a registration failed: {r:?}");
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        ms
     });
     report(
         &format!(
@@ -132,7 +131,7 @@ fn writes(token: &str, n: usize, connections: usize, urls: &[String]) {
             urls.len()
         ),
         all,
-        started.elapsed(),
+        elapsed,
     );
 }
 

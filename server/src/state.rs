@@ -367,11 +367,7 @@ impl AppState {
         })?;
         Ok((
             !written.existed,
-            RegisteredWorkload {
-                workload: id.to_string(),
-                source: duet_model::registry::SOURCE_CLIENT.to_string(),
-                body,
-            },
+            duet_model::registry::client_entry(id, body),
         ))
     }
 

@@ -3,22 +3,13 @@
 //! rows, and columns named in the encoder's order.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 
-use duet_core::dataset::Dataset;
 use duet_trainer::corpus::Corpus;
 use duet_trainer::eval::{Split, folds};
 use duet_trainer::export::{self, FoldFile, IDENTITY_COLUMN, column_names};
 
-fn dataset(name: &str) -> Dataset {
-    let dir: PathBuf = Path::new(
-        &std::env::var_os("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
-    )
-    .join("../datasets")
-    .join(name);
-    Dataset::read(&dir).expect("committed dataset")
-}
+mod support;
+use support::dataset;
 
 fn corpus() -> Corpus {
     Corpus::new(vec![dataset("gavel-k80"), dataset("gavel-p100")])

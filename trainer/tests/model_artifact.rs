@@ -1,9 +1,7 @@
 //! A real training run on a committed dataset; the artifact it writes is read back by Burn and
 //! run by ONNX Runtime, and both agree with the trained ensemble.
 
-use std::path::{Path, PathBuf};
-
-use duet_core::dataset::{Dataset, Mode};
+use duet_core::dataset::Mode;
 use duet_model::artifact;
 use duet_model::encoding::JobFeatures;
 use duet_model::network::{Rng, TrainConfig};
@@ -12,15 +10,8 @@ use duet_trainer::corpus::Corpus;
 use ort::session::Session;
 use ort::value::Tensor;
 
-fn dataset(name: &str) -> Dataset {
-    let dir: PathBuf = Path::new(
-        &std::env::var_os("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
-    )
-    .join("../datasets")
-    .join(name);
-    Dataset::read(&dir).expect("committed dataset")
-}
+mod support;
+use support::dataset;
 
 fn quick_config() -> TrainConfig {
     TrainConfig {

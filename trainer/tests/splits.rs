@@ -3,22 +3,13 @@
 //! fold or a calibration set stands for reaches training.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 
-use duet_core::dataset::Dataset;
 use duet_trainer::corpus::Corpus;
 use duet_trainer::eval::{FOLDS, Split, folds};
 use duet_trainer::rows::Example;
 
-fn dataset(name: &str) -> Dataset {
-    let dir: PathBuf = Path::new(
-        &std::env::var_os("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
-    )
-    .join("../datasets")
-    .join(name);
-    Dataset::read(&dir).expect("committed dataset")
-}
+mod support;
+use support::dataset;
 
 /// The three Gavel devices together, as the default model is trained.
 fn gavel() -> Corpus {

@@ -111,6 +111,18 @@ impl Server {
         panic!("duet serve did not become ready:\n{}", server.log());
     }
 
+    /// The value of metric `name` (the first sample line that starts with it) on `/metrics`.
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = ureq::get(&self.url("/metrics"))
+            .call()
+            .expect("metrics")
+            .into_string()
+            .expect("text");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    }
+
     /// What the server has logged so far.
     pub fn log(&self) -> String {
         self.log.lock().map(|l| l.clone()).unwrap_or_default()

@@ -192,8 +192,28 @@ impl Store for RegistryStore {
     }
 }
 
-/// A stored body back to a `WorkloadBody`.
-pub(crate) fn parse_body(target: &str, id: &str, text: &str) -> Result<WorkloadBody, StoreError> {
-    serde_json::from_str(text)
-        .map_err(|e| StoreError::Broken(format!("{target}: workload `{id}`: {e}")))
+/// A stored row back to a `Change`: the body is JSON text, NULL for a deletion.
+pub(crate) fn stored_change(
+    target: &str,
+    id: String,
+    text: Option<String>,
+    seq: i64,
+) -> Result<Change, StoreError> {
+    let body = text
+        .map(|text| {
+            serde_json::from_str(&text)
+                .map_err(|e| StoreError::Broken(format!("{target}: workload `{id}`: {e}")))
+        })
+        .transpose()?;
+    Ok(Change { id, body, seq })
+}
+
+/// A body as the stores keep it: JSON text, `None` for a deletion.
+pub(crate) fn stored_body(
+    target: &str,
+    body: Option<&WorkloadBody>,
+) -> Result<Option<String>, StoreError> {
+    body.map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::Broken(format!("{target}: {e}")))
 }

@@ -19,7 +19,7 @@ use duet_core::api::WorkloadBody;
 use tokio_postgres::config::Host;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
 
-use super::{Change, SCHEMA_VERSION, Store, StoreError, Written, parse_body};
+use super::{Change, SCHEMA_VERSION, Store, StoreError, Written, stored_body, stored_change};
 
 /// The channel writers notify and replicas listen on.
 pub const CHANNEL: &str = "duet_registry";
@@ -315,17 +315,9 @@ impl Store for PostgresStore {
                 true,
             )
             .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let id: String = row.get(0);
-            let body: Option<String> = row.get(1);
-            let seq: i64 = row.get(2);
-            let body = body
-                .map(|text| parse_body(&self.target, &id, &text))
-                .transpose()?;
-            out.push(Change { id, body, seq });
-        }
-        Ok(out)
+        rows.into_iter()
+            .map(|row| stored_change(&self.target, row.get(0), row.get(1), row.get(2)))
+            .collect()
     }
 
     async fn write(
@@ -334,10 +326,7 @@ impl Store for PostgresStore {
         body: Option<&WorkloadBody>,
         seed: bool,
     ) -> Result<Written, StoreError> {
-        let text = body
-            .map(serde_json::to_string)
-            .transpose()
-            .map_err(|e| StoreError::Broken(e.to_string()))?;
+        let text = stored_body(&self.target, body)?;
         let client = self.current()?;
         let row = self
             .timed(

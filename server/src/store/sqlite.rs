@@ -7,7 +7,9 @@ use std::sync::Mutex;
 use duet_core::api::WorkloadBody;
 use rusqlite::{Connection, OptionalExtension};
 
-use super::{Change, SCHEMA_VERSION, Store, StoreError, Written, existed, parse_body};
+use super::{
+    Change, SCHEMA_VERSION, Store, StoreError, Written, existed, stored_body, stored_change,
+};
 
 #[derive(Debug)]
 pub struct SqliteStore {
@@ -91,15 +93,11 @@ impl Store for SqliteStore {
                 ))
             })
             .map_err(|e| self.broken(e))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (id, body, seq) = row.map_err(|e| self.broken(e))?;
-            let body = body
-                .map(|text| parse_body(&self.target, &id, &text))
-                .transpose()?;
-            out.push(Change { id, body, seq });
-        }
-        Ok(out)
+        rows.map(|row| {
+            let (id, text, seq) = row.map_err(|e| self.broken(e))?;
+            stored_change(&self.target, id, text, seq)
+        })
+        .collect()
     }
 
     async fn write(
@@ -108,10 +106,7 @@ impl Store for SqliteStore {
         body: Option<&WorkloadBody>,
         seed: bool,
     ) -> Result<Written, StoreError> {
-        let text = body
-            .map(serde_json::to_string)
-            .transpose()
-            .map_err(|e| self.broken(e))?;
+        let text = stored_body(&self.target, body)?;
         let mut conn = self.lock()?;
         let tx = conn.transaction().map_err(|e| self.broken(e))?;
         let row: Option<bool> = tx
