@@ -253,6 +253,15 @@ fn replicas_share_one_registry() {
     assert!(!all_ids(&c).contains(&"cyclegan".to_string()));
 }
 
+/// Sets its flag when dropped, on a panic too.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 #[test]
 fn replicas_ride_out_a_database_restart() {
     let Some(cluster) = pg::Cluster::start() else {
@@ -283,6 +292,9 @@ fn replicas_ride_out_a_database_restart() {
     let started = Instant::now();
     // From the stop to both replicas reporting the registry ok again.
     let (down_at, ok_at) = std::thread::scope(|scope| {
+        // Whatever happens below (an assertion failing included), the load threads stop, so a
+        // failure is reported instead of the scope waiting on them for ever.
+        let _stop_load = StopOnDrop(&stop);
         for server in [&a, &b] {
             let (stop, predictions, failed) = (&stop, &predictions, &failed);
             scope.spawn(move || {
