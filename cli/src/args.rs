@@ -25,6 +25,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Ask a running server for predictions: pairs from arguments or a CSV/JSONL file.
     Predict(PredictArgs),
+    /// Report what the cluster measured (co-locations, solo runs) to a running server, from a
+    /// JSON-lines file: one `/v1/observations` observation per line.
+    Observe(ObserveArgs),
     /// Fit the degradation regressor on datasets, evaluate it honestly, write a model folder.
     Train(TrainArgs),
     /// Score a trained model on datasets (its own or new ones): accuracy per device and mode.
@@ -68,6 +71,35 @@ pub enum DatasetCommand {
     Validate {
         /// The dataset folder.
         dir: PathBuf,
+    },
+    /// Write what a server's store holds of observations (`POST /v1/observations`) as a
+    /// dataset: repeated observations pooled, settings without observed solo throughputs left
+    /// out and counted.
+    Export {
+        /// The server's store: its SQLite file, or a `postgres://` URL (also `DUET_STATE`).
+        #[arg(long, env = "DUET_STATE")]
+        state: String,
+        /// The new dataset folder (must not exist).
+        #[arg(long)]
+        out: PathBuf,
+        /// The device to export (needed when several were observed, unless --each-device).
+        #[arg(long, conflicts_with = "each_device")]
+        gpu: Option<String>,
+        /// One dataset per observed device, each in `--out/<device>`.
+        #[arg(long)]
+        each_device: bool,
+        /// Only observations made at or after this time (RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only observations made before this time (RFC 3339).
+        #[arg(long)]
+        until: Option<String>,
+        /// Dataset name (default: the output folder's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Print what was kept and left out as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Join the shards of one campaign (same device, same columns) into one dataset.
     Merge {
@@ -275,6 +307,29 @@ pub struct PredictArgs {
     pub timeout: f64,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct ObserveArgs {
+    /// JSON lines, one observation per line (`id`, `gpu`, `mode`, `a`, `b`, `throughput_a`,
+    /// `throughput_b`, `window_s`, `observed_at` ...; without `b`, a solo run of `a`).
+    #[arg(long)]
+    pub file: PathBuf,
+    /// The server's base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8080", env = "DUET_SERVER")]
+    pub server: String,
+    /// File holding the bearer token the server's writes need (also `DUET_TOKEN`).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Observations per request (at most the server's --max-pairs).
+    #[arg(long, default_value_t = 1000)]
+    pub batch: usize,
+    /// Seconds to wait for each answer.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout: f64,
+    /// Print the server's answers as JSON lines instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum WorkloadCommand {
     /// Run one workload alone and print its throughput.
@@ -421,6 +476,22 @@ pub struct SimulateArgs {
     /// Seconds of waiting after which a job's priority weight has doubled.
     #[arg(long, default_value_t = 3600.0)]
     pub aging: f64,
+    /// Learn from what the cluster observes: a model is trained without a share of the dataset's
+    /// workloads (--held-out), the jobs report their true speeds (with a measurement window's
+    /// noise), and the model is retrained on them every --retrain-hours. Compares pricing on that
+    /// model with and without the feedback, and on the oracle.
+    #[arg(long)]
+    pub feedback: bool,
+    /// With --feedback: the share of the dataset's workloads the first model never sees.
+    #[arg(long, default_value_t = 0.5)]
+    pub held_out: f64,
+    /// With --feedback: simulated hours between retrainings.
+    #[arg(long, default_value_t = 2.0)]
+    pub retrain_hours: f64,
+    /// With --feedback: coefficient of variation of an observed throughput (the noise of a
+    /// 10 s window).
+    #[arg(long, default_value_t = 0.03)]
+    pub feedback_noise: f64,
     /// The report folder to write (must not exist).
     #[arg(long)]
     pub out: PathBuf,

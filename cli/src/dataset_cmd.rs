@@ -5,14 +5,16 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use duet_core::Provenance;
 use duet_core::dataset::{Dataset, Quantiles, Status, Summary, merge};
 use duet_core::import::csv::{self, CsvImport};
 use duet_core::import::gavel::{self, GavelImport};
+use duet_core::import::observed::{self, ObservedExport};
+use duet_server::store::StateLocation;
 
 use crate::args::{DatasetCommand, ImportSource};
-use crate::date::today;
+use duet_core::timestamp::today;
 
 pub fn run(command: DatasetCommand) -> Result<()> {
     match command {
@@ -28,6 +30,72 @@ pub fn run(command: DatasetCommand) -> Result<()> {
             );
             Ok(())
         }
+        DatasetCommand::Export {
+            state,
+            out,
+            gpu,
+            each_device,
+            since,
+            until,
+            name,
+            json,
+        } => {
+            refuse_existing(&out)?;
+            let time = |flag: &str, value: Option<String>| {
+                value
+                    .map(|v| {
+                        duet_core::timestamp::parse_rfc3339(&v).map_err(|e| anyhow!("{flag}: {e}"))
+                    })
+                    .transpose()
+            };
+            let location = StateLocation::parse(&state);
+            let options = ObservedExport {
+                name: name.unwrap_or_else(|| folder_name(&out)),
+                gpu,
+                since_s: time("--since", since)?,
+                until_s: time("--until", until)?,
+                store: location.describe(),
+                command: Some(redacted_command(&state, &location)),
+                date: today(),
+            };
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let records = runtime
+                .block_on(duet_server::store::all_observations(&location))
+                .map_err(|e| anyhow!(e))?;
+            if !each_device {
+                return export(&records, &options, &out, json);
+            }
+            let devices: std::collections::BTreeSet<&str> =
+                records.iter().map(|r| r.observation.gpu.as_str()).collect();
+            if devices.is_empty() {
+                return Err(anyhow!(
+                    "{}: no observations to export",
+                    location.describe()
+                ));
+            }
+            fs::create_dir_all(&out).with_context(|| out.display().to_string())?;
+            for device in devices {
+                let folder = device
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect::<String>();
+                let options = ObservedExport {
+                    gpu: Some(device.to_string()),
+                    name: format!("{}-{folder}", options.name),
+                    ..options.clone()
+                };
+                export(&records, &options, &out.join(folder), json)?;
+            }
+            Ok(())
+        }
         DatasetCommand::Merge { shards, out, name } => {
             refuse_existing(&out)?;
             let mut parts: Vec<(PathBuf, Dataset)> = Vec::with_capacity(shards.len());
@@ -41,6 +109,68 @@ pub fn run(command: DatasetCommand) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Writes the dataset of `records` that `options` choose into `out`, and says what it kept.
+fn export(
+    records: &[duet_core::api::ObservationRecord],
+    options: &ObservedExport,
+    out: &Path,
+    json: bool,
+) -> Result<()> {
+    let (dataset, summary) =
+        observed::dataset(records, options).map_err(|e| anyhow!("{}: {e}", options.store))?;
+    if dataset.pairs.is_empty() {
+        bail!(
+            "{}: none of the {} co-locations observed{} has an observed solo throughput for both \
+             jobs ({} settings left out), so there is nothing to learn from yet; report solo runs \
+             or `solo_throughput_a`/`_b` with the co-locations",
+            options.store,
+            summary.co_locations,
+            options
+                .gpu
+                .as_deref()
+                .map_or_else(String::new, |g| format!(" on {g}")),
+            summary.settings_without_solo
+        );
+    }
+    dataset.write(out)?;
+    if json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        report_written(out, &dataset);
+        println!(
+            "read {} observations ({} outside the device or time range): {} co-locations in {} \
+             settings, {} left out without observed solo throughputs for both jobs; {} solo \
+             runs; {} workloads of unknown kind written as train",
+            summary.read,
+            summary.outside,
+            summary.co_locations,
+            summary.settings,
+            summary.settings_without_solo,
+            summary.solo_runs,
+            summary.kind_unknown
+        );
+    }
+    Ok(())
+}
+
+/// The command line for the provenance, with a database's password left out.
+fn redacted_command(state: &str, location: &StateLocation) -> String {
+    std::env::args()
+        .map(|a| {
+            if a == state {
+                location.describe()
+            } else if let Some(v) = a.strip_prefix("--state=")
+                && v == state
+            {
+                format!("--state={}", location.describe())
+            } else {
+                a
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Checked before any work, so a long import does not end in "already exists".

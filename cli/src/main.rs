@@ -2,12 +2,13 @@
 
 mod args;
 mod dataset_cmd;
-mod date;
 mod evaluate_cmd;
+mod observe_cmd;
 mod predict_cmd;
 mod profile_cmd;
 mod serve_cmd;
 mod simulate_cmd;
+mod simulate_feedback;
 mod train_cmd;
 
 use std::process::ExitCode;
@@ -23,6 +24,7 @@ fn main() -> ExitCode {
         args::Command::Predict(args) => predict_cmd::run(args),
         args::Command::Simulate(args) => simulate_cmd::run(&args),
         args::Command::Dataset { command } => dataset_cmd::run(command),
+        args::Command::Observe(args) => observe_cmd::run(&args),
         args::Command::Train(args) => train_cmd::run(args),
         args::Command::Evaluate { model, data, json } => evaluate_cmd::run(&model, &data, json),
     };

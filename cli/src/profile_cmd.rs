@@ -11,7 +11,7 @@ use duet_profiler::catalog::{Catalog, Source};
 use duet_profiler::process::{ITERATION_LINE, Launcher, Running};
 
 use crate::args::{ProfileArgs, WorkloadCommand};
-use crate::date::today;
+use duet_core::timestamp::today;
 
 fn seconds(value: f64, flag: &str) -> Result<Duration> {
     if value.is_finite() && value > 0.0 {

@@ -70,7 +70,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     cluster.check_fits(&jobs)?;
     // The predictor is set up (and a server reached) before any simulation runs.
     let mut duet: Option<Box<dyn Predictor>> = None;
-    if args.policies.iter().any(|p| p == "duet") {
+    if !args.feedback && args.policies.iter().any(|p| p == "duet") {
         duet = Some(match &args.predictor_url {
             Some(url) => Box::new(HttpPredictor::new(
                 url,
@@ -140,9 +140,24 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         args.dataset.display()
     );
     let mut outcomes = Vec::new();
+    let mut feedback = None;
+    if args.feedback {
+        let (ran, summary) = crate::simulate_feedback::FeedbackRun {
+            args,
+            dataset: &dataset,
+            oracle: &oracle,
+            cluster: &cluster,
+            jobs: &jobs,
+            window: workload.window,
+            settings: &settings,
+        }
+        .run()?;
+        outcomes = ran;
+        feedback = Some(summary);
+    }
     for name in POLICIES
         .iter()
-        .filter(|p| args.policies.iter().any(|q| q == *p))
+        .filter(|p| !args.feedback && args.policies.iter().any(|q| q == *p))
     {
         let mut oracle_predictor = oracle.clone();
         let policy = match *name {
@@ -167,7 +182,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     }
     let report = Report {
         command: std::env::args().collect::<Vec<_>>().join(" "),
-        date: crate::date::today(),
+        date: duet_core::timestamp::today(),
         trace: args.trace.display().to_string(),
         dataset: args.dataset.display().to_string(),
         gpus: cluster.gpus(),
@@ -183,6 +198,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         slo: args.slo,
         workload,
         outcomes,
+        feedback,
     };
     report.write(&args.out)?;
     println!("{}", args.out.join(REPORT_FILE).display());

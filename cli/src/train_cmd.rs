@@ -5,7 +5,7 @@ use duet_model::network::{TrainConfig, TrainDevice};
 use duet_trainer::pipeline::{self, TrainOptions};
 
 use crate::args::TrainArgs;
-use crate::date::today;
+use duet_core::timestamp::today;
 
 pub fn run(args: TrainArgs) -> Result<()> {
     let device = match args.device.as_str() {

@@ -299,3 +299,53 @@ fn bad_inputs_are_named() {
     let e = stderr(&o);
     assert!(!o.status.success() && e.contains("already exists"), "{e}");
 }
+
+/// `--feedback`: a model without half the workloads, the loop learning from what its jobs
+/// report, retrained as the simulated hours pass; the report says what it learnt.
+#[test]
+fn feedback_retrains_on_what_the_cluster_observed_and_the_report_says_so() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("feedback");
+    let result = simulate(
+        &out,
+        &["--feedback", "--retrain-hours", "1", "--engine", "burn"],
+    );
+    assert!(result.status.success(), "{}", stderr(&result));
+    let r = report(&out);
+    let kinds: Vec<&str> = r["outcomes"]
+        .as_array()
+        .expect("outcomes")
+        .iter()
+        .map(|o| o["kind"].as_str().expect("kind"))
+        .collect();
+    assert_eq!(kinds, ["exclusive", "duet", "oracle", "learning"]);
+    let f = &r["feedback"];
+    let workloads = f["workloads"].as_u64().expect("workloads");
+    assert_eq!(
+        f["held_out"].as_array().map(Vec::len),
+        Some((workloads / 2) as usize)
+    );
+    let checkpoints = f["checkpoints"].as_array().expect("checkpoints");
+    assert!(checkpoints.len() >= 2, "{f}");
+    let (first, last) = (&checkpoints[0], &checkpoints[checkpoints.len() - 1]);
+    assert_eq!(first["observations"], 0);
+    assert!(last["observations"].as_u64() > Some(0), "{f}");
+    assert!(last["observed_settings"].as_u64() > Some(0), "{f}");
+    // Learning from the held-out workloads' own pairs makes their predictions better.
+    let mape = |c: &Value| c["held_out_mape"].as_f64().expect("mape");
+    assert!(mape(last) < mape(first), "{f}");
+    let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(
+        md.contains("## Learning from what the cluster observes"),
+        "{md}"
+    );
+    // Bad feedback settings are named.
+    for (flag, value) in [("--held-out", "1.0"), ("--retrain-hours", "0")] {
+        let result = simulate(
+            &tmp.path().join(format!("bad{flag}")),
+            &["--feedback", flag, value],
+        );
+        assert!(!result.status.success());
+        assert!(stderr(&result).contains(flag), "{}", stderr(&result));
+    }
+}

@@ -233,6 +233,177 @@ pub struct RegisteredWorkload {
     pub body: WorkloadBody,
 }
 
+/// One measured co-location (or, without `b`, one solo run of `a`) as the cluster saw it: what
+/// `POST /v1/observations` takes, one per line of `duet observe --file`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub struct Observation {
+    /// The client's id of this observation: a retried batch stores nothing twice.
+    pub id: String,
+    /// The device model the jobs ran on.
+    pub gpu: String,
+    /// How the two jobs shared the device; absent for a solo run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// MPS active-thread percentages, in (0, 100]; as in `/v1/predict`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_a: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_b: Option<f64>,
+    pub a: JobRef,
+    /// The other job; absent: `a` ran alone and `throughput_a` is its solo throughput.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub b: Option<JobRef>,
+    /// Iterations per second of `a` over the window, > 0.
+    pub throughput_a: f64,
+    /// Iterations per second of `b`, > 0; required with `b`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput_b: Option<f64>,
+    /// `a`'s throughput alone on this device, measured near the same time, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solo_throughput_a: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solo_throughput_b: Option<f64>,
+    /// How long the throughputs were measured over, seconds.
+    pub window_s: f64,
+    /// When the window ended, RFC 3339 (`2026-12-01T12:00:00Z`).
+    pub observed_at: String,
+}
+object_only!(Observation);
+
+/// `POST /v1/observations`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ObservationBatch {
+    pub observations: Vec<Observation>,
+}
+
+/// An observation the server refused: nothing of it was stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RejectedObservation {
+    /// Its position in the batch.
+    pub index: usize,
+    /// Its id, where it had a readable one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The offending field as a path (`observations[3].throughput_a`).
+    pub field: String,
+    pub error: String,
+}
+
+/// The answer to `POST /v1/observations`: 200 when every observation was stored (or already
+/// was), 422 when some were refused (`error` and `field` name the first; the others were still
+/// stored and are listed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ObservationsAnswer {
+    /// The ids stored by this call, durable before the answer.
+    pub stored: Vec<String>,
+    /// The ids stored before with the same content (a retry): nothing stored twice.
+    pub duplicates: Vec<String>,
+    pub rejected: Vec<RejectedObservation>,
+    /// With a 422: the first refusal, in the words every error answer uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+/// What the model predicted for an observed pair when the server received it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedPrediction {
+    pub model_version: String,
+    pub speed_a: f64,
+    pub speed_b: f64,
+    pub slowdown_a_p90: f64,
+    pub slowdown_b_p90: f64,
+    pub calibration: Calibration,
+}
+
+/// An observation as the server stores it: the client's observation, and what the server
+/// resolved when it arrived (each job's id and features on the device, so the record stands on
+/// its own after the registry changes; the model's prediction, for drift).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservationRecord {
+    pub observation: Observation,
+    /// `a`'s workload id: the registered id, or `inline-<fingerprint of its features>`.
+    pub workload_a: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_b: Option<String>,
+    /// The job's features on the device (`solo_throughput` included), as the server read them.
+    pub features_a: Features,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features_b: Option<Features>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind_a: Option<JobKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind_b: Option<JobKind>,
+    /// The serving model's prediction for the pair (none for a solo run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<ObservedPrediction>,
+    /// `observed_at` in seconds since 1970 (UTC).
+    pub observed_at_s: f64,
+    /// When the server stored it, seconds since 1970 (UTC).
+    pub received_at_s: f64,
+    /// The server that received it (its host name).
+    pub server: String,
+}
+
+impl ObservationRecord {
+    /// The observed speed of `a` and of `b` (co-located over solo throughput): the solo
+    /// throughput reported with the observation where there is one, else the one the server
+    /// predicted with.
+    pub fn observed_speeds(&self) -> Option<(f64, f64)> {
+        let o = &self.observation;
+        let solo = |reported: Option<f64>, features: Option<&Features>| {
+            reported.or_else(|| match features?.get("solo_throughput") {
+                Some(FeatureInput::Number(v)) => Some(*v),
+                _ => None,
+            })
+        };
+        let solo_a = solo(o.solo_throughput_a, Some(&self.features_a))?;
+        let solo_b = solo(o.solo_throughput_b, self.features_b.as_ref())?;
+        Some((o.throughput_a / solo_a, o.throughput_b? / solo_b))
+    }
+}
+
+/// How the loaded model does on what the cluster observed, for one workload or one group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DriftEntry {
+    /// The workload id, or `<gpu>/<mode>` for a device and mode.
+    pub key: String,
+    /// Observed jobs (a pair counts once for each of its two jobs).
+    pub observations: usize,
+    /// Mean absolute percentage error of the predicted speed against the observed one.
+    pub mape: f64,
+    /// The share of observed slowdowns at or below the predicted p90 slowdown (0.9 promised).
+    pub p90_coverage: f64,
+    /// Mean of (predicted - observed) / observed speed: > 0, the model is too optimistic.
+    pub bias: f64,
+    /// When the newest of them was observed (RFC 3339).
+    pub last_observed_at: String,
+}
+
+/// `GET /v1/drift`: the stored observations scored against the loaded model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DriftReport {
+    pub model_version: String,
+    /// Co-located observations scored (the newest `window` of them).
+    pub pairs: usize,
+    /// Stored observations left out: solo runs, and pairs the loaded model cannot predict (its
+    /// devices, modes or features differ from the one that received them).
+    pub skipped: usize,
+    pub window: usize,
+    /// Per device and mode.
+    pub groups: Vec<DriftEntry>,
+    /// Per workload, the worst (highest MAPE) first.
+    pub workloads: Vec<DriftEntry>,
+}
+
 /// Every 4xx and 5xx answer: what went wrong, and the request field it concerns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -13,6 +13,7 @@ pub mod import;
 pub mod rng;
 pub mod stats;
 pub mod svg;
+pub mod timestamp;
 
 pub use dataset::{
     Dataset, DatasetError, DatasetMeta, FeatureColumn, FeatureKind, FeatureValue, JobKind, Mode,

@@ -153,13 +153,18 @@ pub fn client_entry(id: &str, body: WorkloadBody) -> RegisteredWorkload {
     }
 }
 
-fn check_id(id: &str) -> Result<(), ModelError> {
-    let ok = !id.is_empty()
+/// Whether `id` may name a workload (or an observation): 1 to `MAX_ID` letters, digits and
+/// `- _ . : +`.
+pub fn is_valid_id(id: &str) -> bool {
+    !id.is_empty()
         && id.len() <= MAX_ID
         && id
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '+'));
-    if ok {
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '+'))
+}
+
+fn check_id(id: &str) -> Result<(), ModelError> {
+    if is_valid_id(id) {
         Ok(())
     } else {
         Err(ModelError::field(

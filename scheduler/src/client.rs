@@ -1,16 +1,21 @@
 //! The one HTTP client of `POST /v1/predict`, used by `duet predict` and by the pricing loop's
-//! remote predictor: keep-alive, an optional bearer token, refused connections and 5xx retried
-//! with back-off, a 4xx reported at once with the server's field.
+//! remote predictor, and of `POST /v1/observations` (`duet observe`): keep-alive, an optional
+//! bearer token, refused connections and 5xx retried with back-off, a 4xx reported at once with
+//! the server's field.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use duet_core::api::{ApiError, PredictRequest, PredictResponse};
+use duet_core::api::{
+    ApiError, ObservationBatch, ObservationsAnswer, PredictRequest, PredictResponse,
+};
+use serde::Serialize;
 
 /// A client of one server's `/v1/predict`.
 #[derive(Debug, Clone)]
 pub struct PredictClient {
     url: String,
+    observations_url: String,
     agent: ureq::Agent,
     token: Option<String>,
     attempts: u32,
@@ -22,6 +27,7 @@ impl PredictClient {
     pub fn new(base: &str, token: Option<String>, timeout: Duration) -> PredictClient {
         PredictClient {
             url: format!("{}/v1/predict", base.trim_end_matches('/')),
+            observations_url: format!("{}/v1/observations", base.trim_end_matches('/')),
             agent: ureq::AgentBuilder::new().timeout(timeout).build(),
             token,
             attempts: 1,
@@ -45,24 +51,47 @@ impl PredictClient {
     /// One prediction request; its answer, or an error naming the URL (and the server's field
     /// for a 4xx).
     pub fn predict(&self, body: &PredictRequest) -> Result<PredictResponse> {
+        let text = self.post(&self.url, body, false)?;
+        serde_json::from_str(&text).with_context(|| format!("{}: unexpected answer", self.url))
+    }
+
+    /// One batch of observations; the server's account of each (a 422 lists the refused ones
+    /// and is an answer, not an error: the others were stored). A retried batch stores nothing
+    /// twice, so a 5xx or a lost connection is retried like a prediction.
+    pub fn observe(&self, batch: &ObservationBatch) -> Result<ObservationsAnswer> {
+        let url = &self.observations_url;
+        let text = self.post(url, batch, true)?;
+        match serde_json::from_str(&text) {
+            Ok(answer) => Ok(answer),
+            // A 422 about the request as a whole (no observations, say) is an error body.
+            Err(_) => bail!("{url} answered 422: {}", ApiError::describe(&text)),
+        }
+    }
+
+    /// Posts `body` as JSON with the retry policy; the answer's text (a 422's too where
+    /// `partial` says it carries an answer).
+    fn post(&self, url: &str, body: &impl Serialize, partial: bool) -> Result<String> {
         let mut wait = self.first_backoff;
         let mut last = String::new();
         for attempt in 1..=self.attempts {
-            let mut call = self.agent.post(&self.url);
+            let mut call = self.agent.post(url);
             if let Some(token) = &self.token {
                 call = call.set("Authorization", &format!("Bearer {token}"));
             }
             match call.send_json(body) {
                 Ok(response) => {
-                    let text = response
+                    return response
                         .into_string()
-                        .with_context(|| format!("{}: cannot read the answer", self.url))?;
-                    return serde_json::from_str(&text)
-                        .with_context(|| format!("{}: unexpected answer", self.url));
+                        .with_context(|| format!("{url}: cannot read the answer"));
+                }
+                Err(ureq::Error::Status(422, response)) if partial => {
+                    return response
+                        .into_string()
+                        .with_context(|| format!("{url}: cannot read the answer"));
                 }
                 Err(ureq::Error::Status(code, response)) if code < 500 => {
                     let message = ApiError::describe(&response.into_string().unwrap_or_default());
-                    bail!("{} answered {code}: {message}", self.url);
+                    bail!("{url} answered {code}: {message}");
                 }
                 Err(ureq::Error::Status(code, response)) => {
                     last = format!(
@@ -78,12 +107,8 @@ impl PredictClient {
             }
         }
         if self.attempts == 1 {
-            bail!("{}: {last}", self.url)
+            bail!("{url}: {last}")
         }
-        bail!(
-            "{} unreachable after {} attempts: {last}",
-            self.url,
-            self.attempts
-        )
+        bail!("{url} unreachable after {} attempts: {last}", self.attempts)
     }
 }

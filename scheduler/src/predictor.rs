@@ -2,12 +2,12 @@
 //! duet server over HTTP, the same model in process, and the measured pairs of a dataset (the
 //! oracle, which the simulator also uses as ground truth).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
-use duet_core::api::{JobRef, PairQuery, PredictRequest};
+use duet_core::api::{JobRef, PairQuery, PredictRequest, WorkloadBody};
 use duet_core::dataset::{Dataset, Mode, Status, speed};
 use duet_model::{EngineKind, LoadedModel, Registry, predict};
 
@@ -257,8 +257,18 @@ pub struct ModelPredictor {
 
 impl ModelPredictor {
     pub fn load(dir: &Path, engine: EngineKind) -> Result<ModelPredictor> {
+        ModelPredictor::load_with(dir, engine, &BTreeMap::new())
+    }
+
+    /// The model in `dir` with `workloads` registered over its datasets' (as clients register
+    /// them with the server).
+    pub fn load_with(
+        dir: &Path,
+        engine: EngineKind,
+        workloads: &BTreeMap<String, Option<WorkloadBody>>,
+    ) -> Result<ModelPredictor> {
         let model = LoadedModel::load(dir, engine).map_err(|e| anyhow!("{e}"))?;
-        let (registry, _warnings) = Registry::build(&model, Default::default());
+        let (registry, _warnings) = Registry::build(&model, workloads.clone());
         Ok(ModelPredictor { model, registry })
     }
 }

@@ -32,6 +32,20 @@ pub struct Report {
     pub slo: f64,
     pub workload: Workload,
     pub outcomes: Vec<Outcome>,
+    /// With `--feedback`: how the model learnt from what the cluster observed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<FeedbackSummary>,
+}
+
+/// What a feedback run learnt: the held-out workloads and the model after each retraining.
+#[derive(Debug, Clone, Serialize)]
+pub struct FeedbackSummary {
+    pub held_out: Vec<String>,
+    /// Workloads in the ground truth.
+    pub workloads: usize,
+    pub retrain_hours: f64,
+    pub noise: f64,
+    pub checkpoints: Vec<crate::sim::feedback::Checkpoint>,
 }
 
 const COLOURS: [&str; 6] = [
@@ -144,6 +158,9 @@ impl Report {
                 (d.avg_jct / o.avg_jct - 1.0) * 100.0
             );
         }
+        if let Some(f) = &self.feedback {
+            self.feedback_section(&mut md, f);
+        }
         let _ = writeln!(
             md,
             "\nJCT: completion minus arrival. Makespan: the last completion (a pod of months \
@@ -161,6 +178,67 @@ impl Report {
             "![JCT CDF]({JCT_PLOT})\n\n![GPU utilisation]({UTILISATION_PLOT})"
         );
         md
+    }
+
+    fn feedback_section(&self, md: &mut String, f: &FeedbackSummary) {
+        let _ = writeln!(
+            md,
+            "\n## Learning from what the cluster observes\n\nThe model of `pricing + duet` was \
+             trained without {} of the dataset's {} workloads ({}). Under `pricing + duet, \
+             learning`, every job the loop placed reported its true speed (times a log-normal \
+             error of {:.1}%, a 10 s window's noise) as `POST /v1/observations` would store it; \
+             every {} simulated hours the observations were pooled into a dataset (`duet dataset \
+             export`'s pooling) and the model retrained on it beside the other workloads' \
+             measurements (`duet train --final-only`).\n",
+            f.held_out.len(),
+            f.workloads,
+            f.held_out.join(", "),
+            f.noise * 100.0,
+            f.retrain_hours
+        );
+        let _ = writeln!(
+            md,
+            "| hour | observations | observed settings | observed workloads | held-out pairs: MAPE | held-out pairs: p90 coverage | other pairs: MAPE | training (s) |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+        for c in &f.checkpoints {
+            let _ = writeln!(
+                md,
+                "| {:.1} | {} | {} | {} | {:.2}% | {:.1}% | {:.2}% | {:.1} |",
+                c.hours,
+                c.observations,
+                c.observed_settings,
+                c.observed_workloads,
+                c.held_out_mape * 100.0,
+                c.held_out_coverage * 100.0,
+                c.known_mape * 100.0,
+                c.train_s
+            );
+        }
+        if let (Some(first), Some(last)) = (f.checkpoints.first(), f.checkpoints.last()) {
+            let _ = writeln!(
+                md,
+                "\nHeld-out workloads' pairs: MAPE {:.2}% before feedback, {:.2}% after the last \
+                 retraining ({:.2}x lower).",
+                first.held_out_mape * 100.0,
+                last.held_out_mape * 100.0,
+                first.held_out_mape / last.held_out_mape.max(1e-12)
+            );
+        }
+        if let Some(o) = self.outcome(PolicyKind::Oracle) {
+            for kind in [PolicyKind::Duet, PolicyKind::Learning] {
+                if let Some(d) = self.outcome(kind) {
+                    let _ = writeln!(
+                        md,
+                        "- {}: average JCT {:.3} h, {:+.2}% against the oracle's {:.3} h",
+                        kind.label(),
+                        d.avg_jct / 3600.0,
+                        (d.avg_jct / o.avg_jct - 1.0) * 100.0,
+                        o.avg_jct / 3600.0
+                    );
+                }
+            }
+        }
     }
 
     /// Writes the report folder `out` (which must not exist).

@@ -7,9 +7,11 @@
 //! gracefully on SIGTERM or Ctrl-C, letting in-flight requests finish.
 
 pub mod auth;
+pub mod drift;
 pub mod error;
 pub mod kserve;
 pub mod metrics;
+pub mod observations;
 pub mod openapi;
 pub mod router;
 pub mod routes;

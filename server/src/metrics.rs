@@ -1,5 +1,6 @@
 //! Prometheus metrics, in the text exposition format: requests by route and status, latency and
-//! pairs-per-request histograms, the model's version, reloads and their failures.
+//! pairs-per-request histograms, the model's version, reloads and their failures; observations
+//! and drift (what the model predicted against what the cluster observed).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -77,6 +78,41 @@ pub struct Metrics {
     pairs: Histogram,
     reloads: AtomicU64,
     reload_failures: AtomicU64,
+    /// outcome (stored, duplicate, rejected) -> observations
+    observations: Mutex<BTreeMap<&'static str, u64>>,
+    /// (gpu, mode or `solo`) -> what was stored and scored on arrival
+    observed: Mutex<BTreeMap<(String, String), Observed>>,
+}
+
+/// Stored observations of one device and mode, scored on arrival by the model then serving.
+#[derive(Debug, Default, Clone, Copy)]
+struct Observed {
+    stored: u64,
+    jobs_scored: u64,
+    ape_sum: f64,
+    covered: u64,
+}
+
+/// A counter of stored observations: name, type, help, and its value.
+type ObservedSeries = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&Observed) -> f64,
+);
+/// A rolling drift gauge: name, help, and its value from the window's tally.
+type DriftGauge = (
+    &'static str,
+    &'static str,
+    fn(&duet_core::api::DriftEntry) -> f64,
+);
+
+/// A label value as the exposition format quotes it.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 impl Default for Metrics {
@@ -87,6 +123,8 @@ impl Default for Metrics {
             pairs: Histogram::new(&PAIRS),
             reloads: AtomicU64::new(0),
             reload_failures: AtomicU64::new(0),
+            observations: Mutex::default(),
+            observed: Mutex::default(),
         }
     }
 }
@@ -125,8 +163,36 @@ impl Metrics {
         }
     }
 
-    /// The exposition text, with the model's version and the registry's size.
-    pub fn render(&self, model_version: &str, engine: &str, workloads: usize) -> String {
+    /// Counts the outcome of one reported observation: `stored`, `duplicate` or `rejected`.
+    pub fn observation(&self, outcome: &'static str) {
+        if let Ok(mut o) = self.observations.lock() {
+            *o.entry(outcome).or_insert(0) += 1;
+        }
+    }
+
+    /// Counts a stored observation of `gpu` under `mode` (`solo` for a solo run) and, for a
+    /// pair, its two jobs' scores against the prediction made on arrival.
+    pub fn observed(&self, gpu: &str, mode: &str, scores: &[crate::drift::JobScore]) {
+        if let Ok(mut o) = self.observed.lock() {
+            let entry = o.entry((gpu.to_string(), mode.to_string())).or_default();
+            entry.stored += 1;
+            for score in scores {
+                entry.jobs_scored += 1;
+                entry.ape_sum += score.ape;
+                entry.covered += u64::from(score.covered);
+            }
+        }
+    }
+
+    /// The exposition text, with the model's version, the registry's size and the rolling drift
+    /// windows.
+    pub fn render(
+        &self,
+        model_version: &str,
+        engine: &str,
+        workloads: usize,
+        drift: &[(crate::drift::Group, crate::drift::Tally)],
+    ) -> String {
         let mut out = String::new();
         out.push_str("# HELP duet_requests_total Requests answered, by route and status.\n");
         out.push_str("# TYPE duet_requests_total counter\n");
@@ -177,6 +243,106 @@ impl Metrics {
             "# HELP duet_registered_workloads Workloads in the registry.\n\
              # TYPE duet_registered_workloads gauge\nduet_registered_workloads {workloads}"
         );
+        self.render_observations(&mut out, drift);
         out
+    }
+
+    fn render_observations(
+        &self,
+        out: &mut String,
+        drift: &[(crate::drift::Group, crate::drift::Tally)],
+    ) {
+        out.push_str(
+            "# HELP duet_observations_total Observations reported, by outcome (stored, \
+             duplicate: stored before, rejected).\n# TYPE duet_observations_total counter\n",
+        );
+        if let Ok(o) = self.observations.lock() {
+            for outcome in ["stored", "duplicate", "rejected"] {
+                let n = o.get(outcome).copied().unwrap_or(0);
+                let _ = writeln!(out, "duet_observations_total{{outcome=\"{outcome}\"}} {n}");
+            }
+        }
+        let observed: Vec<((String, String), Observed)> = self
+            .observed
+            .lock()
+            .map(|o| o.iter().map(|(k, v)| (k.clone(), *v)).collect())
+            .unwrap_or_default();
+        let series: [ObservedSeries; 4] = [
+            (
+                "duet_observed_total",
+                "counter",
+                "Observations stored, by device and mode (solo: solo runs).",
+                #[allow(clippy::cast_precision_loss)]
+                |o| o.stored as f64,
+            ),
+            (
+                "duet_observed_jobs_scored_total",
+                "counter",
+                "Jobs of observed pairs scored against the prediction made on arrival.",
+                #[allow(clippy::cast_precision_loss)]
+                |o| o.jobs_scored as f64,
+            ),
+            (
+                "duet_observed_speed_ape_sum",
+                "counter",
+                "Sum of |predicted - observed| / observed speed over the scored jobs: \
+                 divided by duet_observed_jobs_scored_total, the MAPE.",
+                |o| o.ape_sum,
+            ),
+            (
+                "duet_observed_p90_covered_total",
+                "counter",
+                "Scored jobs whose observed slowdown stayed at or below the predicted p90.",
+                #[allow(clippy::cast_precision_loss)]
+                |o| o.covered as f64,
+            ),
+        ];
+        for (name, kind, help, value) in series {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for ((gpu, mode), o) in &observed {
+                let _ = writeln!(
+                    out,
+                    "{name}{{gpu=\"{}\",mode=\"{}\"}} {}",
+                    label(gpu),
+                    label(mode),
+                    value(o)
+                );
+            }
+        }
+        let gauges: [DriftGauge; 3] = [
+            (
+                "duet_drift_speed_mape",
+                "MAPE of speed over the rolling window of observed pairs, scored by the loaded \
+                 model (a fraction: 0.1 is 10%).",
+                |e| e.mape,
+            ),
+            (
+                "duet_drift_p90_coverage",
+                "Share of the window's jobs whose observed slowdown stayed at or below the \
+                 loaded model's p90 (0.9 promised).",
+                |e| e.p90_coverage,
+            ),
+            (
+                "duet_drift_window_jobs",
+                "Jobs in the rolling window (two per observed pair).",
+                #[allow(clippy::cast_precision_loss)]
+                |e| e.observations as f64,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for ((gpu, mode), tally) in drift {
+                let entry = tally.entry(String::new());
+                if entry.observations == 0 {
+                    continue;
+                }
+                let _ = writeln!(
+                    out,
+                    "{name}{{gpu=\"{}\",mode=\"{mode}\"}} {}",
+                    label(gpu),
+                    value(&entry)
+                );
+            }
+        }
     }
 }

@@ -42,6 +42,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         crate::routes::models::models,
         crate::routes::models::reload_route,
         crate::routes::limits::limits,
+        crate::routes::observations::post_observations,
+        crate::routes::observations::drift,
         crate::kserve::live,
         crate::kserve::ready,
         crate::kserve::metadata,
@@ -57,6 +59,12 @@ pub fn routes() -> Router<Arc<AppState>> {
         duet_core::api::WorkloadBody,
         duet_core::api::RegisteredWorkload,
         duet_core::api::ApiError,
+        duet_core::api::Observation,
+        duet_core::api::ObservationBatch,
+        duet_core::api::ObservationsAnswer,
+        duet_core::api::RejectedObservation,
+        duet_core::api::DriftReport,
+        duet_core::api::DriftEntry,
         duet_core::dataset::Mode,
         duet_core::dataset::JobKind,
     ))
@@ -138,13 +146,19 @@ fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
     let share = json!({"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 100,
                        "description": "MPS active-thread percentage, in (0, 100]"});
     schemas["PairQuery"]["properties"]["share_a"] = share.clone();
-    schemas["PairQuery"]["properties"]["share_b"] = share;
+    schemas["PairQuery"]["properties"]["share_b"] = share.clone();
     if let Some(model) = model {
         let modes: Vec<&str> = model.meta.spec.modes.iter().map(|m| m.as_str()).collect();
         schemas["PairQuery"]["properties"]["mode"] = json!({
             "type": "string", "enum": modes,
             "description": "a sharing mode the loaded model was trained on"});
+        let mut optional: Vec<Value> = modes.iter().map(|m| json!(m)).collect();
+        optional.push(Value::Null);
+        schemas["Observation"]["properties"]["mode"] = json!({
+            "type": ["string", "null"], "enum": optional,
+            "description": "a sharing mode the loaded model was trained on; absent for a solo run"});
     }
+    observation_schema(schemas, share, config.max_pairs);
     let request = &mut schemas["PredictRequest"];
     request["properties"]["pairs"]["minItems"] = json!(1);
     request["properties"]["pairs"]["maxItems"] = json!(config.max_pairs);
@@ -230,6 +244,37 @@ fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
             "DeleteWorkload": {"operationId": "delete_workload", "parameters": by_id},
         });
     }
+}
+
+/// What `POST /v1/observations` checks of each observation's own fields
+/// (`crate::observations`), in JSON Schema.
+fn observation_schema(schemas: &mut Value, share: Value, max_items: usize) {
+    let positive = json!({"type": "number", "exclusiveMinimum": 0});
+    let optional_positive = json!({"type": ["number", "null"], "exclusiveMinimum": 0});
+    let properties = &mut schemas["Observation"]["properties"];
+    properties["id"] = json!({
+        "type": "string", "pattern": r"^[A-Za-z0-9._:+\-]{1,200}$",
+        "description": "the client's id of this observation: a retry stores nothing twice"});
+    properties["gpu"] = json!({"type": "string", "minLength": 1, "maxLength": 200,
+                               "pattern": r"\S", "description": "the device model"});
+    properties["share_a"] = share.clone();
+    properties["share_b"] = share;
+    properties["throughput_a"] = positive.clone();
+    for name in ["throughput_b", "solo_throughput_a", "solo_throughput_b"] {
+        properties[name] = optional_positive.clone();
+    }
+    let mut window = positive;
+    window["maximum"] = json!(crate::observations::MAX_WINDOW_S);
+    properties["window_s"] = window;
+    properties["observed_at"] = json!({"type": "string", "format": "date-time",
+        "description": "RFC 3339; at most a few minutes ahead of the server's clock"});
+    properties["a"] = schema_ref("JobRef");
+    properties["b"] = json!({"oneOf": [schema_ref("JobRef"), {"type": "null"}]});
+    schemas["Observation"]["additionalProperties"] = json!(false);
+    let batch = &mut schemas["ObservationBatch"];
+    batch["properties"]["observations"]["minItems"] = json!(1);
+    batch["properties"]["observations"]["maxItems"] = json!(max_items);
+    batch["additionalProperties"] = json!(false);
 }
 
 /// The document for the server as it runs now.

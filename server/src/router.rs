@@ -24,6 +24,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(routes::predict::routes())
         .merge(routes::workloads::routes())
         .merge(routes::models::routes())
+        .merge(routes::observations::routes())
         .merge(routes::limits::routes())
         .merge(kserve::routes())
         .merge(openapi::routes())

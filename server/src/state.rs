@@ -150,6 +150,8 @@ pub struct AppState {
     /// Where the registry stands against the store.
     pub sync: SyncStatus,
     pub metrics: Metrics,
+    /// The latest observed pairs this replica received, scored by the serving model.
+    pub drift: crate::drift::Windows,
     ready: AtomicBool,
     /// One reload at a time.
     reloading: tokio::sync::Mutex<()>,
@@ -169,6 +171,7 @@ impl AppState {
             store,
             sync: SyncStatus::default(),
             metrics: Metrics::default(),
+            drift: crate::drift::Windows::default(),
             ready: AtomicBool::new(false),
             reloading: tokio::sync::Mutex::new(()),
         }))
@@ -253,6 +256,7 @@ impl AppState {
             workloads = registry.len(),
             "model loaded"
         );
+        self.drift.rescore(&model, &registry);
         *serving = Some(Serving {
             model,
             registry,
@@ -434,7 +438,7 @@ impl AppState {
         Ok(())
     }
 
-    fn store_failure(&self, error: &StoreError) -> Failure {
+    pub(crate) fn store_failure(&self, error: &StoreError) -> Failure {
         self.sync.failed(error, false);
         tracing::error!(error = %error, "registry write failed");
         match error {

@@ -1,26 +1,19 @@
 //! The axum app in process on the shipped default model: every route, and every kind of bad
 //! input answered with a 4xx naming the field while the server keeps serving.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use duet_server::store::StateLocation;
 use duet_server::{AppState, Config, EngineKind};
 use serde_json::{Value, json};
-use tower::ServiceExt;
+
+#[path = "support/http.rs"]
+mod http;
+use http::{call, call_raw, model_dir};
 
 const TOKEN: &str = "s3cret-token";
-
-fn model_dir() -> PathBuf {
-    Path::new(
-        &std::env::var_os("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
-    )
-    .join("../models/default")
-}
 
 fn app_with(config: Config) -> (Router, Arc<AppState>) {
     let state = AppState::new(config).expect("state");
@@ -45,41 +38,6 @@ fn app() -> Router {
         ..Config::new(model_dir())
     })
     .0
-}
-
-async fn call(
-    app: &Router,
-    method: &str,
-    uri: &str,
-    body: Option<Value>,
-    token: Option<&str>,
-) -> (StatusCode, Value) {
-    call_raw(app, method, uri, body.map(|b| b.to_string()), token).await
-}
-
-async fn call_raw(
-    app: &Router,
-    method: &str,
-    uri: &str,
-    body: Option<String>,
-    token: Option<&str>,
-) -> (StatusCode, Value) {
-    let mut request = Request::builder().method(method).uri(uri);
-    if let Some(t) = token {
-        request = request.header("Authorization", format!("Bearer {t}"));
-    }
-    let request = request
-        .header("content-type", "application/json")
-        .body(body.map_or_else(Body::empty, Body::from))
-        .expect("request");
-    let response = app.clone().oneshot(request).await.expect("response");
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .expect("body");
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    (status, value)
 }
 
 /// `pairs` on V100, answered by `app`.

@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use duet_core::api::{FeatureInput, WorkloadBody};
+use duet_core::api::{FeatureInput, JobRef, Observation, ObservationRecord, WorkloadBody};
 use duet_server::Config;
 use duet_server::store::{
-    Change, MemoryStore, PostgresStore, SqliteStore, StateLocation, Store, StoreError, Written,
+    Change, MemoryStore, PostgresStore, Put, SCHEMA_VERSION, SqliteStore, StateLocation, Store,
+    StoreError, Written,
 };
 
 #[path = "support/pg.rs"]
@@ -83,9 +84,80 @@ async fn same_semantics(store: &impl Store) {
     );
 }
 
+/// A stored observation of `a` alone, `throughput` iterations per second.
+fn observation(id: &str, throughput: f64) -> ObservationRecord {
+    ObservationRecord {
+        observation: Observation {
+            id: id.to_string(),
+            gpu: "v100".into(),
+            mode: None,
+            share_a: None,
+            share_b: None,
+            a: JobRef::workload("a"),
+            b: None,
+            throughput_a: throughput,
+            throughput_b: None,
+            solo_throughput_a: None,
+            solo_throughput_b: None,
+            window_s: 10.0,
+            observed_at: "2026-12-01T12:00:00Z".into(),
+        },
+        workload_a: "a".into(),
+        workload_b: None,
+        features_a: body(throughput).profiles["v100"].clone(),
+        features_b: None,
+        kind_a: None,
+        kind_b: None,
+        prediction: None,
+        observed_at_s: 1_796_126_400.0,
+        received_at_s: 1_796_126_401.0,
+        server: "test".into(),
+    }
+}
+
+/// What every store must do with observations: stored once by id, a retry a duplicate, other
+/// content under a stored id a conflict that changes nothing, read back in order and newest
+/// first.
+async fn observation_semantics(store: &impl Store) {
+    for (id, v) in [("o1", 1.0), ("o2", 2.0), ("o3", 3.0)] {
+        assert!(matches!(
+            store.put_observation(&observation(id, v)).await.expect(id),
+            Put::Stored(_)
+        ));
+    }
+    assert_eq!(
+        store
+            .put_observation(&observation("o2", 2.0))
+            .await
+            .expect("retry"),
+        Put::Duplicate
+    );
+    assert_eq!(
+        store
+            .put_observation(&observation("o2", 9.0))
+            .await
+            .expect("other content"),
+        Put::Conflict
+    );
+    let all = store.observations(0, 100, false).await.expect("all");
+    let ids: Vec<&str> = all.iter().map(|(_, r)| r.observation.id.as_str()).collect();
+    assert_eq!(ids, ["o1", "o2", "o3"]);
+    assert!(all.windows(2).all(|w| w[0].0 < w[1].0));
+    assert_eq!(all[1].1, observation("o2", 2.0), "the first content stays");
+    let newest = store.observations(0, 2, true).await.expect("newest");
+    let ids: Vec<&str> = newest
+        .iter()
+        .map(|(_, r)| r.observation.id.as_str())
+        .collect();
+    assert_eq!(ids, ["o3", "o2"]);
+    let after = store.observations(all[0].0, 1, false).await.expect("page");
+    assert_eq!(after, all[1..2].to_vec());
+}
+
 #[tokio::test]
 async fn memory_store_semantics() {
     same_semantics(&MemoryStore::default()).await;
+    observation_semantics(&MemoryStore::default()).await;
 }
 
 #[tokio::test]
@@ -93,8 +165,13 @@ async fn sqlite_store_semantics_and_durability() {
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("registry.sqlite");
     same_semantics(&SqliteStore::open(&path).expect("open")).await;
+    observation_semantics(&SqliteStore::open(&path).expect("open")).await;
     // A second open of the file sees every change, and numbers on from the last.
     let again = SqliteStore::open(&path).expect("reopen");
+    assert_eq!(
+        again.observations(0, 10, false).await.expect("kept").len(),
+        3
+    );
     let all = again.changes_since(0).await.expect("changes");
     assert_eq!(all.len(), 2);
     let next = again
@@ -166,14 +243,57 @@ async fn postgres_store_semantics() {
     };
     let (store, _rx) = connected(&db.dsn).await;
     same_semantics(&store).await;
+    observation_semantics(&store).await;
     // The schema is created once: a second replica connecting finds it and changes nothing.
     let (other, _rx2) = connected(&db.dsn).await;
     assert_eq!(
         other.changes_since(0).await.expect("changes"),
         store.changes_since(0).await.expect("changes")
     );
+    assert_eq!(
+        other
+            .observations(0, 10, false)
+            .await
+            .expect("observations"),
+        store
+            .observations(0, 10, false)
+            .await
+            .expect("observations")
+    );
     let versions = pg::column(&db.dsn, "SELECT version::text FROM duet_schema");
-    assert_eq!(versions, [Some("2".to_string())]);
+    assert_eq!(versions, [Some(SCHEMA_VERSION.to_string())]);
+}
+
+/// A database of schema version 2 (before observations) gets the observations table on the
+/// next connection, its registry untouched.
+#[tokio::test]
+async fn postgres_database_of_version_2_gains_observations() {
+    let Some(db) = pg::TestDatabase::create("store_v2") else {
+        return;
+    };
+    let (store, _rx) = connected(&db.dsn).await;
+    store
+        .write("kept", Some(&body(1.0)), false)
+        .await
+        .expect("a registration");
+    drop(store);
+    pg::execute(
+        &db.dsn,
+        "DROP TABLE duet_observations; DROP SEQUENCE duet_observation_seq; \
+         UPDATE duet_schema SET version = 2",
+    )
+    .expect("back to version 2");
+    let (store, _rx) = connected(&db.dsn).await;
+    assert_eq!(store.changes_since(0).await.expect("registry").len(), 1);
+    observation_semantics(&store).await;
+    let versions = pg::column(
+        &db.dsn,
+        "SELECT version::text FROM duet_schema ORDER BY version",
+    );
+    assert_eq!(
+        versions,
+        [Some("2".to_string()), Some(SCHEMA_VERSION.to_string())]
+    );
 }
 
 /// Two replicas writing the same ids at once: sequence numbers follow commit order (a reader
@@ -259,7 +379,9 @@ async fn postgres_database_newer_than_the_binary_is_refused() {
     match newer.connect().await {
         Err(StoreError::Broken(m)) => {
             assert!(
-                m.contains("schema version 99, newer than this duet's 2"),
+                m.contains(&format!(
+                    "schema version 99, newer than this duet's {SCHEMA_VERSION}"
+                )),
                 "{m}"
             );
         }

@@ -3,3 +3,4 @@
 
 pub mod csv;
 pub mod gavel;
+pub mod observed;

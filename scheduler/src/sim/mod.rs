@@ -3,6 +3,7 @@
 //! pairs) says, never at the speeds a model predicts.
 
 mod cluster;
+pub mod feedback;
 mod jobs;
 mod outcome;
 mod world;
@@ -31,6 +32,8 @@ pub enum Policy<'p> {
     Packing,
     /// The pricing loop, its slowdowns from this predictor.
     Pricing(&'p mut dyn Predictor),
+    /// The pricing loop on a predictor that learns from what the cluster observes.
+    Learning(&'p mut dyn feedback::Learner),
 }
 
 /// Knobs of one simulation.
@@ -72,6 +75,8 @@ pub enum PolicyKind {
     Duet,
     /// The pricing loop on the measured slowdowns.
     Oracle,
+    /// The pricing loop on duet's predictions, retrained on what the cluster observed.
+    Learning,
 }
 
 impl PolicyKind {
@@ -82,6 +87,7 @@ impl PolicyKind {
             PolicyKind::Packing => "packing",
             PolicyKind::Duet => "pricing + duet",
             PolicyKind::Oracle => "pricing + oracle",
+            PolicyKind::Learning => "pricing + duet, learning",
         }
     }
 }
@@ -97,20 +103,28 @@ pub fn simulate(
 ) -> Result<Outcome> {
     let wall = Instant::now();
     cluster.check_fits(jobs)?;
-    let (kind, name, mut predictor) = match policy {
-        Policy::Exclusive => (PolicyKind::Exclusive, "exclusive".to_string(), None),
-        Policy::Packing => (PolicyKind::Packing, "packing".to_string(), None),
+    let (kind, name, mut predictor, mut learner) = match policy {
+        Policy::Exclusive => (PolicyKind::Exclusive, "exclusive".to_string(), None, None),
+        Policy::Packing => (PolicyKind::Packing, "packing".to_string(), None, None),
         Policy::Pricing(p) => {
             let kind = if p.is_measured() {
                 PolicyKind::Oracle
             } else {
                 PolicyKind::Duet
             };
-            (kind, format!("pricing ({})", p.describe()), Some(p))
+            (kind, format!("pricing ({})", p.describe()), Some(p), None)
         }
+        Policy::Learning(l) => (
+            PolicyKind::Learning,
+            format!("pricing ({}), learning", l.describe()),
+            None,
+            Some(l),
+        ),
     };
-    let described = predictor.as_ref().map(|p| p.describe());
     let mut world = World::new(cluster, jobs, window, oracle, settings);
+    if learner.is_some() {
+        world.seen = Some(Vec::new());
+    }
     let mut log = RoundLog::default();
     let mut placement_times = Vec::new();
     while let Some(Reverse((now, _))) = world.events.peek().copied() {
@@ -143,7 +157,19 @@ pub fn simulate(
             continue;
         }
         let round_started = Instant::now();
-        match (kind, predictor.as_deref_mut()) {
+        if let Some(l) = learner.as_deref_mut() {
+            if let Some(seen) = world.seen.as_mut() {
+                l.observe(std::mem::take(seen));
+            }
+            l.tick(t)?;
+        }
+        let active: Option<&mut dyn Predictor> =
+            match (predictor.as_deref_mut(), learner.as_deref_mut()) {
+                (Some(p), _) => Some(p),
+                (None, Some(l)) => Some(l),
+                (None, None) => None,
+            };
+        match (kind, active) {
             (_, Some(p)) => world.pricing_round(t, p, &oracle.gpu, &mut log)?,
             (PolicyKind::Exclusive, None) => world.exclusive_round(t),
             (_, None) => world.packing_round(t),
@@ -173,7 +199,12 @@ pub fn simulate(
     let n = jobs.len().max(1) as f64;
     let span = makespan.max(1e-9);
     let window_span = (window.1.min(makespan) - window.0).max(1e-9);
-    let rounds = if predictor.is_some() {
+    let described = match (&predictor, &learner) {
+        (Some(p), _) => Some(p.describe()),
+        (None, Some(l)) => Some(l.describe()),
+        (None, None) => None,
+    };
+    let rounds = if described.is_some() {
         &log.times
     } else {
         &placement_times

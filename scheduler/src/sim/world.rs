@@ -12,6 +12,7 @@ use crate::pricing::{self, FreeNode, Placement, Resident, Waiting};
 
 use super::Settings;
 use super::cluster::Cluster;
+use super::feedback::Seen;
 use super::jobs::Job;
 
 #[derive(Debug, Clone)]
@@ -98,6 +99,9 @@ pub(super) struct World<'a> {
     /// Runtimes (alone) of the finished jobs, sorted (the queue estimate's typical runtime).
     pub(super) finished_runtimes: Vec<f64>,
     pub(super) trace: Vec<(f64, f64, f64)>,
+    /// What the cluster sees of its one-GPU jobs (solo runs and co-locations at their true
+    /// speeds), kept while a learning predictor wants it.
+    pub(super) seen: Option<Vec<Seen>>,
 }
 
 /// Event times as ordered integers (microseconds): exact ties, no float ordering trouble.
@@ -150,6 +154,7 @@ impl<'a> World<'a> {
             freed_gpus: Vec::new(),
             finished_runtimes: Vec::new(),
             trace: Vec::new(),
+            seen: None,
         }
     }
 
@@ -216,6 +221,17 @@ impl<'a> World<'a> {
             self.on_gpu[g].push(j);
         }
         self.started[j] = Some(t);
+        if let (Some(seen), [g]) = (self.seen.as_mut(), &gpus[..])
+            && self.on_gpu[*g].len() == 1
+        {
+            seen.push(Seen {
+                t,
+                a: self.jobs[j].workload.clone(),
+                b: None,
+                speed_a: 1.0,
+                speed_b: 1.0,
+            });
+        }
         self.running[j] = Some(Running {
             remaining: self.jobs[j].work,
             speed: 1.0,
@@ -264,6 +280,15 @@ impl<'a> World<'a> {
         match self.oracle.lookup(a, b, sharing) {
             Some(truth) if truth.feasible => {
                 self.co_located += 1;
+                if let Some(seen) = self.seen.as_mut() {
+                    seen.push(Seen {
+                        t,
+                        a: a.clone(),
+                        b: Some((b.clone(), sharing)),
+                        speed_a: truth.speed_a,
+                        speed_b: truth.speed_b,
+                    });
+                }
                 self.set_speed(resident, truth.speed_b, t);
                 self.start(j, vec![gpu], truth.speed_a, t);
                 true

@@ -101,7 +101,9 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         },
         Err(f) => return f.into_response(),
     };
-    let mut text = state.metrics.render(&version, engine, workloads);
+    let mut text = state
+        .metrics
+        .render(&version, engine, workloads, &state.drift.tallies());
     state.sync.render(state.store.kind(), &mut text);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

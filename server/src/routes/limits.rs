@@ -22,7 +22,8 @@ pub fn routes() -> Router<Arc<AppState>> {
 pub struct Limits {
     /// Largest request body, bytes (`--max-body-bytes`); larger bodies are answered 413.
     pub max_body_bytes: usize,
-    /// Most pairs in one `/v1/predict` request (`--max-pairs`); more are answered 413. The
+    /// Most pairs in one `/v1/predict` request, and observations in one `/v1/observations`
+    /// request (`--max-pairs`); more are answered 413. The
     /// KServe `infer` route takes twice as many rows (each pair is two rows).
     pub max_pairs: usize,
     /// Seconds a request may take (`--request-timeout`); a slower one is answered 503.

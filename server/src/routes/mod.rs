@@ -3,5 +3,6 @@
 pub mod health;
 pub mod limits;
 pub mod models;
+pub mod observations;
 pub mod predict;
 pub mod workloads;

@@ -9,6 +9,9 @@
 //! order): a reader that has applied every change up to `n` catches up with `changes_since(n)`
 //! and never misses one. A deletion is a tombstone (a change with no body), so replicas learn
 //! of deletions the same way; the last write by sequence wins.
+//!
+//! The same store keeps the observations clients report (`POST /v1/observations`): rows that
+//! are only ever added, keyed by the client's id, numbered in the order they were stored.
 
 mod memory;
 mod postgres;
@@ -17,14 +20,14 @@ mod sqlite;
 use std::fmt;
 use std::path::PathBuf;
 
-use duet_core::api::WorkloadBody;
+use duet_core::api::{ObservationRecord, WorkloadBody};
 
 pub use memory::MemoryStore;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 /// The store schema this binary writes; a database with a newer one is refused.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// One change of the registry: `body` `None` is a deletion.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,6 +69,20 @@ pub fn existed(row: Option<bool>, seed: bool) -> bool {
     row.unwrap_or(seed)
 }
 
+/// What storing one observation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Put {
+    /// Stored now, with this sequence number.
+    Stored(i64),
+    /// An observation with this id and the same content was stored before: nothing written.
+    Duplicate,
+    /// An observation with this id and other content was stored before: nothing written.
+    Conflict,
+}
+
+/// How many stored observations one read returns at most.
+pub const OBSERVATION_PAGE: usize = 10_000;
+
 /// A registry store. `write` with `body` `None` deletes `id`, and writes nothing when `id` does
 /// not exist; `seed` says whether `id` is one of the serving model's dataset workloads.
 pub trait Store: Send + Sync + fmt::Debug {
@@ -82,6 +99,19 @@ pub trait Store: Send + Sync + fmt::Debug {
         body: Option<&WorkloadBody>,
         seed: bool,
     ) -> impl Future<Output = Result<Written, StoreError>> + Send;
+    /// Stores one observation under its id unless one with that id exists.
+    fn put_observation(
+        &self,
+        record: &ObservationRecord,
+    ) -> impl Future<Output = Result<Put, StoreError>> + Send;
+    /// Stored observations with a sequence number after `after`, oldest first, at most `limit`
+    /// (`newest`: the last `limit` of them instead, newest first).
+    fn observations(
+        &self,
+        after: i64,
+        limit: usize,
+        newest: bool,
+    ) -> impl Future<Output = Result<Vec<(i64, ObservationRecord)>, StoreError>> + Send;
 }
 
 /// Where client registrations are kept: `--state`.
@@ -190,6 +220,91 @@ impl Store for RegistryStore {
             RegistryStore::Postgres(s) => s.write(id, body, seed).await,
         }
     }
+
+    async fn put_observation(&self, record: &ObservationRecord) -> Result<Put, StoreError> {
+        match self {
+            RegistryStore::Memory(s) => s.put_observation(record).await,
+            RegistryStore::Sqlite(s) => s.put_observation(record).await,
+            RegistryStore::Postgres(s) => s.put_observation(record).await,
+        }
+    }
+
+    async fn observations(
+        &self,
+        after: i64,
+        limit: usize,
+        newest: bool,
+    ) -> Result<Vec<(i64, ObservationRecord)>, StoreError> {
+        match self {
+            RegistryStore::Memory(s) => s.observations(after, limit, newest).await,
+            RegistryStore::Sqlite(s) => s.observations(after, limit, newest).await,
+            RegistryStore::Postgres(s) => s.observations(after, limit, newest).await,
+        }
+    }
+}
+
+/// Every observation stored at `location`, oldest first (`duet dataset export`). An SQLite file
+/// must exist already; a PostgreSQL database is connected (its schema brought to this binary's).
+pub async fn all_observations(location: &StateLocation) -> Result<Vec<ObservationRecord>, String> {
+    let store = match location {
+        StateLocation::Sqlite(path) => {
+            if !path.is_file() {
+                return Err(format!(
+                    "--state {}: no such file (give the --state file of the server that \
+                     received the observations)",
+                    path.display()
+                ));
+            }
+            RegistryStore::Sqlite(SqliteStore::open(path)?)
+        }
+        StateLocation::Postgres(dsn) => {
+            let pg = PostgresStore::new(dsn)?;
+            pg.connect().await.map_err(|e| format!("--state {e}"))?;
+            RegistryStore::Postgres(pg)
+        }
+    };
+    let mut all = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store
+            .observations(after, OBSERVATION_PAGE, false)
+            .await
+            .map_err(|e| format!("--state {e}"))?;
+        let Some((last, _)) = page.last() else {
+            break;
+        };
+        after = *last;
+        all.extend(page.into_iter().map(|(_, r)| r));
+    }
+    Ok(all)
+}
+
+/// An observation as the stores keep it: the client's observation as JSON text (what a retry
+/// is compared with) and the whole record.
+pub(crate) fn stored_observation(
+    target: &str,
+    record: &ObservationRecord,
+) -> Result<(String, String), StoreError> {
+    let broken = |e: serde_json::Error| StoreError::Broken(format!("{target}: {e}"));
+    Ok((
+        serde_json::to_string(&record.observation).map_err(broken)?,
+        serde_json::to_string(record).map_err(broken)?,
+    ))
+}
+
+/// A stored observation's record text back to the record.
+pub(crate) fn stored_record(
+    target: &str,
+    id: &str,
+    text: &str,
+) -> Result<ObservationRecord, StoreError> {
+    serde_json::from_str(text)
+        .map_err(|e| StoreError::Broken(format!("{target}: observation `{id}`: {e}")))
+}
+
+/// `limit` as a SQL LIMIT.
+pub(crate) fn sql_limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
 /// A stored row back to a `Change`: the body is JSON text, NULL for a deletion.

@@ -15,11 +15,14 @@ use std::str::FromStr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use duet_core::api::WorkloadBody;
+use duet_core::api::{ObservationRecord, WorkloadBody};
 use tokio_postgres::config::Host;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
 
-use super::{Change, SCHEMA_VERSION, Store, StoreError, Written, stored_body, stored_change};
+use super::{
+    Change, Put, SCHEMA_VERSION, Store, StoreError, Written, sql_limit, stored_body, stored_change,
+    stored_observation, stored_record,
+};
 
 /// The channel writers notify and replicas listen on.
 pub const CHANNEL: &str = "duet_registry";
@@ -253,6 +256,13 @@ impl PostgresStore {
                          RETURN QUERY SELECT s, was;
                      END
                      $fn$;
+                     CREATE SEQUENCE IF NOT EXISTS duet_observation_seq;
+                     CREATE TABLE IF NOT EXISTS duet_observations (
+                         id TEXT PRIMARY KEY,
+                         seq BIGINT NOT NULL UNIQUE DEFAULT nextval('duet_observation_seq'),
+                         observation TEXT NOT NULL,
+                         record TEXT NOT NULL,
+                         stored_at TIMESTAMPTZ NOT NULL DEFAULT now());
                      INSERT INTO duet_schema (version) VALUES ({SCHEMA_VERSION});"
                 ))
                 .await
@@ -341,5 +351,68 @@ impl Store for PostgresStore {
             seq: row.get(0),
             existed: row.get(1),
         })
+    }
+
+    async fn put_observation(&self, record: &ObservationRecord) -> Result<Put, StoreError> {
+        let (observation, text) = stored_observation(&self.target, record)?;
+        let id = &record.observation.id;
+        let client = self.current()?;
+        // Rows are only ever added: an id that conflicts stays as it was stored first.
+        let inserted = self
+            .timed(
+                client.query_opt(
+                    "INSERT INTO duet_observations (id, observation, record) VALUES ($1, $2, $3)
+                     ON CONFLICT (id) DO NOTHING RETURNING seq",
+                    &[id, &observation, &text],
+                ),
+                false,
+            )
+            .await?;
+        if let Some(row) = inserted {
+            return Ok(Put::Stored(row.get(0)));
+        }
+        let before = self
+            .timed(
+                client.query_one(
+                    "SELECT observation FROM duet_observations WHERE id = $1",
+                    &[id],
+                ),
+                false,
+            )
+            .await?;
+        Ok(if before.get::<_, String>(0) == observation {
+            Put::Duplicate
+        } else {
+            Put::Conflict
+        })
+    }
+
+    async fn observations(
+        &self,
+        after: i64,
+        limit: usize,
+        newest: bool,
+    ) -> Result<Vec<(i64, ObservationRecord)>, StoreError> {
+        let client = self.current()?;
+        let order = if newest { "DESC" } else { "ASC" };
+        let rows = self
+            .timed(
+                client.query(
+                    &format!(
+                        "SELECT id, seq, record FROM duet_observations WHERE seq > $1 \
+                         ORDER BY seq {order} LIMIT $2"
+                    ),
+                    &[&after, &sql_limit(limit)],
+                ),
+                true,
+            )
+            .await?;
+        rows.into_iter()
+            .map(|row| {
+                let id: String = row.get(0);
+                let text: String = row.get(2);
+                Ok((row.get(1), stored_record(&self.target, &id, &text)?))
+            })
+            .collect()
     }
 }

@@ -4,11 +4,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use duet_core::api::WorkloadBody;
+use duet_core::api::{ObservationRecord, WorkloadBody};
 use rusqlite::{Connection, OptionalExtension};
 
 use super::{
-    Change, SCHEMA_VERSION, Store, StoreError, Written, existed, stored_body, stored_change,
+    Change, Put, SCHEMA_VERSION, Store, StoreError, Written, existed, sql_limit, stored_body,
+    stored_change, stored_observation, stored_record,
 };
 
 #[derive(Debug)]
@@ -53,6 +54,15 @@ impl SqliteStore {
             )
             .map_err(fail)?;
         }
+        // Version 3: observations.
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS observations (
+                 id TEXT PRIMARY KEY,
+                 seq INTEGER NOT NULL UNIQUE,
+                 observation TEXT NOT NULL,
+                 record TEXT NOT NULL);",
+        )
+        .map_err(fail)?;
         tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION};"))
             .map_err(fail)?;
         tx.commit().map_err(fail)?;
@@ -137,5 +147,71 @@ impl Store for SqliteStore {
             seq: Some(seq),
             existed,
         })
+    }
+
+    async fn put_observation(&self, record: &ObservationRecord) -> Result<Put, StoreError> {
+        let (observation, text) = stored_observation(&self.target, record)?;
+        let id = &record.observation.id;
+        let mut conn = self.lock()?;
+        let tx = conn.transaction().map_err(|e| self.broken(e))?;
+        let before: Option<String> = tx
+            .query_row(
+                "SELECT observation FROM observations WHERE id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.broken(e))?;
+        if let Some(before) = before {
+            return Ok(if before == observation {
+                Put::Duplicate
+            } else {
+                Put::Conflict
+            });
+        }
+        let seq: i64 = tx
+            .query_row(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM observations",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.broken(e))?;
+        tx.execute(
+            "INSERT INTO observations (id, seq, observation, record) VALUES (?1, ?2, ?3, ?4)",
+            rusqlite::params![id, seq, observation, text],
+        )
+        .map_err(|e| self.broken(e))?;
+        tx.commit().map_err(|e| self.broken(e))?;
+        Ok(Put::Stored(seq))
+    }
+
+    async fn observations(
+        &self,
+        after: i64,
+        limit: usize,
+        newest: bool,
+    ) -> Result<Vec<(i64, ObservationRecord)>, StoreError> {
+        let conn = self.lock()?;
+        let order = if newest { "DESC" } else { "ASC" };
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT id, seq, record FROM observations WHERE seq > ?1 ORDER BY seq {order} \
+                 LIMIT ?2"
+            ))
+            .map_err(|e| self.broken(e))?;
+        let rows = stmt
+            .query_map(rusqlite::params![after, sql_limit(limit)], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .map_err(|e| self.broken(e))?;
+        rows.map(|row| {
+            let (id, seq, text) = row.map_err(|e| self.broken(e))?;
+            Ok((seq, stored_record(&self.target, &id, &text)?))
+        })
+        .collect()
     }
 }

@@ -1,0 +1,250 @@
+//! Drift: how the loaded model does on what the cluster observed. Each observed pair is scored
+//! for both of its jobs: the absolute percentage error of the predicted speed against the
+//! observed one, whether the observed slowdown stayed at or below the predicted p90, and the
+//! signed error (bias). `/metrics` carries a rolling window of the latest pairs per device and
+//! mode this replica received (rescored when a model is loaded); `GET /v1/drift` scores the
+//! store's newest observations, every replica's, with the loaded model, per workload.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+
+use duet_core::api::{
+    DriftEntry, JobRef, ObservationRecord, ObservedPrediction, PairQuery, PredictRequest,
+};
+use duet_core::dataset::Mode;
+use duet_model::{LoadedModel, Registry};
+
+use crate::observations::observed_prediction;
+
+/// Pairs per device and mode in the rolling window `/metrics` reports.
+pub const WINDOW: usize = 1000;
+
+/// One job of one observed pair, scored.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobScore {
+    /// |predicted - observed| / observed speed.
+    pub ape: f64,
+    /// The observed slowdown is at or below the predicted p90 slowdown.
+    pub covered: bool,
+    /// (predicted - observed) / observed speed.
+    pub bias: f64,
+}
+
+/// Both jobs of `record` scored against `prediction`; `None` without observed speeds.
+pub fn scores(
+    record: &ObservationRecord,
+    prediction: &ObservedPrediction,
+) -> Option<[JobScore; 2]> {
+    let (observed_a, observed_b) = record.observed_speeds()?;
+    let one = |observed: f64, predicted: f64, p90: f64| JobScore {
+        ape: (predicted - observed).abs() / observed,
+        covered: 1.0 / observed <= p90,
+        bias: (predicted - observed) / observed,
+    };
+    Some([
+        one(observed_a, prediction.speed_a, prediction.slowdown_a_p90),
+        one(observed_b, prediction.speed_b, prediction.slowdown_b_p90),
+    ])
+}
+
+/// The loaded model's predictions for observed pairs (`None` for a solo run, or a pair it cannot
+/// predict). A job still in the registry with a profile on the device is named by its id (the
+/// model's identity slot applies); any other is given by the features stored with it.
+pub fn predict(
+    model: &LoadedModel,
+    registry: &Registry,
+    records: &[&ObservationRecord],
+) -> Vec<Option<ObservedPrediction>> {
+    let queries: Vec<Option<PairQuery>> = records.iter().map(|r| query(registry, r)).collect();
+    let pairs: Vec<PairQuery> = queries.iter().flatten().cloned().collect();
+    let mut batch = None;
+    if !pairs.is_empty() {
+        let request = PredictRequest { gpu: None, pairs };
+        batch = duet_model::predict::predict(model, registry, &request, None).ok();
+    }
+    let mut next = 0;
+    queries
+        .into_iter()
+        .map(|q| {
+            let q = q?;
+            let p = match &batch {
+                Some(all) => all.get(next).copied(),
+                // One pair the model refuses fails the batch: then each on its own.
+                None => duet_model::predict::predict(
+                    model,
+                    registry,
+                    &PredictRequest {
+                        gpu: None,
+                        pairs: vec![q],
+                    },
+                    None,
+                )
+                .ok()
+                .and_then(|v| v.first().copied()),
+            };
+            next += 1;
+            p.map(|p| observed_prediction(model.version(), &p))
+        })
+        .collect()
+}
+
+fn query(registry: &Registry, r: &ObservationRecord) -> Option<PairQuery> {
+    let o = &r.observation;
+    let gpu = &o.gpu;
+    let job = |id: &str, features: &duet_core::api::Features| {
+        let known = registry
+            .get(id)
+            .and_then(|e| e.registered.body.profiles.get(gpu))
+            .is_some_and(|p| p == features);
+        if known {
+            JobRef::workload(id)
+        } else {
+            JobRef {
+                workload: None,
+                features: Some(features.clone()),
+            }
+        }
+    };
+    Some(PairQuery {
+        a: job(&r.workload_a, &r.features_a),
+        b: job(r.workload_b.as_deref()?, r.features_b.as_ref()?),
+        mode: o.mode?,
+        share_a: o.share_a,
+        share_b: o.share_b,
+        gpu: Some(gpu.clone()),
+    })
+}
+
+/// Running sums of scores, turned into a `DriftEntry`.
+#[derive(Debug, Default, Clone)]
+pub struct Tally {
+    jobs: usize,
+    ape: f64,
+    covered: usize,
+    bias: f64,
+    last_observed_at_s: f64,
+}
+
+impl Tally {
+    pub fn add(&mut self, score: JobScore, observed_at_s: f64) {
+        self.jobs += 1;
+        self.ape += score.ape;
+        self.covered += usize::from(score.covered);
+        self.bias += score.bias;
+        self.last_observed_at_s = self.last_observed_at_s.max(observed_at_s);
+    }
+
+    #[allow(clippy::cast_precision_loss)]
+    pub fn entry(&self, key: String) -> DriftEntry {
+        let n = self.jobs.max(1) as f64;
+        DriftEntry {
+            key,
+            observations: self.jobs,
+            mape: self.ape / n,
+            p90_coverage: self.covered as f64 / n,
+            bias: self.bias / n,
+            last_observed_at: duet_core::timestamp::rfc3339(self.last_observed_at_s),
+        }
+    }
+}
+
+/// A device and mode, as `/metrics` labels and `/v1/drift` keys name them.
+pub type Group = (String, Mode);
+
+pub fn group_key(group: &Group) -> String {
+    format!("{}/{}", group.0, group.1)
+}
+
+/// Per device and mode, and per workload (worst MAPE first), of scored records.
+pub fn tallies(
+    scored: &[(&ObservationRecord, Option<ObservedPrediction>)],
+) -> (Vec<DriftEntry>, Vec<DriftEntry>, usize) {
+    let mut groups: BTreeMap<Group, Tally> = BTreeMap::new();
+    let mut workloads: BTreeMap<String, Tally> = BTreeMap::new();
+    let mut pairs = 0;
+    for (record, prediction) in scored {
+        let Some(prediction) = prediction else {
+            continue;
+        };
+        let (Some(mode), Some(b)) = (record.observation.mode, record.workload_b.as_ref()) else {
+            continue;
+        };
+        let Some(both) = scores(record, prediction) else {
+            continue;
+        };
+        pairs += 1;
+        let group = groups
+            .entry((record.observation.gpu.clone(), mode))
+            .or_default();
+        for (score, id) in both.into_iter().zip([&record.workload_a, b]) {
+            group.add(score, record.observed_at_s);
+            workloads
+                .entry(id.clone())
+                .or_default()
+                .add(score, record.observed_at_s);
+        }
+    }
+    let groups = groups.iter().map(|(g, t)| t.entry(group_key(g))).collect();
+    let mut workloads: Vec<DriftEntry> = workloads.into_iter().map(|(id, t)| t.entry(id)).collect();
+    workloads.sort_by(|x, y| y.mape.total_cmp(&x.mape).then_with(|| x.key.cmp(&y.key)));
+    (groups, workloads, pairs)
+}
+
+/// The latest observed pairs this replica received, per device and mode, each with the loaded
+/// model's prediction; what `/metrics` reports as rolling drift.
+#[derive(Debug, Default)]
+pub struct Windows {
+    inner: Mutex<BTreeMap<Group, VecDeque<(ObservationRecord, ObservedPrediction)>>>,
+}
+
+impl Windows {
+    /// Adds a stored pair and its prediction; the oldest leaves a full window.
+    pub fn push(&self, record: &ObservationRecord) {
+        let (Some(mode), Some(prediction)) = (record.observation.mode, &record.prediction) else {
+            return;
+        };
+        if let Ok(mut w) = self.inner.lock() {
+            let window = w.entry((record.observation.gpu.clone(), mode)).or_default();
+            if window.len() == WINDOW {
+                window.pop_front();
+            }
+            window.push_back((record.clone(), prediction.clone()));
+        }
+    }
+
+    /// Scores every window's pairs again with a newly loaded model; pairs it cannot predict
+    /// leave the window.
+    pub fn rescore(&self, model: &LoadedModel, registry: &Registry) {
+        let Ok(mut w) = self.inner.lock() else {
+            return;
+        };
+        for window in w.values_mut() {
+            let records: Vec<&ObservationRecord> = window.iter().map(|(r, _)| r).collect();
+            let fresh = predict(model, registry, &records);
+            let old = std::mem::take(window);
+            *window = old
+                .into_iter()
+                .zip(fresh)
+                .filter_map(|((r, _), p)| Some((r, p?)))
+                .collect();
+        }
+    }
+
+    /// Per device and mode: the window's tally.
+    pub fn tallies(&self) -> Vec<(Group, Tally)> {
+        let Ok(w) = self.inner.lock() else {
+            return Vec::new();
+        };
+        w.iter()
+            .map(|(group, window)| {
+                let mut tally = Tally::default();
+                for (record, prediction) in window {
+                    for score in scores(record, prediction).into_iter().flatten() {
+                        tally.add(score, record.observed_at_s);
+                    }
+                }
+                (group.clone(), tally)
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,291 @@
+//! Observations the cluster reports (`POST /v1/observations`): each item checked on its own like
+//! a row of an imported CSV (a refusal names the item and its field, and the rest of the batch
+//! is still stored), its jobs resolved against the registry on the observed device (so the
+//! stored record stands on its own when the registry later changes), and its pair scored by the
+//! serving model, for drift.
+
+use duet_core::api::{
+    FeatureInput, Features, JobRef, Observation, ObservationRecord, ObservedPrediction, PairQuery,
+    PredictRequest, RejectedObservation,
+};
+use duet_core::dataset::{JobKind, Mode};
+use duet_model::registry::{MAX_ID, is_valid_id};
+use duet_model::{LoadedModel, ModelError, Registry};
+
+/// How far ahead of the server's clock `observed_at` may be (clocks drift), seconds.
+pub const FUTURE_SLACK_S: f64 = 300.0;
+/// The longest measurement window taken, seconds (a week).
+pub const MAX_WINDOW_S: f64 = 7.0 * 86_400.0;
+
+/// What the server adds to every record it stores.
+#[derive(Debug, Clone)]
+pub struct Receipt<'a> {
+    pub server: &'a str,
+    pub now_s: f64,
+}
+
+/// Checks and resolves item `index` of a batch (as JSON, so that one malformed item does not
+/// refuse the others): an `ObservationRecord` to store, or why it is refused.
+pub fn check(
+    model: &LoadedModel,
+    registry: &Registry,
+    index: usize,
+    item: serde_json::Value,
+    receipt: &Receipt,
+) -> Result<ObservationRecord, RejectedObservation> {
+    let id = item
+        .get("id")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_string);
+    let reject = |field: &str, error: String| RejectedObservation {
+        index,
+        id: id.clone(),
+        field: if field.is_empty() {
+            format!("observations[{index}]")
+        } else {
+            format!("observations[{index}].{field}")
+        },
+        error,
+    };
+    let observation: Observation = serde_path_to_error::deserialize(item).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { String::new() } else { path };
+        reject(&field, format!("invalid observation: {}", e.into_inner()))
+    })?;
+    let observed_at_s = fields(&observation, receipt.now_s).map_err(|(f, e)| reject(f, e))?;
+    let gpu = observation.gpu.clone();
+    let gpu = gpu.as_str();
+    let (workload_a, features_a, kind_a) =
+        resolve(model, registry, &observation.a, gpu, "a").map_err(|(f, e)| reject(&f, e))?;
+    let mut record = ObservationRecord {
+        workload_a,
+        features_a,
+        kind_a,
+        workload_b: None,
+        features_b: None,
+        kind_b: None,
+        prediction: None,
+        observed_at_s,
+        received_at_s: receipt.now_s,
+        server: receipt.server.to_string(),
+        observation,
+    };
+    if let Some(b) = &record.observation.b {
+        let (workload_b, features_b, kind_b) =
+            resolve(model, registry, b, gpu, "b").map_err(|(f, e)| reject(&f, e))?;
+        record.workload_b = Some(workload_b);
+        record.features_b = Some(features_b);
+        record.kind_b = kind_b;
+        let request = pair_request(&record.observation, b);
+        let prediction =
+            duet_model::predict::predict(model, registry, &request, None).map_err(|e| {
+                let field = e
+                    .field
+                    .as_deref()
+                    .map(|f| f.strip_prefix("pairs[0].").unwrap_or(f).to_string())
+                    .unwrap_or_default();
+                reject(&field, e.message)
+            })?;
+        record.prediction = prediction
+            .first()
+            .map(|p| observed_prediction(model.version(), p));
+    }
+    Ok(record)
+}
+
+/// The prediction request of an observed pair, its jobs as the client named them.
+fn pair_request(o: &Observation, b: &JobRef) -> PredictRequest {
+    PredictRequest {
+        gpu: Some(o.gpu.clone()),
+        pairs: vec![PairQuery {
+            a: o.a.clone(),
+            b: b.clone(),
+            mode: o.mode.unwrap_or(Mode::Space),
+            share_a: o.share_a,
+            share_b: o.share_b,
+            gpu: None,
+        }],
+    }
+}
+
+pub fn observed_prediction(version: &str, p: &duet_core::api::Prediction) -> ObservedPrediction {
+    ObservedPrediction {
+        model_version: version.to_string(),
+        speed_a: f64::from(p.speed_a),
+        speed_b: f64::from(p.speed_b),
+        slowdown_a_p90: f64::from(p.slowdown_a_p90),
+        slowdown_b_p90: f64::from(p.slowdown_b_p90),
+        calibration: p.calibration,
+    }
+}
+
+type Refusal = (&'static str, String);
+
+/// The rules of one observation's own fields; `observed_at` in seconds since 1970.
+fn fields(o: &Observation, now_s: f64) -> Result<f64, Refusal> {
+    if !is_valid_id(&o.id) {
+        return Err((
+            "id",
+            format!(
+                "observation id `{}` must be 1 to {MAX_ID} characters of letters, digits and \
+                 - _ . : +",
+                o.id
+            ),
+        ));
+    }
+    if o.gpu.trim().is_empty() || o.gpu.len() > MAX_ID {
+        return Err((
+            "gpu",
+            format!("gpu must name the device model in 1 to {MAX_ID} characters"),
+        ));
+    }
+    positive("throughput_a", Some(o.throughput_a))?;
+    positive("solo_throughput_a", o.solo_throughput_a)?;
+    positive("solo_throughput_b", o.solo_throughput_b)?;
+    positive("throughput_b", o.throughput_b)?;
+    positive("window_s", Some(o.window_s))?;
+    if o.window_s > MAX_WINDOW_S {
+        return Err((
+            "window_s",
+            format!(
+                "a window of {} s is longer than a week; report shorter windows",
+                o.window_s
+            ),
+        ));
+    }
+    for (name, share) in [("share_a", o.share_a), ("share_b", o.share_b)] {
+        if let Some(s) = share
+            && !(s > 0.0 && s <= 100.0)
+        {
+            return Err((name, format!("share {s} is outside (0, 100]")));
+        }
+    }
+    if o.b.is_some() {
+        if o.mode.is_none() {
+            return Err(("mode", "a co-location needs its sharing `mode`".into()));
+        }
+        if o.throughput_b.is_none() {
+            return Err((
+                "throughput_b",
+                "a co-location needs `throughput_b`, the throughput of `b`".into(),
+            ));
+        }
+    } else {
+        for (name, given) in [
+            ("mode", o.mode.is_some()),
+            ("share_a", o.share_a.is_some()),
+            ("share_b", o.share_b.is_some()),
+            ("throughput_b", o.throughput_b.is_some()),
+            ("solo_throughput_b", o.solo_throughput_b.is_some()),
+        ] {
+            if given {
+                return Err((
+                    name,
+                    format!(
+                        "`{name}` belongs to a co-location, and this observation has no `b` (a \
+                         solo run of `a`)"
+                    ),
+                ));
+            }
+        }
+        if o.solo_throughput_a.is_some() {
+            return Err((
+                "solo_throughput_a",
+                "a solo run's throughput is `throughput_a`; leave `solo_throughput_a` out".into(),
+            ));
+        }
+    }
+    let at = duet_core::timestamp::parse_rfc3339(&o.observed_at).map_err(|e| ("observed_at", e))?;
+    if at > now_s + FUTURE_SLACK_S {
+        return Err((
+            "observed_at",
+            format!(
+                "{} is in the future by the server's clock ({})",
+                o.observed_at,
+                duet_core::timestamp::rfc3339(now_s)
+            ),
+        ));
+    }
+    Ok(at)
+}
+
+fn positive(name: &'static str, value: Option<f64>) -> Result<(), Refusal> {
+    match value {
+        Some(v) if !(v.is_finite() && v > 0.0) => {
+            Err((name, format!("{name} must be a finite number > 0, got {v}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// One job's id, features on `gpu` and kind: a registered workload's profile, or inline
+/// features (checked against the model) under `inline-<fingerprint>`.
+fn resolve(
+    model: &LoadedModel,
+    registry: &Registry,
+    job: &JobRef,
+    gpu: &str,
+    side: &str,
+) -> Result<(String, Features, Option<JobKind>), (String, String)> {
+    match (&job.workload, &job.features) {
+        (Some(id), None) => {
+            let field = format!("{side}.workload");
+            let Some(entry) = registry.get(id) else {
+                return Err((
+                    field,
+                    format!(
+                        "no workload `{id}` in the registry: register it first (PUT \
+                         /v1/workloads/{id}) or give its features"
+                    ),
+                ));
+            };
+            let body = &entry.registered.body;
+            match body.profiles.get(gpu) {
+                Some(features) => Ok((id.clone(), features.clone(), body.kind)),
+                None => Err((
+                    field,
+                    format!(
+                        "workload `{id}` has no profile on `{gpu}` (it has {}): register one \
+                         to report it there",
+                        body.profiles
+                            .keys()
+                            .map(String::as_str)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )),
+            }
+        }
+        (None, Some(features)) => {
+            model
+                .job_features(features, &format!("{side}.features"))
+                .map_err(|e: ModelError| {
+                    (
+                        e.field.unwrap_or_else(|| format!("{side}.features")),
+                        e.message,
+                    )
+                })?;
+            Ok((inline_id(features), features.clone(), None))
+        }
+        _ => Err((
+            side.to_string(),
+            "give exactly one of `workload` (a registered id) or `features`".into(),
+        )),
+    }
+}
+
+/// The id of a job given by its features: the same features, the same id.
+pub fn inline_id(features: &Features) -> String {
+    let mut hash = duet_core::hash::FNV_OFFSET;
+    for (name, value) in features {
+        hash = duet_core::hash::fnv1a(name.as_bytes(), hash);
+        let text = match value {
+            FeatureInput::Number(v) => format!("n{v:?}"),
+            FeatureInput::Text(v) => format!("t{v}"),
+            FeatureInput::Null => "z".to_string(),
+        };
+        hash = duet_core::hash::fnv1a(text.as_bytes(), hash);
+        hash = duet_core::hash::fnv1a(&[0], hash);
+    }
+    format!("inline-{hash:016x}")
+}

@@ -1,0 +1,253 @@
+//! `POST /v1/observations`: what the cluster measured, stored durably and scored for drift;
+//! `GET /v1/drift`: the stored observations scored against the loaded model.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use duet_core::api::{DriftReport, ObservationRecord, ObservationsAnswer, RejectedObservation};
+use serde::Deserialize;
+
+use crate::auth::{authorize_read, authorize_write};
+use crate::error::{Failure, body_failure, parse_json};
+use crate::observations::{Receipt, check};
+use crate::state::{AppState, not_ready};
+use crate::store::{OBSERVATION_PAGE, Put, Store};
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/observations", post(post_observations))
+        .route("/v1/drift", get(drift))
+}
+
+/// The body as read before each item is checked on its own.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Batch {
+    observations: Vec<serde_json::Value>,
+}
+
+/// The name this server stores with what it receives: the pod's (`HOSTNAME`), else the host's.
+fn server_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "duet".to_string())
+}
+
+#[utoipa::path(post, tag = "observations", path = "/v1/observations", request_body = duet_core::api::ObservationBatch, responses(
+    (status = 200, body = ObservationsAnswer, description = "every observation stored, or stored before with the same content"),
+    (status = 400, body = duet_core::api::ApiError, description = "malformed JSON"),
+    (status = 401, body = duet_core::api::ApiError, description = "no or a wrong token"),
+    (status = 413, body = duet_core::api::ApiError, description = "over the body limit, or more observations than --max-pairs"),
+    (status = 422, body = ObservationsAnswer, description = "some observations refused (`rejected` names each one's field); the others were stored and are listed"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or the store cannot be reached (what was listed stored before it is kept; retry the batch: nothing is stored twice)")))]
+pub async fn post_observations(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Failure> {
+    authorize_write(&state, &headers)?;
+    let body = body.map_err(|e| body_failure(&e, state.config.max_body_bytes))?;
+    let batch: Batch = parse_json(&body)?;
+    if batch.observations.is_empty() {
+        return Err(Failure::field("observations", "no observations"));
+    }
+    if batch.observations.len() > state.config.max_pairs {
+        return Err(Failure::field(
+            "observations",
+            format!(
+                "{} observations is over the server's limit of {} per request (--max-pairs)",
+                batch.observations.len(),
+                state.config.max_pairs
+            ),
+        )
+        .with_status(StatusCode::PAYLOAD_TOO_LARGE));
+    }
+    // Checking resolves jobs and runs the model: off the async threads.
+    let checker = state.clone();
+    let checked = tokio::task::spawn_blocking(move || {
+        let guard = checker.read()?;
+        let serving = guard.as_ref().ok_or_else(not_ready)?;
+        let receipt = Receipt {
+            server: &server_name(),
+            now_s: duet_core::timestamp::now_seconds(),
+        };
+        Ok::<_, Failure>(
+            batch
+                .observations
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| check(&serving.model, &serving.registry, i, item, &receipt))
+                .collect::<Vec<_>>(),
+        )
+    })
+    .await
+    .map_err(|e| {
+        Failure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("checking observations panicked: {e}"),
+        )
+    })??;
+    let mut answer = ObservationsAnswer {
+        stored: Vec::new(),
+        duplicates: Vec::new(),
+        rejected: Vec::new(),
+        error: None,
+        field: None,
+    };
+    for (index, item) in checked.into_iter().enumerate() {
+        match item {
+            Ok(record) => store(&state, index, record, &mut answer).await?,
+            Err(rejected) => answer.rejected.push(rejected),
+        }
+    }
+    for _ in &answer.rejected {
+        state.metrics.observation("rejected");
+    }
+    tracing::info!(
+        stored = answer.stored.len(),
+        duplicates = answer.duplicates.len(),
+        rejected = answer.rejected.len(),
+        "observations reported"
+    );
+    let status = match answer.rejected.first() {
+        Some(first) => {
+            answer.error = Some(first.error.clone());
+            answer.field = Some(first.field.clone());
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        None => StatusCode::OK,
+    };
+    Ok((status, Json(answer)).into_response())
+}
+
+/// Stores one checked observation, counts it, and adds a new pair to the drift window.
+async fn store(
+    state: &AppState,
+    index: usize,
+    record: ObservationRecord,
+    answer: &mut ObservationsAnswer,
+) -> Result<(), Failure> {
+    let put = state.store.put_observation(&record).await.map_err(|e| {
+        tracing::error!(error = %e, stored = answer.stored.len(), "an observation could not be stored");
+        let stored = if answer.stored.is_empty() {
+            "none".to_string()
+        } else {
+            answer.stored.join(", ")
+        };
+        let mut failure = state.store_failure(&e);
+        failure.error = format!(
+            "{} (stored before it: {stored}; retry the batch, nothing is stored twice)",
+            failure.error
+        );
+        failure
+    })?;
+    let id = record.observation.id.clone();
+    match put {
+        Put::Stored(_) => {
+            state.metrics.observation("stored");
+            let scores = record
+                .prediction
+                .as_ref()
+                .and_then(|p| crate::drift::scores(&record, p))
+                .map(Vec::from)
+                .unwrap_or_default();
+            let mode = record
+                .observation
+                .mode
+                .map_or("solo", duet_core::dataset::Mode::as_str);
+            state
+                .metrics
+                .observed(&record.observation.gpu, mode, &scores);
+            state.drift.push(&record);
+            answer.stored.push(id);
+        }
+        Put::Duplicate => {
+            state.metrics.observation("duplicate");
+            answer.duplicates.push(id);
+        }
+        Put::Conflict => answer.rejected.push(RejectedObservation {
+            index,
+            id: Some(id.clone()),
+            field: format!("observations[{index}].id"),
+            error: format!(
+                "an observation `{id}` with other content is already stored; an id names one \
+                 measurement (give this one its own)"
+            ),
+        }),
+    }
+    Ok(())
+}
+
+/// `GET /v1/drift` parameters.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct DriftQuery {
+    /// How many of the newest stored observations to score (default and most: 10000).
+    #[param(minimum = 1, maximum = 10000)]
+    pub window: Option<usize>,
+}
+
+#[utoipa::path(get, tag = "observations", path = "/v1/drift", params(DriftQuery), responses(
+    (status = 200, body = DriftReport),
+    (status = 400, body = duet_core::api::ApiError, description = "a query parameter that is not a number or not known"),
+    (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token"),
+    (status = 422, body = duet_core::api::ApiError, description = "a window outside 1 to 10000"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or the store cannot be reached")))]
+pub async fn drift(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    query: Result<Query<DriftQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<DriftReport>, Failure> {
+    authorize_read(&state, &headers)?;
+    let Query(query) = query.map_err(|e| Failure {
+        status: StatusCode::BAD_REQUEST,
+        error: e.body_text(),
+        field: Some("window".into()),
+    })?;
+    let window = query.window.unwrap_or(OBSERVATION_PAGE);
+    if !(1..=OBSERVATION_PAGE).contains(&window) {
+        return Err(Failure::field(
+            "window",
+            format!("window {window} is outside 1 to {OBSERVATION_PAGE}"),
+        ));
+    }
+    let records = state
+        .store
+        .observations(0, window, true)
+        .await
+        .map_err(|e| state.store_failure(&e))?;
+    let scorer = state.clone();
+    tokio::task::spawn_blocking(move || {
+        let guard = scorer.read()?;
+        let serving = guard.as_ref().ok_or_else(not_ready)?;
+        let refs: Vec<&ObservationRecord> = records.iter().map(|(_, r)| r).collect();
+        let predictions = crate::drift::predict(&serving.model, &serving.registry, &refs);
+        let scored: Vec<_> = refs.iter().copied().zip(predictions).collect();
+        let (groups, workloads, pairs) = crate::drift::tallies(&scored);
+        Ok(Json(DriftReport {
+            model_version: serving.model.version().to_string(),
+            pairs,
+            skipped: records.len() - pairs,
+            window,
+            groups,
+            workloads,
+        }))
+    })
+    .await
+    .map_err(|e| {
+        Failure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("scoring drift panicked: {e}"),
+        )
+    })?
+}

@@ -1,0 +1,351 @@
+//! `POST /v1/observations` and `GET /v1/drift` in process on the shipped default model with an
+//! SQLite store: each observation checked on its own, stored once, kept across restarts, and
+//! scored against the loaded model.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::StatusCode;
+use duet_server::store::StateLocation;
+use duet_server::{AppState, Config};
+use serde_json::{Value, json};
+
+#[path = "support/http.rs"]
+mod http;
+use http::{call, model_dir};
+
+const TOKEN: &str = "observer-token";
+
+async fn app_on(state_file: &std::path::Path) -> (Router, Arc<AppState>) {
+    let state = AppState::new(Config {
+        token: Some(TOKEN.into()),
+        state: Some(StateLocation::Sqlite(state_file.to_path_buf())),
+        max_pairs: 50,
+        ..Config::new(model_dir())
+    })
+    .expect("state");
+    state.start().await.expect("the default model loads");
+    (duet_server::router(state.clone()), state)
+}
+
+fn co_location(id: &str, a: &str, b: &str, speed_a: f64, speed_b: f64) -> Value {
+    json!({"id": id, "gpu": "v100", "mode": "space",
+           "a": {"workload": a}, "b": {"workload": b},
+           "throughput_a": 10.0 * speed_a, "throughput_b": 20.0 * speed_b,
+           "solo_throughput_a": 10.0, "solo_throughput_b": 20.0,
+           "window_s": 10.0, "observed_at": "2026-12-01T12:00:00Z"})
+}
+
+async fn post(app: &Router, observations: Vec<Value>) -> (StatusCode, Value) {
+    call(
+        app,
+        "POST",
+        "/v1/observations",
+        Some(json!({"observations": observations})),
+        Some(TOKEN),
+    )
+    .await
+}
+
+async fn metrics(app: &Router) -> String {
+    let (status, text) = call(app, "GET", "/metrics", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    text.as_str().expect("text").to_string()
+}
+
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test]
+async fn each_observation_is_checked_alone_stored_once_and_kept() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("registry.sqlite");
+    let (app, _) = app_on(&file).await;
+    let solo = json!({"id": "solo-1", "gpu": "v100", "a": {"workload": "a3c"},
+                      "throughput_a": 12.5, "window_s": 30, "observed_at": "2026-12-01T11:00:00+01:00"});
+    let mut negative = co_location("bad-throughput", "a3c", "cyclegan", 0.5, 0.5);
+    negative["throughput_a"] = json!(-1.0);
+    let mut no_mode = co_location("no-mode", "a3c", "cyclegan", 0.5, 0.5);
+    no_mode.as_object_mut().expect("object").remove("mode");
+    let mut future = co_location("future", "a3c", "cyclegan", 0.5, 0.5);
+    future["observed_at"] = json!("2999-01-01T00:00:00Z");
+    let mut typo = co_location("typo", "a3c", "cyclegan", 0.5, 0.5);
+    typo["windw_s"] = json!(3);
+    let batch = vec![
+        co_location("pair-1", "a3c", "cyclegan", 0.6, 0.7),
+        negative,
+        co_location("unknown", "a3c", "nobody-registered-this", 0.5, 0.5),
+        solo,
+        no_mode,
+        future,
+        typo,
+        json!("not an object"),
+    ];
+    let (status, answer) = post(&app, batch.clone()).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(answer["stored"], json!(["pair-1", "solo-1"]), "{answer}");
+    let fields: Vec<(&str, &str)> = answer["rejected"]
+        .as_array()
+        .expect("rejected")
+        .iter()
+        .map(|r| {
+            (
+                r["field"].as_str().expect("field"),
+                r["id"].as_str().unwrap_or("-"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            ("observations[1].throughput_a", "bad-throughput"),
+            ("observations[2].b.workload", "unknown"),
+            ("observations[4].mode", "no-mode"),
+            ("observations[5].observed_at", "future"),
+            ("observations[6].windw_s", "typo"),
+            ("observations[7]", "-"),
+        ],
+        "{answer}"
+    );
+    assert_eq!(answer["field"], "observations[1].throughput_a");
+    assert!(
+        answer["rejected"][1]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("nobody-registered-this") && e.contains("register")),
+        "{answer}"
+    );
+    // The retry stores nothing twice; other content under a stored id is refused.
+    let (status, again) = post(&app, batch[..1].to_vec()).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["duplicates"], json!(["pair-1"]));
+    assert_eq!(again["stored"], json!([]));
+    let (status, conflict) = post(
+        &app,
+        vec![co_location("pair-1", "a3c", "cyclegan", 0.1, 0.1)],
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{conflict}");
+    assert_eq!(conflict["field"], "observations[0].id");
+    // Writes need the token; an empty or oversized batch is refused whole.
+    let body = json!({"observations": [co_location("x", "a3c", "cyclegan", 0.5, 0.5)]});
+    let (status, _) = call(&app, "POST", "/v1/observations", Some(body), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, empty) = post(&app, Vec::new()).await;
+    assert_eq!(
+        (status, empty["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("observations"))
+    );
+    let many = (0..51)
+        .map(|i| co_location(&format!("m{i}"), "a3c", "cyclegan", 0.5, 0.5))
+        .collect();
+    let (status, over) = post(&app, many).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{over}");
+    assert!(
+        over["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("--max-pairs"))
+    );
+
+    let text = metrics(&app).await;
+    assert_eq!(
+        metric(&text, r#"duet_observations_total{outcome="stored"}"#),
+        Some(2.0)
+    );
+    assert_eq!(
+        metric(&text, r#"duet_observations_total{outcome="duplicate"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&text, r#"duet_observations_total{outcome="rejected"}"#),
+        Some(7.0)
+    );
+    assert_eq!(
+        metric(&text, r#"duet_observed_total{gpu="v100",mode="space"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&text, r#"duet_observed_total{gpu="v100",mode="solo"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"duet_observed_jobs_scored_total{gpu="v100",mode="space"}"#
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        metric(&text, r#"duet_drift_window_jobs{gpu="v100",mode="space"}"#),
+        Some(2.0)
+    );
+
+    // A new server on the same file has them all, and refuses nothing it stored as new.
+    drop(app);
+    let (app, _) = app_on(&file).await;
+    let (status, again) = post(&app, batch[..1].to_vec()).await;
+    assert_eq!(
+        (status, &again["duplicates"]),
+        (StatusCode::OK, &json!(["pair-1"]))
+    );
+    let (status, drift) = call(&app, "GET", "/v1/drift", None, None).await;
+    assert_eq!(status, StatusCode::OK, "{drift}");
+    assert_eq!(
+        (drift["pairs"].as_u64(), drift["skipped"].as_u64()),
+        (Some(1), Some(1))
+    );
+}
+
+/// What the model predicts for `a` next to `b` on V100: (speed a, speed b).
+async fn predicted(app: &Router, a: &str, b: &str) -> (f64, f64) {
+    let body = json!({"gpu": "v100", "pairs": [
+        {"a": {"workload": a}, "b": {"workload": b}, "mode": "space"}]});
+    let (status, answer) = call(app, "POST", "/v1/predict", Some(body), None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let p = &answer["predictions"][0];
+    (
+        p["speed_a"].as_f64().expect("speed"),
+        p["speed_b"].as_f64().expect("speed"),
+    )
+}
+
+#[tokio::test]
+async fn drift_scores_observations_against_the_loaded_model_worst_workload_first() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (app, _) = app_on(&dir.path().join("registry.sqlite")).await;
+    // The cluster sees exactly what the model predicts for one pair, and half of it for another.
+    let (fa, fb) = predicted(&app, "a3c", "cyclegan").await;
+    let (sa, sb) = predicted(&app, "resnet-50-bs64", "transformer-bs32").await;
+    let mut batch = Vec::new();
+    for i in 0..3 {
+        batch.push(co_location(&format!("fine-{i}"), "a3c", "cyclegan", fa, fb));
+        batch.push(co_location(
+            &format!("slow-{i}"),
+            "resnet-50-bs64",
+            "transformer-bs32",
+            sa / 2.0,
+            sb / 2.0,
+        ));
+    }
+    let (status, answer) = post(&app, batch).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let (status, drift) = call(&app, "GET", "/v1/drift", None, None).await;
+    assert_eq!(status, StatusCode::OK, "{drift}");
+    assert_eq!(drift["pairs"], 6);
+    let workloads = drift["workloads"].as_array().expect("workloads");
+    let keys: Vec<&str> = workloads
+        .iter()
+        .map(|w| w["key"].as_str().expect("key"))
+        .collect();
+    assert_eq!(&keys[2..], ["a3c", "cyclegan"], "{drift}");
+    for w in &workloads[..2] {
+        // Predicted twice the observed speed: an error of 100%, too optimistic, never covered.
+        assert!(
+            (w["mape"].as_f64().expect("mape") - 1.0).abs() < 1e-4,
+            "{w}"
+        );
+        assert!(
+            (w["bias"].as_f64().expect("bias") - 1.0).abs() < 1e-4,
+            "{w}"
+        );
+        assert_eq!(w["p90_coverage"], 0.0, "{w}");
+        assert_eq!(w["observations"], 3);
+    }
+    for w in &workloads[2..] {
+        assert!(w["mape"].as_f64().expect("mape") < 1e-4, "{w}");
+        assert_eq!(w["p90_coverage"], 1.0, "{w}");
+    }
+    let group = &drift["groups"][0];
+    assert_eq!(group["key"], "v100/space");
+    assert!(
+        (group["mape"].as_f64().expect("mape") - 0.5).abs() < 1e-4,
+        "{group}"
+    );
+    let text = metrics(&app).await;
+    let rolling = metric(&text, r#"duet_drift_speed_mape{gpu="v100",mode="space"}"#).expect("mape");
+    assert!((rolling - 0.5).abs() < 1e-4, "{rolling}");
+    let coverage = metric(&text, r#"duet_drift_p90_coverage{gpu="v100",mode="space"}"#);
+    assert_eq!(coverage, Some(0.5));
+    // A workload deleted from the registry keeps its stored features: still scored.
+    let (status, _) = call(&app, "DELETE", "/v1/workloads/a3c", None, Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (_, later) = call(&app, "GET", "/v1/drift?window=2", None, None).await;
+    assert_eq!(later["window"], 2);
+    let (_, all) = call(&app, "GET", "/v1/drift", None, None).await;
+    assert_eq!(all["pairs"], 6, "{all}");
+    let (status, bad) = call(&app, "GET", "/v1/drift?window=0", None, None).await;
+    assert_eq!(
+        (status, bad["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("window"))
+    );
+}
+
+/// Every metric the Grafana dashboard and the alert rules read, from what `/metrics` declares.
+#[tokio::test]
+async fn the_dashboard_and_the_alerts_read_only_metrics_the_server_exports() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (app, _) = app_on(&dir.path().join("registry.sqlite")).await;
+    let text = metrics(&app).await;
+    let mut exported = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        let (Some(name), Some(kind)) = (words.next(), words.next()) else {
+            continue;
+        };
+        exported.insert(name.to_string());
+        if kind == "histogram" {
+            for suffix in ["_bucket", "_sum", "_count"] {
+                exported.insert(format!("{name}{suffix}"));
+            }
+        }
+    }
+    let deploy = model_dir().join("../../deploy");
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(deploy.join("grafana/duet.json")).expect("the dashboard"),
+    )
+    .expect("the dashboard is JSON");
+    let mut queries: Vec<String> = dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .map(|t| t["expr"].as_str().expect("a query").to_string())
+        .collect();
+    assert!(queries.len() >= 10, "{queries:?}");
+    let rules = std::fs::read_to_string(deploy.join("k8s/prometheus-rules.yaml")).expect("rules");
+    let alerts: Vec<String> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("expr:"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(alerts.len(), 4, "{rules}");
+    queries.extend(alerts);
+    let mut read = std::collections::BTreeSet::new();
+    for query in &queries {
+        let mut rest = query.as_str();
+        while let Some(start) = rest.find("duet_") {
+            let name: String = rest[start..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            rest = &rest[start + name.len()..];
+            read.insert(name);
+        }
+    }
+    for group in [
+        "duet_requests_total",
+        "duet_observed_speed_ape_sum",
+        "duet_drift_speed_mape",
+    ] {
+        assert!(read.contains(group), "nothing reads {group}");
+    }
+    let missing: Vec<&String> = read.difference(&exported).collect();
+    assert!(
+        missing.is_empty(),
+        "read but not exported: {missing:?}\n{text}"
+    );
+}
