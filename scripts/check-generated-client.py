@@ -1,5 +1,6 @@
 """Calls a running duet server through a Python client generated from its /openapi.json
-(openapi-python-client): predict, register, get, list and delete, each checked. If the document
+(openapi-python-client): predict, register, get, list and delete, report observations and read
+the drift, each checked. If the document
 misnamed a route, a parameter or a body, the generated client would fail here.
 
 Usage: check-generated-client.py <folder holding the generated duet_client package> <base URL> <token>
@@ -18,7 +19,16 @@ from duet_client.api.workloads import (  # noqa: E402
     list_workloads,
     put_workload,
 )
-from duet_client.models import PredictRequestType0, PredictResponse, RegisteredWorkload, WorkloadBody  # noqa: E402
+from duet_client.api.observations import drift, post_observations  # noqa: E402
+from duet_client.models import (  # noqa: E402
+    DriftReport,
+    ObservationBatch,
+    ObservationsAnswer,
+    PredictRequestType0,
+    PredictResponse,
+    RegisteredWorkload,
+    WorkloadBody,
+)
 
 client = AuthenticatedClient(base_url=base, token=token)
 
@@ -52,6 +62,35 @@ first, second = answer.predictions
 # A registered workload predicts like its features inline.
 assert abs(first.speed_a - second.speed_a) < 1e-6, (first, second)
 assert first.speed_a > 0 and first.slowdown_a_p90 > 0, first
+observed = ObservationBatch.from_dict(
+    {
+        "observations": [
+            {
+                "id": "generated-client-observation",
+                "gpu": "v100",
+                "mode": "space",
+                "a": {"workload": "generated-client-job"},
+                "b": {"workload": "a3c"},
+                "throughput_a": 0.8 * first.speed_a * 11.2,
+                "throughput_b": 5.0,
+                "window_s": 10,
+                "observed_at": "2026-12-01T12:00:00Z",
+            }
+        ]
+    }
+)
+stored = expect(post_observations.sync_detailed(client=client, body=observed), 200, "observations")
+assert isinstance(stored, ObservationsAnswer) and stored.stored == ["generated-client-observation"], stored
+again = expect(post_observations.sync_detailed(client=client, body=observed), 200, "observations again")
+assert again.duplicates == ["generated-client-observation"] and not again.stored, again
+report = expect(drift.sync_detailed(client=client), 200, "drift")
+assert isinstance(report, DriftReport) and report.pairs >= 1, report
+job = [w for w in report.workloads if w.key == "generated-client-job"]
+# Observed at 80% of the predicted speed: the model was 25% too optimistic.
+assert job and abs(job[0].bias - 0.25) < 1e-3, job
 expect(delete_workload.sync_detailed(id="generated-client-job", client=client), 204, "delete")
 expect(get_workload.sync_detailed(id="generated-client-job", client=client), 404, "get after delete")
-print("generated client: predict, put, get, list and delete answered as documented")
+print(
+    "generated client: predict, put, get, list, delete, observations and drift answered as "
+    "documented"
+)

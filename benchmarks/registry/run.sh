@@ -3,7 +3,9 @@
 #   1. single-pair /v1/predict throughput and latency, one replica on SQLite, then one on
 #      PostgreSQL (the prediction path must not touch the database: same figures);
 #   2. registrations per second, spread over two replicas on one PostgreSQL database;
-#   3. propagation delay between the two replicas over N writes (p50, p99).
+#   3. propagation delay between the two replicas over N writes (p50, p99);
+#   4. observations stored per second (POST /v1/observations, batches of 1 and of 100), over
+#      the two PostgreSQL replicas and on one SQLite replica.
 # Usage: benchmarks/registry/run.sh [seconds] [connections] [writes]
 # Needs PostgreSQL as the tests do (scripts/postgres-env.sh) and psql.
 set -euo pipefail
@@ -50,6 +52,14 @@ start 18203 "$dsn"
   | sed 's/^/postgres   /'
 "$load" propagation "$token" "$n" http://127.0.0.1:18202 http://127.0.0.1:18203 \
   | sed 's/^/postgres   /'
-echo "== for comparison: registrations on the SQLite replica"
+for batch in 1 100; do
+  "$load" observations "$token" $((batch == 1 ? n : n * 10)) "$batch" "$connections" \
+    http://127.0.0.1:18202 http://127.0.0.1:18203 | sed 's/^/postgres   /'
+done
+echo "== for comparison: registrations and observations on an SQLite replica"
 start 18204 "$work/registry2.sqlite"
 "$load" writes "$token" "$n" "$connections" http://127.0.0.1:18204 | sed 's/^/sqlite     /'
+for batch in 1 100; do
+  "$load" observations "$token" $((batch == 1 ? n : n * 10)) "$batch" "$connections" http://127.0.0.1:18204 \
+    | sed 's/^/sqlite     /'
+done

@@ -8,6 +8,9 @@
 //!     registry_load propagation TOKEN N URL_A URL_B
 //!         N times: register on A, then ask B until it predicts with it: the delay from A's
 //!         acknowledgement to B's first success, percentiles
+//!     registry_load observations TOKEN N BATCH CONNECTIONS URL...
+//!         N co-location observations in batches of BATCH, spread over the replicas:
+//!         observations stored per second, and each batch's latency
 //!
 //! A plain blocking client per connection (ureq); run it on the same machine as the servers and
 //! compare stores under the same command.
@@ -169,6 +172,51 @@ fn propagation(token: &str, n: usize, a: &str, b: &str) {
     );
 }
 
+fn observations(token: &str, n: usize, batch: usize, connections: usize, urls: &[String]) {
+    let pairs = [
+        ("resnet-50-bs64", "transformer-bs32"),
+        ("a3c", "cyclegan"),
+        ("lm-bs20", "resnet-18-bs64"),
+    ];
+    let batches = n.div_ceil(batch);
+    let (all, elapsed) = on_connections(connections, |c| {
+        let http = agent();
+        let mut ms = Vec::new();
+        for k in (c..batches).step_by(connections) {
+            let url = &urls[k % urls.len()];
+            let items: Vec<Value> = (k * batch..((k + 1) * batch).min(n))
+                .map(|i| {
+                    let (a, b) = pairs[i % pairs.len()];
+                    json!({"id": format!("obs-{}-{i}", std::process::id()), "gpu": "v100",
+                           "mode": "space", "a": {"workload": a}, "b": {"workload": b},
+                           "throughput_a": 5.0 + (i % 7) as f64, "throughput_b": 3.0,
+                           "solo_throughput_a": 12.0, "solo_throughput_b": 9.0,
+                           "window_s": 10.0, "observed_at": "2026-12-01T12:00:00Z"})
+                })
+                .collect();
+            let t = Instant::now();
+            let r = http
+                .post(&format!("{url}/v1/observations"))
+                .set("Authorization", &format!("Bearer {token}"))
+                .send_json(json!({"observations": items}));
+            assert!(r.is_ok_and(|r| r.status() == 200), "a batch was refused");
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        ms
+    });
+    #[allow(clippy::cast_precision_loss)]
+    let rate = n as f64 / elapsed.as_secs_f64();
+    report(
+        &format!(
+            "observation batches of {batch} over {} replicas, {connections} connections \
+             ({rate:.0} observations/s)",
+            urls.len()
+        ),
+        all,
+        elapsed,
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let number = |i: usize, what: &str| -> usize {
@@ -190,11 +238,19 @@ fn main() {
         Some("propagation") if args.len() == 5 => {
             propagation(&args[1], number(2, "N"), &args[3], &args[4]);
         }
+        Some("observations") if args.len() >= 6 => observations(
+            &args[1],
+            number(2, "N"),
+            number(3, "BATCH"),
+            number(4, "CONNECTIONS"),
+            &args[5..],
+        ),
         _ => {
             eprintln!(
                 "usage: registry_load predict URL SECONDS CONNECTIONS\n       \
                  registry_load writes TOKEN N CONNECTIONS URL...\n       \
-                 registry_load propagation TOKEN N URL_A URL_B"
+                 registry_load propagation TOKEN N URL_A URL_B\n       \
+                 registry_load observations TOKEN N BATCH CONNECTIONS URL..."
             );
             std::process::exit(2);
         }

@@ -36,15 +36,21 @@ pub fn scores(
     prediction: &ObservedPrediction,
 ) -> Option<[JobScore; 2]> {
     let (observed_a, observed_b) = record.observed_speeds()?;
+    if !(observed_a.is_finite() && observed_a > 0.0 && observed_b.is_finite() && observed_b > 0.0) {
+        return None;
+    }
     let one = |observed: f64, predicted: f64, p90: f64| JobScore {
         ape: (predicted - observed).abs() / observed,
         covered: 1.0 / observed <= p90,
         bias: (predicted - observed) / observed,
     };
-    Some([
+    let both = [
         one(observed_a, prediction.speed_a, prediction.slowdown_a_p90),
         one(observed_b, prediction.speed_b, prediction.slowdown_b_p90),
-    ])
+    ];
+    both.iter()
+        .all(|s| s.ape.is_finite() && s.bias.is_finite())
+        .then_some(both)
 }
 
 /// The loaded model's predictions for observed pairs (`None` for a solo run, or a pair it cannot

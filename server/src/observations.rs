@@ -12,6 +12,10 @@ use duet_core::dataset::{JobKind, Mode};
 use duet_model::registry::{MAX_ID, is_valid_id};
 use duet_model::{LoadedModel, ModelError, Registry};
 
+/// The co-located speeds (throughput over solo throughput) an observation may show: a job next
+/// to another is not ten times faster than alone, nor a million times slower; outside, the
+/// throughputs are most likely in different units.
+pub const SPEED_RANGE: (f64, f64) = (1e-6, 10.0);
 /// How far ahead of the server's clock `observed_at` may be (clocks drift), seconds.
 pub const FUTURE_SLACK_S: f64 = 300.0;
 /// The longest measurement window taken, seconds (a week).
@@ -76,6 +80,20 @@ pub fn check(
         record.workload_b = Some(workload_b);
         record.features_b = Some(features_b);
         record.kind_b = kind_b;
+        if let Some((speed_a, speed_b)) = record.observed_speeds() {
+            for (side, speed) in [("a", speed_a), ("b", speed_b)] {
+                if !(speed >= SPEED_RANGE.0 && speed <= SPEED_RANGE.1) {
+                    return Err(reject(
+                        &format!("throughput_{side}"),
+                        format!(
+                            "throughput_{side} over `{side}`'s solo throughput is a speed of \
+                             {speed:e}, outside [{:e}, {}]: are both in iterations per second?",
+                            SPEED_RANGE.0, SPEED_RANGE.1
+                        ),
+                    ));
+                }
+            }
+        }
         let request = pair_request(&record.observation, b);
         let prediction =
             duet_model::predict::predict(model, registry, &request, None).map_err(|e| {
@@ -133,7 +151,7 @@ fn fields(o: &Observation, now_s: f64) -> Result<f64, Refusal> {
             ),
         ));
     }
-    if o.gpu.trim().is_empty() || o.gpu.len() > MAX_ID {
+    if o.gpu.trim().is_empty() || o.gpu.chars().count() > MAX_ID {
         return Err((
             "gpu",
             format!("gpu must name the device model in 1 to {MAX_ID} characters"),

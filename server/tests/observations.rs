@@ -73,6 +73,8 @@ async fn each_observation_is_checked_alone_stored_once_and_kept() {
     future["observed_at"] = json!("2999-01-01T00:00:00Z");
     let mut typo = co_location("typo", "a3c", "cyclegan", 0.5, 0.5);
     typo["windw_s"] = json!(3);
+    // Milliseconds where the solo throughput is per second: no plausible speed.
+    let units = co_location("units", "a3c", "cyclegan", 500.0, 0.5);
     let batch = vec![
         co_location("pair-1", "a3c", "cyclegan", 0.6, 0.7),
         negative,
@@ -82,6 +84,7 @@ async fn each_observation_is_checked_alone_stored_once_and_kept() {
         future,
         typo,
         json!("not an object"),
+        units,
     ];
     let (status, answer) = post(&app, batch.clone()).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
@@ -106,6 +109,7 @@ async fn each_observation_is_checked_alone_stored_once_and_kept() {
             ("observations[5].observed_at", "future"),
             ("observations[6].windw_s", "typo"),
             ("observations[7]", "-"),
+            ("observations[8].throughput_a", "units"),
         ],
         "{answer}"
     );
@@ -159,7 +163,7 @@ async fn each_observation_is_checked_alone_stored_once_and_kept() {
     );
     assert_eq!(
         metric(&text, r#"duet_observations_total{outcome="rejected"}"#),
-        Some(7.0)
+        Some(8.0)
     );
     assert_eq!(
         metric(&text, r#"duet_observed_total{gpu="v100",mode="space"}"#),

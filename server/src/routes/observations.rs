@@ -56,9 +56,15 @@ pub async fn post_observations(
 ) -> Result<Response, Failure> {
     authorize_write(&state, &headers)?;
     let body = body.map_err(|e| body_failure(&e, state.config.max_body_bytes))?;
-    let batch: Batch = parse_json(&body)?;
+    let batch: Batch = match parse_json(&body) {
+        Ok(batch) => batch,
+        Err(failure) => return Ok(refused_whole(failure)),
+    };
     if batch.observations.is_empty() {
-        return Err(Failure::field("observations", "no observations"));
+        return Ok(refused_whole(Failure::field(
+            "observations",
+            "no observations",
+        )));
     }
     if batch.observations.len() > state.config.max_pairs {
         return Err(Failure::field(
@@ -127,6 +133,22 @@ pub async fn post_observations(
         None => StatusCode::OK,
     };
     Ok((status, Json(answer)).into_response())
+}
+
+/// A refusal of the batch as a whole. A 422 has the body every 422 of this route has (nothing
+/// stored, nothing listed, the error and its field); any other status, the usual error body.
+fn refused_whole(failure: Failure) -> Response {
+    if failure.status != StatusCode::UNPROCESSABLE_ENTITY {
+        return failure.into_response();
+    }
+    let answer = ObservationsAnswer {
+        stored: Vec::new(),
+        duplicates: Vec::new(),
+        rejected: Vec::new(),
+        error: Some(failure.error),
+        field: failure.field,
+    };
+    (failure.status, Json(answer)).into_response()
 }
 
 /// Stores one checked observation, counts it, and adds a new pair to the drift window.
