@@ -60,6 +60,18 @@ fn observations_become_a_dataset_the_trainer_takes() {
     std::fs::write(tmp.path().join("token"), "feedback-token\n").expect("token");
     let server = Server::start(tmp.path());
     let token = tmp.path().join("token");
+    let observe = |file: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "observe",
+            "--server",
+            &server.base,
+            "--token-file",
+            path(&token),
+        ];
+        args.extend(["--file", path(file)]);
+        args.extend(extra);
+        run(&args)
+    };
     let workloads = [
         "a3c",
         "cyclegan",
@@ -101,15 +113,7 @@ fn observations_become_a_dataset_the_trainer_takes() {
         format!("{first}\n{{\"id\": 3}}\n{first} trailing\n"),
     )
     .expect("broken file");
-    let (ok, _, err) = run(&[
-        "observe",
-        "--server",
-        &server.base,
-        "--token-file",
-        path(&token),
-        "--file",
-        path(&broken),
-    ]);
+    let (ok, _, err) = observe(&broken, &[]);
     assert!(!ok, "a broken file was sent");
     assert!(
         err.contains("2 of its lines")
@@ -123,20 +127,7 @@ fn observations_become_a_dataset_the_trainer_takes() {
         0.0
     );
 
-    let observe = |batch: &str| {
-        run(&[
-            "observe",
-            "--server",
-            &server.base,
-            "--token-file",
-            path(&token),
-            "--file",
-            path(&file),
-            "--batch",
-            batch,
-        ])
-    };
-    let (ok, out, err) = observe("7");
+    let (ok, out, err) = observe(&file, &["--batch", "7"]);
     assert!(ok, "{out}{err}\n{}", server.log());
     let total = 2 * settings + 3;
     assert!(
@@ -144,7 +135,7 @@ fn observations_become_a_dataset_the_trainer_takes() {
         "{out}"
     );
     // Sent again, in other batches: nothing stored twice.
-    let (ok, out, err) = observe("1000");
+    let (ok, out, err) = observe(&file, &["--batch", "1000"]);
     assert!(ok, "{out}{err}");
     assert!(
         out.starts_with(&format!("0 stored, {total} stored before")),
@@ -164,15 +155,7 @@ fn observations_become_a_dataset_the_trainer_takes() {
         ),
     )
     .expect("refused file");
-    let (ok, out, err) = run(&[
-        "observe",
-        "--server",
-        &server.base,
-        "--token-file",
-        path(&token),
-        "--file",
-        path(&refused),
-    ]);
+    let (ok, out, err) = observe(&refused, &[]);
     assert!(!ok, "{out}");
     assert!(
         out.starts_with("1 stored, 0 stored before (unchanged), 1 refused"),

@@ -434,3 +434,60 @@ fn an_unreachable_database_at_start_degrades_the_registry_not_the_server() {
     assert_eq!(put(&http, &server, "new", 1.0), 503);
     assert_eq!(delete(&http, &server, "a3c"), 503);
 }
+
+/// Observations reported to two replicas land in the one database: a batch retried on the other
+/// replica stores nothing twice, both replicas' drift sees every one, and `duet dataset export`
+/// reads them from the database.
+#[test]
+fn observations_from_every_replica_are_exported_from_the_database() {
+    let Some(db) = pg::TestDatabase::create("observations") else {
+        return;
+    };
+    let (dir_a, dir_b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let a = replica(dir_a.path(), &db.dsn);
+    let b = replica(dir_b.path(), &db.dsn);
+    let http = agent();
+    let observation = |id: &str, speed: f64| {
+        json!({"id": id, "gpu": "v100", "mode": "space",
+               "a": {"workload": "a3c"}, "b": {"workload": "cyclegan"},
+               "throughput_a": 10.0 * speed, "throughput_b": 4.0 * speed,
+               "solo_throughput_a": 10.0, "solo_throughput_b": 4.0,
+               "window_s": 10.0, "observed_at": "2026-12-01T10:00:00Z"})
+    };
+    let post = |server: &Server, batch: Vec<Value>| -> Value {
+        http.post(&server.url("/v1/observations"))
+            .set("Authorization", &format!("Bearer {TOKEN}"))
+            .send_json(json!({"observations": batch}))
+            .expect("stored")
+            .into_json()
+            .expect("JSON")
+    };
+    let first = post(&a, vec![observation("o-1", 0.5), observation("o-2", 0.6)]);
+    assert_eq!(first["stored"], json!(["o-1", "o-2"]), "{first}");
+    let retried = post(&b, vec![observation("o-2", 0.6), observation("o-3", 0.7)]);
+    assert_eq!(retried["stored"], json!(["o-3"]), "{retried}");
+    assert_eq!(retried["duplicates"], json!(["o-2"]), "{retried}");
+    for server in [&a, &b] {
+        assert_eq!(get_json(server, "/v1/drift")["pairs"], 3);
+    }
+    let out = dir_a.path().join("observed");
+    let export = support::duet()
+        .args(["dataset", "export", "--state", &db.dsn, "--out"])
+        .arg(&out)
+        .output()
+        .expect("duet dataset export runs");
+    let stderr = String::from_utf8_lossy(&export.stderr);
+    assert!(export.status.success(), "{stderr}");
+    let dataset = duet_core::Dataset::read(&out).expect("a valid dataset");
+    assert_eq!(
+        dataset.pairs.len(),
+        1,
+        "three observations of one setting, pooled"
+    );
+    assert_eq!(dataset.pairs[0].repetitions, Some(3));
+    assert!((dataset.pairs[0].throughput_a - 6.0).abs() < 1e-9);
+    assert!(dataset.meta.provenance.source.contains("postgres://"));
+}
