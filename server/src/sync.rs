@@ -124,15 +124,23 @@ pub async fn run(
         return;
     };
     let mut backoff = POLL;
+    // The last failed attempt's error: a new one is logged, the same one again is not.
+    let mut last_error = String::new();
     loop {
         let mut notifications = match rx.take() {
             Some(r) => r,
             None => match pg.connect().await {
                 Ok(r) => {
+                    last_error.clear();
                     tracing::info!(database = %pg.target(), "registry database connected");
                     r
                 }
                 Err(e) => {
+                    let why = e.to_string();
+                    if why != last_error {
+                        tracing::warn!(error = %why, "registry database connection attempt failed; retrying");
+                        last_error = why;
+                    }
                     pg.disconnected(&e.to_string());
                     state.sync.failed(&e, true);
                     tokio::time::sleep(backoff).await;

@@ -31,6 +31,9 @@ const MIGRATION_LOCK: i64 = 0x6475_6574_0001;
 const WRITE_LOCK: i64 = 0x6475_6574_0002;
 /// How long a connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long bringing a new connection into service (schema check, `LISTEN`) may take; an attempt
+/// over it is dropped and the next one starts on a fresh connection.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a write or a catch-up may wait for the database. A write over it answers 503 (it
 /// may still commit: a PUT or DELETE retried is harmless); a catch-up over it (a partition that
 /// drops packets without closing the connection) gives the connection up, and the sync task
@@ -130,11 +133,23 @@ impl PostgresStore {
             }
             // The receiver learns that the connection ended when the sender drops.
         });
-        self.migrate(&client).await?;
-        client
-            .batch_execute(&format!("LISTEN {CHANNEL}"))
-            .await
-            .map_err(|e| self.unavailable(&e))?;
+        let setup = async {
+            self.migrate(&client).await?;
+            client
+                .batch_execute(&format!("LISTEN {CHANNEL}"))
+                .await
+                .map_err(|e| self.unavailable(&e))
+        };
+        match tokio::time::timeout(SETUP_TIMEOUT, setup).await {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(StoreError::Unavailable(format!(
+                    "{}: the schema check and LISTEN took longer than {} s",
+                    self.target,
+                    SETUP_TIMEOUT.as_secs()
+                )));
+            }
+        }
         if let Ok(mut c) = self.client.write() {
             *c = Some(Arc::new(client));
         }
