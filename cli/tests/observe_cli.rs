@@ -180,15 +180,19 @@ fn observations_become_a_dataset_the_trainer_takes() {
     // from what was observed, the pair without them left out.
     let exported = tmp.path().join("observed-2026-11-30");
     let state = tmp.path().join("registry.sqlite");
-    let (ok, out, err) = run(&[
-        "dataset",
-        "export",
-        "--state",
-        path(&state),
-        "--out",
-        path(&exported),
-        "--json",
-    ]);
+    let export = |state: &Path, out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "dataset",
+            "export",
+            "--state",
+            path(state),
+            "--out",
+            path(out),
+        ];
+        args.extend(extra);
+        run(&args)
+    };
+    let (ok, out, err) = export(&state, &exported, &["--json"]);
     assert!(ok, "{out}{err}");
     let summary: Value = serde_json::from_str(&out).expect("summary JSON");
     assert_eq!(summary["settings_without_solo"], 1, "{summary}");
@@ -225,24 +229,10 @@ fn observations_become_a_dataset_the_trainer_takes() {
     let (ok, _, err) = run(&["dataset", "validate", path(&exported)]);
     assert!(ok, "{err}");
     // Exporting into an existing folder, or from a file that is not there, is refused.
-    let (ok, _, err) = run(&[
-        "dataset",
-        "export",
-        "--state",
-        path(&state),
-        "--out",
-        path(&exported),
-    ]);
+    let (ok, _, err) = export(&state, &exported, &[]);
     assert!(!ok && err.contains("exists"), "{err}");
     let missing = tmp.path().join("missing.sqlite");
-    let (ok, _, err) = run(&[
-        "dataset",
-        "export",
-        "--state",
-        path(&missing),
-        "--out",
-        path(&tmp.path().join("x")),
-    ]);
+    let (ok, _, err) = export(&missing, &tmp.path().join("x"), &[]);
     assert!(
         !ok && err.contains("missing.sqlite") && err.contains("no such file"),
         "{err}"
@@ -253,28 +243,10 @@ fn observations_become_a_dataset_the_trainer_takes() {
         ("2026-11-30T11:30:00Z", "nothing to learn from"),
         ("2026-12-30T00:00:00Z", "in the time range"),
     ] {
-        let (ok, _, err) = run(&[
-            "dataset",
-            "export",
-            "--state",
-            path(&state),
-            "--since",
-            since,
-            "--out",
-            path(&tmp.path().join("late")),
-        ]);
+        let (ok, _, err) = export(&state, &tmp.path().join("late"), &["--since", since]);
         assert!(!ok && err.contains(says), "{err}");
     }
-    let (ok, _, err) = run(&[
-        "dataset",
-        "export",
-        "--state",
-        path(&state),
-        "--since",
-        "yesterday",
-        "--out",
-        path(&tmp.path().join("late")),
-    ]);
+    let (ok, _, err) = export(&state, &tmp.path().join("late"), &["--since", "yesterday"]);
     assert!(
         !ok && err.contains("--since") && err.contains("RFC 3339"),
         "{err}"

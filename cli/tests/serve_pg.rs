@@ -38,6 +38,17 @@ fn replica(dir: &std::path::Path, dsn: &str) -> Server {
     ])
 }
 
+/// Replicas A and B on `dsn`, each with its own folder.
+fn two_replicas(dsn: &str) -> (tempfile::TempDir, tempfile::TempDir, Server, Server) {
+    let (dir_a, dir_b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let a = replica(dir_a.path(), dsn);
+    let b = replica(dir_b.path(), dsn);
+    (dir_a, dir_b, a, b)
+}
+
 fn agent() -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(10))
@@ -154,12 +165,7 @@ fn replicas_share_one_registry() {
     let Some(db) = pg::TestDatabase::create("replicas") else {
         return;
     };
-    let (dir_a, dir_b) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let a = replica(dir_a.path(), &db.dsn);
-    let b = replica(dir_b.path(), &db.dsn);
+    let (_dir_a, _dir_b, a, b) = two_replicas(&db.dsn);
     let ready = get_json(&a, "/readyz");
     assert_eq!(ready["status"], "ready", "{ready}");
     assert_eq!(ready["registry"]["store"], "postgres");
@@ -271,12 +277,7 @@ fn replicas_ride_out_a_database_restart() {
         return;
     };
     let shown = format!("postgres://postgres@127.0.0.1:{}/", cluster.port);
-    let (dir_a, dir_b) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let a = replica(dir_a.path(), &db.dsn);
-    let b = replica(dir_b.path(), &db.dsn);
+    let (_dir_a, _dir_b, a, b) = two_replicas(&db.dsn);
     let http = agent();
     assert_eq!(put(&http, &a, "before", 10.0), 201);
     within(BOUND, "the first write on B", || {
@@ -452,12 +453,7 @@ fn observations_from_every_replica_are_exported_from_the_database() {
     let Some(db) = pg::TestDatabase::create("observations") else {
         return;
     };
-    let (dir_a, dir_b) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let a = replica(dir_a.path(), &db.dsn);
-    let b = replica(dir_b.path(), &db.dsn);
+    let (dir_a, _dir_b, a, b) = two_replicas(&db.dsn);
     let http = agent();
     let observation = |id: &str, speed: f64| {
         json!({"id": id, "gpu": "v100", "mode": "space",
