@@ -208,6 +208,10 @@ pub struct TrainArgs {
     /// Stop a network when its validation loss has not improved for this many epochs.
     #[arg(long, default_value_t = 50)]
     pub patience: usize,
+    /// Train without identity slots: every pair is seen by its features alone, as a new job's
+    /// (for comparison; by default each training workload has one).
+    #[arg(long)]
+    pub no_identities: bool,
     /// Where to train: `cpu` (Burn's Flex backend), or `cuda` / `cuda:N` (burn-cuda; needs a
     /// duet built with `--features cuda`).
     #[arg(long, default_value = "cpu")]

@@ -49,6 +49,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         device,
         learning_rate: args.learning_rate,
         patience: args.patience,
+        identities: !args.no_identities,
         seed: args.seeds.first().copied().unwrap_or(args.seed),
         ..TrainConfig::default()
     };

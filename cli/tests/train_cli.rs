@@ -412,3 +412,29 @@ fn final_only_trains_the_shipped_model_alone_and_it_serves() {
         p[0]
     );
 }
+
+/// `--no-identities`: no identity slots in the spec (every pair is seen as a new job's), and
+/// model.json records the choice; by default the training workloads have their slots.
+#[test]
+fn no_identities_trains_on_features_alone_and_says_so() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = committed("cpu-dev2c");
+    for (flag, slots, recorded) in [
+        (None, true, Value::Null),
+        (Some("--no-identities"), false, Value::Bool(false)),
+    ] {
+        let out = tmp.path().join(format!("m-{slots}"));
+        let mut extra = vec!["--final-only"];
+        extra.extend(flag);
+        let result = train(&[&data], &out, &extra);
+        assert!(
+            result.status.success(),
+            "{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        let meta = read_meta(&out);
+        let identities = meta["spec"]["identities"].as_array().expect("identities");
+        assert_eq!(!identities.is_empty(), slots, "{}", meta["spec"]);
+        assert_eq!(meta["config"]["identities"], recorded, "{}", meta["config"]);
+    }
+}

@@ -74,6 +74,14 @@ pub struct TrainConfig {
     pub ensemble: usize,
     #[serde(default)]
     pub device: TrainDevice,
+    /// One identity slot per training workload (the default); off, the network sees features
+    /// alone, as for a new job, for every pair.
+    #[serde(default = "identities_on", skip_serializing_if = "Clone::clone")]
+    pub identities: bool,
+}
+
+fn identities_on() -> bool {
+    true
 }
 
 impl Default for TrainConfig {
@@ -88,6 +96,7 @@ impl Default for TrainConfig {
             seed: 7,
             ensemble: 5,
             device: TrainDevice::Cpu,
+            identities: true,
         }
     }
 }

@@ -192,7 +192,16 @@ impl Corpus {
         workers: usize,
     ) -> Result<Vec<Trained>, TrainError> {
         let members = config.ensemble.max(1);
-        let specs: Vec<FeatureSpec> = sets.iter().map(|rows| self.fit_spec(rows)).collect();
+        let specs: Vec<FeatureSpec> = sets
+            .iter()
+            .map(|rows| {
+                let mut spec = self.fit_spec(rows);
+                if !config.identities {
+                    spec.identities.clear();
+                }
+                spec
+            })
+            .collect();
         let tasks: Vec<(usize, usize)> = (0..sets.len())
             .flat_map(|s| (0..members).map(move |m| (s, m)))
             .collect();
