@@ -220,7 +220,7 @@ impl Metrics {
         out.push_str("# HELP duet_predict_pairs Pairs per prediction request.\n");
         out.push_str("# TYPE duet_predict_pairs histogram\n");
         self.pairs.render(&mut out, "duet_predict_pairs", "");
-        let escaped = model_version.replace('\\', "\\\\").replace('"', "\\\"");
+        let escaped = label(model_version);
         let _ = writeln!(
             out,
             "# HELP duet_model_info The loaded model (always 1).\n# TYPE duet_model_info gauge\n\

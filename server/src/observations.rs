@@ -171,13 +171,7 @@ fn fields(o: &Observation, now_s: f64) -> Result<f64, Refusal> {
             ),
         ));
     }
-    for (name, share) in [("share_a", o.share_a), ("share_b", o.share_b)] {
-        if let Some(s) = share
-            && !(s > 0.0 && s <= 100.0)
-        {
-            return Err((name, format!("share {s} is outside (0, 100]")));
-        }
-    }
+    // Shares are checked with the pair's prediction (`duet_model::predict`), as in /v1/predict.
     if o.b.is_some() {
         if o.mode.is_none() {
             return Err(("mode", "a co-location needs its sharing `mode`".into()));

@@ -256,13 +256,18 @@ impl AppState {
             workloads = registry.len(),
             "model loaded"
         );
-        self.drift.rescore(&model, &registry);
         *serving = Some(Serving {
             model,
             registry,
             applied,
         });
         drop(serving);
+        // The drift windows are rescored under a read lock: predictions go on meanwhile.
+        if let Ok(guard) = self.read()
+            && let Some(s) = guard.as_ref()
+        {
+            self.drift.rescore(&s.model, &s.registry);
+        }
         if let Ok(mut d) = self.model_dir.write() {
             *d = dir;
         }

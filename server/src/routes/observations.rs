@@ -32,14 +32,18 @@ struct Batch {
     observations: Vec<serde_json::Value>,
 }
 
-/// The name this server stores with what it receives: the pod's (`HOSTNAME`), else the host's.
-fn server_name() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "duet".to_string())
+/// The name this server stores with what it receives: the pod's (`HOSTNAME`), else the host's;
+/// read once, not per request.
+fn server_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "duet".to_string())
+    })
 }
 
 #[utoipa::path(post, tag = "observations", path = "/v1/observations", request_body = duet_core::api::ObservationBatch, responses(
@@ -83,7 +87,7 @@ pub async fn post_observations(
         let guard = checker.read()?;
         let serving = guard.as_ref().ok_or_else(not_ready)?;
         let receipt = Receipt {
-            server: &server_name(),
+            server: server_name(),
             now_s: duet_core::timestamp::now_seconds(),
         };
         Ok::<_, Failure>(
