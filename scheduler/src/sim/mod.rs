@@ -116,7 +116,7 @@ pub fn simulate(
         }
         Policy::Learning(l) => (
             PolicyKind::Learning,
-            format!("pricing ({}), learning", l.describe()),
+            "pricing, learning".to_string(),
             None,
             Some(l),
         ),
@@ -163,12 +163,10 @@ pub fn simulate(
             }
             l.tick(t)?;
         }
-        let active: Option<&mut dyn Predictor> =
-            match (predictor.as_deref_mut(), learner.as_deref_mut()) {
-                (Some(p), _) => Some(p),
-                (None, Some(l)) => Some(l),
-                (None, None) => None,
-            };
+        let active: Option<&mut dyn Predictor> = match predictor.as_deref_mut() {
+            Some(p) => Some(p),
+            None => learner.as_deref_mut().map(|l| l as &mut dyn Predictor),
+        };
         match (kind, active) {
             (_, Some(p)) => world.pricing_round(t, p, &oracle.gpu, &mut log)?,
             (PolicyKind::Exclusive, None) => world.exclusive_round(t),
@@ -199,10 +197,14 @@ pub fn simulate(
     let n = jobs.len().max(1) as f64;
     let span = makespan.max(1e-9);
     let window_span = (window.1.min(makespan) - window.0).max(1e-9);
-    let described = match (&predictor, &learner) {
-        (Some(p), _) => Some(p.describe()),
-        (None, Some(l)) => Some(l.describe()),
-        (None, None) => None,
+    // Described at the end: a learning predictor has changed its model along the way.
+    let described = predictor
+        .as_ref()
+        .map(|p| p.describe())
+        .or_else(|| learner.as_ref().map(|l| l.describe()));
+    let name = match (&learner, &described) {
+        (Some(_), Some(d)) => format!("pricing ({d}), learning"),
+        _ => name,
     };
     let rounds = if described.is_some() {
         &log.times
