@@ -212,6 +212,10 @@ pub struct TrainArgs {
     /// (for comparison; by default each training workload has one).
     #[arg(long)]
     pub no_identities: bool,
+    /// Loss of the point estimate of ln(speed): `absolute` (the default: tracks the relative
+    /// error MAPE measures) or `squared` (for comparison).
+    #[arg(long, default_value = "absolute", value_parser = ["absolute", "squared"])]
+    pub loss: String,
     /// Where to train: `cpu` (Burn's Flex backend), or `cuda` / `cuda:N` (burn-cuda; needs a
     /// duet built with `--features cuda`).
     #[arg(long, default_value = "cpu")]

@@ -1,7 +1,7 @@
 //! `duet train`.
 
 use anyhow::{Result, bail};
-use duet_model::network::{TrainConfig, TrainDevice};
+use duet_model::network::{PointLoss, TrainConfig, TrainDevice};
 use duet_trainer::pipeline::{self, TrainOptions};
 
 use crate::args::TrainArgs;
@@ -50,6 +50,11 @@ pub fn run(args: TrainArgs) -> Result<()> {
         learning_rate: args.learning_rate,
         patience: args.patience,
         identities: !args.no_identities,
+        loss: if args.loss == "squared" {
+            PointLoss::Squared
+        } else {
+            PointLoss::Absolute
+        },
         seed: args.seeds.first().copied().unwrap_or(args.seed),
         ..TrainConfig::default()
     };

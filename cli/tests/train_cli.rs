@@ -325,8 +325,8 @@ fn read_meta(dir: &Path) -> Value {
     serde_json::from_str(&fs::read_to_string(dir.join("model.json")).expect("read")).expect("json")
 }
 
-/// `--final-only` on a committed dataset: the same networks and calibrations as a full run,
-/// no metrics, an `evaluation` that says so, and a folder the server's model crate loads and
+/// `--final-only` on a committed dataset: the same networks as a full run, split-conformal
+/// shifts where the full run's are cross-conformal (on every pair and workload), no metrics, an `evaluation` that says so, and a folder the server's model crate loads and
 /// predicts with.
 #[test]
 fn final_only_trains_the_shipped_model_alone_and_it_serves() {
@@ -380,17 +380,40 @@ fn final_only_trains_the_shipped_model_alone_and_it_serves() {
     assert!(report.contains("## Accuracy\n\nNot measured"), "{report}");
     assert!(!report.contains("| split |"), "{report}");
 
-    // A full run with the same seed ships the same networks and calibrations.
+    // A full run with the same seed ships the same networks; its p90 shifts come from the
+    // evaluation's out-of-fold scores, so they rest on many more rows and groups, and on this
+    // small dataset (21 pairs, 6 workloads) neither kind lacks the rows of a finite bound.
     let full = tmp.path().join("full");
     assert!(train(&[&data], &full, &["--name", "m"]).status.success());
     let full_meta = read_meta(&full);
-    for key in ["version", "spec", "training", "calibration", "config"] {
+    for key in ["spec", "training", "config"] {
         assert_eq!(meta[key], full_meta[key], "{key}");
     }
-    assert_eq!(
-        fs::read(fast.join("model.onnx")).expect("onnx"),
-        fs::read(full.join("model.onnx")).expect("onnx")
-    );
+    // Another calibration is another model: the version says so.
+    assert_ne!(meta["version"], full_meta["version"]);
+    let (fast_cal, full_cal) = (&meta["calibration"], &full_meta["calibration"]);
+    assert_eq!(fast_cal["method"], "split-conformal");
+    assert_eq!(full_cal["method"], "cross-conformal");
+    for kind in ["known", "new"] {
+        let rows = |c: &Value| c[kind]["rows"].as_u64().expect("rows");
+        let groups = |c: &Value| c[kind]["groups"].as_u64().expect("groups");
+        assert!(
+            rows(full_cal) > rows(fast_cal),
+            "{kind}: {full_cal} {fast_cal}"
+        );
+        assert!(
+            groups(full_cal) > groups(fast_cal),
+            "{kind}: {full_cal} {fast_cal}"
+        );
+        assert!(full_cal[kind]["shift"].as_f64().expect("shift").is_finite());
+    }
+    // Every pair is a known-workload group: enough rows and groups for the 90% bound.
+    assert!(full_cal["known"].get("fallback").is_none(), "{full_cal}");
+    // Every workload held out once, but 6 are fewer than the 9 a bound over workloads needs:
+    // the shift is the widest workload's own quantile, and the note says so.
+    assert_eq!(full_cal["new"]["groups"], 6, "{full_cal}");
+    let note = full_cal["new"]["fallback"].as_str().expect("a note");
+    assert!(note.contains("6 held-out groups"), "{note}");
     assert_eq!(full_meta["evaluation"].get("final_only"), None);
 
     // The server's model crate loads it, seeds the registry from the dataset and predicts.
@@ -410,6 +433,14 @@ fn final_only_trains_the_shipped_model_alone_and_it_serves() {
         p[0].slowdown_a_p90 > 0.0 && p[0].slowdown_a_p90.is_finite(),
         "{:?}",
         p[0]
+    );
+    // The full run's networks predict the same speeds to the bit; only the p90 shifts differ.
+    let full_model = LoadedModel::load(&full, EngineKind::Burn).expect("the full model loads");
+    let (full_registry, _) = Registry::build(&full_model, Default::default());
+    let q = predict::predict(&full_model, &full_registry, &request, None).expect("a prediction");
+    assert_eq!(
+        (p[0].speed_a.to_bits(), p[0].speed_b.to_bits()),
+        (q[0].speed_a.to_bits(), q[0].speed_b.to_bits())
     );
 }
 
@@ -437,4 +468,37 @@ fn no_identities_trains_on_features_alone_and_says_so() {
         assert_eq!(!identities.is_empty(), slots, "{}", meta["spec"]);
         assert_eq!(meta["config"]["identities"], recorded, "{}", meta["config"]);
     }
+}
+
+/// `--loss squared` trains other networks than the default absolute loss and model.json says
+/// so (the default is not written, so models trained before the flag keep their versions); an
+/// unknown loss is refused by name.
+#[test]
+fn the_point_loss_is_chosen_and_recorded() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = committed("cpu-dev2c");
+    let mut versions = Vec::new();
+    for (loss, recorded) in [
+        ("absolute", Value::Null),
+        ("squared", Value::from("squared")),
+    ] {
+        let out = tmp.path().join(loss);
+        let result = train(&[&data], &out, &["--final-only", "--loss", loss]);
+        assert!(
+            result.status.success(),
+            "{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        let meta = read_meta(&out);
+        assert_eq!(meta["config"]["loss"], recorded, "{}", meta["config"]);
+        versions.push((meta["version"].clone(), meta["training"].clone()));
+    }
+    assert_ne!(versions[0], versions[1]);
+    let result = train(&[&data], &tmp.path().join("bad"), &["--loss", "huber"]);
+    assert!(!result.status.success());
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        stderr.contains("--loss") && stderr.contains("huber"),
+        "{stderr}"
+    );
 }

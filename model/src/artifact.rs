@@ -46,7 +46,9 @@ pub struct TrainingData {
 pub struct ModelMeta {
     pub format: String,
     pub name: String,
-    /// `<duet version>+<fingerprint of data and configuration>`: changes whenever either does.
+    /// `<duet version>+<fingerprint of data, configuration, member outcomes and p90 shifts>`:
+    /// changes whenever any of them does (models written before the outcomes and shifts were
+    /// included fingerprint data and configuration alone).
     pub version: String,
     pub duet_version: String,
     pub created: String,
@@ -81,8 +83,9 @@ pub struct ModelMeta {
 pub struct EvaluationInfo {
     /// How the numbers were produced.
     pub protocol: String,
-    /// The seeds of the evaluation: each draws its own folds, calibration hold-outs and initial
-    /// weights. The shipped networks are trained with the first.
+    /// The seeds of the evaluation: each draws its own folds and initial weights, and the
+    /// out-of-fold scores of all of them calibrate the p90. The shipped networks are trained
+    /// with the first (with `--final-only`, also its calibration hold-outs).
     pub seeds: Vec<u64>,
     /// Split name -> how its folds are formed.
     pub splits: std::collections::BTreeMap<String, String>,

@@ -7,6 +7,12 @@
 //! `ceil((n + 1)(1 - alpha))`-th smallest score of `n`: on a new row exchangeable with those,
 //! `raw - shift` is at or below the measured log speed with probability at least `1 - alpha`.
 //! The shift is applied at prediction time, per pair, after the ensemble's mean.
+//!
+//! A full `duet train` fits the shifts cross-conformally: the scores are those of the
+//! evaluation's per-fold refits on their own held-out rows (unseen pairs for `known`, each
+//! workload left out in turn for `new`), so every measured pair and every workload contributes,
+//! not a small held-out share. `--final-only` has no evaluation and holds rows out of the final
+//! fit instead (split conformal).
 
 use duet_core::api::Calibration as Kind;
 use serde::{Deserialize, Serialize};
@@ -32,7 +38,16 @@ pub struct Calibration {
     /// shifts.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub by_device: std::collections::BTreeMap<String, Shifts>,
+    /// How the shifts were fitted (`CROSS_CONFORMAL` or `SPLIT_CONFORMAL`, with what they were
+    /// fitted on); empty in files written before it was recorded (split-conformal).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub method: String,
 }
+
+/// `Calibration::method` of a model whose shifts come from the evaluation's out-of-fold scores.
+pub const CROSS_CONFORMAL: &str = "cross-conformal";
+/// `Calibration::method` of a model whose shifts come from rows held out inside the final fit.
+pub const SPLIT_CONFORMAL: &str = "split-conformal";
 
 /// The two shifts of one device.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -158,6 +173,7 @@ mod tests {
                 },
             )]
             .into(),
+            method: String::new(),
         };
         assert_eq!(c.shift(Kind::Known, Some("v100")), 0.3);
         assert_eq!(c.shift(Kind::New, Some("v100")), 0.4);

@@ -78,6 +78,27 @@ pub struct TrainConfig {
     /// alone, as for a new job, for every pair.
     #[serde(default = "identities_on", skip_serializing_if = "Clone::clone")]
     pub identities: bool,
+    /// The loss of the point estimate of ln(speed); recorded only when not the default, so
+    /// existing models keep their versions.
+    #[serde(default, skip_serializing_if = "PointLoss::is_default")]
+    pub loss: PointLoss,
+}
+
+/// The loss of the point estimate of ln(speed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PointLoss {
+    /// Absolute error: tracks the relative error of speed, which MAPE measures.
+    #[default]
+    Absolute,
+    /// Squared error (for comparison).
+    Squared,
+}
+
+impl PointLoss {
+    fn is_default(&self) -> bool {
+        *self == PointLoss::default()
+    }
 }
 
 fn identities_on() -> bool {
@@ -97,6 +118,7 @@ impl Default for TrainConfig {
             ensemble: 5,
             device: TrainDevice::Cpu,
             identities: true,
+            loss: PointLoss::Absolute,
         }
     }
 }

@@ -17,8 +17,10 @@ use duet_model::{EngineKind, LoadedModel, Registry, predict};
 /// conformal calibration of the p90 (`--seeds 7,8,9`; new networks and shifts), and the hash
 /// now covers each prediction's calibration kind. The split of the model crate itself left it
 /// unchanged, and the old model.json (no shifts) still hashed to the old value with the new
-/// decode.
-const EXPECTED: &str = "c84d157bd2e8e54f";
+/// decode. Changed from `c84d157bd2e8e54f` when issue 14's cross-conformal calibration retrained
+/// the default model (new shifts; the networks were refitted on a machine whose CPU takes other
+/// floating-point kernels); the previous model.json still hashes to that value with this code.
+const EXPECTED: &str = "d57be580d9d79131";
 
 fn root() -> PathBuf {
     PathBuf::from(

@@ -8,12 +8,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use burn::backend::{Autodiff, Flex};
 use duet_core::dataset::Dataset;
-use duet_model::calibration::{ALPHA, Calibration, Offset, Shifts, conformal_shift};
+use duet_model::calibration::{Calibration, SPLIT_CONFORMAL};
 use duet_model::encoding::{FeatureSpec, IDENTITY, JobFeatures, job_features};
 use duet_model::network::{
     Mlp, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig, TrainDevice, TrainOutcome, ensemble_forward,
 };
 
+use crate::conformal::Scores;
 use crate::rows::{Example, examples};
 use crate::training::{Batch, TrainError, fit};
 
@@ -150,13 +151,12 @@ impl Corpus {
         }
     }
 
-    /// Calibrates, then refits: an ensemble trained on `rows` minus the calibration rows gives
-    /// the conformal shifts (scored on those rows, which none of its members trained or
-    /// early-stopped on); the returned ensemble is then refitted on all of `rows` with the same
-    /// configuration and carries those shifts. The refit sees more data than the calibrated
-    /// ensemble, so its errors are no larger in expectation; the cross-validated coverage
-    /// (`eval`) measures this whole procedure on rows neither stage saw. One thread: the
-    /// evaluation already runs its folds on every core.
+    /// Calibrates split-conformally, then refits (what `--final-only` ships): an ensemble
+    /// trained on `rows` minus the calibration rows gives the conformal shifts (scored on those
+    /// rows, which none of its members trained or early-stopped on); the returned ensemble is
+    /// then refitted on all of `rows` with the same configuration (the networks `fit` gives)
+    /// and carries those shifts. The refit sees more data than the calibrated ensemble, so its
+    /// errors are no larger in expectation. One thread.
     pub fn train(&self, rows: &[usize], config: &TrainConfig) -> Result<Trained, TrainError> {
         self.train_on(rows, config, 1)
     }
@@ -180,6 +180,20 @@ impl Corpus {
         };
         trained.calibration = self.calibrate(&held, &split);
         Ok(trained)
+    }
+
+    /// The feature spec and the ensemble fitted on `rows`, uncalibrated (both shifts 0): the
+    /// evaluation's per-fold refits, whose held-out scores calibrate cross-conformally, and the
+    /// final fit of a full run, which carries those shifts. The same networks as `train_on`'s.
+    pub fn fit(
+        &self,
+        rows: &[usize],
+        config: &TrainConfig,
+        workers: usize,
+    ) -> Result<Trained, TrainError> {
+        self.fit_ensembles(&[rows], config, workers)?
+            .pop()
+            .ok_or(TrainError::Empty)
     }
 
     /// Fits the feature spec and the ensemble on each of `sets`, each member holding out its
@@ -264,73 +278,30 @@ impl Corpus {
 
     /// The two split-conformal shifts of `trained`'s conservative output, from the ensemble's
     /// scores on the calibration rows, each row counted in the kind the encoder gives it (both
-    /// identity slots set: known). A kind with too few rows for the finite-sample quantile
-    /// borrows the other's shift (new from known: a lower bound, said in `fallback`).
+    /// identity slots set: known) and grouped by its held-out workload or unordered pair.
     fn calibrate(&self, trained: &Trained, split: &CalibrationSplit) -> Calibration {
         let batch = self.encode(&trained.spec, &split.calibration);
         let out = trained.forward(&batch.inputs);
-        // (device, kind) -> scores; kind 0 known, 1 new
-        let mut scores: BTreeMap<(String, usize), Vec<f64>> = BTreeMap::new();
+        let mut scores = Scores::default();
         for (k, &i) in split.calibration.iter().enumerate() {
             let e = &self.examples[i];
             let Some(speed) = e.speed else {
                 continue;
             };
             let row = &batch.inputs[k * batch.width..(k + 1) * batch.width];
-            let kind = usize::from(!trained.spec.pair_known(row));
-            scores
-                .entry((e.gpu.clone(), kind))
-                .or_default()
-                .push(f64::from(out[k * OUTPUTS + OUT_LOG_SPEED_P10]) - speed.ln());
+            let kind = trained.spec.calibration_kind(row);
+            let group = [&e.a, &e.b]
+                .into_iter()
+                .find(|id| split.held_workloads.contains(id.as_str()))
+                .map_or_else(|| format!("pair {}", e.pair), |id| id.clone());
+            scores.push(
+                &e.gpu,
+                kind,
+                f64::from(out[k * OUTPUTS + OUT_LOG_SPEED_P10]) - speed.ln(),
+                &group,
+            );
         }
-        let pooled = |kind: usize| -> Vec<f64> {
-            scores
-                .iter()
-                .filter(|((_, k), _)| *k == kind)
-                .flat_map(|(_, v)| v.iter().copied())
-                .collect()
-        };
-        let groups = [split.known_pairs, split.held_workloads.len()];
-        let pair = |known: &[f64], new: &[f64]| {
-            let mut known = offset(known, groups[0]);
-            let mut new = offset(new, groups[1]);
-            borrow(&mut known, &mut new);
-            Shifts { known, new }
-        };
-        let overall = pair(&pooled(0), &pooled(1));
-        let gpus: BTreeSet<&String> = scores.keys().map(|(g, _)| g).collect();
-        let by_device = if gpus.len() > 1 {
-            gpus.into_iter()
-                .map(|gpu| {
-                    let get = |kind| {
-                        scores
-                            .get(&(gpu.clone(), kind))
-                            .cloned()
-                            .unwrap_or_default()
-                    };
-                    let mut d = pair(&get(0), &get(1));
-                    // A device too thin for its own bound uses the pooled one.
-                    for (mine, all) in [(&mut d.known, &overall.known), (&mut d.new, &overall.new)]
-                    {
-                        if mine.fallback.is_some() {
-                            mine.shift = all.shift;
-                            mine.fallback = Some(format!(
-                                "{} calibration rows on this device; uses all devices' shift",
-                                mine.rows
-                            ));
-                        }
-                    }
-                    (gpu.clone(), d)
-                })
-                .collect()
-        } else {
-            BTreeMap::new()
-        };
-        Calibration {
-            known: overall.known,
-            new: overall.new,
-            by_device,
-        }
+        scores.calibration(SPLIT_CONFORMAL)
     }
 }
 
@@ -370,52 +341,6 @@ pub fn run_parallel<T: Sync, R: Send>(
         .collect()
 }
 
-/// The conformal offset of `scores` (NaN shift when too few rows).
-fn offset(scores: &[f64], groups: usize) -> Offset {
-    Offset {
-        shift: conformal_shift(scores, ALPHA).unwrap_or(f64::NAN),
-        rows: scores.len(),
-        groups,
-        fallback: None,
-    }
-}
-
-/// A kind too thin for a finite bound borrows the other kind's shift where it widens the p90
-/// (evidence from other pairs may loosen the learned p10, never tighten it), or stays at the
-/// learned p10 (shift 0; both thin: uncalibrated); `fallback` says which.
-fn borrow(known: &mut Offset, new: &mut Offset) {
-    let too_few = |o: &Offset| {
-        format!(
-            "{} calibration rows, fewer than the {} a finite 90% bound needs",
-            o.rows,
-            min_rows()
-        )
-    };
-    match (known.shift.is_finite(), new.shift.is_finite()) {
-        (true, true) => {}
-        (true, false) => {
-            new.fallback = Some(format!(
-                "{}; uses the known-workload shift where it widens, else none",
-                too_few(new)
-            ));
-            new.shift = known.shift.max(0.0);
-        }
-        (false, true) => {
-            known.fallback = Some(format!(
-                "{}; uses the new-workload shift where it widens, else none",
-                too_few(known)
-            ));
-            known.shift = new.shift.max(0.0);
-        }
-        (false, false) => {
-            for o in [known, new] {
-                o.fallback = Some(format!("{}; uncalibrated (pinball p10)", too_few(o)));
-                o.shift = 0.0;
-            }
-        }
-    }
-}
-
 /// Share of workloads held out for the new-workload calibration.
 pub const CALIBRATION_WORKLOADS: f64 = 0.15;
 /// Share of the remaining unordered pairs held out for the known-workload calibration.
@@ -423,13 +348,6 @@ pub const CALIBRATION_PAIRS: f64 = 0.10;
 /// Fewer workloads than this leave none out for the new-workload calibration (it then borrows
 /// the known one's shift): with so few, holding some out would leave too little to learn from.
 pub const MIN_WORKLOADS_FOR_NEW: usize = 6;
-
-/// Rows the finite-sample quantile needs at `ALPHA`.
-fn min_rows() -> usize {
-    (1..1000)
-        .find(|&n| conformal_shift(&vec![0.0; n], ALPHA).is_some())
-        .unwrap_or(usize::MAX)
-}
 
 /// The rows `train` calibrates on and those it trains and early-stops on.
 #[derive(Debug, Clone)]
@@ -513,33 +431,5 @@ impl Trained {
             self.spec.pair_width(),
             &Default::default(),
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_borrowed_shift_only_widens() {
-        let scores: Vec<f64> = (0..20).map(|k| f64::from(k) / 100.0 - 0.5).collect();
-        // Known: 20 rows, a tightening shift (negative); new: too few rows.
-        let mut known = offset(&scores, 5);
-        let mut new = offset(&scores[..3], 1);
-        assert!(known.shift < 0.0 && new.shift.is_nan());
-        borrow(&mut known, &mut new);
-        assert_eq!(new.shift, 0.0, "a tightening shift is not borrowed");
-        assert!(new.fallback.is_some() && known.fallback.is_none());
-        // A widening one is.
-        let wide: Vec<f64> = scores.iter().map(|s| s + 1.0).collect();
-        let mut known = offset(&wide, 5);
-        let mut new = offset(&[], 0);
-        borrow(&mut known, &mut new);
-        assert_eq!(new.shift, known.shift);
-        // Both thin: uncalibrated.
-        let (mut known, mut new) = (offset(&scores[..2], 1), offset(&[], 0));
-        borrow(&mut known, &mut new);
-        assert_eq!((known.shift, new.shift), (0.0, 0.0));
-        assert!(known.fallback.is_some() && new.fallback.is_some());
     }
 }

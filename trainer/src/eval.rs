@@ -8,14 +8,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use duet_core::api::Calibration as Kind;
 use duet_model::accuracy::{Metrics, Scored};
 pub use duet_model::accuracy::{MetricsRow, Split};
+use duet_model::calibration::{CROSS_CONFORMAL, Calibration};
 use duet_model::network::{
     OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::baselines::{LowRank, Ridge, constant, utilisation_sum};
+use crate::conformal::Scores;
 use crate::corpus::Corpus;
 use crate::rows::Example;
 use crate::training::TrainError;
@@ -147,6 +150,25 @@ pub struct Evaluation {
     pub table: Vec<MetricsRow>,
     #[serde(skip)]
     pub held_out: Vec<HeldOut>,
+    /// The MLP's held-out conformity scores, for the shipped model's calibration.
+    #[serde(skip)]
+    pub out_of_fold: OutOfFold,
+}
+
+/// The MLP's raw outputs for one test row of a fold, and the kind of pair its fold's model
+/// sees it as (both identity slots set: known).
+#[derive(Debug, Clone)]
+struct MlpRow {
+    out: [f32; OUTPUTS],
+    kind: Kind,
+}
+
+/// One fold's test rows: the baselines' predictions and the MLP's uncalibrated outputs (its p90
+/// shift comes from the other folds' scores, `OutOfFold`).
+#[derive(Debug, Clone)]
+struct FoldScores {
+    baselines: BTreeMap<&'static str, Vec<Option<Scored>>>,
+    mlp: Vec<MlpRow>,
 }
 
 /// Predictions of every predictor for the test rows of one fold.
@@ -155,7 +177,7 @@ fn score_fold(
     fold: &Fold,
     config: &TrainConfig,
 ) -> Result<FoldScores, TrainError> {
-    let trained = corpus.train(&fold.train, config)?;
+    let trained = corpus.fit(&fold.train, config, 1)?;
     let test_batch = corpus.encode(&trained.spec, &fold.test);
     let out = trained.forward(&test_batch.inputs);
     let train_rows: Vec<&Example> = fold.train.iter().map(|&i| &corpus.examples[i]).collect();
@@ -174,7 +196,8 @@ fn score_fold(
     let low_rank = LowRank::fit(&train_rows, config.seed);
     let mean = constant(&train_rows);
 
-    let mut scored: BTreeMap<&'static str, Vec<Option<Scored>>> = BTreeMap::new();
+    let mut baselines: BTreeMap<&'static str, Vec<Option<Scored>>> = BTreeMap::new();
+    let mut mlp = Vec::with_capacity(fold.test.len());
     for (k, &i) in fold.test.iter().enumerate() {
         let e = &corpus.examples[i];
         let plain = |predicted: f64| {
@@ -185,10 +208,14 @@ fn score_fold(
                 feasible: None,
             })
         };
-        let o = &out[k * OUTPUTS..(k + 1) * OUTPUTS];
         let row = &test_batch.inputs[k * test_batch.width..(k + 1) * test_batch.width];
+        let mut o = [0.0; OUTPUTS];
+        o.copy_from_slice(&out[k * OUTPUTS..(k + 1) * OUTPUTS]);
+        mlp.push(MlpRow {
+            out: o,
+            kind: trained.spec.calibration_kind(row),
+        });
         let entries = [
-            ("mlp", Some(mlp_scored(o, e.speed, trained.shift(row)))),
             ("ridge", plain(ridge.predict(row).exp())),
             ("low_rank", plain(low_rank.predict(e).exp())),
             (
@@ -198,13 +225,113 @@ fn score_fold(
             ("constant", plain(mean)),
         ];
         for (name, s) in entries {
-            scored.entry(name).or_default().push(s);
+            baselines.entry(name).or_default().push(s);
         }
     }
-    Ok(scored)
+    Ok(FoldScores { baselines, mlp })
 }
 
-type FoldScores = BTreeMap<&'static str, Vec<Option<Scored>>>;
+/// One held-out conformity score: a feasible test row of an unseen-pairs or unseen-workloads
+/// fold, scored by that fold's refit.
+#[derive(Debug, Clone, PartialEq)]
+struct HeldScore {
+    row: usize,
+    kind: Kind,
+    score: f64,
+    /// The held-out unordered pair or workload it stands for.
+    group: String,
+}
+
+/// The evaluation's out-of-fold conformity scores: `known` from the unseen-pairs folds (a pair
+/// of training workloads never measured together), `new` from the leave-one-workload-out folds
+/// (a pair with a workload the model has no identity for). Each row is counted in the kind its
+/// fold's model sees it as.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OutOfFold {
+    scores: Vec<HeldScore>,
+}
+
+impl OutOfFold {
+    fn add(&mut self, corpus: &Corpus, split: Split, fold: &Fold, mlp: &[MlpRow]) {
+        let held_workloads = held_workloads(corpus, fold);
+        for (&i, r) in fold.test.iter().zip(mlp) {
+            let e = &corpus.examples[i];
+            let Some(speed) = e.speed else { continue };
+            let group = match (split, r.kind) {
+                (Split::UnseenPairs, Kind::Known) => format!("pair {}", e.pair),
+                (Split::UnseenWorkloads, Kind::New) => held_workloads.join("+"),
+                _ => continue,
+            };
+            self.scores.push(HeldScore {
+                row: i,
+                kind: r.kind,
+                score: f64::from(r.out[OUT_LOG_SPEED_P10]) - speed.ln(),
+                group,
+            });
+        }
+    }
+
+    /// The shifts of `scores`.
+    fn calibration<'a>(
+        corpus: &Corpus,
+        scores: impl IntoIterator<Item = &'a HeldScore>,
+    ) -> Calibration {
+        let mut out = Scores::default();
+        for s in scores {
+            out.push(&corpus.examples[s.row].gpu, s.kind, s.score, &s.group);
+        }
+        out.calibration(CROSS_CONFORMAL)
+    }
+
+    /// The scores a fold's test rows are calibrated on: every other one, leaving out those that
+    /// share the fold's held-out unit (its settings for `random`, its unordered pairs for
+    /// `unseen_pairs`, its workload for `unseen_workloads`), so no test row calibrates itself.
+    fn kept_for(&self, corpus: &Corpus, split: Split, fold: &Fold) -> Vec<&HeldScore> {
+        let tests = fold.test.iter().map(|&i| &corpus.examples[i]);
+        let keep: Box<dyn Fn(&Example) -> bool> = match split {
+            Split::Random => {
+                let settings: BTreeSet<usize> = tests.map(|e| e.setting).collect();
+                Box::new(move |e| !settings.contains(&e.setting))
+            }
+            Split::UnseenPairs => {
+                let pairs: BTreeSet<usize> = tests.map(|e| e.pair).collect();
+                Box::new(move |e| !pairs.contains(&e.pair))
+            }
+            Split::UnseenWorkloads => {
+                let held = held_workloads(corpus, fold);
+                Box::new(move |e| !held.contains(&e.a) && !held.contains(&e.b))
+            }
+        };
+        self.scores
+            .iter()
+            .filter(|s| keep(&corpus.examples[s.row]))
+            .collect()
+    }
+
+    /// The shifts a fold's test rows are scored with (`kept_for`).
+    fn calibration_for(&self, corpus: &Corpus, split: Split, fold: &Fold) -> Calibration {
+        Self::calibration(corpus, self.kept_for(corpus, split, fold))
+    }
+
+    /// The shipped model's shifts: every score of every seed's evaluation.
+    pub fn pooled(corpus: &Corpus, all: &[&OutOfFold]) -> Calibration {
+        Self::calibration(corpus, all.iter().flat_map(|o| &o.scores))
+    }
+}
+
+/// The workloads every test row of `fold` touches (a leave-one-workload-out fold's workload).
+fn held_workloads(corpus: &Corpus, fold: &Fold) -> Vec<String> {
+    let mut rows = fold.test.iter().map(|&i| &corpus.examples[i]);
+    let Some(first) = rows.next() else {
+        return Vec::new();
+    };
+    let mut held: Vec<String> = vec![first.a.clone(), first.b.clone()];
+    held.dedup();
+    for e in rows {
+        held.retain(|id| e.a == *id || e.b == *id);
+    }
+    held
+}
 
 /// Scores every fold, on as many threads as the machine has cores. Results come back in fold
 /// order, so the outcome does not depend on scheduling; `progress` hears the count done.
@@ -247,43 +374,65 @@ fn run_folds(
         .collect()
 }
 
-/// Runs every split's folds; `progress` hears about each finished fold.
+/// Runs every split's folds; `progress` hears about each finished fold. The MLP's p90 is
+/// calibrated cross-conformally: each fold's test rows get the shifts of the other folds'
+/// held-out scores (`OutOfFold::calibration_for`), exactly as the shipped model gets those of
+/// all of them.
 pub fn evaluate(
     corpus: &Corpus,
     config: &TrainConfig,
     mut progress: impl FnMut(Split, usize, usize),
 ) -> Result<Evaluation, TrainError> {
-    let mut table = Vec::new();
-    let mut held_out = Vec::new();
+    let mut runs = Vec::new();
     let mut fold_counts = BTreeMap::new();
+    let mut out_of_fold = OutOfFold::default();
     for split in Split::ALL {
         let folds = folds(split, &corpus.examples, config.seed);
         fold_counts.insert(split.as_str().to_string(), folds.len());
-        // predictor -> (gpu, mode) -> scored rows
-        let mut groups: BTreeMap<&str, BTreeMap<(String, String), Vec<Scored>>> = BTreeMap::new();
         let results = run_folds(corpus, &folds, config, |done| {
             progress(split, done, folds.len())
-        });
+        })
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+        for (fold, scored) in folds.iter().zip(&results) {
+            out_of_fold.add(corpus, split, fold, &scored.mlp);
+        }
+        runs.push((split, folds, results));
+    }
+    let mut table = Vec::new();
+    let mut held_out = Vec::new();
+    for (split, folds, results) in runs {
+        // predictor -> (gpu, mode) -> scored rows
+        let mut groups: BTreeMap<&str, BTreeMap<(String, String), Vec<Scored>>> = BTreeMap::new();
         for (fold, scored) in folds.iter().zip(results) {
-            let scored = scored?;
-            for (name, rows) in scored {
+            let calibration = out_of_fold.calibration_for(corpus, split, fold);
+            for (k, r) in scored.mlp.iter().enumerate() {
+                let e = &corpus.examples[fold.test[k]];
+                let s = mlp_scored(&r.out, e.speed, calibration.shift(r.kind, Some(&e.gpu)));
+                if let Some(speed) = e.speed {
+                    held_out.push(HeldOut {
+                        split,
+                        gpu: e.gpu.clone(),
+                        a: e.a.clone(),
+                        b: e.b.clone(),
+                        speed,
+                        predicted: s.predicted,
+                    });
+                }
+                for key in metric_groups(e) {
+                    groups
+                        .entry("mlp")
+                        .or_default()
+                        .entry(key)
+                        .or_default()
+                        .push(s);
+                }
+            }
+            for (name, rows) in scored.baselines {
                 for (k, s) in rows.into_iter().enumerate() {
                     let Some(s) = s else { continue };
-                    let e = &corpus.examples[fold.test[k]];
-                    if name == "mlp"
-                        && let Some(speed) = e.speed
-                    {
-                        held_out.push(HeldOut {
-                            split,
-                            gpu: e.gpu.clone(),
-                            a: e.a.clone(),
-                            b: e.b.clone(),
-                            speed,
-                            predicted: s.predicted,
-                        });
-                    }
                     let g = groups.entry(name).or_default();
-                    for key in metric_groups(e) {
+                    for key in metric_groups(&corpus.examples[fold.test[k]]) {
                         g.entry(key).or_default().push(s);
                     }
                 }
@@ -308,5 +457,102 @@ pub fn evaluate(
         folds: fold_counts,
         table,
         held_out,
+        out_of_fold,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use duet_core::dataset::Dataset;
+
+    use super::*;
+
+    fn corpus(names: &[&str]) -> Corpus {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../datasets");
+        Corpus::new(
+            names
+                .iter()
+                .map(|n| Dataset::read(&root.join(n)).expect("a committed dataset"))
+                .collect(),
+        )
+    }
+
+    /// Every feasible row of the unseen-pairs and unseen-workloads folds as a score, as an
+    /// evaluation would record it (known in the first, new in the second).
+    fn every_score(corpus: &Corpus, seed: u64) -> OutOfFold {
+        let mut oof = OutOfFold::default();
+        for (split, kind) in [
+            (Split::UnseenPairs, Kind::Known),
+            (Split::UnseenWorkloads, Kind::New),
+        ] {
+            for fold in folds(split, &corpus.examples, seed) {
+                let mlp = vec![
+                    MlpRow {
+                        out: [0.0; OUTPUTS],
+                        kind
+                    };
+                    fold.test.len()
+                ];
+                oof.add(corpus, split, &fold, &mlp);
+            }
+        }
+        oof
+    }
+
+    #[test]
+    fn no_test_row_calibrates_itself() {
+        let corpus = corpus(&["gavel-k80", "gavel-v100"]);
+        let oof = every_score(&corpus, 7);
+        let feasible = corpus.examples.iter().filter(|e| e.speed.is_some()).count();
+        // Every feasible row once as a known score, and once per workload it touches as a new
+        // one (a workload's self-pair once).
+        let (known, new) = oof
+            .scores
+            .iter()
+            .partition::<Vec<_>, _>(|s| s.kind == Kind::Known);
+        assert_eq!(known.len(), feasible);
+        assert!(new.len() > feasible && new.len() <= 2 * feasible);
+        for split in Split::ALL {
+            for fold in folds(split, &corpus.examples, 7) {
+                let tests: Vec<&Example> = fold.test.iter().map(|&i| &corpus.examples[i]).collect();
+                let kept = oof.kept_for(&corpus, split, &fold);
+                assert!(
+                    kept.len() > oof.scores.len() / 2,
+                    "{split:?}: {}",
+                    kept.len()
+                );
+                for s in kept {
+                    let e = &corpus.examples[s.row];
+                    assert!(
+                        !fold.test.contains(&s.row),
+                        "{split:?}: a test row calibrates"
+                    );
+                    match split {
+                        Split::Random => {
+                            assert!(tests.iter().all(|t| t.setting != e.setting));
+                        }
+                        Split::UnseenPairs => assert!(tests.iter().all(|t| t.pair != e.pair)),
+                        Split::UnseenWorkloads => {
+                            let held = held_workloads(&corpus, &fold);
+                            assert_eq!(held.len(), 1, "one workload per fold");
+                            assert!(e.a != held[0] && e.b != held[0]);
+                        }
+                    }
+                }
+            }
+        }
+        // The shipped shifts use every score, grouped by pair and by workload.
+        let c = OutOfFold::pooled(&corpus, &[&oof]);
+        assert_eq!(c.known.rows, known.len());
+        assert_eq!(c.new.rows, new.len());
+        let workloads: BTreeSet<&str> = corpus
+            .examples
+            .iter()
+            .flat_map(|e| [e.a.as_str(), e.b.as_str()])
+            .collect();
+        assert_eq!(c.new.groups, workloads.len());
+        assert_eq!(c.by_device.len(), 2);
+    }
 }

@@ -4,6 +4,7 @@
 
 pub mod assess;
 pub mod baselines;
+pub mod conformal;
 pub mod corpus;
 pub mod eval;
 pub mod export;

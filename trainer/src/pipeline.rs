@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use duet_core::dataset::{Dataset, DatasetError};
 
 use crate::corpus::{Corpus, Trained};
-use crate::eval::{Split, evaluate, split_definitions};
+use crate::eval::{OutOfFold, Split, evaluate, split_definitions};
 use duet_model::accuracy::mean_and_sd;
 use duet_model::artifact::{
     self, ArtifactError, EvaluationInfo, FORMAT, ModelMeta, TrainingData, fingerprint, fnv1a,
@@ -23,8 +23,8 @@ pub struct TrainOptions {
     pub out: PathBuf,
     pub name: String,
     pub config: TrainConfig,
-    /// Seeds of the evaluation (each: its own folds, calibration hold-outs and initial weights);
-    /// metrics are their mean and standard deviation. Empty: `config.seed` alone. The shipped
+    /// Seeds of the evaluation (each: its own folds and initial weights); metrics are their
+    /// mean and standard deviation. Empty: `config.seed` alone. The shipped
     /// networks are trained with the first.
     pub seeds: Vec<u64>,
     /// Date for `model.json`, YYYY-MM-DD.
@@ -136,16 +136,21 @@ fn matrix(corpus: &Corpus, trained: &Trained) -> Matrix {
 
 /// What `model.json`'s metrics are, in its `evaluation.protocol`.
 pub const PROTOCOL: &str = "cross-validated: every metric is scored on held-out test rows of \
-per-fold refits (spec, ensemble and both p90 calibrations fitted on the fold's training rows \
-only), never on the shipped networks, which are trained on every row with the first seed; with \
-several seeds, `metrics` is the mean over seeds and `metrics_sd` the sample standard deviation";
+per-fold refits (spec and ensemble fitted on the fold's training rows only), never on the \
+shipped networks, which are trained on every row with the first seed; the p90 is calibrated \
+cross-conformally: a fold's test rows are shifted by the conformal quantile of the other folds' \
+held-out scores (known pairs: the unseen-pairs folds; new workloads: the leave-one-workload-out \
+folds; scores sharing the test fold's setting, pair or workload left out), the shipped model by \
+that of all of them, over every seed; with several seeds, `metrics` is the mean over seeds and \
+`metrics_sd` the sample standard deviation";
 
 /// `evaluation.protocol` of a model trained with `--final-only`.
 pub const FINAL_ONLY_PROTOCOL: &str = "final-only: no cross-validated evaluation was run, so \
-this file holds no accuracy figures; the spec, the ensemble and both p90 calibrations were fitted \
-exactly as in a full run (the calibrations on rows held out inside the final fit); score the model \
-with `duet evaluate` on data it did not train on, or judge the procedure by a full `duet train` on \
-the same data";
+this file holds no accuracy figures; the spec and the ensemble were fitted exactly as in a full \
+run (the same networks), and both p90 calibrations split-conformally, on rows held out of a \
+second fit (a full run calibrates on the evaluation's out-of-fold scores instead, many more \
+rows); score the model with `duet evaluate` on data it did not train on, or judge the procedure \
+by a full `duet train` on the same data";
 
 /// Trains, evaluates and writes the artifact. `progress` hears one line per step.
 pub fn run(
@@ -200,14 +205,29 @@ pub fn run(
     let all: Vec<usize> = (0..corpus.examples.len()).collect();
     let workers = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let started = std::time::Instant::now();
-    let trained = corpus.train_on(&all, &final_config, workers)?;
-    progress(&format!(
-        "final model: 2 ensembles of {} members (calibrated, then refitted on every row) on {} \
-         thread(s) in {:.1} s",
-        final_config.ensemble.max(1),
-        workers.min(2 * final_config.ensemble.max(1)),
-        started.elapsed().as_secs_f64()
-    ));
+    let trained = if options.final_only {
+        let trained = corpus.train_on(&all, &final_config, workers)?;
+        progress(&format!(
+            "final model: 2 ensembles of {} members (calibrated on held-out rows, then refitted \
+             on every row) on {} thread(s) in {:.1} s",
+            final_config.ensemble.max(1),
+            workers.min(2 * final_config.ensemble.max(1)),
+            started.elapsed().as_secs_f64()
+        ));
+        trained
+    } else {
+        let mut trained = corpus.fit(&all, &final_config, workers)?;
+        let scores: Vec<&OutOfFold> = evaluations.iter().map(|e| &e.out_of_fold).collect();
+        trained.calibration = OutOfFold::pooled(&corpus, &scores);
+        progress(&format!(
+            "final model: an ensemble of {} members on every row on {} thread(s) in {:.1} s, \
+             its p90 calibrated on the evaluation's out-of-fold scores",
+            final_config.ensemble.max(1),
+            workers.min(final_config.ensemble.max(1)),
+            started.elapsed().as_secs_f64()
+        ));
+        trained
+    };
     for (kind, o) in [
         ("known", &trained.calibration.known),
         ("new", &trained.calibration.new),
@@ -243,10 +263,20 @@ pub fn run(
             "only solo throughput describes the jobs; expect weak unseen-workload accuracy".into(),
         );
     }
+    // The version names the model, so it covers everything that makes one: configuration and
+    // data, and what training made of them (each member's outcome, the p90 shifts), which also
+    // differ between a full run and `--final-only`, or between machines whose floating point
+    // differs.
     let config_json = serde_json::to_string(&final_config).unwrap_or_default();
     let mut hash = fnv1a(config_json.as_bytes(), artifact::FNV_OFFSET);
     for d in &data {
         hash = fnv1a(d.fingerprint.as_bytes(), hash);
+    }
+    for made in [
+        serde_json::to_string(&trained.outcomes),
+        serde_json::to_string(&trained.calibration),
+    ] {
+        hash = fnv1a(made.unwrap_or_default().as_bytes(), hash);
     }
     let duet_version = env!("CARGO_PKG_VERSION").to_string();
     let meta = ModelMeta {

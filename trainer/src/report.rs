@@ -6,6 +6,7 @@ use duet_core::svg;
 
 use crate::eval::{HeldOut, MetricsRow, PREDICTORS, Split};
 use duet_model::artifact::{ModelMeta, REPORT_FILE};
+use duet_model::calibration::CROSS_CONFORMAL;
 
 fn pct(x: f64) -> String {
     if x.is_finite() {
@@ -139,36 +140,53 @@ pub fn render(
             t.epochs, t.best_epoch, t.best_validation_loss
         );
     }
+    let how = if meta.calibration.method == CROSS_CONFORMAL {
+        "Cross-conformal: the scores are the evaluation's out-of-fold ones, from the per-fold \
+         refits of every seed on their own test rows (`known` from the unseen-pairs folds, where \
+         every measured pair is held out once; `new` from the leave-one-workload-out folds, where \
+         every workload is), so no shift rests on a few held-out workloads. A row scored by \
+         several seeds' refits counts once per seed."
+    } else {
+        "Split-conformal: the scores come from an ensemble trained without the calibration rows \
+         (`known`: 10% of the unordered pairs of training workloads; `new`: every row of 15% of \
+         the workloads, so the model has no identity for them); the shipped ensemble is then \
+         refitted on every row."
+    };
     let _ = writeln!(
         md,
         "\n## p90 calibration\n\nThe p90 slowdown is the network's 10th-percentile speed shifted by a \
-         split-conformal offset (the ceil((n+1)·0.9)-th smallest of n held-out scores), chosen per \
-         pair: `known` when the model has an identity slot for both workloads, `new` otherwise. \
-         Each offset is fitted on rows no ensemble member trained or early-stopped on: `known` on \
-         held-out unordered pairs of training workloads, `new` on every row of workloads held \
-         out of training altogether (so the model has no identity for them).\n\n\
-         | kind | shift of ln p90 slowdown | rows | held-out groups | note |\n|---|---|---|---|---|"
+         conformal offset (the ceil((n+1)·0.9)-th smallest of n held-out scores, each score the \
+         raw ln p10 speed minus the measured ln speed of a row no member of the scoring ensemble \
+         trained or early-stopped on), chosen per pair: `known` when the model has an identity \
+         slot for both workloads, `new` otherwise, and per device where the model knows several. \
+         {how}\n\n\
+         | device | kind | shift of ln p90 slowdown | scores | held-out groups | note |\n|---|---|---|---|---|---|"
     );
-    for (kind, o) in [
-        ("known", &meta.calibration.known),
-        ("new", &meta.calibration.new),
-    ] {
-        let _ = writeln!(
-            md,
-            "| {kind} | {:+.4} | {} | {} | {} |",
-            o.shift,
-            o.rows,
-            o.groups,
-            o.fallback.as_deref().unwrap_or("")
-        );
+    let devices = std::iter::once(("all", &meta.calibration.known, &meta.calibration.new)).chain(
+        meta.calibration
+            .by_device
+            .iter()
+            .map(|(g, d)| (g.as_str(), &d.known, &d.new)),
+    );
+    for (gpu, known, new) in devices {
+        for (kind, o) in [("known", known), ("new", new)] {
+            let _ = writeln!(
+                md,
+                "| {gpu} | {kind} | {:+.4} | {} | {} | {} |",
+                o.shift,
+                o.rows,
+                o.groups,
+                o.fallback.as_deref().unwrap_or("")
+            );
+        }
     }
     if let Some(e) = meta.evaluation.as_ref().filter(|e| e.final_only) {
         let _ = writeln!(
             md,
             "\n## Accuracy\n\nNot measured: this model was trained with `--final-only` (seed {}), so \
              no cross-validated evaluation was run and model.json holds no metrics. The spec, the \
-             ensemble and both p90 calibrations were fitted exactly as a full run with the same \
-             seed fits them (the calibrations on rows held out inside the final fit). Score it \
+             ensemble were fitted exactly as a full run with the same seed fits them; the p90 \
+             calibrations split-conformally, on rows held out of a second fit. Score it \
              with `duet evaluate` on data it did not train on, or judge the procedure by a full \
              `duet train` on the same data.",
             e.seeds.first().copied().unwrap_or(meta.config.seed),

@@ -7,8 +7,8 @@ use burn::tensor::activation::{log_sigmoid, relu};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use duet_model::network::{
-    CONSERVATIVE_QUANTILE, Mlp, OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, Rng,
-    TrainConfig, TrainOutcome, init,
+    CONSERVATIVE_QUANTILE, Mlp, OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, PointLoss,
+    Rng, TrainConfig, TrainOutcome, init,
 };
 
 /// A matrix of `rows` encoded pairs, with targets.
@@ -68,9 +68,9 @@ fn tensors<B: Backend>(batch: &Batch, device: &B::Device) -> Tensors<B> {
 }
 
 /// The training objective: absolute error of log speed (close to the relative error of speed,
-/// which is what MAPE measures) and pinball loss of its 10th percentile on feasible rows, plus
-/// the cross-entropy of feasibility on all rows.
-fn loss<B: Backend>(out: Tensor<B, 2>, t: &Tensors<B>) -> Tensor<B, 1> {
+/// which is what MAPE measures; squared error with `PointLoss::Squared`) and pinball loss of its
+/// 10th percentile on feasible rows, plus the cross-entropy of feasibility on all rows.
+fn loss<B: Backend>(out: Tensor<B, 2>, t: &Tensors<B>, point_loss: PointLoss) -> Tensor<B, 1> {
     let n = out.dims()[0];
     let point = out.clone().slice([0..n, OUT_LOG_SPEED..OUT_LOG_SPEED + 1]);
     let p10 = out
@@ -78,7 +78,11 @@ fn loss<B: Backend>(out: Tensor<B, 2>, t: &Tensors<B>) -> Tensor<B, 1> {
         .slice([0..n, OUT_LOG_SPEED_P10..OUT_LOG_SPEED_P10 + 1]);
     let logit = out.slice([0..n, OUT_FEASIBLE_LOGIT..OUT_FEASIBLE_LOGIT + 1]);
     let err = t.y.clone() - point;
-    let absolute = (err.abs() * t.m.clone()).sum() / t.feasible_count;
+    let err = match point_loss {
+        PointLoss::Absolute => err.abs(),
+        PointLoss::Squared => err.clone() * err,
+    };
+    let absolute = (err * t.m.clone()).sum() / t.feasible_count;
     let e = t.y.clone() - p10;
     let pinball = ((e.clone() * CONSERVATIVE_QUANTILE + relu(e.neg())) * t.m.clone()).sum()
         / t.feasible_count;
@@ -137,7 +141,7 @@ pub fn fit<B: AutodiffBackend>(
     let mut epoch = 0;
     while epoch < config.max_epochs {
         epoch += 1;
-        let l = loss(model.forward(t.x.clone()), &t);
+        let l = loss(model.forward(t.x.clone()), &t, config.loss);
         let value = scalar(l.clone().inner());
         if !value.is_finite() {
             return Err(TrainError::Diverged { epoch, loss: value });
@@ -146,7 +150,7 @@ pub fn fit<B: AutodiffBackend>(
         model = optimizer.step(config.learning_rate, model, grads);
         let inner = model.valid();
         let check = match &v {
-            Some(v) => scalar(loss(inner.forward(v.x.clone()), v)),
+            Some(v) => scalar(loss(inner.forward(v.x.clone()), v, config.loss)),
             None => value,
         };
         if !check.is_finite() {

@@ -1,0 +1,328 @@
+//! Conformity scores of held-out rows and the p90 shifts they give, per device and kind of pair.
+//!
+//! A score is `raw ln p10 - ln measured speed` of one feasible row, scored by a model that
+//! neither trained nor early-stopped on it; the shift of a kind is the finite-sample conformal
+//! quantile of its scores (`duet_model::calibration::conformal_shift`). Two sources fill them:
+//!
+//! - split conformal (`Corpus::train`): rows held out inside one fit (`--final-only`);
+//! - cross-conformal (`eval`): the out-of-fold scores of the evaluation's refits, where every
+//!   measured pair (unseen-pairs folds) and every workload (leave-one-workload-out folds) is
+//!   held out once. Their scores are exchangeable with those of a new pair of the same kind, and
+//!   there are many more of them: the shift no longer rests on a few held-out workloads.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use duet_core::api::Calibration as Kind;
+use duet_model::calibration::{ALPHA, Calibration, Offset, Shifts, conformal_shift};
+
+/// Scores of one kind, by the held-out group (unordered pair, workload) they come from.
+type Groups = BTreeMap<String, Vec<f64>>;
+
+/// Scores by device and kind, grouped by the pairs or workloads they come from.
+#[derive(Debug, Clone, Default)]
+pub struct Scores {
+    by: BTreeMap<(String, usize), Groups>,
+}
+
+fn slot(kind: Kind) -> usize {
+    match kind {
+        Kind::Known => 0,
+        Kind::New => 1,
+    }
+}
+
+impl Scores {
+    /// One row's score on `gpu`, counted in `kind`, from held-out `group`.
+    pub fn push(&mut self, gpu: &str, kind: Kind, score: f64, group: &str) {
+        let groups = self.by.entry((gpu.to_string(), slot(kind))).or_default();
+        match groups.get_mut(group) {
+            Some(scores) => scores.push(score),
+            None => {
+                groups.insert(group.to_string(), vec![score]);
+            }
+        }
+    }
+
+    /// Every score of `kind`, all devices pooled, by group.
+    fn pooled(&self, kind: usize) -> Groups {
+        let mut out = Groups::new();
+        for ((_, k), groups) in &self.by {
+            if *k == kind {
+                for (g, s) in groups {
+                    out.entry(g.clone()).or_default().extend(s.iter().copied());
+                }
+            }
+        }
+        out
+    }
+
+    /// The conformal shifts: pooled over devices, and per device where there are several (each
+    /// device's 90% then holds on its own). A kind too thin for a finite bound borrows (see
+    /// `borrow`); a device with too few rows of a kind uses the pooled shift. `method` is
+    /// recorded as is.
+    pub fn calibration(&self, method: &str) -> Calibration {
+        let pair = |known: &Groups, new: &Groups| {
+            let (mut known, mut new) = (fit(known), fit(new));
+            borrow(&mut known, &mut new);
+            [known, new]
+        };
+        let [known, new] = pair(&self.pooled(0), &self.pooled(1));
+        let gpus: BTreeSet<&String> = self.by.keys().map(|(g, _)| g).collect();
+        let by_device = if gpus.len() > 1 {
+            gpus.into_iter()
+                .map(|gpu| {
+                    let get = |kind| {
+                        self.by
+                            .get(&(gpu.clone(), kind))
+                            .cloned()
+                            .unwrap_or_default()
+                    };
+                    let [mut k, mut n] = pair(&get(0), &get(1));
+                    for (mine, all) in [(&mut k, &known), (&mut n, &new)] {
+                        if mine.thin {
+                            mine.offset.shift = all.offset.shift;
+                            mine.offset.fallback = Some(format!(
+                                "{} calibration rows on this device; uses all devices' shift",
+                                mine.offset.rows
+                            ));
+                        }
+                    }
+                    (
+                        gpu.clone(),
+                        Shifts {
+                            known: k.offset,
+                            new: n.offset,
+                        },
+                    )
+                })
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        Calibration {
+            known: known.offset,
+            new: new.offset,
+            by_device,
+            method: method.to_string(),
+        }
+    }
+}
+
+/// One kind's offset as it is being fitted.
+#[derive(Debug, Clone)]
+struct Fit {
+    offset: Offset,
+    /// The largest score, for a kind too thin for the 90% bound.
+    largest: Option<f64>,
+    /// Too few rows for the finite-sample 90% bound.
+    thin: bool,
+}
+
+/// The conformal offset of grouped scores: the finite-sample quantile over rows (NaN when too
+/// few rows, `thin`). Rows of one group (every row of a held-out workload) are alike, so the row
+/// quantile holds for a new group only when there are enough groups: with fewer than the 9 a 90%
+/// bound over groups needs, the shift widens to the widest group's own 90% quantile (its largest
+/// score where it has too few rows), a bound over groups at the level the count allows.
+fn fit(groups: &Groups) -> Fit {
+    let scores: Vec<f64> = groups.values().flatten().copied().collect();
+    let largest = scores
+        .iter()
+        .copied()
+        .filter(|s| s.is_finite())
+        .max_by(f64::total_cmp);
+    let mut offset = Offset {
+        shift: conformal_shift(&scores, ALPHA).unwrap_or(f64::NAN),
+        rows: scores.len(),
+        groups: groups.len(),
+        fallback: None,
+    };
+    let thin = !offset.shift.is_finite();
+    if !thin && groups.len() < min_rows() {
+        let widest = groups
+            .values()
+            .filter_map(|g| {
+                conformal_shift(g, ALPHA).or_else(|| g.iter().copied().max_by(f64::total_cmp))
+            })
+            .max_by(f64::total_cmp);
+        if let Some(w) = widest.filter(|&w| w > offset.shift) {
+            offset.shift = w;
+            offset.fallback = Some(format!(
+                "{} held-out groups, fewer than the {} a 90% bound over groups needs; the widest \
+                 group's own 90% quantile",
+                groups.len(),
+                min_rows()
+            ));
+        }
+    }
+    Fit {
+        offset,
+        largest,
+        thin,
+    }
+}
+
+/// A kind too thin for the finite-sample 90% bound (fewer than 9 rows) still gets a finite,
+/// calibrated p90: the largest of its own scores (a bound that holds with probability
+/// `n / (n + 1)` on an exchangeable row), widened to the other kind's shift where that is wider
+/// (evidence from other pairs may loosen the p90, never tighten it), and never tighter than the
+/// learned p10 (shift at least 0: a few rows are no evidence to narrow it). With no score of its
+/// own and none to borrow it stays at the learned p10. `fallback` says which applied.
+fn borrow(known: &mut Fit, new: &mut Fit) {
+    let finite = [&*known, &*new].map(|f| (!f.thin).then_some(f.offset.shift));
+    for (mine, other, other_name) in [(known, finite[1], "new"), (new, finite[0], "known")] {
+        if !mine.thin {
+            continue;
+        }
+        let o = &mut mine.offset;
+        let mut why = format!(
+            "{} calibration rows, fewer than the {} a 90% bound needs",
+            o.rows,
+            min_rows()
+        );
+        let mut shift = 0.0_f64;
+        if let Some(l) = mine.largest {
+            #[allow(clippy::cast_precision_loss)]
+            let level = o.rows as f64 / (o.rows + 1) as f64;
+            why.push_str(&format!(
+                "; the largest of them (a {:.0}% bound)",
+                level * 100.0
+            ));
+            shift = shift.max(l);
+        }
+        if let Some(b) = other.filter(|&b| b > shift) {
+            why.push_str(&format!(", widened to the {other_name}-workload shift"));
+            shift = b;
+        }
+        if mine.largest.is_none() && other.is_none_or(|b| b <= 0.0) {
+            why.push_str("; uncalibrated (pinball p10)");
+        } else {
+            why.push_str(", never tighter than the learned p10");
+        }
+        o.shift = shift;
+        o.fallback = Some(why);
+    }
+}
+
+/// Rows the finite-sample quantile needs at `ALPHA`.
+fn min_rows() -> usize {
+    (1..1000)
+        .find(|&n| conformal_shift(&vec![0.0; n], ALPHA).is_some())
+        .unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each score its own group.
+    fn apart(scores: &[f64]) -> Fit {
+        fit(&scores
+            .iter()
+            .enumerate()
+            .map(|(k, &s)| (format!("g{k}"), vec![s]))
+            .collect())
+    }
+
+    #[test]
+    fn a_thin_kind_gets_a_finite_p90_that_only_widens() {
+        let scores: Vec<f64> = (0..20).map(|k| f64::from(k) / 100.0 - 0.5).collect();
+        // Known: 20 rows, a tightening shift (negative); new: 3 rows, all below zero.
+        let mut known = apart(&scores);
+        let mut new = apart(&scores[..3]);
+        assert!(known.offset.shift < 0.0 && new.thin);
+        borrow(&mut known, &mut new);
+        assert_eq!(
+            new.offset.shift, 0.0,
+            "neither a few rows nor a tightening shift narrow it"
+        );
+        let why = new.offset.fallback.clone().unwrap_or_default();
+        assert!(why.contains("75% bound"), "{why}");
+        assert!(known.offset.fallback.is_none());
+        // A thin kind's largest score where it is the widest.
+        let mut known = apart(&scores);
+        let mut new = apart(&[0.3, 0.9, 0.1]);
+        borrow(&mut known, &mut new);
+        assert_eq!(new.offset.shift, 0.9);
+        // The other kind's shift where that is wider.
+        let wide: Vec<f64> = scores.iter().map(|s| s + 2.0).collect();
+        let mut known = apart(&wide);
+        let mut new = apart(&[0.3, 0.9, 0.1]);
+        borrow(&mut known, &mut new);
+        assert_eq!(new.offset.shift, known.offset.shift);
+        let why = new.offset.fallback.clone().unwrap_or_default();
+        assert!(why.contains("widened"), "{why}");
+        // Both thin: each its own largest score.
+        let (mut known, mut new) = (apart(&[0.2, 0.4]), apart(&[0.5]));
+        borrow(&mut known, &mut new);
+        assert_eq!((known.offset.shift, new.offset.shift), (0.4, 0.5));
+        // Nothing at all: uncalibrated.
+        let (mut known, mut new) = (apart(&[]), apart(&[]));
+        borrow(&mut known, &mut new);
+        assert_eq!((known.offset.shift, new.offset.shift), (0.0, 0.0));
+        let why = known.offset.fallback.clone().unwrap_or_default();
+        assert!(why.contains("uncalibrated"), "{why}");
+    }
+
+    #[test]
+    fn few_groups_widen_to_the_widest_group() {
+        // Five workloads of 20 rows each; one is much harder than the rest.
+        let mut groups = Groups::new();
+        for w in 0..5 {
+            let base = if w == 4 { 1.0 } else { 0.0 };
+            groups.insert(
+                format!("w{w}"),
+                (0..20).map(|k| base + f64::from(k) / 100.0).collect(),
+            );
+        }
+        let rows: Vec<f64> = groups.values().flatten().copied().collect();
+        let row_bound = conformal_shift(&rows, ALPHA).expect("100 rows");
+        let f = fit(&groups);
+        assert!(!f.thin);
+        // The hard workload's own 90% quantile (rank 19 of 20), wider than the row bound.
+        assert!((f.offset.shift - 1.18).abs() < 1e-12, "{:?}", f.offset);
+        assert!(f.offset.shift > row_bound);
+        assert!(f.offset.fallback.is_some());
+        // With nine or more groups the row bound stands.
+        let many: Groups = (0..9)
+            .map(|w| (format!("w{w}"), vec![f64::from(w); 3]))
+            .collect();
+        let f = fit(&many);
+        assert!(f.offset.fallback.is_none());
+        assert_eq!(f.offset.groups, 9);
+    }
+
+    #[test]
+    fn shifts_per_device_and_kind_with_their_groups() {
+        let mut s = Scores::default();
+        for k in 0..19 {
+            let v = f64::from(k) / 100.0;
+            s.push("k80", Kind::Known, v, &format!("pair {k}"));
+            s.push("v100", Kind::Known, 1.0 + v, &format!("pair {k}"));
+            s.push("k80", Kind::New, 2.0 + v, "w1");
+            s.push("v100", Kind::New, 3.0 + v, if k < 9 { "w1" } else { "w2" });
+        }
+        // A device with too few rows of its own uses the pooled shift.
+        s.push("p100", Kind::New, 9.0, "w3");
+        let c = s.calibration(duet_model::calibration::CROSS_CONFORMAL);
+        // Rank ceil(20 * 0.9) = 18 of 19 on each device.
+        assert!((c.by_device["k80"].known.shift - 0.17).abs() < 1e-12);
+        assert!((c.by_device["v100"].known.shift - 1.17).abs() < 1e-12);
+        assert!(c.by_device["k80"].known.fallback.is_none());
+        // One workload: its own quantile is the row bound.
+        assert!((c.by_device["k80"].new.shift - 2.17).abs() < 1e-12);
+        assert!(c.by_device["k80"].new.fallback.is_none());
+        // Two workloads, fewer than 9: the wider one's own quantile (rank 10 of its 10 rows),
+        // not the row bound 3.17.
+        let v100 = &c.by_device["v100"].new;
+        assert!((v100.shift - 3.18).abs() < 1e-12, "{v100:?}");
+        assert!(v100.fallback.is_some());
+        assert_eq!(v100.groups, 2);
+        assert_eq!(c.known.rows, 38);
+        assert_eq!(c.known.groups, 19);
+        assert_eq!(c.new.groups, 3);
+        let p100 = &c.by_device["p100"];
+        assert_eq!(p100.new.shift, c.new.shift);
+        assert!(p100.new.fallback.is_some());
+        assert_eq!(c.method, "cross-conformal");
+    }
+}
