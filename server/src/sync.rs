@@ -137,11 +137,11 @@ pub async fn run(
                 }
                 Err(e) => {
                     let why = e.to_string();
+                    pg.disconnected(&why);
                     if why != last_error {
                         tracing::warn!(error = %why, "registry database connection attempt failed; retrying");
                         last_error = why;
                     }
-                    pg.disconnected(&e.to_string());
                     state.sync.failed(&e, true);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);

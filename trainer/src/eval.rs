@@ -79,6 +79,8 @@ pub fn split_definitions() -> BTreeMap<String, String> {
 pub struct Fold {
     pub train: Vec<usize>,
     pub test: Vec<usize>,
+    /// The workload a leave-one-workload-out fold holds out (none for the other splits).
+    pub workload: Option<String>,
 }
 
 /// The folds of `split` over the corpus' examples.
@@ -88,7 +90,11 @@ pub fn folds(split: Split, examples: &[Example], seed: u64) -> Vec<Fold> {
         (0..groups)
             .map(|g| {
                 let (test, train) = all.iter().partition(|&&i| group_of(i) == g);
-                Fold { train, test }
+                Fold {
+                    train,
+                    test,
+                    workload: None,
+                }
             })
             .filter(|f: &Fold| !f.test.is_empty() && !f.train.is_empty())
             .collect()
@@ -125,7 +131,11 @@ pub fn folds(split: Split, examples: &[Example], seed: u64) -> Vec<Fold> {
                     let (test, train) = all
                         .iter()
                         .partition(|&&i| examples[i].a == id || examples[i].b == id);
-                    Fold { train, test }
+                    Fold {
+                        train,
+                        test,
+                        workload: Some(id.to_string()),
+                    }
                 })
                 .filter(|f| !f.test.is_empty() && !f.train.is_empty())
                 .collect()
@@ -253,13 +263,12 @@ pub struct OutOfFold {
 
 impl OutOfFold {
     fn add(&mut self, corpus: &Corpus, split: Split, fold: &Fold, mlp: &[MlpRow]) {
-        let held_workloads = held_workloads(corpus, fold);
         for (&i, r) in fold.test.iter().zip(mlp) {
             let e = &corpus.examples[i];
             let Some(speed) = e.speed else { continue };
-            let group = match (split, r.kind) {
-                (Split::UnseenPairs, Kind::Known) => format!("pair {}", e.pair),
-                (Split::UnseenWorkloads, Kind::New) => held_workloads.join("+"),
+            let group = match (split, r.kind, &fold.workload) {
+                (Split::UnseenPairs, Kind::Known, _) => format!("pair {}", e.pair),
+                (Split::UnseenWorkloads, Kind::New, Some(w)) => w.clone(),
                 _ => continue,
             };
             self.scores.push(HeldScore {
@@ -298,8 +307,8 @@ impl OutOfFold {
                 Box::new(move |e| !pairs.contains(&e.pair))
             }
             Split::UnseenWorkloads => {
-                let held = held_workloads(corpus, fold);
-                Box::new(move |e| !held.contains(&e.a) && !held.contains(&e.b))
+                let held = fold.workload.clone().unwrap_or_default();
+                Box::new(move |e| e.a != held && e.b != held)
             }
         };
         self.scores
@@ -317,20 +326,6 @@ impl OutOfFold {
     pub fn pooled(corpus: &Corpus, all: &[&OutOfFold]) -> Calibration {
         Self::calibration(corpus, all.iter().flat_map(|o| &o.scores))
     }
-}
-
-/// The workloads every test row of `fold` touches (a leave-one-workload-out fold's workload).
-fn held_workloads(corpus: &Corpus, fold: &Fold) -> Vec<String> {
-    let mut rows = fold.test.iter().map(|&i| &corpus.examples[i]);
-    let Some(first) = rows.next() else {
-        return Vec::new();
-    };
-    let mut held: Vec<String> = vec![first.a.clone(), first.b.clone()];
-    held.dedup();
-    for e in rows {
-        held.retain(|id| e.a == *id || e.b == *id);
-    }
-    held
 }
 
 /// Scores every fold, on as many threads as the machine has cores. Results come back in fold
@@ -535,9 +530,9 @@ mod tests {
                         }
                         Split::UnseenPairs => assert!(tests.iter().all(|t| t.pair != e.pair)),
                         Split::UnseenWorkloads => {
-                            let held = held_workloads(&corpus, &fold);
-                            assert_eq!(held.len(), 1, "one workload per fold");
-                            assert!(e.a != held[0] && e.b != held[0]);
+                            let held = fold.workload.as_deref().expect("one workload per fold");
+                            assert!(tests.iter().all(|t| t.a == held || t.b == held));
+                            assert!(e.a != held && e.b != held);
                         }
                     }
                 }
