@@ -50,6 +50,44 @@ pub enum Command {
         #[command(subcommand)]
         command: DatasetCommand,
     },
+    /// Check a model folder before it is rolled out.
+    Model {
+        #[command(subcommand)]
+        command: ModelCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Load a model as `duet serve` would (records, probe batch through the engine, ONNX
+    /// Runtime against Burn), and, with --against, check that it can replace the serving model:
+    /// the same features required, every device and mode of the serving one, and (against a
+    /// server) every workload clients registered there accepted. Exits non-zero naming each
+    /// problem.
+    Check(ModelCheckArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ModelCheckArgs {
+    /// The model folder to check.
+    pub dir: PathBuf,
+    /// The model it would replace: a running server's base URL (`http://host:port`, its
+    /// serving model and registered workloads) or a model folder.
+    #[arg(long)]
+    pub against: Option<String>,
+    /// Engine to load the model with: `onnx` or `burn` (as `duet serve --engine`).
+    #[arg(long, default_value = "onnx")]
+    pub engine: String,
+    /// File holding the server's bearer token, for servers that protect reads (also
+    /// `DUET_TOKEN`).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Seconds to wait for each answer of the server.
+    #[arg(long, default_value_t = 30.0)]
+    pub timeout: f64,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,9 +114,14 @@ pub enum DatasetCommand {
     /// dataset: repeated observations pooled, settings without observed solo throughputs left
     /// out and counted.
     Export {
-        /// The server's store: its SQLite file, or a `postgres://` URL (also `DUET_STATE`).
-        #[arg(long, env = "DUET_STATE")]
-        state: String,
+        /// The server's store: its SQLite file, or a PostgreSQL URL or key=value string (a
+        /// password belongs in --state-file or DUET_STATE, not on the command line).
+        #[arg(long, conflicts_with = "state_file")]
+        state: Option<String>,
+        /// File holding the --state value (a PostgreSQL DSN with its password, e.g. from a
+        /// Kubernetes Secret); the environment variable DUET_STATE may hold it instead.
+        #[arg(long)]
+        state_file: Option<PathBuf>,
         /// The new dataset folder (must not exist).
         #[arg(long)]
         out: PathBuf,
@@ -280,6 +323,11 @@ pub struct ServeArgs {
     /// Worker threads (default: one per core).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// After SIGTERM: seconds during which /readyz answers 503 while requests are still served
+    /// (so that the Service stops routing here), before the listener closes and in-flight
+    /// requests finish. A second SIGTERM or Ctrl-C closes at once.
+    #[arg(long, default_value_t = 5.0)]
+    pub drain_seconds: f64,
 }
 
 #[derive(Debug, clap::Args)]

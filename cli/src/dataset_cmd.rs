@@ -32,6 +32,7 @@ pub fn run(command: DatasetCommand) -> Result<()> {
         }
         DatasetCommand::Export {
             state,
+            state_file,
             out,
             gpu,
             each_device,
@@ -48,14 +49,20 @@ pub fn run(command: DatasetCommand) -> Result<()> {
                     })
                     .transpose()
             };
-            let location = StateLocation::parse(&state);
+            let location = crate::serve_cmd::read_state(state.as_deref(), state_file.as_deref())?
+                .ok_or_else(|| {
+                anyhow!(
+                    "no store: give --state, --state-file or {}",
+                    crate::serve_cmd::STATE_ENV
+                )
+            })?;
             let options = ObservedExport {
                 name: name.unwrap_or_else(|| folder_name(&out)),
                 gpu,
                 since_s: time("--since", since)?,
                 until_s: time("--until", until)?,
                 store: location.describe(),
-                command: Some(redacted_command(&state, &location)),
+                command: Some(redacted_command(state.as_deref(), &location)),
                 date: today(),
             };
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -156,9 +163,12 @@ fn export(
 }
 
 /// The command line for the provenance, with a database's password left out.
-fn redacted_command(state: &str, location: &StateLocation) -> String {
+fn redacted_command(state: Option<&str>, location: &StateLocation) -> String {
     std::env::args()
         .map(|a| {
+            let Some(state) = state else {
+                return a;
+            };
             if a == state {
                 location.describe()
             } else if let Some(v) = a.strip_prefix("--state=")

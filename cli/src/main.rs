@@ -3,6 +3,7 @@
 mod args;
 mod dataset_cmd;
 mod evaluate_cmd;
+mod model_cmd;
 mod observe_cmd;
 mod predict_cmd;
 mod profile_cmd;
@@ -24,6 +25,7 @@ fn main() -> ExitCode {
         args::Command::Predict(args) => predict_cmd::run(args),
         args::Command::Simulate(args) => simulate_cmd::run(&args),
         args::Command::Dataset { command } => dataset_cmd::run(command),
+        args::Command::Model { command } => model_cmd::run(command),
         args::Command::Observe(args) => observe_cmd::run(&args),
         args::Command::Train(args) => train_cmd::run(args),
         args::Command::Evaluate { model, data, json } => evaluate_cmd::run(&model, &data, json),

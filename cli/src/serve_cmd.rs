@@ -72,6 +72,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if !(args.request_timeout > 0.0 && args.request_timeout.is_finite()) {
         bail!("--request-timeout must be a positive number of seconds");
     }
+    if !(args.drain_seconds >= 0.0 && args.drain_seconds <= 3600.0) {
+        bail!("--drain-seconds must be a number of seconds from 0 to 3600");
+    }
     if args.max_pairs == 0 || args.max_body_bytes == 0 {
         bail!("--max-pairs and --max-body-bytes must be positive");
     }
@@ -94,13 +97,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let config = Config {
         engine,
         state: read_state(args.state.as_deref(), args.state_file.as_deref())?,
-        token: read_token(args.token_file.as_deref())?,
+        token: read_token(args.token_file.as_deref())?.map(duet_server::auth::Token::from),
         protect_reads: args.protect_reads,
         gpu: args.gpu,
         max_body_bytes: args.max_body_bytes,
         max_pairs: args.max_pairs,
         request_timeout: Duration::from_secs_f64(args.request_timeout),
         model_repo: args.model_repo,
+        drain: Duration::from_secs_f64(args.drain_seconds),
         ..Config::new(args.model)
     };
     if config.protect_reads && config.token.is_none() {

@@ -99,6 +99,17 @@ fn get_json(server: &Server, path: &str) -> Value {
         .expect("json")
 }
 
+/// `/readyz` with the token: the database and its error are shown only to it.
+fn readiness_detail(server: &Server) -> Value {
+    agent()
+        .get(&server.url("/readyz"))
+        .set("Authorization", &format!("Bearer {TOKEN}"))
+        .call()
+        .expect("GET")
+        .into_json()
+        .expect("json")
+}
+
 /// The client entries a replica lists: id -> v100 solo throughput.
 fn client_entries(server: &Server) -> BTreeMap<String, f64> {
     get_json(server, "/v1/workloads")
@@ -346,6 +357,8 @@ fn replicas_ride_out_a_database_restart() {
         });
         let ready = get_json(&a, "/readyz");
         assert_eq!(ready["status"], "degraded", "{ready}");
+        assert!(ready["registry"]["error"].is_null(), "{ready}");
+        let ready = readiness_detail(&a);
         let error = ready["registry"]["error"].as_str().expect("error");
         assert!(error.contains(&shown), "{error}");
         assert_eq!(a.metric("duet_registry_degraded"), 1.0);
@@ -425,6 +438,18 @@ fn an_unreachable_database_at_start_degrades_the_registry_not_the_server() {
     let ready = get_json(&server, "/readyz");
     assert_eq!(ready["status"], "degraded", "{ready}");
     assert_eq!(ready["registry"]["state"], "degraded");
+    // Without the token: why in words, no host, user or error text.
+    let open = ready.to_string();
+    assert!(
+        ready["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("database cannot be reached"))
+            && !open.contains("127.0.0.1")
+            && !open.contains("duet@")
+            && ready["registry"]["error"].is_null(),
+        "{open}"
+    );
+    let ready = readiness_detail(&server);
     let shown = format!("postgres://duet@127.0.0.1:{port}/registry");
     assert_eq!(ready["registry"]["database"], shown.as_str());
     let error = ready["registry"]["error"].as_str().expect("error");

@@ -10,7 +10,8 @@
 //! - `registry`: the workload registry in memory, encoded for the loaded model;
 //! - `predict`: a `PredictRequest` to predictions (encode, run, decode);
 //! - `accuracy`: the accuracy measures and `model.json`'s metrics table;
-//! - `calibration`: the two split-conformal shifts of the p90 slowdown (known, new workloads).
+//! - `calibration`: the two split-conformal shifts of the p90 slowdown (known, new workloads);
+//! - `compat`: whether a model can replace the serving one (features, devices, modes).
 //!
 //! It knows nothing of HTTP, training loops or where registrations are stored: its errors are
 //! plain values (`ModelError`) that the server maps to HTTP.
@@ -18,6 +19,7 @@
 pub mod accuracy;
 pub mod artifact;
 pub mod calibration;
+pub mod compat;
 pub mod encoding;
 pub mod engine;
 pub mod error;

@@ -73,14 +73,7 @@ impl LoadedModel {
     /// The feature names a client may send: the model's inputs, and dataset columns the
     /// trainer found no signal in (accepted, unused).
     pub fn knows_feature(&self, name: &str) -> bool {
-        let spec = &self.meta.spec;
-        name == SOLO_THROUGHPUT
-            || spec.numeric.iter().any(|f| f.name == name)
-            || spec.categorical.iter().any(|f| f.name == name)
-            || spec
-                .dropped
-                .iter()
-                .any(|d| d.split(':').next() == Some(name))
+        crate::compat::knows_feature(&self.meta.spec, name)
     }
 
     /// A client's features as the model's job features, checked: every feature the model
@@ -155,16 +148,7 @@ impl LoadedModel {
 
     /// The features the model uses, `solo_throughput` first.
     pub fn feature_names(&self) -> Vec<String> {
-        let spec = &self.meta.spec;
-        let mut names = vec![SOLO_THROUGHPUT.to_string()];
-        names.extend(
-            spec.numeric
-                .iter()
-                .map(|f| f.name.clone())
-                .filter(|n| n != SOLO_THROUGHPUT),
-        );
-        names.extend(spec.categorical.iter().map(|f| f.name.clone()));
-        names
+        crate::compat::feature_names(&self.meta.spec)
     }
 
     /// The encoding of a registered workload's profile (its id marks it as a training

@@ -1,10 +1,51 @@
 //! Bearer-token checks: write endpoints need the token where one is configured, reads only
 //! under `--protect-reads` (health, readiness and metrics stay open).
 
+use std::fmt;
+
 use axum::http::{HeaderMap, StatusCode, header};
 
 use crate::error::Failure;
 use crate::state::AppState;
+
+/// The bearer token: its `Debug` never shows it (a `Config` in a log line or a panic message
+/// names no secret).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    pub fn new(token: impl Into<String>) -> Token {
+        Token(token.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Token {
+    fn from(token: &str) -> Token {
+        Token::new(token)
+    }
+}
+
+impl From<String> for Token {
+    fn from(token: String) -> Token {
+        Token(token)
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(redacted)")
+    }
+}
+
+/// Whether `headers` carry the configured token (`false` when none is configured): what
+/// unlocks the detail of `/readyz`.
+pub fn has_token(state: &AppState, headers: &HeaderMap) -> bool {
+    state.config.token.is_some() && authorize(state, headers, true).is_ok()
+}
 
 /// Checks the bearer token where one is configured.
 pub fn authorize(state: &AppState, headers: &HeaderMap, write: bool) -> Result<(), Failure> {
@@ -19,7 +60,7 @@ pub fn authorize(state: &AppState, headers: &HeaderMap, write: bool) -> Result<(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     match given {
-        Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => Ok(()),
+        Some(g) if constant_time_eq(g.as_bytes(), token.expose().as_bytes()) => Ok(()),
         Some(_) => Err(Failure::field("Authorization", "wrong bearer token")
             .with_status(StatusCode::UNAUTHORIZED)),
         None => Err(Failure::field(
@@ -42,4 +83,23 @@ pub fn authorize_read(state: &AppState, headers: &HeaderMap) -> Result<(), Failu
 /// Authorisation for write endpoints.
 pub fn authorize_write(state: &AppState, headers: &HeaderMap) -> Result<(), Failure> {
     authorize(state, headers, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Token;
+
+    #[test]
+    fn a_token_is_never_in_debug() {
+        let token = Token::from("s3cret-token");
+        assert_eq!(format!("{token:?}"), "Token(redacted)");
+        assert_eq!(token.expose(), "s3cret-token");
+        let config = crate::Config {
+            token: Some(token),
+            ..crate::Config::new("models/default".into())
+        };
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("s3cret"), "{debug}");
+        assert!(debug.contains("Token(redacted)"), "{debug}");
+    }
 }

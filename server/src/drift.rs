@@ -18,6 +18,22 @@ use crate::observations::observed_prediction;
 
 /// Pairs per device and mode in the rolling window `/metrics` reports.
 pub const WINDOW: usize = 1000;
+/// The most rolling windows kept (devices times modes): with devices outside the model's list
+/// counted as one, a bound the model's own devices never reach.
+pub const MAX_WINDOWS: usize = 64;
+/// The label of every observed device the serving model does not know, in `/metrics` and the
+/// rolling windows: a client cannot add series by naming new devices.
+pub const OTHER_DEVICE: &str = "other";
+
+/// How `/metrics` and the rolling windows name an observed device: itself when the serving
+/// model was trained on it, else `other`.
+pub fn device_label<'a>(model: &LoadedModel, gpu: &'a str) -> &'a str {
+    if model.meta.spec.gpus.iter().any(|g| g == gpu) {
+        gpu
+    } else {
+        OTHER_DEVICE
+    }
+}
 
 /// One job of one observed pair, scored.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -204,13 +220,19 @@ pub struct Windows {
 }
 
 impl Windows {
-    /// Adds a stored pair and its prediction; the oldest leaves a full window.
-    pub fn push(&self, record: &ObservationRecord) {
+    /// Adds a stored pair and its prediction to the window of `device` (its label,
+    /// `device_label`) and its mode; the oldest leaves a full window. A pair of a new group once
+    /// `MAX_WINDOWS` are kept is not windowed (it is stored and counted all the same).
+    pub fn push(&self, record: &ObservationRecord, device: &str) {
         let (Some(mode), Some(prediction)) = (record.observation.mode, &record.prediction) else {
             return;
         };
         if let Ok(mut w) = self.inner.lock() {
-            let window = w.entry((record.observation.gpu.clone(), mode)).or_default();
+            let group = (device.to_string(), mode);
+            if !w.contains_key(&group) && w.len() >= MAX_WINDOWS {
+                return;
+            }
+            let window = w.entry(group).or_default();
             if window.len() == WINDOW {
                 window.pop_front();
             }
@@ -234,6 +256,7 @@ impl Windows {
                 .filter_map(|((r, _), p)| Some((r, p?)))
                 .collect();
         }
+        w.retain(|_, window| !window.is_empty());
     }
 
     /// Per device and mode: the window's tally.

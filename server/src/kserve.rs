@@ -56,9 +56,9 @@ pub async fn live() -> Json<Live> {
 }
 
 #[utoipa::path(get, path = "/v2/health/ready", tag = "kserve", responses(
-    (status = 200, body = Ready), (status = 503, body = Ready, description = "no model loaded yet")))]
+    (status = 200, body = Ready), (status = 503, body = Ready, description = "no model loaded yet, or shutting down")))]
 pub async fn ready(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Ready>) {
-    let ready = state.is_ready();
+    let ready = state.is_ready() && !state.lifecycle.draining();
     let status = if ready {
         StatusCode::OK
     } else {

@@ -4,12 +4,14 @@
 //!
 //! `serve` binds nothing itself: it takes a listener, answers `/healthz` at once, loads and warms
 //! the model in the background (`/readyz` turns 200 when it is in), reloads on SIGHUP and stops
-//! gracefully on SIGTERM or Ctrl-C, letting in-flight requests finish.
+//! gracefully on SIGTERM or Ctrl-C: `/readyz` turns 503, requests are served for
+//! `--drain-seconds` more, then the listener closes and in-flight requests finish.
 
 pub mod auth;
 pub mod drift;
 pub mod error;
 pub mod kserve;
+pub mod lifecycle;
 pub mod metrics;
 pub mod observations;
 pub mod openapi;
@@ -36,6 +38,7 @@ pub async fn serve(config: Config, listener: tokio::net::TcpListener) -> Result<
     let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel::<String>();
     let fatal = Arc::new(std::sync::Mutex::new(None::<String>));
     let fatal_seen = fatal.clone();
+    let (drainer, drain) = (state.clone(), state.config.drain);
     let loader = state.clone();
     tokio::spawn(async move {
         if let Err(f) = loader.start().await {
@@ -57,7 +60,7 @@ pub async fn serve(config: Config, listener: tokio::net::TcpListener) -> Result<
             }
         };
         tokio::select! {
-            () = terminated() => tracing::info!("shutting down; finishing in-flight requests"),
+            () = terminated() => lifecycle::drain(&drainer, drain, terminated()).await,
             () = failed => {}
         }
     };

@@ -271,6 +271,57 @@ fn observation_schema(schemas: &mut Value, share: Value, max_items: usize) {
     properties["a"] = schema_ref("JobRef");
     properties["b"] = json!({"oneOf": [schema_ref("JobRef"), {"type": "null"}]});
     schemas["Observation"]["additionalProperties"] = json!(false);
+    // Two shapes, as `crate::observations` checks them: a solo run of `a` carries nothing of a
+    // co-location (absent or null), and a co-location names `b`, its mode and `throughput_b`.
+    let mut solo = schemas["Observation"].clone();
+    for name in [
+        "mode",
+        "share_a",
+        "share_b",
+        "b",
+        "throughput_b",
+        "solo_throughput_a",
+        "solo_throughput_b",
+    ] {
+        solo["properties"][name] = json!({"type": "null",
+            "description": "belongs to a co-location: absent (or null) in a solo run"});
+    }
+    solo["required"] = json!(["id", "gpu", "a", "throughput_a", "window_s", "observed_at"]);
+    solo["description"] =
+        json!("A solo run of `a`: its throughput alone on `gpu`, over `window_s` seconds");
+    let mut pair = schemas["Observation"].clone();
+    let mode = &mut pair["properties"]["mode"];
+    *mode = match mode["enum"].as_array() {
+        Some(modes) => json!({"type": "string",
+            "enum": modes.iter().filter(|m| m.is_string()).cloned().collect::<Vec<_>>(),
+            "description": "a sharing mode the loaded model was trained on"}),
+        None => schema_ref("Mode"),
+    };
+    pair["properties"]["b"] = schema_ref("JobRef");
+    pair["properties"]["throughput_b"] = json!({"type": "number", "exclusiveMinimum": 0});
+    let required = [
+        "id",
+        "gpu",
+        "mode",
+        "a",
+        "b",
+        "throughput_a",
+        "throughput_b",
+        "window_s",
+        "observed_at",
+    ];
+    pair["required"] = json!(required);
+    pair["description"] = json!(
+        "A co-location of `a` and `b` on `gpu` in `mode`: both throughputs over `window_s` \
+         seconds"
+    );
+    schemas["SoloRun"] = solo;
+    schemas["CoLocation"] = pair;
+    schemas["Observation"] = json!({
+        "description": "One measurement the cluster made: a solo run of `a`, or a co-location \
+                        of `a` and `b`",
+        "oneOf": [schema_ref("CoLocation"), schema_ref("SoloRun")],
+    });
     let batch = &mut schemas["ObservationBatch"];
     batch["properties"]["observations"]["minItems"] = json!(1);
     batch["properties"]["observations"]["maxItems"] = json!(max_items);

@@ -30,6 +30,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(openapi::routes())
         .fallback(fallback)
         .layer(middleware::from_fn_with_state(state.clone(), observe))
+        // While draining, every answer asks its client to close the connection.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::lifecycle::close_when_draining,
+        ))
         .layer(CatchPanicLayer::custom(panicked))
         .layer(middleware::from_fn_with_state(timeout, time_limit))
         .layer(DefaultBodyLimit::max(limit))

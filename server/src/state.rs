@@ -26,8 +26,8 @@ pub struct Config {
     /// Where client registrations are kept: an SQLite file or a PostgreSQL database shared by
     /// replicas; `None` keeps them in memory only. Its `Debug` never shows a password.
     pub state: Option<StateLocation>,
-    /// The bearer token write endpoints require; `None` leaves them open.
-    pub token: Option<String>,
+    /// The bearer token write endpoints require; `None` leaves them open. Never in `Debug`.
+    pub token: Option<crate::auth::Token>,
     /// Require the token on read endpoints too (health, readiness and metrics stay open).
     pub protect_reads: bool,
     /// The device of pairs that name none.
@@ -38,6 +38,9 @@ pub struct Config {
     /// The folder whose subfolders are the models a client may reload by name; `None`: the
     /// parent of `model`.
     pub model_repo: Option<PathBuf>,
+    /// After SIGTERM, how long `/readyz` answers 503 while requests are still served, before
+    /// the listener closes (the time a Service takes to stop routing here).
+    pub drain: Duration,
 }
 
 impl Config {
@@ -53,6 +56,7 @@ impl Config {
             max_pairs: 100_000,
             request_timeout: Duration::from_secs(30),
             model_repo: None,
+            drain: Duration::from_secs(5),
         }
     }
 
@@ -153,8 +157,10 @@ pub struct AppState {
     /// The latest observed pairs this replica received, scored by the serving model.
     pub drift: crate::drift::Windows,
     ready: AtomicBool,
-    /// One reload at a time.
-    reloading: tokio::sync::Mutex<()>,
+    /// Held by the first load: reloads wait for it.
+    pub(crate) reloading: tokio::sync::Mutex<()>,
+    /// Reloads single-flight, the fallback to `previous`, the drain.
+    pub lifecycle: crate::lifecycle::Lifecycle,
     /// The path of the model being served (reload may point at another folder).
     model_dir: RwLock<PathBuf>,
 }
@@ -174,6 +180,7 @@ impl AppState {
             drift: crate::drift::Windows::default(),
             ready: AtomicBool::new(false),
             reloading: tokio::sync::Mutex::new(()),
+            lifecycle: crate::lifecycle::Lifecycle::default(),
         }))
     }
 
@@ -311,14 +318,17 @@ impl AppState {
         if let Some(last) = initial.iter().map(|c| c.seq).max() {
             self.sync.advance(last);
         }
-        let version = self.load_blocking(None, initial).await?;
+        let version = match self.load_blocking(None, initial.clone()).await {
+            Ok(version) => version,
+            Err(failed) => self.load_previous(failed, initial).await?,
+        };
         if self.store.postgres().is_some() {
             tokio::spawn(crate::sync::run(self.clone(), notifications));
         }
         Ok(version)
     }
 
-    async fn load_blocking(
+    pub(crate) async fn load_blocking(
         self: &Arc<Self>,
         dir: Option<PathBuf>,
         initial: Vec<Change>,
@@ -334,19 +344,6 @@ impl AppState {
             })
     }
 
-    /// `load_model` from async code, one at a time, counted and logged.
-    pub async fn reload(self: &Arc<Self>, dir: Option<PathBuf>) -> Result<String, Failure> {
-        let _one = self.reloading.lock().await;
-        let result = self.load_blocking(dir, Vec::new()).await;
-        self.metrics.reload(result.is_ok());
-        match &result {
-            Ok(version) => tracing::info!(version = %version, "model reloaded"),
-            Err(f) => {
-                tracing::error!(error = %f.error, "model reload failed; the previous model keeps serving")
-            }
-        }
-        result
-    }
     /// Registers or replaces workload `id`: checked against the serving model, durable in the
     /// store, then applied in memory. Returns whether it is new, and the entry as written (the
     /// answer to this call, even if another replica's later write replaces it at once).

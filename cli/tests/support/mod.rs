@@ -54,10 +54,15 @@ impl Server {
     /// gives it (read back from its log, so tests running at once never collide on a port);
     /// returns once `/readyz` answers 200. Its log is kept in `log` for failure messages.
     pub fn start_with(flags: &[OsString]) -> Server {
+        Server::start_model(&model_dir(), flags)
+    }
+
+    /// `start_with` on the model in `model`.
+    pub fn start_model(model: &Path, flags: &[OsString]) -> Server {
         let mut child = duet()
             .args(["serve", "--engine", "burn", "--addr", "127.0.0.1:0"])
             .arg("--model")
-            .arg(model_dir())
+            .arg(model)
             .args(flags)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())

@@ -190,10 +190,12 @@ async fn store(
                 .observation
                 .mode
                 .map_or("solo", duet_core::dataset::Mode::as_str);
-            state
-                .metrics
-                .observed(&record.observation.gpu, mode, &scores);
-            state.drift.push(&record);
+            // Devices outside the serving model's list are counted as one (`other`).
+            let device = state.model().map_or(crate::drift::OTHER_DEVICE, |m| {
+                crate::drift::device_label(&m, &record.observation.gpu)
+            });
+            state.metrics.observed(device, mode, &scores);
+            state.drift.push(&record, device);
             answer.stored.push(id);
         }
         Put::Duplicate => {

@@ -124,11 +124,19 @@ pub enum StateLocation {
 }
 
 impl StateLocation {
-    /// A `postgres://` or `postgresql://` URL is a PostgreSQL database; anything else a path.
+    /// A `postgres://` or `postgresql://` URL, or a libpq key=value string (`host=db
+    /// dbname=duet user=duet password=...`), is a PostgreSQL database; anything else a path.
     pub fn parse(value: &str) -> StateLocation {
-        let lower = value.trim_start().to_ascii_lowercase();
-        if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
-            StateLocation::Postgres(value.trim().to_string())
+        let trimmed = value.trim();
+        let lower = trimmed.to_ascii_lowercase();
+        if let Some(scheme) = ["postgres://", "postgresql://"]
+            .into_iter()
+            .find(|s| lower.starts_with(s))
+        {
+            // The driver reads the scheme in lower case only.
+            StateLocation::Postgres(format!("{scheme}{}", &trimmed[scheme.len()..]))
+        } else if is_key_value_dsn(trimmed) {
+            StateLocation::Postgres(trimmed.to_string())
         } else {
             StateLocation::Sqlite(PathBuf::from(value))
         }
@@ -141,6 +149,62 @@ impl StateLocation {
             StateLocation::Postgres(dsn) => postgres::describe(dsn),
         }
     }
+}
+
+/// The keywords of libpq's key=value connection strings.
+const LIBPQ_KEYWORDS: &[&str] = &[
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "passfile",
+    "channel_binding",
+    "connect_timeout",
+    "client_encoding",
+    "options",
+    "application_name",
+    "fallback_application_name",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "tcp_user_timeout",
+    "replication",
+    "gssencmode",
+    "sslmode",
+    "requiressl",
+    "sslcompression",
+    "sslcert",
+    "sslkey",
+    "sslpassword",
+    "sslrootcert",
+    "sslcrl",
+    "sslcrldir",
+    "sslsni",
+    "requirepeer",
+    "ssl_min_protocol_version",
+    "ssl_max_protocol_version",
+    "krbsrvname",
+    "gsslib",
+    "gssdelegation",
+    "service",
+    "target_session_attrs",
+    "load_balance_hosts",
+];
+
+/// Whether `value` is a libpq key=value connection string: its first word is `keyword=...`
+/// (spaces allowed around `=`) for a libpq keyword. A file name that merely holds `=`
+/// (`./a=b.sqlite`) is not one.
+fn is_key_value_dsn(value: &str) -> bool {
+    let Some((key, _)) = value.split_once('=') else {
+        return false;
+    };
+    let key = key.trim();
+    !key.is_empty()
+        && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+        && LIBPQ_KEYWORDS.contains(&key)
 }
 
 impl fmt::Debug for StateLocation {
@@ -331,4 +395,67 @@ pub(crate) fn stored_body(
     body.map(serde_json::to_string)
         .transpose()
         .map_err(|e| StoreError::Broken(format!("{target}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_value_connection_strings_are_postgres_never_a_path() {
+        for dsn in [
+            "host=db.internal port=5432 dbname=duet user=duet password=s3cret",
+            "  password=s3cret host=db.internal dbname=duet user=duet\n",
+            "host = db.internal dbname=duet user=duet password='s3 cret'",
+            "dbname=duet host=/var/run/postgresql user=duet password=s3cret",
+            "postgres://duet:s3cret@db.internal:5432/duet",
+            "PostgreSQL://duet:s3cret@db.internal/duet",
+        ] {
+            let location = StateLocation::parse(dsn);
+            assert!(
+                matches!(location, StateLocation::Postgres(_)),
+                "{dsn:?} taken for {location:?}"
+            );
+            let shown = location.describe();
+            assert!(!shown.contains("s3cret"), "{dsn:?} shown as {shown}");
+            assert!(
+                shown.starts_with("postgres://duet@"),
+                "{dsn:?} shown as {shown}"
+            );
+            let debug = format!("{location:?}");
+            assert!(!debug.contains("s3cret"), "{dsn:?} debug {debug}");
+        }
+        assert_eq!(
+            StateLocation::parse("host=db.internal port=5433 dbname=duet user=duet password=x")
+                .describe(),
+            "postgres://duet@db.internal:5433/duet"
+        );
+    }
+
+    #[test]
+    fn paths_stay_paths_even_with_an_equals_sign() {
+        for path in [
+            "registry.sqlite",
+            "./a=b.sqlite",
+            "/var/lib/duet/host=1.sqlite",
+            "Host=x.sqlite",
+            "=x",
+        ] {
+            assert_eq!(
+                StateLocation::parse(path),
+                StateLocation::Sqlite(PathBuf::from(path)),
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_connection_string_that_does_not_parse_is_never_echoed() {
+        let location = StateLocation::parse("host=db password=s3cret port=notanumber");
+        assert!(matches!(location, StateLocation::Postgres(_)));
+        assert!(!location.describe().contains("s3cret"));
+        let err =
+            PostgresStore::new("host=db password=s3cret port=notanumber").expect_err("a bad port");
+        assert!(err.contains("--state") && !err.contains("s3cret"), "{err}");
+    }
 }

@@ -1,0 +1,165 @@
+//! Whether a model can replace the one serving: every request the serving model answers must
+//! stay one the new model answers. Clients send the serving model's features (its inputs
+//! required, numbers and text where it reads them), on its devices, in its modes; a new model
+//! that requires another feature, reads one as another kind, does not know a feature clients
+//! send, or drops a device or a mode would answer them 422 (or, for a device, fall back to its
+//! unknown-device slot). `duet model check` reports these before a rollout moves `current`.
+
+use crate::artifact::ModelMeta;
+use crate::encoding::{FeatureSpec, SOLO_THROUGHPUT};
+
+/// The features a model requires of every job, `solo_throughput` first.
+pub fn feature_names(spec: &FeatureSpec) -> Vec<String> {
+    let mut names = vec![SOLO_THROUGHPUT.to_string()];
+    names.extend(
+        spec.numeric
+            .iter()
+            .map(|f| f.name.clone())
+            .filter(|n| n != SOLO_THROUGHPUT),
+    );
+    names.extend(spec.categorical.iter().map(|f| f.name.clone()));
+    names
+}
+
+/// The feature names a client may send: the model's inputs, and dataset columns the trainer
+/// found no signal in (accepted, unused).
+pub fn knows_feature(spec: &FeatureSpec, name: &str) -> bool {
+    name == SOLO_THROUGHPUT
+        || spec.numeric.iter().any(|f| f.name == name)
+        || spec.categorical.iter().any(|f| f.name == name)
+        || spec
+            .dropped
+            .iter()
+            .any(|d| d.split(':').next() == Some(name))
+}
+
+/// `numeric`, `categorical`, or `None` for a feature the model accepts unused (or not at all).
+fn kind(spec: &FeatureSpec, name: &str) -> Option<&'static str> {
+    if name == SOLO_THROUGHPUT || spec.numeric.iter().any(|f| f.name == name) {
+        Some("numeric")
+    } else if spec.categorical.iter().any(|f| f.name == name) {
+        Some("categorical")
+    } else {
+        None
+    }
+}
+
+/// What keeps `new` from replacing `serving`, one sentence each; empty when nothing does.
+pub fn replacement_problems(new: &ModelMeta, serving: &ModelMeta) -> Vec<String> {
+    let (n, s) = (&new.spec, &serving.spec);
+    let mut problems = Vec::new();
+    for gpu in &s.gpus {
+        if !n.gpus.contains(gpu) {
+            problems.push(format!(
+                "device `{gpu}`: the serving model was trained on it, this one never saw it \
+                 (its predictions there would come from the unknown-device slot)"
+            ));
+        }
+    }
+    for mode in &s.modes {
+        if !n.modes.contains(mode) {
+            problems.push(format!(
+                "mode `{mode}`: the serving model predicts it, this one would refuse it"
+            ));
+        }
+    }
+    let sent = feature_names(s);
+    for name in feature_names(n) {
+        if !sent.contains(&name) {
+            problems.push(format!(
+                "feature `{name}`: this model requires it of every job, and clients of the \
+                 serving model do not send it (registered workloads lack it)"
+            ));
+        }
+    }
+    for name in &sent {
+        if !knows_feature(n, name) {
+            problems.push(format!(
+                "feature `{name}`: clients of the serving model send it, and this model does \
+                 not know it (it would refuse them)"
+            ));
+        } else if let (Some(was), Some(is)) = (kind(s, name), kind(n, name))
+            && was != is
+        {
+            problems.push(format!(
+                "feature `{name}`: {was} for the serving model, {is} for this one"
+            ));
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encoding::{CategoricalFeature, NumericFeature};
+    use duet_core::dataset::Mode;
+
+    fn spec() -> FeatureSpec {
+        FeatureSpec {
+            numeric: vec![NumericFeature {
+                name: "batch_size".into(),
+                log: false,
+                mean: 1.0,
+                std: 1.0,
+            }],
+            categorical: vec![CategoricalFeature {
+                name: "model".into(),
+                vocabulary: vec!["a".into()],
+            }],
+            identities: Vec::new(),
+            gpus: vec!["k80".into(), "v100".into()],
+            modes: vec![Mode::Space],
+            dropped: vec!["flops: constant".into()],
+        }
+    }
+
+    #[test]
+    fn a_spec_replaces_itself() {
+        assert!(feature_names(&spec()).contains(&"solo_throughput".to_string()));
+        assert!(knows_feature(&spec(), "flops"));
+        assert!(!knows_feature(&spec(), "memory"));
+        let meta = |spec: FeatureSpec| {
+            let mut m: ModelMeta = serde_json::from_str(
+                &std::fs::read_to_string(
+                    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("../models/default/model.json"),
+                )
+                .expect("the shipped model.json"),
+            )
+            .expect("parses");
+            m.spec = spec;
+            m
+        };
+        assert!(replacement_problems(&meta(spec()), &meta(spec())).is_empty());
+        let mut fewer = spec();
+        fewer.gpus.retain(|g| g != "v100");
+        fewer.numeric.clear();
+        fewer.categorical.push(CategoricalFeature {
+            name: "framework".into(),
+            vocabulary: Vec::new(),
+        });
+        let problems = replacement_problems(&meta(fewer), &meta(spec()));
+        let text = problems.join("\n");
+        assert_eq!(problems.len(), 3, "{text}");
+        assert!(text.contains("device `v100`"), "{text}");
+        assert!(
+            text.contains("feature `framework`: this model requires"),
+            "{text}"
+        );
+        assert!(text.contains("feature `batch_size`: clients"), "{text}");
+        let mut recast = spec();
+        recast.numeric.clear();
+        recast.categorical.push(CategoricalFeature {
+            name: "batch_size".into(),
+            vocabulary: Vec::new(),
+        });
+        let problems = replacement_problems(&meta(recast), &meta(spec()));
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("numeric for the serving model, categorical")),
+            "{problems:?}"
+        );
+    }
+}

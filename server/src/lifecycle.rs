@@ -1,0 +1,291 @@
+//! The serving model's lifecycle beyond one load: reloads single-flight for their whole
+//! duration (a second request for the model being loaded waits for that load and gets its
+//! outcome; one for another model is refused 409), the fallback to the repository's `previous`
+//! model when the configured one cannot be loaded at start, and the drain on SIGTERM
+//! (`/readyz` 503 while in-flight requests finish).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::Response;
+
+use crate::error::Failure;
+use crate::state::AppState;
+use crate::store::Change;
+
+/// The sibling of the configured model, in the model repository, that serves when the
+/// configured model cannot be loaded at start: the model the retraining CronJob replaced.
+pub const PREVIOUS: &str = "previous";
+
+/// What a finished load gives every request that waited for it.
+type Outcome = Option<Result<String, Failure>>;
+
+/// A reload under way: the folder it loads, the name requests see, and its outcome once known.
+#[derive(Debug)]
+struct InFlight {
+    dir: PathBuf,
+    /// `dir` resolved (a `current` link to its target), to compare requests.
+    resolved: PathBuf,
+    name: String,
+    done: tokio::sync::watch::Receiver<Outcome>,
+}
+
+/// Where the server stands beyond "a model is loaded".
+#[derive(Debug, Default)]
+pub struct Lifecycle {
+    /// Set on SIGTERM: `/readyz` answers 503 from then on.
+    draining: AtomicBool,
+    /// Why the configured model is not the one serving, while the repository's `previous`
+    /// serves instead: the configured model's load error (shown only with the token).
+    fallback: Mutex<Option<String>>,
+    /// The reload under way, if one is.
+    reload: Mutex<Option<InFlight>>,
+}
+
+impl Lifecycle {
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// The configured model's load error while `previous` serves in its place.
+    pub fn fallback(&self) -> Option<String> {
+        self.fallback.lock().ok().and_then(|f| f.clone())
+    }
+
+    pub(crate) fn set_fallback(&self, why: Option<String>) {
+        if let Ok(mut f) = self.fallback.lock() {
+            *f = why;
+        }
+    }
+
+    /// The lifecycle's lines of `/metrics`.
+    pub fn render(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "# HELP duet_model_fallback 1 while the model repository's `previous` model serves \
+             because the configured one could not be loaded at start."
+        );
+        let _ = writeln!(out, "# TYPE duet_model_fallback gauge");
+        let _ = writeln!(
+            out,
+            "duet_model_fallback {}",
+            u8::from(self.fallback().is_some())
+        );
+        let _ = writeln!(
+            out,
+            "# HELP duet_draining 1 after SIGTERM, while /readyz answers 503 and requests finish."
+        );
+        let _ = writeln!(out, "# TYPE duet_draining gauge");
+        let _ = writeln!(out, "duet_draining {}", u8::from(self.draining()));
+    }
+
+    /// The name of the model being loaded, if a reload is under way.
+    pub fn reloading(&self) -> Option<String> {
+        self.reload
+            .lock()
+            .ok()
+            .and_then(|r| r.as_ref().map(|f| f.name.clone()))
+    }
+}
+
+/// A folder with its links resolved, for comparing two requests; itself where it cannot be.
+fn resolved(dir: &Path) -> PathBuf {
+    std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// How a request names a model folder: its name in the repository (the folder's name).
+fn model_name(dir: &Path) -> String {
+    dir.file_name().map_or_else(
+        || dir.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+impl AppState {
+    /// The folder a reload that names no model reads: the configured model while `previous`
+    /// serves in its place (so that a fixed `current` is picked up), else the serving model's.
+    pub fn reload_target(&self) -> PathBuf {
+        if self.lifecycle.fallback().is_some() {
+            return self.config.model.clone();
+        }
+        self.model()
+            .map_or_else(|_| self.config.model.clone(), |m| m.dir.clone())
+    }
+
+    /// The repository's `previous` model, if there is one other than the configured model.
+    pub(crate) fn previous_model(&self) -> Option<PathBuf> {
+        let previous = self.config.repository().join(PREVIOUS);
+        let usable = previous.join(duet_model::artifact::MODEL_JSON).is_file()
+            && resolved(&previous) != resolved(&self.config.model);
+        usable.then_some(previous)
+    }
+
+    /// After the configured model failed its first load: serves the repository's `previous`
+    /// model instead, when there is one, and says so in `/readyz` (degraded) rather than
+    /// stopping the server; without one, or when it fails too, the server does not start.
+    pub(crate) async fn load_previous(
+        self: &Arc<Self>,
+        failed: Failure,
+        initial: Vec<Change>,
+    ) -> Result<String, Failure> {
+        let Some(previous) = self.previous_model() else {
+            return Err(failed);
+        };
+        tracing::error!(
+            model = %self.config.model.display(),
+            error = %failed.error,
+            previous = %previous.display(),
+            "the configured model cannot be loaded; serving the model repository's previous model"
+        );
+        // Marked before the swap, so that /readyz never calls the fallback plainly ready.
+        self.lifecycle.set_fallback(Some(failed.error.clone()));
+        match self.load_blocking(Some(previous), initial).await {
+            Ok(version) => Ok(version),
+            Err(second) => {
+                self.lifecycle.set_fallback(None);
+                Err(Failure::new(
+                    failed.status,
+                    format!(
+                        "{}; the model repository's `{PREVIOUS}` model cannot be loaded either: {}",
+                        failed.error, second.error
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Loads `dir` (the reload target when `None`) and swaps it in, single-flight for the
+    /// load's whole duration, whoever waits for it: the load runs in a task of its own, so a
+    /// request that gives up (its time limit, a client gone) leaves it running and holding the
+    /// slot. A request for the same folder meanwhile waits for that load and gets its outcome;
+    /// one for another folder is refused 409, naming the model being loaded.
+    pub async fn reload(self: &Arc<Self>, dir: Option<PathBuf>) -> Result<String, Failure> {
+        let dir = dir.unwrap_or_else(|| self.reload_target());
+        let key = resolved(&dir);
+        let mut done = {
+            let mut slot = self.lifecycle.reload.lock().map_err(|_| {
+                Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "reload lock poisoned")
+            })?;
+            match slot.as_ref() {
+                Some(f) if f.resolved == key => f.done.clone(),
+                Some(f) => {
+                    return Err(Failure::new(
+                        StatusCode::CONFLICT,
+                        format!(
+                            "model `{}` is being loaded; one reload at a time: retry `{}` when \
+                             that one ends",
+                            f.name,
+                            model_name(&dir)
+                        ),
+                    ));
+                }
+                None => {
+                    let (tx, rx) = tokio::sync::watch::channel(None);
+                    *slot = Some(InFlight {
+                        resolved: key,
+                        name: model_name(&dir),
+                        dir: dir.clone(),
+                        done: rx.clone(),
+                    });
+                    let state = self.clone();
+                    tokio::spawn(async move { state.run_reload(tx).await });
+                    rx
+                }
+            }
+        };
+        let outcome = done
+            .wait_for(Option::is_some)
+            .await
+            .map_err(|_| {
+                Failure::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the reload ended without an outcome",
+                )
+            })?
+            .clone();
+        outcome.unwrap_or_else(|| {
+            Err(Failure::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the reload ended without an outcome",
+            ))
+        })
+    }
+
+    /// The load of the reload in the slot: after the first load (never beside it), counted and
+    /// logged; the slot is freed and the outcome published together.
+    async fn run_reload(self: Arc<Self>, tx: tokio::sync::watch::Sender<Outcome>) {
+        let dir = match self.lifecycle.reload.lock() {
+            Ok(slot) => slot.as_ref().map(|f| f.dir.clone()),
+            Err(_) => None,
+        };
+        let result = match dir {
+            Some(dir) => {
+                let _first = self.reloading.lock().await;
+                let result = self.load_blocking(Some(dir), Vec::new()).await;
+                // A model a reload chose serves now: the fallback is over.
+                if result.is_ok() {
+                    self.lifecycle.set_fallback(None);
+                }
+                result
+            }
+            None => Err(Failure::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "reload lock poisoned",
+            )),
+        };
+        self.metrics.reload(result.is_ok());
+        match &result {
+            Ok(version) => tracing::info!(version = %version, "model reloaded"),
+            Err(f) => {
+                tracing::error!(error = %f.error, "model reload failed; the previous model keeps serving");
+            }
+        }
+        let mut slot = self.lifecycle.reload.lock();
+        if let Ok(slot) = slot.as_mut() {
+            **slot = None;
+        }
+        let _ = tx.send(Some(result));
+    }
+}
+
+/// While draining, every answer asks its client to close the connection, so that keep-alive
+/// clients reconnect (to another replica) instead of sending on a connection about to close.
+pub async fn close_when_draining(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let mut response = next.run(request).await;
+    if state.lifecycle.draining() {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// The drain after SIGTERM: `/readyz` answers 503 at once (the Service stops routing here),
+/// requests keep being served for `drain`, then the listener closes and in-flight requests
+/// finish. A second SIGTERM or Ctrl-C cuts the wait short.
+pub async fn drain(state: &AppState, drain: Duration, again: impl Future<Output = ()>) {
+    state.lifecycle.start_draining();
+    tracing::info!(
+        drain_s = drain.as_secs_f64(),
+        "shutting down: /readyz answers 503; closing the listener after the drain (--drain-seconds)"
+    );
+    tokio::select! {
+        () = tokio::time::sleep(drain) => {}
+        () = again => tracing::info!("signalled again: closing now"),
+    }
+    tracing::info!("closing the listener; finishing in-flight requests");
+}
