@@ -223,6 +223,9 @@ fn a_current_model_that_fails_at_restart_serves_previous_degraded() {
     assert!(server.stop(Duration::from_secs(30)).success());
 }
 
+/// A prediction sent under load: when it was sent, when it was answered, its status or error.
+type Sent = (Instant, Instant, Result<u16, String>);
+
 #[cfg(unix)]
 #[test]
 fn sigterm_under_load_fails_no_request_and_readiness_turns_first() {
@@ -244,7 +247,7 @@ fn sigterm_under_load_fails_no_request_and_readiness_turns_first() {
     let body = Arc::new(json!({"gpu": "v100", "pairs": pairs}));
     let stop = Arc::new(AtomicBool::new(false));
     // (sent at, finished at, status or error) of every prediction.
-    let results: Arc<Mutex<Vec<(Instant, Instant, Result<u16, String>)>>> = Arc::default();
+    let results: Arc<Mutex<Vec<Sent>>> = Arc::default();
     let url = server.url("/v1/predict");
     // Three clients: within the default bounds of work in flight and waiting on two cores.
     let load: Vec<_> = (0..3)
