@@ -308,12 +308,40 @@ pub struct ServeArgs {
     /// Device of pairs that name none (default: the model's only device, if it has one).
     #[arg(long)]
     pub gpu: Option<String>,
-    /// Largest request body accepted, bytes.
-    #[arg(long, default_value_t = 64 * 1024 * 1024)]
-    pub max_body_bytes: usize,
-    /// Most pairs in one prediction request.
+    /// Largest request body accepted, bytes (default: 256 per --max-pairs pair, room for
+    /// every pair's features inline, and 64 KiB). A larger body is answered 413 before it is
+    /// read.
+    #[arg(long)]
+    pub max_body_bytes: Option<usize>,
+    /// Most pairs in one prediction request (counted while the body is parsed).
     #[arg(long, default_value_t = 100_000)]
     pub max_pairs: usize,
+    /// Most rows in one KServe `/v2/models/{name}/infer` request (default: two per
+    /// --max-pairs pair, as a pair is two rows).
+    #[arg(long)]
+    pub max_infer_rows: Option<usize>,
+    /// Most observations in one `POST /v1/observations` request.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_observations: usize,
+    /// Requests whose model work (predict, infer, observations, drift) runs at once (default:
+    /// one per core).
+    #[arg(long)]
+    pub max_inflight: Option<usize>,
+    /// Requests that may wait for a place of model work (default: one per core); beyond
+    /// these and --max-inflight, requests are answered 503 at once with Retry-After.
+    #[arg(long)]
+    pub max_queue: Option<usize>,
+    /// Seconds a connection has to send a request's whole header, from its opening or the end
+    /// of its previous answer (an idle keep-alive connection is closed then too).
+    #[arg(long, default_value_t = 5.0)]
+    pub header_timeout: f64,
+    /// Seconds a request's body may pause before it is cut off (408).
+    #[arg(long, default_value_t = 10.0)]
+    pub idle_timeout: f64,
+    /// Client connections open at once; more are closed on arrival, except probes (health,
+    /// readiness, metrics), which have a reserve of 16 beyond it.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
     /// Seconds a request may take before it is answered 503.
     #[arg(long, default_value_t = 30.0)]
     pub request_timeout: f64,
@@ -375,7 +403,7 @@ pub struct ObserveArgs {
     /// File holding the bearer token the server's writes need (also `DUET_TOKEN`).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
-    /// Observations per request (at most the server's --max-pairs).
+    /// Observations per request (at most the server's --max-observations).
     #[arg(long, default_value_t = 1000)]
     pub batch: usize,
     /// Seconds to wait for each answer.

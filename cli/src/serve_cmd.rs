@@ -75,9 +75,28 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if !(args.drain_seconds >= 0.0 && args.drain_seconds <= 3600.0) {
         bail!("--drain-seconds must be a number of seconds from 0 to 3600");
     }
-    if args.max_pairs == 0 || args.max_body_bytes == 0 {
+    if args.max_pairs == 0 || args.max_body_bytes == Some(0) {
         bail!("--max-pairs and --max-body-bytes must be positive");
     }
+    for (flag, n) in [
+        ("--max-infer-rows", args.max_infer_rows),
+        ("--max-observations", Some(args.max_observations)),
+        ("--max-inflight", args.max_inflight),
+        ("--max-connections", Some(args.max_connections)),
+    ] {
+        if n == Some(0) {
+            bail!("{flag} must be at least 1");
+        }
+    }
+    let seconds = |flag: &str, s: f64| -> Result<Duration> {
+        if s > 0.0 && s.is_finite() && s <= 3600.0 {
+            Ok(Duration::from_secs_f64(s))
+        } else {
+            bail!("{flag} must be a number of seconds above 0 and at most 3600")
+        }
+    };
+    let header_timeout = seconds("--header-timeout", args.header_timeout)?;
+    let idle_timeout = seconds("--idle-timeout", args.idle_timeout)?;
     let json_logs = match args.log_format.as_str() {
         "text" => false,
         "json" => true,
@@ -100,8 +119,19 @@ pub fn run(args: ServeArgs) -> Result<()> {
         token: read_token(args.token_file.as_deref())?.map(duet_server::auth::Token::from),
         protect_reads: args.protect_reads,
         gpu: args.gpu,
-        max_body_bytes: args.max_body_bytes,
+        max_body_bytes: args
+            .max_body_bytes
+            .unwrap_or_else(|| Config::body_bytes_for(args.max_pairs)),
         max_pairs: args.max_pairs,
+        max_infer_rows: args
+            .max_infer_rows
+            .unwrap_or_else(|| args.max_pairs.saturating_mul(2)),
+        max_observations: args.max_observations,
+        max_inflight: args.max_inflight.unwrap_or_else(duet_server::state::cores),
+        max_queue: args.max_queue.unwrap_or_else(duet_server::state::cores),
+        header_timeout,
+        idle_timeout,
+        max_connections: args.max_connections,
         request_timeout: Duration::from_secs_f64(args.request_timeout),
         model_repo: args.model_repo,
         drain: Duration::from_secs_f64(args.drain_seconds),

@@ -41,8 +41,9 @@ impl Entry {
     }
 }
 
-/// The registry in memory.
-#[derive(Debug, Default)]
+/// The registry in memory. Cloned to build the next version of a server's registry aside
+/// while the current one keeps answering.
+#[derive(Debug, Default, Clone)]
 pub struct Registry {
     /// The model's dataset workloads, as loaded.
     seeds: BTreeMap<String, RegisteredWorkload>,

@@ -65,7 +65,7 @@ fn bench(c: &mut Criterion) {
     for engine in engines {
         let state = state(engine);
         let ids: Vec<String> = {
-            let guard = state.serving.read().expect("lock");
+            let guard = state.serving.load_full();
             let serving = guard.as_ref().expect("loaded");
             serving
                 .registry

@@ -33,7 +33,7 @@ fn main() {
     .expect("state");
     state.load_model(None, Vec::new()).expect("model");
     let ids: Vec<String> = {
-        let guard = state.serving.read().expect("lock");
+        let guard = state.serving.load_full();
         let s = guard.as_ref().expect("loaded");
         s.registry
             .list()
@@ -63,7 +63,7 @@ fn main() {
         let request: PredictRequest = error::parse_json(&body).expect("parse");
         let s1 = Instant::now();
         let (model, inputs) = {
-            let guard = state.serving.read().expect("lock");
+            let guard = state.serving.load_full();
             let s = guard.as_ref().expect("loaded");
             let inputs = predict::encode(&s.model, &s.registry, &request, None).expect("encode");
             let kinds = predict::kinds(&s.model.meta.spec, &s.model.meta.calibration, &inputs);

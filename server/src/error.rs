@@ -13,6 +13,8 @@ pub struct Failure {
     pub status: StatusCode,
     pub error: String,
     pub field: Option<String>,
+    /// Already logged (and counted) where it happened: the request log does not repeat it.
+    pub logged: bool,
 }
 
 impl Failure {
@@ -21,6 +23,7 @@ impl Failure {
             status,
             error: error.into(),
             field: None,
+            logged: false,
         }
     }
 
@@ -30,6 +33,7 @@ impl Failure {
             status: StatusCode::UNPROCESSABLE_ENTITY,
             error: error.into(),
             field: Some(field.into()),
+            logged: false,
         }
     }
 
@@ -61,13 +65,18 @@ impl From<ModelError> for Failure {
             status,
             error: e.message,
             field: e.field,
+            logged: false,
         }
     }
 }
 
 impl IntoResponse for Failure {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
+        let mut response = (self.status, Json(self.body())).into_response();
+        if self.logged {
+            response.extensions_mut().insert(crate::shed::Logged);
+        }
+        response
     }
 }
 
@@ -80,7 +89,9 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Fai
     }
 }
 
-fn parse_json_tracked<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Failure> {
+pub(crate) fn parse_json_tracked<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<T, Failure> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -94,6 +105,7 @@ fn parse_json_tracked<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T,
             status,
             error: format!("invalid JSON body: {inner}"),
             field: (path != ".").then_some(path),
+            logged: false,
         }
     })?;
     de.end()
@@ -110,7 +122,24 @@ pub fn body_failure(e: &BytesRejection, limit: usize) -> Failure {
                 "the body is larger than the server's limit of {limit} bytes (--max-body-bytes)"
             ),
         )
+    } else if stalled(e) {
+        Failure::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "the body stopped arriving for longer than the server allows (--idle-timeout)",
+        )
     } else {
         Failure::new(e.status(), format!("cannot read the body: {e}"))
     }
+}
+
+/// Whether the body was cut off by the pause limit (`--idle-timeout`).
+fn stalled(e: &BytesRejection) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
@@ -16,7 +17,9 @@ use duet_model::onnx::{INPUT, OUTPUT};
 use serde::{Deserialize, Serialize};
 
 use crate::auth::authorize_read;
-use crate::error::{Failure, parse_json};
+use crate::bounded::Refused;
+use crate::error::{Failure, body_failure};
+use crate::shed::Work;
 use crate::state::{AppState, not_ready};
 
 /// The largest magnitude of an encoded input: standardised features are a few units, so this
@@ -37,7 +40,11 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v2/health/ready", get(ready))
         .route("/v2/models/{name}", get(metadata))
         .route("/v2/models/{name}/ready", get(model_ready))
-        .route("/v2/models/{name}/infer", post(infer))
+}
+
+/// `infer`, which runs the model: behind the limit of work in flight.
+pub fn infer_routes() -> Router<Arc<AppState>> {
+    Router::new().route("/v2/models/{name}/infer", post(infer))
 }
 
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -154,6 +161,8 @@ pub struct InferTensor {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub parameters: Option<serde_json::Value>,
+    /// Counted while parsed: the value past `--max-infer-rows` rows ends the parse.
+    #[serde(deserialize_with = "crate::bounded::vec")]
     pub data: Vec<f32>,
 }
 duet_core::object_only!(InferTensor);
@@ -212,7 +221,7 @@ fn check_tensor(input: &InferTensor, width: usize, max_rows: usize) -> Result<us
     if rows > max_rows {
         return Err(Failure::field(
             "inputs[0].shape",
-            format!("{rows} rows is over the server's limit of {max_rows}"),
+            format!("{rows} rows is over the server's limit of {max_rows} (--max-infer-rows)"),
         )
         .with_status(StatusCode::PAYLOAD_TOO_LARGE));
     }
@@ -251,30 +260,51 @@ fn check_tensor(input: &InferTensor, width: usize, max_rows: usize) -> Result<us
     (status = 404, body = duet_core::api::ApiError, description = "no model of that name"),
     (status = 413, body = duet_core::api::ApiError, description = "over the body or rows limit"),
     (status = 422, body = duet_core::api::ApiError, description = "a tensor the model cannot take (name, type, shape, data length, a non-finite value)"),
-    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or over the time limit")))]
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, over the time limit, or over the limit of work in flight and waiting (`Retry-After` says when to retry)")))]
 pub async fn infer(
     State(state): State<Arc<AppState>>,
+    Extension(work): Extension<Work>,
     headers: HeaderMap,
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<InferResponse>, Failure> {
     authorize_read(&state, &headers)?;
     let model = named(&state, &name)?;
-    let body = body.map_err(|e| Failure::new(e.status(), format!("cannot read the body: {e}")))?;
-    let max_rows = state.config.max_pairs * 2;
+    let body = body.map_err(|e| body_failure(&e, state.config.max_body_bytes))?;
+    let max_rows = state.config.max_infer_rows;
+    let worker = state.clone();
     tokio::task::spawn_blocking(move || {
-        let request: InferRequest = parse_json(&body)?;
-        let [input] = request.inputs.as_slice() else {
+        let width = model.meta.spec.pair_width();
+        // Every tensor's values count: more than the rows limit allows ends the parse there.
+        let budget = max_rows.saturating_mul(width);
+        let request: InferRequest = match crate::bounded::parse(&body, budget) {
+            Ok(r) => r,
+            Err(Refused::OverLimit) => {
+                return Err(Failure::field(
+                    "inputs[0].data",
+                    format!(
+                        "more than {budget} values ({max_rows} rows of {width}): over the \
+                         server's limit of {max_rows} rows (--max-infer-rows)"
+                    ),
+                )
+                .with_status(StatusCode::PAYLOAD_TOO_LARGE));
+            }
+            Err(Refused::Invalid(f)) => return Err(f),
+        };
+        drop(body);
+        let InferRequest { id, mut inputs, .. } = request;
+        if inputs.len() != 1 {
             return Err(Failure::field(
                 "inputs",
-                format!(
-                    "one input tensor `{INPUT}` expected, got {}",
-                    request.inputs.len()
-                ),
+                format!("one input tensor `{INPUT}` expected, got {}", inputs.len()),
             ));
-        };
-        let rows = check_tensor(input, model.meta.spec.pair_width(), max_rows)?;
-        let data = model.engine.run(input.data.clone()).map_err(|e| {
+        }
+        let input = inputs.remove(0);
+        let rows = check_tensor(&input, width, max_rows)?;
+        if work.cancelled().load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(worker.metrics.guards.gave_up());
+        }
+        let data = model.engine.run(input.data).map_err(|e| {
             Failure::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("inference failed: {e}"),
@@ -285,7 +315,7 @@ pub async fn infer(
         Ok(Json(InferResponse {
             model_name: model.meta.name.clone(),
             model_version: model.version().to_string(),
-            id: request.id,
+            id,
             outputs: vec![InferTensor {
                 name: OUTPUT.into(),
                 shape,
@@ -296,10 +326,5 @@ pub async fn infer(
         }))
     })
     .await
-    .map_err(|e| {
-        Failure::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("inference panicked: {e}"),
-        )
-    })?
+    .map_err(|e| state.metrics.guards.join_failure(&e, "inference"))?
 }

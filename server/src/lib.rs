@@ -8,15 +8,18 @@
 //! `--drain-seconds` more, then the listener closes and in-flight requests finish.
 
 pub mod auth;
+pub mod bounded;
 pub mod drift;
 pub mod error;
 pub mod kserve;
 pub mod lifecycle;
+pub mod listen;
 pub mod metrics;
 pub mod observations;
 pub mod openapi;
 pub mod router;
 pub mod routes;
+pub mod shed;
 pub mod state;
 pub mod store;
 pub mod sync;
@@ -64,8 +67,7 @@ pub async fn serve(config: Config, listener: tokio::net::TcpListener) -> Result<
             () = failed => {}
         }
     };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+    listen::serve(listener, app, &state, shutdown)
         .await
         .map_err(|e| e.to_string())?;
     if state.is_ready() {

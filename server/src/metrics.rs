@@ -82,6 +82,9 @@ pub struct Metrics {
     observations: Mutex<BTreeMap<&'static str, u64>>,
     /// (gpu, mode or `solo`) -> what was stored and scored on arrival
     observed: Mutex<BTreeMap<(String, String), Observed>>,
+    /// What the guards refused or stopped (shed, timed out, panicked, over the connection
+    /// limit); rendered with the limiter's gauges by `Counters::render`.
+    pub guards: crate::shed::Counters,
 }
 
 /// Stored observations of one device and mode, scored on arrival by the model then serving.
@@ -125,6 +128,7 @@ impl Default for Metrics {
             reload_failures: AtomicU64::new(0),
             observations: Mutex::default(),
             observed: Mutex::default(),
+            guards: crate::shed::Counters::default(),
         }
     }
 }

@@ -158,7 +158,7 @@ fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
             "type": ["string", "null"], "enum": optional,
             "description": "a sharing mode the loaded model was trained on; absent for a solo run"});
     }
-    observation_schema(schemas, share, config.max_pairs);
+    observation_schema(schemas, share, config.max_observations);
     let request = &mut schemas["PredictRequest"];
     request["properties"]["pairs"]["minItems"] = json!(1);
     request["properties"]["pairs"]["maxItems"] = json!(config.max_pairs);
@@ -215,7 +215,7 @@ fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
         json!({"oneOf": [schema_ref("ReloadRequest"), {"type": "null"}]});
     // KServe: one FP32 input tensor `pairs` of shape [rows, width].
     let width = model.map(|m| m.meta.spec.pair_width());
-    let max_rows = config.max_pairs * 2;
+    let max_rows = config.max_infer_rows;
     let schemas = &mut doc["components"]["schemas"];
     schemas["InferRequest"]["properties"]["inputs"]["minItems"] = json!(1);
     schemas["InferRequest"]["properties"]["inputs"]["maxItems"] = json!(1);
@@ -235,6 +235,9 @@ fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
         "items": {"type": "number", "minimum": -crate::kserve::MAX_INPUT,
                   "maximum": crate::kserve::MAX_INPUT},
         "description": "rows x width values, row-major"});
+    if let Some(w) = width {
+        input["properties"]["data"]["maxItems"] = json!(max_rows.saturating_mul(w));
+    }
     schemas["InferInput"] = input;
     // Links: a registered workload can be read and deleted by the id it was put under.
     let by_id = json!({"id": "$request.path.id"});

@@ -2,51 +2,80 @@
 //! metrics, panics caught, the request timeout, the body limit).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::error::Failure;
 use crate::state::AppState;
-use crate::{kserve, openapi, routes};
+use crate::{kserve, openapi, routes, shed};
 
 /// The whole app with its middleware.
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.config.max_body_bytes;
-    let timeout = state.config.request_timeout;
+    let panics = state.clone();
+    // The routes that run the model hold one of the limited places of work while they run.
+    let admitted = |routes: Router<Arc<AppState>>| {
+        routes.route_layer(middleware::from_fn_with_state(state.clone(), shed::admit))
+    };
     Router::new()
         .merge(routes::health::routes())
-        .merge(routes::predict::routes())
+        .merge(
+            routes::predict::routes().route_layer(middleware::from_fn_with_state(
+                state.clone(),
+                shed::admit_unless_small,
+            )),
+        )
         .merge(routes::workloads::routes())
         .merge(routes::models::routes())
-        .merge(routes::observations::routes())
+        .merge(admitted(routes::observations::routes()))
         .merge(routes::limits::routes())
         .merge(kserve::routes())
+        .merge(admitted(kserve::infer_routes()))
         .merge(openapi::routes())
         .fallback(fallback)
+        // A body that stops arriving for --idle-timeout is cut off (the innermost layer: it
+        // changes the body's type, which only the routes themselves take as it is).
+        .layer(RequestBodyTimeoutLayer::new(state.config.idle_timeout))
+        .layer(CatchPanicLayer::custom(
+            move |panic: Box<dyn std::any::Any + Send + 'static>| panicked(&panics, &*panic),
+        ))
+        .layer(middleware::from_fn_with_state(state.clone(), time_limit))
+        .layer(middleware::from_fn_with_state(state.clone(), body_limit))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         // While draining, every answer asks its client to close the connection.
         .layer(middleware::from_fn_with_state(
             state.clone(),
             crate::lifecycle::close_when_draining,
         ))
-        .layer(CatchPanicLayer::custom(panicked))
-        .layer(middleware::from_fn_with_state(timeout, time_limit))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }
 
-fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
-    tracing::error!("a request handler panicked");
-    Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
+/// A handler's panic, caught: counted and logged once, answered 500.
+fn panicked(state: &AppState, panic: &(dyn std::any::Any + Send)) -> Response {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    tracing::error!(panic = %what, "a request handler panicked");
+    state.metrics.guards.panics.fetch_add(1, Ordering::Relaxed);
+    let mut response =
+        Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response();
+    response.extensions_mut().insert(shed::Logged);
+    response
 }
 
-/// Counts and times every request by its route pattern.
+/// Counts and times every request by its route pattern; logs a server error once (unless
+/// what caused it already did).
 async fn observe(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let route = request
         .extensions()
@@ -58,10 +87,31 @@ async fn observe(State(state): State<Arc<AppState>>, request: Request, next: Nex
     state
         .metrics
         .request(&route, status.as_u16(), start.elapsed().as_secs_f64());
-    if status.is_server_error() {
+    if status.is_server_error() && response.extensions().get::<shed::Logged>().is_none() {
         tracing::warn!(route = %route, status = status.as_u16(), "request failed");
     }
     response
+}
+
+/// Answers 413 at once, before reading a byte of it, for a body whose declared length is over
+/// `--max-body-bytes` (one without a length is cut off where it passes the limit).
+async fn body_limit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let limit = state.config.max_body_bytes;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Failure::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the body is larger than the server's limit of {limit} bytes (--max-body-bytes)"
+            ),
+        )
+        .into_response();
+    }
+    next.run(request).await
 }
 
 async fn fallback() -> Failure {
@@ -71,17 +121,33 @@ async fn fallback() -> Failure {
     )
 }
 
-/// Answers 503 naming the limit when a request takes longer than `--request-timeout`.
-async fn time_limit(State(limit): State<Duration>, request: Request, next: Next) -> Response {
+/// Answers 503 naming the limit when a request takes longer than `--request-timeout`; the
+/// work behind it is dropped (model work stops at its next chunk). Counted and logged once.
+async fn time_limit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let limit = state.config.request_timeout;
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     match tokio::time::timeout(limit, next.run(request)).await {
         Ok(response) => response,
-        Err(_) => Failure::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "the request took longer than the server's limit of {} s (--request-timeout)",
-                limit.as_secs_f64()
-            ),
-        )
-        .into_response(),
+        Err(_) => {
+            state
+                .metrics
+                .guards
+                .timeouts
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(route = %route, limit_s = limit.as_secs_f64(), "request timed out");
+            let mut response = Failure::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the request took longer than the server's limit of {} s (--request-timeout)",
+                    limit.as_secs_f64()
+                ),
+            )
+            .into_response();
+            response.extensions_mut().insert(shed::Logged);
+            response
+        }
     }
 }

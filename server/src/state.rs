@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
+
 use axum::http::StatusCode;
 use duet_core::api::{RegisteredWorkload, WorkloadBody};
 use duet_model::{EngineKind, LoadedModel, Registry};
@@ -32,8 +34,24 @@ pub struct Config {
     pub protect_reads: bool,
     /// The device of pairs that name none.
     pub gpu: Option<String>,
+    /// Largest request body (`--max-body-bytes`); by default `body_bytes_for(max_pairs)`.
     pub max_body_bytes: usize,
     pub max_pairs: usize,
+    /// Rows of one KServe `infer` request (`--max-infer-rows`; a pair is two rows).
+    pub max_infer_rows: usize,
+    /// Observations in one `POST /v1/observations` (`--max-observations`).
+    pub max_observations: usize,
+    /// Requests whose model work runs at once (`--max-inflight`), and requests that may wait
+    /// for one of those places (`--max-queue`); beyond both, 503 with `Retry-After`.
+    pub max_inflight: usize,
+    pub max_queue: usize,
+    /// Time a connection has to send a request's whole header, from its opening or the end of
+    /// its previous answer (`--header-timeout`): an idle keep-alive connection closes then too.
+    pub header_timeout: Duration,
+    /// Longest pause in a request's body (`--idle-timeout`): the body is then cut off (408).
+    pub idle_timeout: Duration,
+    /// Client connections at once (`--max-connections`); probes have a reserve beyond it.
+    pub max_connections: usize,
     pub request_timeout: Duration,
     /// The folder whose subfolders are the models a client may reload by name; `None`: the
     /// parent of `model`.
@@ -52,12 +70,28 @@ impl Config {
             token: None,
             protect_reads: false,
             gpu: None,
-            max_body_bytes: 64 * 1024 * 1024,
+            max_body_bytes: Config::body_bytes_for(100_000),
             max_pairs: 100_000,
+            max_infer_rows: 200_000,
+            max_observations: 10_000,
+            max_inflight: cores(),
+            max_queue: cores(),
+            header_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(10),
+            max_connections: 1024,
             request_timeout: Duration::from_secs(30),
             model_repo: None,
             drain: Duration::from_secs(5),
         }
+    }
+
+    /// The default body limit for `max_pairs`: room for every pair with its jobs' features
+    /// inline (about 170 bytes with the shipped model's features; an id pair about 80), and
+    /// for the rest of the request.
+    pub fn body_bytes_for(max_pairs: usize) -> usize {
+        max_pairs
+            .saturating_mul(BODY_BYTES_PER_PAIR)
+            .saturating_add(64 * 1024)
     }
 
     /// The model repository: `model_repo`, else the folder that holds `model`.
@@ -124,8 +158,16 @@ impl Config {
     }
 }
 
+/// Bytes of body allowed per pair by default (`Config::body_bytes_for`).
+pub const BODY_BYTES_PER_PAIR: usize = 256;
+
+/// The cores this process may use (its cgroup's CPU limit included).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
 /// The loaded model and the registry encoded for it; swapped together on reload.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Serving {
     pub model: Arc<LoadedModel>,
     pub registry: Registry,
@@ -149,7 +191,11 @@ impl Serving {
 #[derive(Debug)]
 pub struct AppState {
     pub config: Config,
-    pub serving: RwLock<Option<Serving>>,
+    /// Readers take a snapshot without a lock; writers build the next one aside and swap it
+    /// in (`rcu`: a write that raced another is built again on the newer one).
+    pub serving: ArcSwapOption<Serving>,
+    /// The places of model work in flight and waiting (`--max-inflight`, `--max-queue`).
+    pub limiter: crate::shed::Limiter,
     pub store: RegistryStore,
     /// Where the registry stands against the store.
     pub sync: SyncStatus,
@@ -172,8 +218,9 @@ impl AppState {
         let store = RegistryStore::open(config.state.as_ref())?;
         Ok(Arc::new(AppState {
             model_dir: RwLock::new(config.model.clone()),
+            limiter: crate::shed::Limiter::new(config.max_inflight, config.max_queue),
             config,
-            serving: RwLock::new(None),
+            serving: ArcSwapOption::empty(),
             store,
             sync: SyncStatus::default(),
             metrics: Metrics::default(),
@@ -188,18 +235,10 @@ impl AppState {
         self.ready.load(Ordering::Acquire)
     }
 
-    pub(crate) fn read(&self) -> Result<std::sync::RwLockReadGuard<'_, Option<Serving>>, Failure> {
-        self.serving
-            .read()
-            .map_err(|_| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "state lock poisoned"))
-    }
-
-    pub(crate) fn write(
-        &self,
-    ) -> Result<std::sync::RwLockWriteGuard<'_, Option<Serving>>, Failure> {
-        self.serving
-            .write()
-            .map_err(|_| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "state lock poisoned"))
+    /// A snapshot of the serving model and registry (`None` before the first load); it stays
+    /// whole while its holder uses it, whatever is swapped in meanwhile.
+    pub(crate) fn read(&self) -> Result<Option<Arc<Serving>>, Failure> {
+        Ok(self.serving.load_full())
     }
 
     /// The loaded model, or 503 while none is.
@@ -236,22 +275,35 @@ impl AppState {
                 )
             })?;
         let model = Arc::new(loaded);
-        let mut serving = self.write()?;
-        let (registry, applied, warnings) = match serving.as_ref() {
-            Some(current) => {
-                let (registry, warnings) = current.registry.rebuild(&model);
-                (registry, current.applied.clone(), warnings)
-            }
-            // The first load: the client entries come from the store.
-            None => {
-                let applied: HashMap<String, i64> =
-                    initial.iter().map(|c| (c.id.clone(), c.seq)).collect();
-                let client: BTreeMap<String, Option<_>> =
-                    initial.into_iter().map(|c| (c.id, c.body)).collect();
-                let (registry, warnings) = Registry::build(&model, client);
-                (registry, applied, warnings)
-            }
-        };
+        // The next snapshot is built aside and swapped in; a registry write that lands
+        // meanwhile makes it be built again over that write.
+        let mut warnings = Vec::new();
+        let previous = self.serving.rcu(|serving| {
+            let (registry, applied, w) = match serving.as_ref() {
+                Some(current) => {
+                    let (registry, w) = current.registry.rebuild(&model);
+                    (registry, current.applied.clone(), w)
+                }
+                // The first load: the client entries come from the store.
+                None => {
+                    let applied: HashMap<String, i64> =
+                        initial.iter().map(|c| (c.id.clone(), c.seq)).collect();
+                    let client: BTreeMap<String, Option<_>> = initial
+                        .iter()
+                        .map(|c| (c.id.clone(), c.body.clone()))
+                        .collect();
+                    let (registry, w) = Registry::build(&model, client);
+                    (registry, applied, w)
+                }
+            };
+            warnings = w;
+            Some(Arc::new(Serving {
+                model: model.clone(),
+                registry,
+                applied,
+            }))
+        });
+        drop(previous);
         for w in warnings {
             tracing::warn!(model = %dir.display(), "{w}");
         }
@@ -260,16 +312,10 @@ impl AppState {
             model = %dir.display(),
             version = %version,
             engine = %model.engine.kind(),
-            workloads = registry.len(),
+            workloads = self.read()?.as_ref().map_or(0, |s| s.registry.len()),
             "model loaded"
         );
-        *serving = Some(Serving {
-            model,
-            registry,
-            applied,
-        });
-        drop(serving);
-        // The drift windows are rescored under a read lock: predictions go on meanwhile.
+        // The drift windows are rescored on a snapshot: predictions go on meanwhile.
         if let Ok(guard) = self.read()
             && let Some(s) = guard.as_ref()
         {
@@ -418,12 +464,15 @@ impl AppState {
         if changes.is_empty() {
             return Ok(());
         }
-        let mut guard = self.write()?;
-        if let Some(serving) = guard.as_mut() {
-            for change in changes {
-                serving.apply(change);
-            }
-        }
+        self.serving.rcu(|serving| {
+            serving.as_ref().map(|current| {
+                let mut next = Serving::clone(current);
+                for change in &changes {
+                    next.apply(change.clone());
+                }
+                Arc::new(next)
+            })
+        });
         Ok(())
     }
 

@@ -21,6 +21,7 @@ async fn app_on(state_file: &std::path::Path) -> (Router, Arc<AppState>) {
         token: Some(TOKEN.into()),
         state: Some(StateLocation::Sqlite(state_file.to_path_buf())),
         max_pairs: 50,
+        max_observations: 50,
         ..Config::new(model_dir())
     })
     .expect("state");
@@ -149,7 +150,7 @@ async fn each_observation_is_checked_alone_stored_once_and_kept() {
     assert!(
         over["error"]
             .as_str()
-            .is_some_and(|e| e.contains("--max-pairs"))
+            .is_some_and(|e| e.contains("--max-observations"))
     );
 
     let text = metrics(&app).await;

@@ -20,14 +20,34 @@ pub fn routes() -> Router<Arc<AppState>> {
 /// The server's limits, as its flags set them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Limits {
-    /// Largest request body, bytes (`--max-body-bytes`); larger bodies are answered 413.
+    /// Largest request body, bytes (`--max-body-bytes`; by default 256 per pair of
+    /// `--max-pairs` and 64 KiB); a larger body is answered 413, before it is read when its
+    /// length is declared.
     pub max_body_bytes: usize,
-    /// Most pairs in one `/v1/predict` request, and observations in one `/v1/observations`
-    /// request (`--max-pairs`); more are answered 413. The
-    /// KServe `infer` route takes twice as many rows (each pair is two rows).
+    /// Most pairs in one `/v1/predict` request (`--max-pairs`); more are answered 413, counted
+    /// while the body is parsed.
     pub max_pairs: usize,
+    /// Most rows in one KServe `infer` request (`--max-infer-rows`; a pair is two rows); more
+    /// are answered 413.
+    pub max_infer_rows: usize,
+    /// Most observations in one `/v1/observations` request (`--max-observations`); more are
+    /// answered 413.
+    pub max_observations: usize,
+    /// Requests whose model work (predict, infer, observations, drift) runs at once
+    /// (`--max-inflight`).
+    pub max_inflight: usize,
+    /// Requests that may wait for a place of model work (`--max-queue`); beyond both, 503 at
+    /// once with `Retry-After`.
+    pub max_queue: usize,
     /// Seconds a request may take (`--request-timeout`); a slower one is answered 503.
     pub request_timeout_s: f64,
+    /// Seconds a connection has to send a request's header (`--header-timeout`); it is closed
+    /// then, and so is a keep-alive connection idle that long.
+    pub header_timeout_s: f64,
+    /// Seconds a request's body may pause (`--idle-timeout`); it is answered 408 then.
+    pub idle_timeout_s: f64,
+    /// Client connections open at once (`--max-connections`), besides a reserve for probes.
+    pub max_connections: usize,
     /// Longest workload id.
     pub max_workload_id_length: usize,
 }
@@ -40,10 +60,18 @@ pub async fn limits(
     headers: HeaderMap,
 ) -> Result<Json<Limits>, Failure> {
     authorize_read(&state, &headers)?;
+    let c = &state.config;
     Ok(Json(Limits {
-        max_body_bytes: state.config.max_body_bytes,
-        max_pairs: state.config.max_pairs,
-        request_timeout_s: state.config.request_timeout.as_secs_f64(),
+        max_body_bytes: c.max_body_bytes,
+        max_pairs: c.max_pairs,
+        max_infer_rows: c.max_infer_rows,
+        max_observations: c.max_observations,
+        max_inflight: c.max_inflight,
+        max_queue: c.max_queue,
+        request_timeout_s: c.request_timeout.as_secs_f64(),
+        header_timeout_s: c.header_timeout.as_secs_f64(),
+        idle_timeout_s: c.idle_timeout.as_secs_f64(),
+        max_connections: c.max_connections,
         max_workload_id_length: duet_model::registry::MAX_ID,
     }))
 }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Query, State};
@@ -14,8 +15,10 @@ use duet_core::api::{DriftReport, ObservationRecord, ObservationsAnswer, Rejecte
 use serde::Deserialize;
 
 use crate::auth::{authorize_read, authorize_write};
-use crate::error::{Failure, body_failure, parse_json};
+use crate::bounded::Refused;
+use crate::error::{Failure, body_failure};
 use crate::observations::{Receipt, check};
+use crate::shed::Work;
 use crate::state::{AppState, not_ready};
 use crate::store::{OBSERVATION_PAGE, Put, Store};
 
@@ -29,6 +32,8 @@ pub fn routes() -> Router<Arc<AppState>> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Batch {
+    /// Counted while parsed: the item past `--max-observations` ends the parse.
+    #[serde(deserialize_with = "crate::bounded::vec")]
     observations: Vec<serde_json::Value>,
 }
 
@@ -50,40 +55,50 @@ fn server_name() -> &'static str {
     (status = 200, body = ObservationsAnswer, description = "every observation stored, or stored before with the same content"),
     (status = 400, body = duet_core::api::ApiError, description = "malformed JSON"),
     (status = 401, body = duet_core::api::ApiError, description = "no or a wrong token"),
-    (status = 413, body = duet_core::api::ApiError, description = "over the body limit, or more observations than --max-pairs"),
+    (status = 413, body = duet_core::api::ApiError, description = "over the body limit, or more observations than --max-observations"),
     (status = 422, body = ObservationsAnswer, description = "some observations refused (`rejected` names each one's field); the others were stored and are listed"),
     (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or the store cannot be reached (what was listed stored before it is kept; retry the batch: nothing is stored twice)")))]
 pub async fn post_observations(
     State(state): State<Arc<AppState>>,
+    Extension(work): Extension<Work>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Failure> {
     authorize_write(&state, &headers)?;
     let body = body.map_err(|e| body_failure(&e, state.config.max_body_bytes))?;
-    let batch: Batch = match parse_json(&body) {
+    let max = state.config.max_observations;
+    let batch: Batch = match crate::bounded::parse(&body, max) {
         Ok(batch) => batch,
-        Err(failure) => return Ok(refused_whole(failure)),
+        Err(Refused::OverLimit) => {
+            return Err(Failure::field(
+                "observations",
+                format!(
+                    "more than {max} observations: over the server's limit of {max} per \
+                     request (--max-observations)"
+                ),
+            )
+            .with_status(StatusCode::PAYLOAD_TOO_LARGE));
+        }
+        Err(Refused::Invalid(failure)) => return Ok(refused_whole(failure)),
     };
+    drop(body);
     if batch.observations.is_empty() {
         return Ok(refused_whole(Failure::field(
             "observations",
             "no observations",
         )));
     }
-    if batch.observations.len() > state.config.max_pairs {
-        return Err(Failure::field(
-            "observations",
-            format!(
-                "{} observations is over the server's limit of {} per request (--max-pairs)",
-                batch.observations.len(),
-                state.config.max_pairs
-            ),
-        )
-        .with_status(StatusCode::PAYLOAD_TOO_LARGE));
-    }
     // Checking resolves jobs and runs the model: off the async threads.
     let checker = state.clone();
+    // The place is held until the batch is stored, not only while it is checked.
+    let checking = work.clone();
     let checked = tokio::task::spawn_blocking(move || {
+        if checking
+            .cancelled()
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(checker.metrics.guards.gave_up());
+        }
         let guard = checker.read()?;
         let serving = guard.as_ref().ok_or_else(not_ready)?;
         let receipt = Receipt {
@@ -100,12 +115,7 @@ pub async fn post_observations(
         )
     })
     .await
-    .map_err(|e| {
-        Failure::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("checking observations panicked: {e}"),
-        )
-    })??;
+    .map_err(|e| state.metrics.guards.join_failure(&e, "observation check"))??;
     let mut answer = ObservationsAnswer {
         stored: Vec::new(),
         duplicates: Vec::new(),
@@ -233,6 +243,7 @@ pub struct DriftQuery {
     (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or the store cannot be reached")))]
 pub async fn drift(
     State(state): State<Arc<AppState>>,
+    Extension(work): Extension<Work>,
     headers: HeaderMap,
     query: Result<Query<DriftQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<DriftReport>, Failure> {
@@ -241,6 +252,7 @@ pub async fn drift(
         status: StatusCode::BAD_REQUEST,
         error: e.body_text(),
         field: Some("window".into()),
+        logged: false,
     })?;
     let window = query.window.unwrap_or(OBSERVATION_PAGE);
     if !(1..=OBSERVATION_PAGE).contains(&window) {
@@ -249,13 +261,20 @@ pub async fn drift(
             format!("window {window} is outside 1 to {OBSERVATION_PAGE}"),
         ));
     }
-    let records = state
-        .store
-        .observations(0, window, true)
-        .await
-        .map_err(|e| state.store_failure(&e))?;
+    // Its own connection on a shared store; a failure there leaves writes and the sync alone.
+    let records = state.store.newest_observations(window).await.map_err(|e| {
+        tracing::warn!(error = %e, "drift: stored observations cannot be read");
+        Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the stored observations cannot be read now; retry later",
+        )
+    })?;
     let scorer = state.clone();
     tokio::task::spawn_blocking(move || {
+        // Started after its client gave up (the blocking threads were all busy): not at all.
+        if work.cancelled().load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(scorer.metrics.guards.gave_up());
+        }
         let guard = scorer.read()?;
         let serving = guard.as_ref().ok_or_else(not_ready)?;
         let refs: Vec<&ObservationRecord> = records.iter().map(|(_, r)| r).collect();
@@ -272,10 +291,5 @@ pub async fn drift(
         }))
     })
     .await
-    .map_err(|e| {
-        Failure::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("scoring drift panicked: {e}"),
-        )
-    })?
+    .map_err(|e| state.metrics.guards.join_failure(&e, "drift scoring"))?
 }

@@ -223,7 +223,8 @@ impl fmt::Debug for StateLocation {
 pub enum RegistryStore {
     Memory(MemoryStore),
     Sqlite(SqliteStore),
-    Postgres(PostgresStore),
+    /// Boxed: its connection settings and clients dwarf the other stores.
+    Postgres(Box<PostgresStore>),
 }
 
 impl RegistryStore {
@@ -234,7 +235,9 @@ impl RegistryStore {
         Ok(match location {
             None => RegistryStore::Memory(MemoryStore::default()),
             Some(StateLocation::Sqlite(path)) => RegistryStore::Sqlite(SqliteStore::open(path)?),
-            Some(StateLocation::Postgres(dsn)) => RegistryStore::Postgres(PostgresStore::new(dsn)?),
+            Some(StateLocation::Postgres(dsn)) => {
+                RegistryStore::Postgres(Box::new(PostgresStore::new(dsn)?))
+            }
         })
     }
 
@@ -247,9 +250,21 @@ impl RegistryStore {
         }
     }
 
+    /// The newest `limit` stored observations, newest first, for `GET /v1/drift`: on a
+    /// shared store, over a connection of their own, never the one the sync catches up on.
+    pub async fn newest_observations(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<(i64, ObservationRecord)>, StoreError> {
+        match self {
+            RegistryStore::Postgres(p) => p.newest_observations(limit).await,
+            other => other.observations(0, limit, true).await,
+        }
+    }
+
     pub fn postgres(&self) -> Option<&PostgresStore> {
         match self {
-            RegistryStore::Postgres(p) => Some(p),
+            RegistryStore::Postgres(p) => Some(p.as_ref()),
             _ => None,
         }
     }
@@ -324,7 +339,7 @@ pub async fn all_observations(location: &StateLocation) -> Result<Vec<Observatio
         StateLocation::Postgres(dsn) => {
             let pg = PostgresStore::new(dsn)?;
             pg.connect().await.map_err(|e| format!("--state {e}"))?;
-            RegistryStore::Postgres(pg)
+            RegistryStore::Postgres(Box::new(pg))
         }
     };
     let mut all = Vec::new();

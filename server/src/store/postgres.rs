@@ -83,6 +83,10 @@ pub struct PostgresStore {
     client: RwLock<Option<Arc<Client>>>,
     /// Why the database is unreachable, while it is.
     down: RwLock<Option<String>>,
+    /// A connection of its own for `GET /v1/drift`'s reads, opened on first use and held by
+    /// one read at a time: a burst of them never delays the sync's catch-up on the main
+    /// connection, nor marks it down.
+    reader: Box<tokio::sync::Mutex<Option<Client>>>,
 }
 
 impl PostgresStore {
@@ -102,6 +106,7 @@ impl PostgresStore {
             target,
             client: RwLock::new(None),
             down: RwLock::new(Some("not connected yet".into())),
+            reader: Box::new(tokio::sync::Mutex::new(None)),
         })
     }
 
@@ -157,6 +162,72 @@ impl PostgresStore {
             *d = None;
         }
         Ok(rx)
+    }
+
+    /// The newest `limit` stored observations, newest first, read on the drift reader's own
+    /// connection (one read at a time; the next waits). A failure drops that connection only.
+    pub async fn newest_observations(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<(i64, ObservationRecord)>, StoreError> {
+        let mut reader = self.reader.lock().await;
+        if reader.as_ref().is_none_or(Client::is_closed) {
+            let (client, connection) =
+                tokio::time::timeout(CONNECT_TIMEOUT, self.config.connect(NoTls))
+                    .await
+                    .map_err(|_| {
+                        StoreError::Unavailable(format!(
+                            "{}: no connection within {} s",
+                            self.target,
+                            CONNECT_TIMEOUT.as_secs()
+                        ))
+                    })?
+                    .map_err(|e| self.unavailable(&e))?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "the drift reader's connection ended");
+                }
+            });
+            *reader = Some(client);
+        }
+        let Some(client) = reader.as_ref() else {
+            return Err(StoreError::Unavailable(format!(
+                "{}: not connected",
+                self.target
+            )));
+        };
+        let limit = sql_limit(limit);
+        let answer = tokio::time::timeout(
+            QUERY_TIMEOUT,
+            client.query(
+                "SELECT id, seq, record FROM duet_observations ORDER BY seq DESC LIMIT $1",
+                &[&limit],
+            ),
+        )
+        .await;
+        let rows = match answer {
+            Ok(Ok(rows)) => rows,
+            Ok(Err(e)) => {
+                *reader = None;
+                return Err(self.unavailable(&e));
+            }
+            Err(_) => {
+                *reader = None;
+                return Err(StoreError::Unavailable(format!(
+                    "{}: no answer within {} s",
+                    self.target,
+                    QUERY_TIMEOUT.as_secs()
+                )));
+            }
+        };
+        drop(reader);
+        rows.into_iter()
+            .map(|row| {
+                let id: String = row.get(0);
+                let text: String = row.get(2);
+                Ok((row.get(1), stored_record(&self.target, &id, &text)?))
+            })
+            .collect()
     }
 
     /// Marks the database unreachable: writes fail at once until `connect` succeeds.

@@ -2,7 +2,7 @@
 //! owns the file; its writes are serialised by a mutex, so sequence order is commit order.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use duet_core::api::{ObservationRecord, WorkloadBody};
 use rusqlite::{Connection, OptionalExtension};
@@ -14,9 +14,22 @@ use super::{
 
 #[derive(Debug)]
 pub struct SqliteStore {
+    file: Arc<File>,
+    target: String,
+    conn: Arc<Mutex<Connection>>,
+}
+
+/// What a blocking call names its errors by.
+#[derive(Debug)]
+struct File {
     path: PathBuf,
     target: String,
-    conn: Mutex<Connection>,
+}
+
+impl File {
+    fn broken(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Broken(format!("{}: {e}", self.path.display()))
+    }
 }
 
 impl SqliteStore {
@@ -66,21 +79,33 @@ impl SqliteStore {
         tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION};"))
             .map_err(fail)?;
         tx.commit().map_err(fail)?;
+        let target = format!("sqlite:{}", path.display());
         Ok(SqliteStore {
-            path: path.to_path_buf(),
-            target: format!("sqlite:{}", path.display()),
-            conn: Mutex::new(conn),
+            file: Arc::new(File {
+                path: path.to_path_buf(),
+                target: target.clone(),
+            }),
+            target,
+            conn: Arc::new(Mutex::new(conn)),
         })
     }
 
-    fn broken(&self, e: impl std::fmt::Display) -> StoreError {
-        StoreError::Broken(format!("{}: {e}", self.path.display()))
-    }
-
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Connection>, StoreError> {
-        self.conn
-            .lock()
-            .map_err(|_| StoreError::Broken("registry lock poisoned".into()))
+    /// Runs `work` on the connection on a blocking thread: a synchronous commit (an fsync)
+    /// never holds an async worker, nor does waiting for the connection.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Connection, &File) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let conn = self.conn.clone();
+        let file = self.file.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = conn
+                .lock()
+                .map_err(|_| StoreError::Broken("registry lock poisoned".into()))?;
+            work(&mut conn, &file)
+        })
+        .await
+        .map_err(|e| StoreError::Broken(format!("the registry's thread failed: {e}")))?
     }
 }
 
@@ -90,24 +115,26 @@ impl Store for SqliteStore {
     }
 
     async fn changes_since(&self, after: i64) -> Result<Vec<Change>, StoreError> {
-        let conn = self.lock()?;
-        let mut stmt = conn
-            .prepare("SELECT id, body, seq FROM workloads WHERE seq > ?1 ORDER BY seq")
-            .map_err(|e| self.broken(e))?;
-        let rows = stmt
-            .query_map([after], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, Option<String>>(1)?,
-                    r.get::<_, i64>(2)?,
-                ))
+        self.blocking(move |conn, file| {
+            let mut stmt = conn
+                .prepare("SELECT id, body, seq FROM workloads WHERE seq > ?1 ORDER BY seq")
+                .map_err(|e| file.broken(e))?;
+            let rows = stmt
+                .query_map([after], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, Option<String>>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                })
+                .map_err(|e| file.broken(e))?;
+            rows.map(|row| {
+                let (id, text, seq) = row.map_err(|e| file.broken(e))?;
+                stored_change(&file.target, id, text, seq)
             })
-            .map_err(|e| self.broken(e))?;
-        rows.map(|row| {
-            let (id, text, seq) = row.map_err(|e| self.broken(e))?;
-            stored_change(&self.target, id, text, seq)
+            .collect()
         })
-        .collect()
+        .await
     }
 
     async fn write(
@@ -117,72 +144,78 @@ impl Store for SqliteStore {
         seed: bool,
     ) -> Result<Written, StoreError> {
         let text = stored_body(&self.target, body)?;
-        let mut conn = self.lock()?;
-        let tx = conn.transaction().map_err(|e| self.broken(e))?;
-        let row: Option<bool> = tx
-            .query_row(
-                "SELECT body IS NOT NULL FROM workloads WHERE id = ?1",
-                [id],
-                |r| r.get(0),
+        let deleting = body.is_none();
+        let id = id.to_string();
+        self.blocking(move |conn, file| {
+            let tx = conn.transaction().map_err(|e| file.broken(e))?;
+            let row: Option<bool> = tx
+                .query_row(
+                    "SELECT body IS NOT NULL FROM workloads WHERE id = ?1",
+                    [&id],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(|e| file.broken(e))?;
+            let existed = existed(row, seed);
+            if deleting && !existed {
+                return Ok(Written { seq: None, existed });
+            }
+            let seq: i64 = tx
+                .query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM workloads", [], |r| {
+                    r.get(0)
+                })
+                .map_err(|e| file.broken(e))?;
+            tx.execute(
+                "INSERT INTO workloads (id, body, seq) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(id) DO UPDATE SET body = excluded.body, seq = excluded.seq",
+                rusqlite::params![id, text, seq],
             )
-            .optional()
-            .map_err(|e| self.broken(e))?;
-        let existed = existed(row, seed);
-        if body.is_none() && !existed {
-            return Ok(Written { seq: None, existed });
-        }
-        let seq: i64 = tx
-            .query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM workloads", [], |r| {
-                r.get(0)
+            .map_err(|e| file.broken(e))?;
+            tx.commit().map_err(|e| file.broken(e))?;
+            Ok(Written {
+                seq: Some(seq),
+                existed,
             })
-            .map_err(|e| self.broken(e))?;
-        tx.execute(
-            "INSERT INTO workloads (id, body, seq) VALUES (?1, ?2, ?3)
-             ON CONFLICT(id) DO UPDATE SET body = excluded.body, seq = excluded.seq",
-            rusqlite::params![id, text, seq],
-        )
-        .map_err(|e| self.broken(e))?;
-        tx.commit().map_err(|e| self.broken(e))?;
-        Ok(Written {
-            seq: Some(seq),
-            existed,
         })
+        .await
     }
 
     async fn put_observation(&self, record: &ObservationRecord) -> Result<Put, StoreError> {
         let (observation, text) = stored_observation(&self.target, record)?;
-        let id = &record.observation.id;
-        let mut conn = self.lock()?;
-        let tx = conn.transaction().map_err(|e| self.broken(e))?;
-        let before: Option<String> = tx
-            .query_row(
-                "SELECT observation FROM observations WHERE id = ?1",
-                [id],
-                |r| r.get(0),
+        let id = record.observation.id.clone();
+        self.blocking(move |conn, file| {
+            let tx = conn.transaction().map_err(|e| file.broken(e))?;
+            let before: Option<String> = tx
+                .query_row(
+                    "SELECT observation FROM observations WHERE id = ?1",
+                    [&id],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(|e| file.broken(e))?;
+            if let Some(before) = before {
+                return Ok(if before == observation {
+                    Put::Duplicate
+                } else {
+                    Put::Conflict
+                });
+            }
+            let seq: i64 = tx
+                .query_row(
+                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM observations",
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(|e| file.broken(e))?;
+            tx.execute(
+                "INSERT INTO observations (id, seq, observation, record) VALUES (?1, ?2, ?3, ?4)",
+                rusqlite::params![id, seq, observation, text],
             )
-            .optional()
-            .map_err(|e| self.broken(e))?;
-        if let Some(before) = before {
-            return Ok(if before == observation {
-                Put::Duplicate
-            } else {
-                Put::Conflict
-            });
-        }
-        let seq: i64 = tx
-            .query_row(
-                "SELECT COALESCE(MAX(seq), 0) + 1 FROM observations",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.broken(e))?;
-        tx.execute(
-            "INSERT INTO observations (id, seq, observation, record) VALUES (?1, ?2, ?3, ?4)",
-            rusqlite::params![id, seq, observation, text],
-        )
-        .map_err(|e| self.broken(e))?;
-        tx.commit().map_err(|e| self.broken(e))?;
-        Ok(Put::Stored(seq))
+            .map_err(|e| file.broken(e))?;
+            tx.commit().map_err(|e| file.broken(e))?;
+            Ok(Put::Stored(seq))
+        })
+        .await
     }
 
     async fn observations(
@@ -191,27 +224,29 @@ impl Store for SqliteStore {
         limit: usize,
         newest: bool,
     ) -> Result<Vec<(i64, ObservationRecord)>, StoreError> {
-        let conn = self.lock()?;
-        let order = if newest { "DESC" } else { "ASC" };
-        let mut stmt = conn
-            .prepare(&format!(
-                "SELECT id, seq, record FROM observations WHERE seq > ?1 ORDER BY seq {order} \
-                 LIMIT ?2"
-            ))
-            .map_err(|e| self.broken(e))?;
-        let rows = stmt
-            .query_map(rusqlite::params![after, sql_limit(limit)], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
+        self.blocking(move |conn, file| {
+            let order = if newest { "DESC" } else { "ASC" };
+            let mut stmt = conn
+                .prepare(&format!(
+                    "SELECT id, seq, record FROM observations WHERE seq > ?1 ORDER BY seq \
+                     {order} LIMIT ?2"
                 ))
+                .map_err(|e| file.broken(e))?;
+            let rows = stmt
+                .query_map(rusqlite::params![after, sql_limit(limit)], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                })
+                .map_err(|e| file.broken(e))?;
+            rows.map(|row| {
+                let (id, seq, text) = row.map_err(|e| file.broken(e))?;
+                Ok((seq, stored_record(&file.target, &id, &text)?))
             })
-            .map_err(|e| self.broken(e))?;
-        rows.map(|row| {
-            let (id, seq, text) = row.map_err(|e| self.broken(e))?;
-            Ok((seq, stored_record(&self.target, &id, &text)?))
+            .collect()
         })
-        .collect()
+        .await
     }
 }

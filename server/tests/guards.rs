@@ -1,0 +1,201 @@
+//! The app in process: the guards that bound a request (bodies refused by their declared
+//! length and by count while parsed, each limit listed and named when exceeded; shedding when
+//! every place of work is taken; the guards' counters in `/metrics`).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use duet_server::{AppState, Config};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+#[path = "support/http.rs"]
+mod http;
+use http::{call, call_raw, model_dir};
+
+fn app_with(config: Config) -> (Router, Arc<AppState>) {
+    let state = AppState::new(config).expect("state");
+    state
+        .load_model(None, Vec::new())
+        .expect("the default model loads");
+    (duet_server::router(state.clone()), state)
+}
+
+fn pair() -> Value {
+    json!({"a": {"workload": "a3c"}, "b": {"workload": "cyclegan"}, "mode": "space"})
+}
+
+#[tokio::test]
+async fn limits_are_listed_and_each_names_its_flag() {
+    let (app, _) = app_with(Config {
+        max_pairs: 100,
+        max_body_bytes: Config::body_bytes_for(100),
+        max_infer_rows: 10,
+        max_observations: 3,
+        max_inflight: 3,
+        max_queue: 5,
+        ..Config::new(model_dir())
+    });
+    let (status, limits) = call(&app, "GET", "/v1/limits", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    for (name, value) in [
+        ("max_pairs", 100.0),
+        ("max_body_bytes", (100 * 256 + 64 * 1024) as f64),
+        ("max_infer_rows", 10.0),
+        ("max_observations", 3.0),
+        ("max_inflight", 3.0),
+        ("max_queue", 5.0),
+        ("header_timeout_s", 5.0),
+        ("idle_timeout_s", 10.0),
+        ("max_connections", 1024.0),
+    ] {
+        assert_eq!(limits[name].as_f64(), Some(value), "{name}: {limits}");
+    }
+    // The OpenAPI document says the same.
+    let (_, doc) = call(&app, "GET", "/openapi.json", None, None).await;
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(
+        schemas["ObservationBatch"]["properties"]["observations"]["maxItems"],
+        3
+    );
+    assert_eq!(
+        schemas["InferInput"]["properties"]["shape"]["prefixItems"][0]["maximum"],
+        10
+    );
+    assert_eq!(
+        schemas["PredictRequest"]["properties"]["pairs"]["maxItems"],
+        100
+    );
+
+    // Pairs past the limit: refused at the first one over it, whatever follows (here, not even
+    // JSON).
+    let pairs = vec![pair().to_string(); 101].join(",");
+    let body = format!(r#"{{"gpu": "v100", "pairs": [{pairs}, oops"#);
+    let (status, over) = call_raw(&app, "POST", "/v1/predict", Some(body), None).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{over}");
+    assert_eq!(over["field"], "pairs");
+    assert!(
+        over["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("limit of 100") && e.contains("--max-pairs"))
+    );
+    // Exactly at it: answered.
+    let at = json!({"gpu": "v100", "pairs": vec![pair(); 100]});
+    let (status, ok) = call(&app, "POST", "/v1/predict", Some(at), None).await;
+    assert_eq!(status, StatusCode::OK, "{ok}");
+    assert_eq!(ok["predictions"].as_array().map(Vec::len), Some(100));
+
+    // KServe rows: 11 rows of the model's width.
+    let (_, models) = call(&app, "GET", "/v1/models", None, None).await;
+    let name = models[0]["name"].as_str().expect("name").to_string();
+    let (_, meta) = call(&app, "GET", &format!("/v2/models/{name}"), None, None).await;
+    let width = meta["inputs"][0]["shape"][1].as_u64().expect("width") as usize;
+    let infer = |rows: usize| {
+        json!({"inputs": [{"name": "pairs", "shape": [rows, width], "datatype": "FP32",
+                           "data": vec![0.0; rows * width]}]})
+    };
+    let uri = format!("/v2/models/{name}/infer");
+    let (status, over) = call(&app, "POST", &uri, Some(infer(11)), None).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{over}");
+    assert!(
+        over["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("--max-infer-rows")),
+        "{over}"
+    );
+    let (status, ok) = call(&app, "POST", &uri, Some(infer(10)), None).await;
+    assert_eq!(status, StatusCode::OK, "{ok}");
+
+    // Observations: 4 of 3, refused before any is checked.
+    let batch = json!({"observations": [{}, {}, {}, {}]});
+    let (status, over) = call(&app, "POST", "/v1/observations", Some(batch), None).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{over}");
+    assert!(
+        over["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("--max-observations")),
+        "{over}"
+    );
+}
+
+#[tokio::test]
+async fn a_declared_length_over_the_limit_is_refused_before_the_body_is_read() {
+    let (app, _) = app_with(Config {
+        max_body_bytes: 1000,
+        ..Config::new(model_dir())
+    });
+    // The length says 60 MiB: refused on the header alone (over loopback, the real server
+    // answers so before the body arrives: cli/tests/serve_abuse.rs).
+    let request = Request::builder()
+        .method("POST")
+        .uri("/v1/predict")
+        .header("content-type", "application/json")
+        .header("content-length", (60 * 1024 * 1024).to_string())
+        .body(Body::from("{}"))
+        .expect("request");
+    let response = tokio::time::timeout(std::time::Duration::from_secs(5), app.oneshot(request))
+        .await
+        .expect("answered without the body")
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        text.contains("limit of 1000 bytes (--max-body-bytes)"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn work_over_the_places_is_shed_at_once_with_retry_after() {
+    let (app, state) = app_with(Config {
+        max_inflight: 1,
+        max_queue: 0,
+        ..Config::new(model_dir())
+    });
+    // A large request takes the one place; while it runs, another is shed.
+    let big = json!({"gpu": "v100", "pairs": vec![pair(); 60_000]}).to_string();
+    let runner = {
+        let app = app.clone();
+        tokio::spawn(async move { call_raw(&app, "POST", "/v1/predict", Some(big), None).await })
+    };
+    let mut shed = None;
+    for _ in 0..2000 {
+        if state.limiter.running() == 1 {
+            let request = Request::builder()
+                .method("POST")
+                .uri("/v1/predict")
+                .header("content-type", "application/json")
+                .body(Body::from(
+                    json!({"gpu": "v100", "pairs": [pair()]}).to_string(),
+                ))
+                .expect("request");
+            let response = app.clone().oneshot(request).await.expect("response");
+            shed = Some((
+                response.status(),
+                response
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string),
+            ));
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    let (status, _) = runner.await.expect("runner");
+    assert_eq!(status, StatusCode::OK);
+    let (status, retry) = shed.expect("the large request was seen in flight");
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(retry.as_deref(), Some("1"));
+    // Counted once; the place is free again, and /healthz never took one.
+    let (_, metrics) = call(&app, "GET", "/metrics", None, None).await;
+    let text = metrics.as_str().expect("text");
+    assert!(text.contains("duet_requests_shed_total 1"), "{text}");
+    assert!(text.contains("duet_work_in_flight 0"), "{text}");
+    assert_eq!(state.limiter.running(), 0);
+}
