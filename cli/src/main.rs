@@ -7,6 +7,7 @@ mod model_cmd;
 mod observe_cmd;
 mod predict_cmd;
 mod profile_cmd;
+mod progress;
 mod serve_cmd;
 mod simulate_cmd;
 mod simulate_feedback;

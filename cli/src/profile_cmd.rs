@@ -176,7 +176,7 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
             .ok()
             .map(|h| h.trim().to_string()),
     };
-    let dataset = campaign.run(&mut |line| eprintln!("{line}"))?;
+    let dataset = campaign.run_with(&mut crate::progress::Shown::stderr())?;
     eprintln!(
         "wrote {} ({} workloads, {} pair settings)",
         args.out.display(),

@@ -166,8 +166,16 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
             "duet" => Policy::Pricing(duet.as_deref_mut().expect("set up above")),
             _ => Policy::Pricing(&mut oracle_predictor),
         };
-        let outcome = sim::simulate(&cluster, &jobs, workload.window, &oracle, policy, &settings)
-            .with_context(|| format!("policy {name}"))?;
+        let outcome = sim::simulate_with(
+            &cluster,
+            &jobs,
+            workload.window,
+            &oracle,
+            policy,
+            &settings,
+            &mut crate::progress::Shown::stderr(),
+        )
+        .with_context(|| format!("policy {name}"))?;
         eprintln!(
             "{:<10} avg JCT {:>8.2} h  p99 {:>8.2} h  busy {:>5.1}%  SLO violations {:>4}  rounds {:>6}  ({:.1} s)",
             name,

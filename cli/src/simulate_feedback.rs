@@ -117,13 +117,14 @@ impl FeedbackRun<'_> {
         };
         let mut outcomes = Vec::new();
         let mut simulate = |name: &str, policy: Policy<'_>| -> Result<()> {
-            let outcome = sim::simulate(
+            let outcome = sim::simulate_with(
                 self.cluster,
                 self.jobs,
                 self.window,
                 self.oracle,
                 policy,
                 self.settings,
+                &mut crate::progress::Shown::stderr(),
             )
             .with_context(|| format!("policy {name}"))?;
             eprintln!(

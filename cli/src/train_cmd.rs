@@ -72,7 +72,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         created: today(),
         final_only: args.final_only,
     };
-    let summary = pipeline::run(&options, |line| eprintln!("{line}"))?;
+    let summary = pipeline::run_with(&options, &mut crate::progress::Shown::stderr())?;
     for w in &summary.warnings {
         eprintln!("warning: {w}");
     }

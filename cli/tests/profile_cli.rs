@@ -90,6 +90,13 @@ fn a_mini_campaign_measures_every_workload_and_pair() {
     let log = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{log}");
     assert!(log.contains("[18/18]") && log.contains("ETA"), "{log}");
+    // Stderr is a pipe: progress as plain lines, the first at the first setting (in the
+    // campaign's random order), the last complete.
+    assert!(
+        log.contains("profile: 0/18 settings (0%), ")
+            && log.contains("profile: 18/18 settings (100%), dataset;"),
+        "{log}"
+    );
     validate(&out);
     let d = Dataset::read(&out).expect("dataset");
     assert_eq!(d.workloads.len(), 3);
@@ -204,6 +211,10 @@ fn a_killed_campaign_resumes_without_repeating_or_losing_anything() {
     assert!(resumed.status.success(), "{log}");
     assert!(
         log.contains(&format!("resuming: {finished} of 9 measurements")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("profile: {finished}/9 settings")),
         "{log}"
     );
     assert_eq!(

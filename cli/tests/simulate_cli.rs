@@ -135,9 +135,34 @@ fn four_policies_one_report_and_the_server_decides_as_the_model_in_process() {
         assert_eq!(o["jobs"], 1500);
         assert!(o["avg_jct"].as_f64().expect("jct") > 0.0);
     }
+    // Stderr is a pipe here: progress comes as plain lines, each policy's last one complete.
+    let log = stderr(&o);
+    for name in &names {
+        assert!(
+            log.contains(&format!("{name}: 1500/1500 jobs (100%), simulated hour ")),
+            "{name}: {log}"
+        );
+    }
+    assert!(
+        !log.contains('\r') && !log.contains('\u{1b}'),
+        "no bar drawn: {log}"
+    );
+    assert!(
+        std::fs::read_to_string(all.join("jct-cdf.svg"))
+            .expect("plot")
+            .contains("%</text>"),
+        "the share of jobs in percent"
+    );
     for plot in ["jct-cdf.svg", "utilisation.svg"] {
         let svg = std::fs::read_to_string(all.join(plot)).expect("plot");
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        // Numbers on both axes: the y axis's right-aligned, the x axis's centred beside the
+        // two axis titles.
+        assert!(
+            svg.matches("text-anchor=\"end\">").count() >= 3
+                && svg.matches("text-anchor=\"middle\">").count() >= 2 + 3,
+            "{plot}: numbers on both axes"
+        );
         assert!(
             svg.matches("<polyline").count() >= 4,
             "{plot}: a line per policy"

@@ -5,6 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use duet_core::progress::Lines;
 use serde_json::Value;
 
 fn duet(args: &[&str]) -> Output {
@@ -89,6 +90,7 @@ fn train_writes_a_complete_model_folder() {
         [
             "error-cdf.svg",
             "heatmap.svg",
+            "held-out.csv",
             "member-0.mpk",
             "member-1.mpk",
             "model.json",
@@ -97,6 +99,65 @@ fn train_writes_a_complete_model_folder() {
             "scatter.svg"
         ]
     );
+    // Stderr is a pipe: progress comes as plain lines (no bar), the last one at the plan's end.
+    let log = String::from_utf8_lossy(&result.stderr);
+    let plan = log
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("train: ")?
+                .split_once(" members")?
+                .0
+                .split_once('/')
+        })
+        .map(|(_, total)| total.to_string())
+        .unwrap_or_else(|| panic!("no progress line: {log}"));
+    assert!(
+        log.contains(&format!(
+            "train: {plan}/{plan} members (100%), final model;"
+        )),
+        "{log}"
+    );
+    assert!(
+        log.contains("seed 7: evaluated unseen_workloads fold 6/6"),
+        "{log}"
+    );
+    assert!(
+        !log.contains('\r') && !log.contains('\u{1b}'),
+        "no bar drawn: {log}"
+    );
+    // The report and figures draw again from the folder alone, as train drew them: from
+    // held-out.csv, and without it from the first seed's evaluation run again.
+    let figures = [
+        "scatter.svg",
+        "error-cdf.svg",
+        "heatmap.svg",
+        "report.md",
+        "held-out.csv",
+    ];
+    let read = |f: &str| fs::read_to_string(out.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    let drawn: Vec<String> = figures.iter().map(|f| read(f)).collect();
+    assert!(
+        drawn[0].contains(">0.0</text>") && drawn[1].contains(">50%</text>"),
+        "numbers on the axes"
+    );
+    for keep_rows in [true, false] {
+        for f in &figures[..if keep_rows { 4 } else { 5 }] {
+            fs::remove_file(out.join(f)).expect("remove");
+        }
+        let mut lines = Vec::new();
+        duet_trainer::figures::render(&out, &mut Lines(|l: &str| lines.push(l.to_string())))
+            .expect("render");
+        assert_eq!(
+            lines
+                .iter()
+                .any(|l| l.contains("running seed 7's evaluation again")),
+            !keep_rows,
+            "{lines:?}"
+        );
+        for (f, before) in figures.iter().zip(&drawn) {
+            assert!(&read(f) == before, "{f} drawn again differs");
+        }
+    }
     let meta: Value =
         serde_json::from_str(&fs::read_to_string(out.join("model.json")).expect("read"))
             .expect("json");

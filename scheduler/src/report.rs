@@ -274,30 +274,30 @@ impl Report {
         svg::legend(svg, x, y, &entries);
     }
 
-    /// Cumulative share of jobs by completion time, log scale, one line per policy.
+    /// Cumulative share of jobs by completion time (hours, log scale), one line per policy.
     fn jct_cdf(&self) -> String {
-        let (w, h, m) = (640.0, 420.0, 55.0);
-        let lo = self
-            .outcomes
-            .iter()
-            .flat_map(|o| o.jct.iter().copied())
-            .filter(|v| *v > 0.0)
-            .fold(f64::INFINITY, f64::min)
-            .max(1.0)
-            .log10()
-            .floor();
-        let hi = self
-            .outcomes
-            .iter()
-            .flat_map(|o| o.jct.iter().copied())
-            .fold(10.0f64, f64::max)
-            .log10()
-            .ceil()
-            .max(lo + 1.0);
-        let sx = |v: f64| m + ((v.max(1.0).log10() - lo) / (hi - lo)) * (w - 2.0 * m);
-        let sy = |q: f64| h - m - q * (h - 2.0 * m);
+        let (w, h) = (660.0, 440.0);
+        // Hours; a job's completion time counts as at least one second.
+        let jct = || {
+            self.outcomes
+                .iter()
+                .flat_map(|o| o.jct.iter().map(|v| v.max(1.0) / 3600.0))
+        };
+        let lo = jct().fold(f64::INFINITY, f64::min);
+        let hi = jct().fold(0.0f64, f64::max);
+        let (lo, hi) = if lo.is_finite() && hi > 0.0 {
+            (lo, hi)
+        } else {
+            (0.01, 1.0)
+        };
+        let axes = svg::Axes::new(
+            w,
+            h,
+            svg::Scale::log(lo, hi),
+            svg::Scale::linear(0.0, 1.0).percent(),
+        );
         let mut svg = svg::open(w, h);
-        svg::frame(&mut svg, w, h, m);
+        axes.grid(&mut svg);
         for (i, o) in self.outcomes.iter().enumerate() {
             let mut sorted = o.jct.clone();
             sorted.sort_by(f64::total_cmp);
@@ -312,7 +312,12 @@ impl Report {
             {
                 #[allow(clippy::cast_precision_loss)]
                 let q = (k + 1) as f64 / n as f64;
-                let _ = write!(points, "{:.1},{:.1} ", sx(*v), sy(q));
+                let _ = write!(
+                    points,
+                    "{:.1},{:.1} ",
+                    axes.px(v.max(1.0) / 3600.0),
+                    axes.py(q)
+                );
             }
             let _ = writeln!(
                 svg,
@@ -320,35 +325,20 @@ impl Report {
                 COLOURS[i % COLOURS.len()]
             );
         }
-        #[allow(clippy::cast_possible_truncation)]
-        for decade in (lo as i32)..=(hi as i32) {
-            let v = 10f64.powi(decade);
-            let _ = writeln!(
-                svg,
-                "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">1e{decade}</text>",
-                sx(v),
-                h - m + 15.0
-            );
-        }
-        svg::axis_titles(
+        axes.frame(
             &mut svg,
-            w,
-            h,
-            "job completion time (s, log)",
-            "share of jobs",
+            "job completion time (hours, log scale)",
+            "share of jobs completed within",
         );
-        self.legend(
-            &mut svg,
-            w - 250.0,
-            h - m - 16.0 * self.outcomes.len() as f64,
-        );
+        // Top left: a CDF's lines are still low at the shortest times.
+        self.legend(&mut svg, axes.left + 12.0, axes.top + 20.0);
         svg.push_str("</svg>\n");
         svg
     }
 
     /// Share of GPUs busy (solid) and goodput per GPU (dashed) over time, one colour per policy.
     fn utilisation(&self) -> String {
-        let (w, h, m) = (640.0, 360.0, 55.0);
+        let (w, h) = (660.0, 380.0);
         let times = || {
             self.outcomes
                 .iter()
@@ -366,16 +356,20 @@ impl Report {
             .iter()
             .flat_map(|o| o.series.iter().map(|p| p.2))
             .fold(1.0f64, f64::max);
-        let sx = |t: f64| m + ((t - start) / (end - start)) * (w - 2.0 * m);
-        let sy = |u: f64| h - m - (u / top).clamp(0.0, 1.0) * (h - 2.0 * m);
+        let axes = svg::Axes::new(
+            w,
+            h,
+            svg::Scale::linear(start / 3600.0, end / 3600.0),
+            svg::Scale::linear(0.0, top),
+        );
         let mut svg = svg::open(w, h);
-        svg::frame(&mut svg, w, h, m);
+        axes.grid(&mut svg);
         for (i, o) in self.outcomes.iter().enumerate() {
             for (dash, pick) in [("", 1usize), (" stroke-dasharray=\"4 3\"", 2)] {
                 let mut points = String::new();
                 for p in &o.series {
                     let v = if pick == 1 { p.1 } else { p.2 };
-                    let _ = write!(points, "{:.1},{:.1} ", sx(p.0), sy(v));
+                    let _ = write!(points, "{:.1},{:.1} ", axes.px(p.0 / 3600.0), axes.py(v));
                 }
                 let _ = writeln!(
                     svg,
@@ -384,35 +378,14 @@ impl Report {
                 );
             }
         }
-        let _ = writeln!(
-            svg,
-            "<text x=\"{m}\" y=\"{}\">{} h</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{} h</text>",
-            h - m + 15.0,
-            hours(start),
-            w - m,
-            h - m + 15.0,
-            hours(end)
-        );
-        let _ = writeln!(
-            svg,
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{top:.2}</text><text x=\"{}\" y=\"{}\" text-anchor=\"end\">0</text>",
-            m - 4.0,
-            m + 4.0,
-            m - 4.0,
-            h - m
-        );
-        svg::axis_titles(
+        axes.frame(
             &mut svg,
-            w,
-            h,
-            "time since the first arrival (arrival window and a quarter beyond)",
+            "hours since the first arrival (the arrival window and a quarter beyond)",
             "GPUs busy (solid), goodput per GPU (dashed)",
         );
-        self.legend(
-            &mut svg,
-            w - 250.0,
-            h - m - 10.0 - 16.0 * self.outcomes.len() as f64,
-        );
+        #[allow(clippy::cast_precision_loss)]
+        let legend_y = axes.bottom - 8.0 - 16.0 * (self.outcomes.len() as f64 - 1.0);
+        self.legend(&mut svg, axes.right - 220.0, legend_y);
         svg.push_str("</svg>\n");
         svg
     }

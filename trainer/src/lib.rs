@@ -8,6 +8,7 @@ pub mod conformal;
 pub mod corpus;
 pub mod eval;
 pub mod export;
+pub mod figures;
 pub mod pipeline;
 pub mod report;
 pub mod rows;

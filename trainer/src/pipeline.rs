@@ -5,16 +5,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use duet_core::dataset::{Dataset, DatasetError};
+use duet_core::progress::{Event, Lines, Progress};
 
-use crate::corpus::{Corpus, Trained};
+use crate::corpus::Corpus;
 use crate::eval::{OutOfFold, Split, evaluate, split_definitions};
 use duet_model::accuracy::mean_and_sd;
 use duet_model::artifact::{
     self, ArtifactError, EvaluationInfo, FORMAT, ModelMeta, TrainingData, fingerprint, fnv1a,
 };
-use duet_model::network::{OUT_LOG_SPEED, OUTPUTS, TrainConfig};
+use duet_model::network::TrainConfig;
 
-use crate::report::{self, Matrix};
+use crate::report;
 use crate::training::TrainError;
 
 #[derive(Debug, Clone)]
@@ -99,41 +100,6 @@ pub fn load(paths: &[PathBuf]) -> Result<(Vec<Dataset>, Vec<TrainingData>), Pipe
     Ok((datasets, data))
 }
 
-/// The measured and predicted speed matrices of the first dataset, for the heatmap.
-fn matrix(corpus: &Corpus, trained: &Trained) -> Matrix {
-    let d = &corpus.datasets[0];
-    let ids: Vec<String> = d.workloads.iter().map(|w| w.workload.clone()).collect();
-    let index: BTreeMap<&str, usize> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| (id.as_str(), i))
-        .collect();
-    let n = ids.len();
-    let mut measured = vec![vec![None; n]; n];
-    let mut predicted = vec![vec![None; n]; n];
-    let rows: Vec<usize> = (0..corpus.examples.len())
-        .filter(|&i| corpus.examples[i].dataset == 0)
-        .collect();
-    let out = trained.outputs(corpus, &rows);
-    for (k, &i) in rows.iter().enumerate() {
-        let e = &corpus.examples[i];
-        let (a, b) = (index[e.a.as_str()], index[e.b.as_str()]);
-        measured[a][b] = e.speed;
-        predicted[a][b] = e
-            .speed
-            .map(|_| f64::from(out[k * OUTPUTS + OUT_LOG_SPEED]).exp());
-    }
-    Matrix {
-        title: format!(
-            "Speed of the row job next to the column job, {} ({}): measured, and predicted by the final model",
-            d.meta.name, d.meta.provenance.gpu
-        ),
-        ids,
-        measured,
-        predicted,
-    }
-}
-
 /// What `model.json`'s metrics are, in its `evaluation.protocol`.
 pub const PROTOCOL: &str = "cross-validated: every metric is scored on held-out test rows of \
 per-fold refits (spec and ensemble fitted on the fold's training rows only), never on the \
@@ -155,7 +121,16 @@ by a full `duet train` on the same data";
 /// Trains, evaluates and writes the artifact. `progress` hears one line per step.
 pub fn run(
     options: &TrainOptions,
-    mut progress: impl FnMut(&str),
+    progress: impl FnMut(&str),
+) -> Result<TrainSummary, PipelineError> {
+    run_with(options, &mut Lines(progress))
+}
+
+/// [`run`], telling `progress` also how many of the plan's ensemble members are fitted (each
+/// fold's and the final model's), for a bar with the time left.
+pub fn run_with(
+    options: &TrainOptions,
+    progress: &mut dyn Progress,
 ) -> Result<TrainSummary, PipelineError> {
     duet_core::atomic::refuse_existing(&options.out, |p, m| {
         PipelineError::Data(format!("{}: {m}", p.display()))
@@ -163,7 +138,7 @@ pub fn run(
     let (datasets, data) = load(&options.data)?;
     let corpus = Corpus::new(datasets);
     let mut warnings = Vec::new();
-    progress(&format!(
+    progress.line(&format!(
         "{} directed rows from {} dataset(s)",
         corpus.examples.len(),
         data.len()
@@ -173,20 +148,42 @@ pub fn run(
     } else {
         options.seeds.clone()
     };
+    // The plan, in ensemble members: every fold's and the final model's (`--final-only`
+    // fits two ensembles).
+    let members = options.config.ensemble.max(1) as u64;
+    let folds: u64 = if options.final_only {
+        0
+    } else {
+        seeds
+            .iter()
+            .flat_map(|&seed| Split::ALL.map(|split| (split, seed)))
+            .map(|(split, seed)| crate::eval::folds(split, &corpus.examples, seed).len() as u64)
+            .sum()
+    };
+    let total = folds * members + if options.final_only { 2 } else { 1 } * members;
+    progress.event(Event::Start {
+        stage: "train",
+        total,
+        unit: "members",
+    });
+    let mut fitted = 0;
     let mut evaluations = Vec::with_capacity(seeds.len());
     if options.final_only {
-        progress("final only: no cross-validation, no baselines");
+        progress.line("final only: no cross-validation, no baselines");
     } else {
         for &seed in &seeds {
             let config = TrainConfig {
                 seed,
                 ..options.config.clone()
             };
-            evaluations.push(evaluate(&corpus, &config, |split: Split, done, total| {
-                progress(&format!(
-                    "seed {seed}: evaluated {} fold {done}/{total}",
-                    split.as_str()
-                ));
+            evaluations.push(evaluate(&corpus, &config, |split: Split, done, of| {
+                let line = format!("seed {seed}: evaluated {} fold {done}/{of}", split.as_str());
+                progress.line(&line);
+                fitted += members;
+                progress.event(Event::Step {
+                    done: fitted,
+                    now: &line,
+                });
             })?);
         }
     }
@@ -205,9 +202,13 @@ pub fn run(
     let all: Vec<usize> = (0..corpus.examples.len()).collect();
     let workers = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let started = std::time::Instant::now();
+    progress.event(Event::Step {
+        done: fitted,
+        now: "final model",
+    });
     let trained = if options.final_only {
         let trained = corpus.train_on(&all, &final_config, workers)?;
-        progress(&format!(
+        progress.line(&format!(
             "final model: 2 ensembles of {} members (calibrated on held-out rows, then refitted \
              on every row) on {} thread(s) in {:.1} s",
             final_config.ensemble.max(1),
@@ -219,7 +220,7 @@ pub fn run(
         let mut trained = corpus.fit(&all, &final_config, workers)?;
         let scores: Vec<&OutOfFold> = evaluations.iter().map(|e| &e.out_of_fold).collect();
         trained.calibration = OutOfFold::pooled(&corpus, &scores);
-        progress(&format!(
+        progress.line(&format!(
             "final model: an ensemble of {} members on every row on {} thread(s) in {:.1} s, \
              its p90 calibrated on the evaluation's out-of-fold scores",
             final_config.ensemble.max(1),
@@ -228,11 +229,16 @@ pub fn run(
         ));
         trained
     };
+    progress.event(Event::Step {
+        done: total,
+        now: "final model",
+    });
+    progress.event(Event::Finish);
     for (kind, o) in [
         ("known", &trained.calibration.known),
         ("new", &trained.calibration.new),
     ] {
-        progress(&format!(
+        progress.line(&format!(
             "final model, {kind}-workload calibration: shift {:+.4} from {} rows ({} groups){}",
             o.shift,
             o.rows,
@@ -246,7 +252,7 @@ pub fn run(
         }
     }
     for (k, o) in trained.outcomes.iter().enumerate() {
-        progress(&format!(
+        progress.line(&format!(
             "final model, member {k}: {} epochs, best {}",
             o.epochs, o.best_epoch
         ));
@@ -325,7 +331,7 @@ pub fn run(
     let files = report::render(
         &meta,
         evaluations.first().map_or(&[][..], |e| &e.held_out[..]),
-        Some(&matrix(&corpus, &trained)),
+        Some(&report::matrix(&corpus, &trained.spec, &trained.nets)),
     );
     artifact::write(&options.out, &meta, &trained.nets, &files)?;
     Ok(TrainSummary { meta, warnings })

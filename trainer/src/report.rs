@@ -4,9 +4,36 @@ use std::fmt::Write as _;
 
 use duet_core::svg;
 
+use crate::corpus::Corpus;
 use crate::eval::{HeldOut, MetricsRow, PREDICTORS, Split};
+use burn::backend::Flex;
 use duet_model::artifact::{ModelMeta, REPORT_FILE};
 use duet_model::calibration::CROSS_CONFORMAL;
+use duet_model::encoding::FeatureSpec;
+use duet_model::network::{Mlp, OUT_LOG_SPEED, OUTPUTS, ensemble_forward};
+
+/// The held-out predictions the figures plot, one CSV row each (split, gpu, a, b, measured and
+/// predicted speed), so that the figures can be drawn again without refitting the folds.
+pub const HELD_OUT_FILE: &str = "held-out.csv";
+
+/// `rows` as the CSV of [`HELD_OUT_FILE`].
+pub fn held_out_csv(rows: &[HeldOut]) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in rows {
+        // Writing to memory cannot fail.
+        let _ = w.serialize(r);
+    }
+    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+}
+
+/// The rows of a [`HELD_OUT_FILE`].
+pub fn read_held_out(text: &str) -> Result<Vec<HeldOut>, String> {
+    csv::Reader::from_reader(text.as_bytes())
+        .deserialize()
+        .enumerate()
+        .map(|(k, r)| r.map_err(|e| format!("row {}: {e}", k + 1)))
+        .collect()
+}
 
 fn pct(x: f64) -> String {
     if x.is_finite() {
@@ -83,7 +110,45 @@ pub struct Matrix {
     pub predicted: Vec<Vec<Option<f64>>>,
 }
 
-/// The report and its figures: `(file name, contents)`.
+/// The measured and predicted speed matrices of the corpus's first dataset (the ensemble
+/// `nets` with the feature spec `spec`), for the heatmap.
+pub fn matrix(corpus: &Corpus, spec: &FeatureSpec, nets: &[Mlp<Flex>]) -> Matrix {
+    let d = &corpus.datasets[0];
+    let ids: Vec<String> = d.workloads.iter().map(|w| w.workload.clone()).collect();
+    let index: std::collections::BTreeMap<&str, usize> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.as_str(), i))
+        .collect();
+    let n = ids.len();
+    let mut measured = vec![vec![None; n]; n];
+    let mut predicted = vec![vec![None; n]; n];
+    let rows: Vec<usize> = (0..corpus.examples.len())
+        .filter(|&i| corpus.examples[i].dataset == 0)
+        .collect();
+    let batch = corpus.encode(spec, &rows);
+    let out = ensemble_forward(nets, batch.inputs, spec.pair_width(), &Default::default());
+    for (k, &i) in rows.iter().enumerate() {
+        let e = &corpus.examples[i];
+        let (a, b) = (index[e.a.as_str()], index[e.b.as_str()]);
+        measured[a][b] = e.speed;
+        predicted[a][b] = e
+            .speed
+            .map(|_| f64::from(out[k * OUTPUTS + OUT_LOG_SPEED]).exp());
+    }
+    Matrix {
+        title: format!(
+            "Speed of the row job next to the column job, {} ({}): measured, and predicted by the final model",
+            d.meta.name, d.meta.provenance.gpu
+        ),
+        ids,
+        measured,
+        predicted,
+    }
+}
+
+/// The report and its figures: `(file name, contents)`; with held-out rows, also those rows
+/// ([`HELD_OUT_FILE`]).
 pub fn render(
     meta: &ModelMeta,
     held_out: &[HeldOut],
@@ -257,10 +322,13 @@ pub fn render(
         let _ = writeln!(
             md,
             "\n## Figures\n\n![Predicted against measured speed, held-out rows](scatter.svg)\n\n\
-             ![Cumulative distribution of absolute percentage error of speed, per split](error-cdf.svg)"
+             ![Cumulative distribution of absolute percentage error of speed, per split](error-cdf.svg)\n\n\
+             The held-out predictions they plot (the first seed's evaluation: every split's \
+             feasible test rows, each held out once): [`{HELD_OUT_FILE}`]({HELD_OUT_FILE})."
         );
         files.push(("scatter.svg".to_string(), scatter(held_out)));
         files.push(("error-cdf.svg".to_string(), error_cdf(held_out)));
+        files.push((HELD_OUT_FILE.to_string(), held_out_csv(held_out)));
     }
     if let Some(m) = matrix {
         let _ = writeln!(md, "\n![{}](heatmap.svg)", m.title);
@@ -283,54 +351,61 @@ fn legend(svg: &mut String, x: f64, y: f64) {
 
 /// Predicted against measured speed, one colour per split, with the diagonal.
 fn scatter(held_out: &[HeldOut]) -> String {
-    let (w, h, m) = (520.0, 480.0, 50.0);
+    let (w, h) = (540.0, 500.0);
     let top = held_out
         .iter()
         .flat_map(|r| [r.speed, r.predicted])
         .fold(1.0f64, f64::max)
         .min(3.0);
-    let sx = |v: f64| m + (v / top).min(1.0) * (w - 2.0 * m);
-    let sy = |v: f64| h - m - (v / top).min(1.0) * (h - 2.0 * m);
-    let mut svg = svg::open(520.0, 480.0);
+    let axes = svg::Axes::new(
+        w,
+        h,
+        svg::Scale::linear(0.0, top),
+        svg::Scale::linear(0.0, top),
+    );
+    let mut svg = svg::open(w, h);
+    axes.grid(&mut svg);
     let _ = writeln!(
         svg,
         "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#888\"/>",
-        sx(0.0),
-        sy(0.0),
-        sx(top),
-        sy(top)
+        axes.px(0.0),
+        axes.py(0.0),
+        axes.px(top),
+        axes.py(top)
     );
-    svg::frame(&mut svg, w, h, m);
     for (i, split) in Split::ALL.iter().enumerate() {
         for r in held_out.iter().filter(|r| r.split == *split) {
             let _ = writeln!(
                 svg,
                 "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2\" fill=\"{}\" fill-opacity=\"0.5\"/>",
-                sx(r.speed),
-                sy(r.predicted),
+                axes.px(r.speed),
+                axes.py(r.predicted),
                 COLOURS[i]
             );
         }
     }
-    svg::axis_titles(&mut svg, w, h, "measured speed", "predicted speed");
-    let _ = writeln!(
-        svg,
-        "<text x=\"{m}\" y=\"{}\">0</text><text x=\"{}\" y=\"{}\">{top:.2}</text>",
-        h - m + 14.0,
-        w - m - 20.0,
-        h - m + 14.0
+    axes.frame(
+        &mut svg,
+        "measured speed (throughput next to the other job / alone)",
+        "predicted speed",
     );
-    legend(&mut svg, m + 10.0, m + 20.0);
+    legend(&mut svg, axes.left + 12.0, axes.top + 20.0);
     svg.push_str("</svg>\n");
     svg
 }
 
 /// Cumulative share of held-out rows by absolute percentage error of speed, one line per split.
 fn error_cdf(held_out: &[HeldOut]) -> String {
-    let (w, h, m) = (520.0, 400.0, 50.0);
+    let (w, h) = (540.0, 420.0);
     let max_err = 0.5;
-    let mut svg = svg::open(520.0, 400.0);
-    svg::frame(&mut svg, w, h, m);
+    let axes = svg::Axes::new(
+        w,
+        h,
+        svg::Scale::linear(0.0, max_err).percent(),
+        svg::Scale::linear(0.0, 1.0).percent(),
+    );
+    let mut svg = svg::open(w, h);
+    axes.grid(&mut svg);
     for (i, split) in Split::ALL.iter().enumerate() {
         let mut errs: Vec<f64> = held_out
             .iter()
@@ -343,9 +418,8 @@ fn error_cdf(held_out: &[HeldOut]) -> String {
             .iter()
             .enumerate()
             .map(|(k, e)| {
-                let x = m + (e / max_err).min(1.0) * (w - 2.0 * m);
-                let y = h - m - ((k + 1) as f64 / errs.len() as f64) * (h - 2.0 * m);
-                format!("{x:.1},{y:.1}")
+                let share = (k + 1) as f64 / errs.len() as f64;
+                format!("{:.1},{:.1}", axes.px(*e), axes.py(share))
             })
             .collect();
         let _ = writeln!(
@@ -355,31 +429,12 @@ fn error_cdf(held_out: &[HeldOut]) -> String {
             points.join(" ")
         );
     }
-
-    for (frac, label) in [(0.0, "0%"), (0.5, "25%"), (1.0, "50%")] {
-        let _ = writeln!(
-            svg,
-            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{label}</text>",
-            m + frac * (w - 2.0 * m),
-            h - m + 14.0
-        );
-    }
-    for (frac, label) in [(0.0, "0"), (0.5, "0.5"), (1.0, "1")] {
-        let _ = writeln!(
-            svg,
-            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{label}</text>",
-            m - 4.0,
-            h - m - frac * (h - 2.0 * m) + 4.0
-        );
-    }
-    svg::axis_titles(
+    axes.frame(
         &mut svg,
-        w,
-        h,
-        "absolute error of speed / measured speed",
-        "share of held-out rows",
+        "absolute error of speed / measured speed (larger errors at the right edge)",
+        "share of held-out rows at or below",
     );
-    legend(&mut svg, w - m - 130.0, h - m - 50.0);
+    legend(&mut svg, axes.right - 150.0, axes.bottom - 60.0);
     svg.push_str("</svg>\n");
     svg
 }
@@ -397,20 +452,31 @@ fn speed_colour(v: Option<f64>) -> String {
     format!("#{r:02x}{g:02x}40")
 }
 
-/// Measured and predicted speed matrices side by side (row: job a, column: job b).
+/// Measured and predicted speed matrices side by side (row: job a, column: job b), each job
+/// named along both edges, and the colour scale with its ticks.
 fn heatmap(m: &Matrix) -> String {
     let n = m.ids.len();
     let cell = 12.0;
-    let label = 170.0;
+    // Room for the longest id at 9 px (about 5.5 px a character).
+    let longest = m.ids.iter().map(|id| id.chars().count()).max().unwrap_or(0);
+    #[allow(clippy::cast_precision_loss)]
+    let label = (5.5 * longest as f64 + 30.0).max(60.0);
     #[allow(clippy::cast_precision_loss)]
     let side = cell * n as f64;
-    let width = label + 2.0 * side + 60.0;
-    let height = side + 90.0;
+    let top = 66.0;
+    let bar_x = label + 2.0 * side + 70.0;
+    let width = (bar_x + 60.0).max(620.0);
+    let height = top + side + label + 20.0;
     let mut svg = svg::open(width, height);
-    let _ = writeln!(svg, "<text x=\"{label}\" y=\"16\">{}</text>", m.title);
     let _ = writeln!(
         svg,
-        "<text x=\"{label}\" y=\"31\" font-size=\"10\">colour: speed, red 0 / orange 0.3 / yellow 0.6 / green 1.2; dark: infeasible or not measured</text>"
+        "<text x=\"10\" y=\"16\">{}</text>",
+        svg::escape(&m.title)
+    );
+    let _ = writeln!(
+        svg,
+        "<text x=\"10\" y=\"32\" font-size=\"10\">row: job a, column: job b, colour: speed of a \
+         next to b (scale on the right); dark: infeasible or not measured</text>"
     );
     for (panel, (name, matrix)) in [("measured", &m.measured), ("predicted", &m.predicted)]
         .iter()
@@ -418,7 +484,7 @@ fn heatmap(m: &Matrix) -> String {
     {
         #[allow(clippy::cast_precision_loss)]
         let x0 = label + panel as f64 * (side + 40.0);
-        let _ = writeln!(svg, "<text x=\"{x0}\" y=\"46\">{name}</text>");
+        let _ = writeln!(svg, "<text x=\"{x0}\" y=\"{}\">{name}</text>", top - 6.0);
         for (i, row) in matrix.iter().enumerate() {
             for (j, v) in row.iter().enumerate() {
                 #[allow(clippy::cast_precision_loss)]
@@ -426,21 +492,71 @@ fn heatmap(m: &Matrix) -> String {
                     svg,
                     "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{cell}\" height=\"{cell}\" fill=\"{}\"/>",
                     x0 + j as f64 * cell,
-                    50.0 + i as f64 * cell,
+                    top + i as f64 * cell,
                     speed_colour(*v)
                 );
             }
+        }
+        let _ = writeln!(
+            svg,
+            "<rect x=\"{x0}\" y=\"{top}\" width=\"{side}\" height=\"{side}\" fill=\"none\" stroke=\"black\"/>"
+        );
+        for (j, id) in m.ids.iter().enumerate() {
+            #[allow(clippy::cast_precision_loss)]
+            let x = x0 + (j as f64 + 0.5) * cell + 3.0;
+            let y = top + side + 4.0;
+            let _ = writeln!(
+                svg,
+                "<text x=\"{x:.1}\" y=\"{y:.1}\" transform=\"rotate(-90 {x:.1} {y:.1})\" text-anchor=\"end\" font-size=\"9\">{}</text>",
+                svg::escape(id)
+            );
         }
     }
     for (i, id) in m.ids.iter().enumerate() {
         #[allow(clippy::cast_precision_loss)]
         let _ = writeln!(
             svg,
-            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\" font-size=\"9\">{id}</text>",
+            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\" font-size=\"9\">{}</text>",
             label - 4.0,
-            59.0 + i as f64 * cell
+            top + 9.0 + i as f64 * cell,
+            svg::escape(id)
         );
     }
+    // The colour scale: speed 0 at the bottom, 1.2 at the top, with round ticks.
+    let scale = svg::Scale::linear(0.0, 1.2);
+    let y_of = |v: f64| top + side - scale.fraction(v) * side;
+    let steps = 60;
+    for k in 0..steps {
+        #[allow(clippy::cast_precision_loss)]
+        let (v0, v1) = (
+            1.2 * k as f64 / f64::from(steps),
+            1.2 * (k + 1) as f64 / f64::from(steps),
+        );
+        let _ = writeln!(
+            svg,
+            "<rect x=\"{bar_x}\" y=\"{:.2}\" width=\"14\" height=\"{:.2}\" fill=\"{}\"/>",
+            y_of(v1),
+            y_of(v0) - y_of(v1) + 0.3,
+            speed_colour(Some(f64::midpoint(v0, v1)))
+        );
+    }
+    let _ = writeln!(
+        svg,
+        "<rect x=\"{bar_x}\" y=\"{top}\" width=\"14\" height=\"{side}\" fill=\"none\" stroke=\"black\"/>"
+    );
+    for t in scale.ticks(7) {
+        let y = y_of(t.value);
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{}\" y1=\"{y:.1}\" x2=\"{}\" y2=\"{y:.1}\" stroke=\"black\"/><text x=\"{}\" y=\"{:.1}\">{}</text>",
+            bar_x + 14.0,
+            bar_x + 19.0,
+            bar_x + 22.0,
+            y + 4.0,
+            t.label.unwrap_or_default()
+        );
+    }
+    let _ = writeln!(svg, "<text x=\"{bar_x}\" y=\"{}\">speed</text>", top - 6.0);
     svg.push_str("</svg>\n");
     svg
 }

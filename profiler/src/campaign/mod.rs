@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use duet_core::dataset::{Dataset, Mode, Status};
+use duet_core::progress::{Event, Lines, Progress};
 use serde::{Deserialize, Serialize};
 
 use crate::builtin::Device;
@@ -276,6 +277,13 @@ impl Campaign {
     /// Runs (or resumes) the campaign and writes the dataset; `progress` gets one line per
     /// finished measurement.
     pub fn run(&self, progress: &mut dyn FnMut(&str)) -> Result<Dataset, CampaignError> {
+        self.run_with(&mut Lines(progress))
+    }
+
+    /// [`Campaign::run`], telling `progress` also how many of the planned settings are
+    /// measured (those a resumed journal holds count as done) and which one runs now, for a bar
+    /// with the time left.
+    pub fn run_with(&self, progress: &mut dyn Progress) -> Result<Dataset, CampaignError> {
         self.check()?;
         fs::create_dir_all(self.journal_dir())
             .map_err(|e| fail(format!("{}: {e}", self.journal_dir().display())))?;
@@ -305,11 +313,11 @@ impl Campaign {
             };
             match started {
                 Ok((daemon, said)) => {
-                    progress(&said);
+                    progress.line(&said);
                     Some(daemon)
                 }
                 Err(why) => {
-                    progress(&why);
+                    progress.line(&why);
                     None
                 }
             }
@@ -336,7 +344,7 @@ impl Campaign {
             .filter(|t| !done.contains_key(&t.key()))
             .collect();
         if !done.is_empty() {
-            progress(&format!(
+            progress.line(&format!(
                 "resuming: {} of {} measurements already in the journal",
                 tasks.len() - todo.len(),
                 tasks.len()
@@ -350,24 +358,34 @@ impl Campaign {
         let gpu = match self.launcher.device {
             Device::Cuda(index) => match GpuCounters::open(index) {
                 Ok(g) => {
-                    progress(&g.describe());
+                    progress.line(&g.describe());
                     for why in [&g.gpm, &g.per_process]
                         .into_iter()
                         .filter_map(|r| r.as_ref().err())
                     {
-                        progress(why);
+                        progress.line(why);
                     }
                     Some(g)
                 }
                 Err(why) => {
-                    progress(&why);
+                    progress.line(&why);
                     None
                 }
             },
             Device::Cpu => None,
         };
         let started = Instant::now();
+        let already = (tasks.len() - todo.len()) as u64;
+        progress.event(Event::Start {
+            stage: "profile",
+            total: tasks.len() as u64,
+            unit: "settings",
+        });
         for (k, task) in todo.iter().enumerate() {
+            progress.event(Event::Step {
+                done: already + k as u64,
+                now: &describe(task),
+            });
             if let Task::Pair { a, b, .. } = task {
                 for w in [a, b] {
                     if let Err(e) = self.check_solo_succeeded(w, &done) {
@@ -379,7 +397,7 @@ impl Campaign {
             let record = self.measure(task, gpu.as_ref(), mps.as_ref(), &interrupted);
             if let Some(g) = &gpu {
                 for line in g.notes.drain() {
-                    progress(&line);
+                    progress.line(&line);
                 }
             }
             if interrupted.load(Ordering::Relaxed) {
@@ -403,7 +421,7 @@ impl Campaign {
             #[allow(clippy::cast_precision_loss)]
             let eta =
                 started.elapsed().as_secs_f64() / (k + 1) as f64 * (todo.len() - k - 1) as f64;
-            progress(&format!(
+            progress.line(&format!(
                 "[{}/{}] {}: {}{} (ETA {})",
                 tasks.len() - todo.len() + k + 1,
                 tasks.len(),
@@ -435,11 +453,16 @@ impl Campaign {
             ));
             done.insert(record.key.clone(), record);
         }
+        progress.event(Event::Step {
+            done: tasks.len() as u64,
+            now: "dataset",
+        });
+        progress.event(Event::Finish);
         // The daemon quits while its folders (under the journal's) still exist.
         if let Some(daemon) = mps.take()
             && let Err(why) = daemon.stop()
         {
-            progress(&why);
+            progress.line(&why);
         }
         for w in &self.catalog.workloads {
             if let Err(e) = self.check_solo_succeeded(&w.name, &done) {

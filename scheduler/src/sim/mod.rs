@@ -9,6 +9,7 @@ mod outcome;
 mod world;
 
 pub use cluster::Cluster;
+use duet_core::progress::{self, Progress};
 pub use jobs::{DatasetWorkload, Job, Workload, jobs};
 pub use outcome::Outcome;
 use outcome::{class_mean, quantile};
@@ -101,6 +102,27 @@ pub fn simulate(
     policy: Policy<'_>,
     settings: &Settings,
 ) -> Result<Outcome> {
+    simulate_with(
+        cluster,
+        jobs,
+        window,
+        oracle,
+        policy,
+        settings,
+        &mut progress::Lines(|_: &str| {}),
+    )
+}
+
+/// [`simulate`], telling `watch` how many jobs have completed, and at which simulated hour.
+pub fn simulate_with(
+    cluster: &Cluster,
+    jobs: &[Job],
+    window: (f64, f64),
+    oracle: &Oracle,
+    policy: Policy<'_>,
+    settings: &Settings,
+    watch: &mut dyn Progress,
+) -> Result<Outcome> {
     let wall = Instant::now();
     cluster.check_fits(jobs)?;
     let (kind, name, mut predictor, mut learner) = match policy {
@@ -127,6 +149,12 @@ pub fn simulate(
     }
     let mut log = RoundLog::default();
     let mut placement_times = Vec::new();
+    watch.event(progress::Event::Start {
+        stage: &name,
+        total: jobs.len() as u64,
+        unit: "jobs",
+    });
+    let mut completed = 0u64;
     while let Some(Reverse((now, _))) = world.events.peek().copied() {
         #[allow(clippy::cast_precision_loss)]
         let t = now as f64 / 1e6;
@@ -149,6 +177,11 @@ pub fn simulate(
                     {
                         world.finish(job, t);
                         changed = true;
+                        completed += 1;
+                        watch.event(progress::Event::Step {
+                            done: completed,
+                            now: &format!("simulated hour {:.1}", t / 3600.0),
+                        });
                     }
                 }
             }
@@ -181,6 +214,7 @@ pub fn simulate(
             );
         }
     }
+    watch.event(progress::Event::Finish);
     let makespan = world.last_t;
     let jct: Vec<f64> = jobs
         .iter()
