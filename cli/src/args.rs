@@ -465,9 +465,20 @@ pub struct ProfileArgs {
     /// Seconds of warm-up before each measured window.
     #[arg(long, default_value_t = 2.0)]
     pub warmup: f64,
-    /// Seconds of the measured window.
-    #[arg(long, default_value_t = 5.0)]
+    /// Shortest measured window, seconds. A window then goes on until every process's rate
+    /// (from its iteration lines' own arrival times) has a relative standard error of at most
+    /// --precision, or --window-max has passed; give --window-max equal to it for fixed windows.
+    #[arg(long, default_value_t = 2.0)]
     pub window: f64,
+    /// Longest measured window, seconds: a window ends here even if a rate is not yet known to
+    /// --precision (its standard error is recorded as it is).
+    #[arg(long, default_value_t = 30.0)]
+    pub window_max: f64,
+    /// The relative standard error of every rate at which a window may end (0.02: 2%), estimated
+    /// by batch means of the intervals between iteration lines; recorded per setting in the
+    /// dataset's `throughput_a_se`, `throughput_b_se` and `solo_throughput_se`.
+    #[arg(long, default_value_t = 0.02)]
+    pub precision: f64,
     /// Measurements of every setting.
     #[arg(long, default_value_t = 3)]
     pub repetitions: u32,

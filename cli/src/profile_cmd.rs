@@ -161,6 +161,8 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
         warmup: seconds(args.warmup, "--warmup")?,
         warm_iterations: WARM_ITERATIONS,
         window: seconds(args.window, "--window")?,
+        window_max: seconds(args.window_max, "--window-max")?,
+        precision: args.precision,
         repetitions: args.repetitions,
         timeout: seconds(args.timeout, "--timeout")?,
         sample_interval: Duration::from_millis(args.sample_ms),

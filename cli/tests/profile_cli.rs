@@ -52,6 +52,8 @@ fn profile(catalog: &Path, out: &Path, extra: &[&str]) -> Output {
             "0.2",
             "--window",
             "0.4",
+            "--window-max",
+            "1.5",
             "--sample-ms",
             "50",
             "--date",
@@ -134,7 +136,43 @@ fn a_mini_campaign_measures_every_workload_and_pair() {
         rss.len() >= 6
             && rss
                 .iter()
-                .all(|s| s.value > 0.0 && s.t >= 0.0 && s.t <= 0.5)
+                .all(|s| s.value > 0.0 && s.t >= 0.0 && s.t <= 1.6)
+    );
+    // Rates come from the lines' own times, not a count of lines over the 0.4 s window: were
+    // they counted, every one (a mean of two windows) would be a multiple of 1 / 0.8 it/s.
+    let rates: Vec<f64> = d
+        .workloads
+        .iter()
+        .map(|w| w.solo_throughput)
+        .chain(
+            d.pairs
+                .iter()
+                .flat_map(|p| [p.throughput_a, p.throughput_b]),
+        )
+        .collect();
+    assert!(
+        rates
+            .iter()
+            .all(|r| ((r * 0.8) - (r * 0.8).round()).abs() > 1e-6),
+        "{rates:?}"
+    );
+    // Each setting's standard error is recorded, and the windows went on until it was at most
+    // 2% (--precision's default) or 1.5 s had passed.
+    for w in &d.workloads {
+        let se = w.solo_throughput_se.expect("solo standard error");
+        assert!(se > 0.0 && se < w.solo_throughput, "{}: {se}", w.workload);
+    }
+    for p in &d.pairs {
+        let (a, b) = (
+            p.throughput_a_se.expect("a's error"),
+            p.throughput_b_se.expect("b's"),
+        );
+        assert!(a > 0.0 && b > 0.0, "{} + {}: {a} {b}", p.a, p.b);
+    }
+    assert!(
+        d.meta
+            .description
+            .contains("until the rates' relative standard errors")
     );
     assert!(
         d.meta
@@ -180,7 +218,16 @@ fn a_killed_campaign_resumes_without_repeating_or_losing_anything() {
         .arg(&catalog)
         .arg("--out")
         .arg(&out)
-        .args(["--warmup", "0.2", "--window", "0.4", "--repetitions", "1"])
+        .args([
+            "--warmup",
+            "0.2",
+            "--window",
+            "0.4",
+            "--window-max",
+            "1.5",
+            "--repetitions",
+            "1",
+        ])
         .stderr(Stdio::null())
         .spawn()
         .expect("duet profile");
@@ -225,6 +272,13 @@ fn a_killed_campaign_resumes_without_repeating_or_losing_anything() {
     validate(&out);
     let d = Dataset::read(&out).expect("dataset");
     assert_eq!((d.workloads.len(), d.pairs.len()), (3, 6));
+    // The journal kept each window's error across the kill: every setting has one.
+    assert!(
+        d.workloads.iter().all(|w| w.solo_throughput_se.is_some())
+            && d.pairs
+                .iter()
+                .all(|p| p.throughput_a_se.is_some() && p.throughput_b_se.is_some())
+    );
     assert!(
         !journal.exists(),
         "the journal goes once the dataset is written"
@@ -459,7 +513,16 @@ fn ctrl_c_stops_the_workloads_and_keeps_the_journal() {
         .arg(&catalog)
         .arg("--out")
         .arg(&out)
-        .args(["--warmup", "0.2", "--window", "0.4", "--repetitions", "2"])
+        .args([
+            "--warmup",
+            "0.2",
+            "--window",
+            "0.4",
+            "--window-max",
+            "1.5",
+            "--repetitions",
+            "2",
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .expect("duet profile");
@@ -550,6 +613,8 @@ fn mps_is_tried_with_one_client_and_quit_before_its_folder_goes() {
         "0.2",
         "--window",
         "0.4",
+        "--window-max",
+        "1.5",
         "--date",
         "2026-11-30",
     ];

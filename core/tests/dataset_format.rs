@@ -15,6 +15,7 @@ fn workload(id: &str, solo: f64) -> Workload {
         kind: JobKind::Train,
         solo_throughput: solo,
         solo_throughput_std: Some(0.1),
+        solo_throughput_se: None,
         repetitions: Some(3),
         features: BTreeMap::from([
             ("gpu_util".to_string(), FeatureValue::Number(Some(50.0))),
@@ -38,6 +39,8 @@ fn pair(a: &str, b: &str, ta: f64, tb: f64, status: Status) -> Pair {
         throughput_b: tb,
         throughput_a_std: None,
         throughput_b_std: Some(0.01),
+        throughput_a_se: None,
+        throughput_b_se: None,
         repetitions: Some(3),
         status,
         note: None,
@@ -148,6 +151,45 @@ fn write_then_read_gives_back_every_value() {
     );
     // Nothing but the dataset itself is left beside it.
     assert_eq!(entries(tmp.path()), ["ds"]);
+}
+
+#[test]
+fn standard_errors_are_optional_columns_written_only_where_measured() {
+    use polars::prelude::*;
+    let columns = |path: &Path| -> Vec<String> {
+        let frame = ParquetReader::new(fs::File::open(path).expect("open"))
+            .finish()
+            .expect("read");
+        frame
+            .get_column_names()
+            .iter()
+            .map(|c| c.to_string())
+            .collect()
+    };
+    let tmp = scratch();
+    // Without any estimate the tables keep the layout datasets had before the columns.
+    let plain = written(&sample(), tmp.path());
+    assert!(!columns(&plain.join("workloads.parquet")).contains(&"solo_throughput_se".into()));
+    assert!(!columns(&plain.join("pairs.parquet")).contains(&"throughput_a_se".into()));
+    let mut measured = sample();
+    measured.workloads[0].solo_throughput_se = Some(0.05);
+    measured.pairs[0].throughput_a_se = Some(0.02);
+    measured.pairs[1].throughput_b_se = Some(0.03);
+    let dir = tmp.path().join("with-se");
+    measured.write(&dir).expect("write");
+    assert!(columns(&dir.join("workloads.parquet")).contains(&"solo_throughput_se".into()));
+    assert!(columns(&dir.join("pairs.parquet")).contains(&"throughput_b_se".into()));
+    let back = Dataset::read(&dir).expect("read");
+    assert_eq!(back, measured);
+    assert_eq!(back.workloads[1].solo_throughput_se, None);
+    // A feature cannot take the name, and a negative error is refused like a negative spread.
+    let mut clash = sample();
+    clash.meta.workload_features[0].name = "solo_throughput_se".into();
+    assert!(rejected(&clash).contains("is a fixed column"), "{}", rejected(&clash));
+    let mut negative = sample();
+    negative.pairs[0].throughput_b_se = Some(-1.0);
+    let msg = rejected(&negative);
+    assert!(msg.contains("column `throughput_b_se`"), "{msg}");
 }
 
 #[test]

@@ -34,6 +34,11 @@ fn fold_workload(kept: &mut Workload, next: &Workload, file: &Path) -> Result<()
         (Some(a), Some(b)) => Some(pooled(a * a, wk, b * b, wn).sqrt()),
         (a, b) => a.or(b),
     };
+    // The standard error of the pooled mean; unknown where either shard did not estimate it.
+    kept.solo_throughput_se = match (kept.solo_throughput_se, next.solo_throughput_se) {
+        (Some(a), Some(b)) => Some((wk * wk * a * a + wn * wn * b * b).sqrt() / (wk + wn)),
+        _ => None,
+    };
     kept.repetitions = match (kept.repetitions, next.repetitions) {
         (Some(a), Some(b)) => Some(a + b),
         (a, b) => a.or(b),

@@ -19,7 +19,9 @@ use std::path::Path;
 pub use error::{DatasetError, Result};
 pub use merge::merge;
 pub use meta::{DatasetMeta, FORMAT, FeatureColumn, FeatureKind, Provenance};
-pub use parquet::{PAIR_COLUMNS, WORKLOAD_COLUMNS};
+pub use parquet::{
+    PAIR_COLUMNS, PAIR_OPTIONAL_COLUMNS, WORKLOAD_COLUMNS, WORKLOAD_OPTIONAL_COLUMNS,
+};
 pub use summary::{ModeCounts, Quantiles, Summary};
 pub use types::{FeatureValue, JobKind, Mode, Pair, Sample, Status, Workload, slowdown, speed};
 

@@ -20,6 +20,13 @@ pub const WORKLOAD_COLUMNS: [&str; 5] = [
     "repetitions",
 ];
 
+/// Optional fixed columns of `workloads.parquet`: written after `repetitions` only where some
+/// row has a value, read as `None` where absent (datasets written before them stay readable).
+pub const WORKLOAD_OPTIONAL_COLUMNS: [&str; 1] = ["solo_throughput_se"];
+
+/// Optional fixed columns of `pairs.parquet`, after `note`, like [`WORKLOAD_OPTIONAL_COLUMNS`].
+pub const PAIR_OPTIONAL_COLUMNS: [&str; 2] = ["throughput_a_se", "throughput_b_se"];
+
 /// Fixed columns of `pairs.parquet`, before the declared counter columns.
 pub const PAIR_COLUMNS: [&str; 13] = [
     "a",
@@ -67,6 +74,12 @@ pub fn workloads_frame(meta: &DatasetMeta, rows: &[Workload]) -> PolarsResult<Da
         ),
         counts("repetitions", rows.iter().map(|w| w.repetitions)),
     ];
+    if rows.iter().any(|w| w.solo_throughput_se.is_some()) {
+        columns.push(numbers(
+            "solo_throughput_se",
+            rows.iter().map(|w| w.solo_throughput_se),
+        ));
+    }
     for feature in &meta.workload_features {
         let cell = |w: &Workload| w.features.get(&feature.name).cloned();
         columns.push(match feature.kind {
@@ -100,6 +113,13 @@ pub fn pairs_frame(meta: &DatasetMeta, rows: &[Pair]) -> PolarsResult<DataFrame>
         strings("status", rows.iter().map(|p| Some(p.status.to_string()))),
         strings("note", rows.iter().map(|p| p.note.clone())),
     ];
+    if rows
+        .iter()
+        .any(|p| p.throughput_a_se.is_some() || p.throughput_b_se.is_some())
+    {
+        columns.push(numbers("throughput_a_se", rows.iter().map(|p| p.throughput_a_se)));
+        columns.push(numbers("throughput_b_se", rows.iter().map(|p| p.throughput_b_se)));
+    }
     for counter in &meta.pair_counters {
         columns.push(numbers(
             &counter.name,
@@ -184,6 +204,14 @@ impl Table<'_> {
             .map_err(|e| polars_error(self.file, name, &e))?;
         let values = cast.f64().map_err(|e| polars_error(self.file, name, &e))?;
         Ok(values.iter().collect())
+    }
+
+    /// An optional column: its numbers, or `None` in every row where the file has no such column.
+    fn absent_or_numbers(&self, name: &str) -> Result<Vec<Option<f64>>> {
+        if self.frame.column(name).is_err() {
+            return Ok(vec![None; self.frame.height()]);
+        }
+        self.optional_numbers(name)
     }
 
     fn optional_counts(&self, name: &str) -> Result<Vec<Option<u32>>> {
@@ -291,6 +319,7 @@ pub fn workloads_from_frame(
 ) -> Result<Vec<Workload>> {
     let table = Table { frame, file };
     let mut known: Vec<&str> = WORKLOAD_COLUMNS.to_vec();
+    known.extend(WORKLOAD_OPTIONAL_COLUMNS);
     known.extend(meta.workload_features.iter().map(|f| f.name.as_str()));
     check_no_undeclared(file, frame, &known)?;
 
@@ -299,6 +328,7 @@ pub fn workloads_from_frame(
     let solo = table.required_numbers("solo_throughput")?;
     let solo_std = table.optional_numbers("solo_throughput_std")?;
     let repetitions = table.optional_counts("repetitions")?;
+    let solo_se = table.absent_or_numbers("solo_throughput_se")?;
     let mut features: Vec<BTreeMap<String, FeatureValue>> = vec![BTreeMap::new(); ids.len()];
     for feature in &meta.workload_features {
         let values: Vec<FeatureValue> = match feature.kind {
@@ -323,10 +353,14 @@ pub fn workloads_from_frame(
         .zip(solo)
         .zip(solo_std)
         .zip(repetitions)
+        .zip(solo_se)
         .zip(features)
         .map(
             |(
-                ((((workload, kind), solo_throughput), solo_throughput_std), repetitions),
+                (
+                    ((((workload, kind), solo_throughput), solo_throughput_std), repetitions),
+                    solo_throughput_se,
+                ),
                 features,
             )| {
                 Workload {
@@ -334,6 +368,7 @@ pub fn workloads_from_frame(
                     kind,
                     solo_throughput,
                     solo_throughput_std,
+                    solo_throughput_se,
                     repetitions,
                     features,
                 }
@@ -345,6 +380,7 @@ pub fn workloads_from_frame(
 pub fn pairs_from_frame(meta: &DatasetMeta, frame: &DataFrame, file: &Path) -> Result<Vec<Pair>> {
     let table = Table { frame, file };
     let mut known: Vec<&str> = PAIR_COLUMNS.to_vec();
+    known.extend(PAIR_OPTIONAL_COLUMNS);
     known.extend(meta.pair_counters.iter().map(|f| f.name.as_str()));
     check_no_undeclared(file, frame, &known)?;
 
@@ -363,6 +399,8 @@ pub fn pairs_from_frame(meta: &DatasetMeta, frame: &DataFrame, file: &Path) -> R
     let throughput_b = table.required_numbers("throughput_b")?;
     let throughput_a_std = table.optional_numbers("throughput_a_std")?;
     let throughput_b_std = table.optional_numbers("throughput_b_std")?;
+    let throughput_a_se = table.absent_or_numbers("throughput_a_se")?;
+    let throughput_b_se = table.absent_or_numbers("throughput_b_se")?;
     let repetitions = table.optional_counts("repetitions")?;
     let status = table.parsed("status", &ids, str::parse)?;
     let note = table.optional_strings("note")?;
@@ -393,6 +431,8 @@ pub fn pairs_from_frame(meta: &DatasetMeta, frame: &DataFrame, file: &Path) -> R
             throughput_b: throughput_b[row],
             throughput_a_std: throughput_a_std[row],
             throughput_b_std: throughput_b_std[row],
+            throughput_a_se: throughput_a_se[row],
+            throughput_b_se: throughput_b_se[row],
             repetitions: repetitions[row],
             status: status[row],
             note: note[row].clone(),

@@ -191,6 +191,11 @@ pub struct Workload {
     pub solo_throughput: f64,
     /// Standard deviation of the solo throughput across repetitions, when measured.
     pub solo_throughput_std: Option<f64>,
+    /// Standard error of `solo_throughput` from the measured windows' own iteration times
+    /// (the optional column `solo_throughput_se`; `None` where the source did not estimate it).
+    /// Unlike the spread over repetitions it exists for a single window too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solo_throughput_se: Option<f64>,
     /// How many solo runs the throughput summarises, when known.
     pub repetitions: Option<u32>,
     /// The feature columns declared in `dataset.json`, by name.
@@ -213,6 +218,13 @@ pub struct Pair {
     pub throughput_b: f64,
     pub throughput_a_std: Option<f64>,
     pub throughput_b_std: Option<f64>,
+    /// Standard errors of `throughput_a` and `throughput_b` from the measured windows' own
+    /// iteration times (the optional columns `throughput_a_se`, `throughput_b_se`), like
+    /// [`Workload::solo_throughput_se`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput_a_se: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput_b_se: Option<f64>,
     pub repetitions: Option<u32>,
     pub status: Status,
     /// Free text about the run, for example the tail of a failed run's stderr.

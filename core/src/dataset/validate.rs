@@ -6,7 +6,9 @@ use std::path::Path;
 
 use super::error::{DatasetError, Result};
 use super::meta::{DatasetMeta, FORMAT, FeatureKind};
-use super::parquet::{PAIR_COLUMNS, WORKLOAD_COLUMNS};
+use super::parquet::{
+    PAIR_COLUMNS, PAIR_OPTIONAL_COLUMNS, WORKLOAD_COLUMNS, WORKLOAD_OPTIONAL_COLUMNS,
+};
 use super::types::{FeatureValue, Pair, Status, Workload};
 
 fn check_finite(value: f64, what: &str) -> std::result::Result<(), String> {
@@ -41,20 +43,26 @@ pub fn meta(file: &Path, meta: &DatasetMeta) -> Result<()> {
         return Err(DatasetError::new(file, "name is empty").column("name"));
     }
     let mut seen = BTreeSet::new();
-    for (field, columns, fixed) in [
+    for (field, columns, fixed, optional) in [
         (
             "workload_features",
             &meta.workload_features,
             &WORKLOAD_COLUMNS[..],
+            &WORKLOAD_OPTIONAL_COLUMNS[..],
         ),
-        ("pair_counters", &meta.pair_counters, &PAIR_COLUMNS[..]),
+        (
+            "pair_counters",
+            &meta.pair_counters,
+            &PAIR_COLUMNS[..],
+            &PAIR_OPTIONAL_COLUMNS[..],
+        ),
     ] {
         seen.clear();
         for column in columns {
             let name = column.name.as_str();
             let problem = if name.trim().is_empty() {
                 Some("a column has an empty name".to_string())
-            } else if fixed.contains(&name) {
+            } else if fixed.contains(&name) || optional.contains(&name) {
                 Some(format!(
                     "`{name}` is a fixed column and cannot be declared again"
                 ))
@@ -108,6 +116,9 @@ pub fn workloads(file: &Path, meta: &DatasetMeta, rows: &[Workload]) -> Result<(
         }
         if let Some(std) = w.solo_throughput_std {
             check_non_negative(std, "spread").map_err(|m| at("solo_throughput_std", m))?;
+        }
+        if let Some(se) = w.solo_throughput_se {
+            check_non_negative(se, "standard error").map_err(|m| at("solo_throughput_se", m))?;
         }
         for feature in &meta.workload_features {
             let value = w.features.get(&feature.name);
@@ -205,6 +216,8 @@ pub fn pairs(file: &Path, meta: &DatasetMeta, workloads: &[Workload], rows: &[Pa
             ("throughput_b", Some(p.throughput_b)),
             ("throughput_a_std", p.throughput_a_std),
             ("throughput_b_std", p.throughput_b_std),
+            ("throughput_a_se", p.throughput_a_se),
+            ("throughput_b_se", p.throughput_b_se),
         ] {
             if let Some(v) = value {
                 check_non_negative(v, "throughput").map_err(|m| at(column, m))?;

@@ -1,12 +1,13 @@
 //! Importer for co-location measurements a user made elsewhere, as two CSV files.
 //!
 //! `workloads.csv`: one row per workload. Required columns `workload`, `kind` (train|infer),
-//! `solo_throughput`; optional `solo_throughput_std`, `repetitions`.
+//! `solo_throughput`; optional `solo_throughput_std`, `repetitions`, `solo_throughput_se`.
 //!
 //! `pairs.csv`: one row per co-location setting. Required columns `a`, `b`, `mode`,
 //! `throughput_a`, `throughput_b`; optional `gpu` (else the `--gpu` default), `share_a`,
 //! `share_b`, `throughput_a_std`, `throughput_b_std`, `repetitions`, `status` (when absent or
-//! empty: `ok` if both throughputs are positive, else `oom`), `note`.
+//! empty: `ok` if both throughputs are positive, else `oom`), `note`, `throughput_a_se`,
+//! `throughput_b_se`.
 //!
 //! Any other column is a feature (workloads) or counter (pairs). A canonical name such as
 //! `gpu_util` or `mem_used_mib` needs nothing more; any other name declares its kind in the
@@ -18,7 +19,8 @@ use std::path::Path;
 
 use crate::dataset::{
     Dataset, DatasetError, DatasetMeta, FORMAT, FeatureColumn, FeatureKind, FeatureValue, Mode,
-    PAIR_COLUMNS, Pair, Provenance, Result, Status, WORKLOAD_COLUMNS, Workload, modes_present,
+    PAIR_COLUMNS, PAIR_OPTIONAL_COLUMNS, Pair, Provenance, Result, Status, WORKLOAD_COLUMNS,
+    WORKLOAD_OPTIONAL_COLUMNS, Workload, modes_present,
     validate,
 };
 use crate::features::canonical;
@@ -221,7 +223,13 @@ fn read_workloads(sheet: &Sheet<'_>) -> Result<(Vec<FeatureColumn>, Vec<Workload
     let solo = sheet.require("solo_throughput")?;
     let solo_std = sheet.index("solo_throughput_std");
     let repetitions = sheet.index("repetitions");
-    let extra = sheet.extra_columns(&WORKLOAD_COLUMNS)?;
+    let solo_se = sheet.index("solo_throughput_se");
+    let fixed: Vec<&str> = WORKLOAD_COLUMNS
+        .iter()
+        .chain(&WORKLOAD_OPTIONAL_COLUMNS)
+        .copied()
+        .collect();
+    let extra = sheet.extra_columns(&fixed)?;
     let mut workloads = Vec::with_capacity(sheet.rows.len());
     for row in &sheet.rows {
         let mut features = BTreeMap::new();
@@ -241,6 +249,7 @@ fn read_workloads(sheet: &Sheet<'_>) -> Result<(Vec<FeatureColumn>, Vec<Workload
             kind: sheet.parsed(row, "kind", kind)?,
             solo_throughput: sheet.required_number(row, "solo_throughput", solo)?,
             solo_throughput_std: sheet.number(row, "solo_throughput_std", solo_std)?,
+            solo_throughput_se: sheet.number(row, "solo_throughput_se", solo_se)?,
             repetitions: sheet.count(row, "repetitions", repetitions)?,
             features,
         });
@@ -265,7 +274,13 @@ fn read_pairs(sheet: &Sheet<'_>, default_gpu: &str) -> Result<(Vec<FeatureColumn
         "note",
     ]
     .map(|c| sheet.index(c));
-    let counters = sheet.extra_columns(&PAIR_COLUMNS)?;
+    let [se_a, se_b] = PAIR_OPTIONAL_COLUMNS.map(|c| sheet.index(c));
+    let fixed: Vec<&str> = PAIR_COLUMNS
+        .iter()
+        .chain(&PAIR_OPTIONAL_COLUMNS)
+        .copied()
+        .collect();
+    let counters = sheet.extra_columns(&fixed)?;
     if let Some((index, c)) = counters
         .iter()
         .find(|(_, c)| c.kind != FeatureKind::Numeric)
@@ -305,6 +320,8 @@ fn read_pairs(sheet: &Sheet<'_>, default_gpu: &str) -> Result<(Vec<FeatureColumn
             throughput_b: tb,
             throughput_a_std: sheet.number(row, "throughput_a_std", std_a)?,
             throughput_b_std: sheet.number(row, "throughput_b_std", std_b)?,
+            throughput_a_se: sheet.number(row, "throughput_a_se", se_a)?,
+            throughput_b_se: sheet.number(row, "throughput_b_se", se_b)?,
             repetitions: sheet.count(row, "repetitions", repetitions)?,
             status,
             note: sheet.cell(&row.1, note).map(str::to_string),

@@ -128,6 +128,7 @@ pub fn import(text: &str, file: &Path, options: &GavelImport) -> Result<Dataset>
             kind: JobKind::Train,
             solo_throughput: solo,
             solo_throughput_std: None,
+            solo_throughput_se: None,
             repetitions: None,
             features,
         });
@@ -179,6 +180,8 @@ pub fn import(text: &str, file: &Path, options: &GavelImport) -> Result<Dataset>
                 throughput_b: tb,
                 throughput_a_std: None,
                 throughput_b_std: None,
+                throughput_a_se: None,
+                throughput_b_se: None,
                 repetitions: None,
                 status,
                 note: None,

@@ -231,6 +231,8 @@ pub fn dataset(
             throughput_b,
             throughput_a_std,
             throughput_b_std,
+            throughput_a_se: None,
+            throughput_b_se: None,
             repetitions: count(pooled.throughput_a.len()),
             status: Status::Ok,
             note: None,
@@ -273,6 +275,7 @@ pub fn dataset(
             kind: job.kind.unwrap_or(JobKind::Train),
             solo_throughput,
             solo_throughput_std,
+            solo_throughput_se: None,
             repetitions: count(runs.len()),
             features,
         });

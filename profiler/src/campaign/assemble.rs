@@ -93,6 +93,7 @@ impl Campaign {
                 kind: spec.kind,
                 solo_throughput: crate::process::mean(&throughputs),
                 solo_throughput_std: std(&throughputs),
+                solo_throughput_se: mean_se(&ok, 0),
                 repetitions: Some(u32::try_from(throughputs.len()).unwrap_or(u32::MAX)),
                 features,
             });
@@ -193,6 +194,8 @@ impl Campaign {
                 throughput_b: tb,
                 throughput_a_std: if ok { std(&side(0)) } else { None },
                 throughput_b_std: if ok { std(&side(1)) } else { None },
+                throughput_a_se: if ok { mean_se(records, 0) } else { None },
+                throughput_b_se: if ok { mean_se(records, 1) } else { None },
                 repetitions: Some(u32::try_from(records.len()).unwrap_or(u32::MAX)),
                 status,
                 note,
@@ -299,7 +302,8 @@ impl Campaign {
             name: self.name.clone(),
             description: format!(
                 "co-location campaign by duet profile: {} workloads alone and in every pair, \
-                 modes {}, {} repetitions, {:.1} s warm-up and {:.1} s measured window",
+                 modes {}, {} repetitions, {:.1} s warm-up and measured windows of {:.1} s to \
+                 {:.1} s, each until the rates' relative standard errors were at most {}%",
                 self.catalog.workloads.len(),
                 self.modes
                     .iter()
@@ -308,7 +312,9 @@ impl Campaign {
                     .join(", "),
                 self.repetitions,
                 self.warmup.as_secs_f64(),
-                self.window.as_secs_f64()
+                self.window.as_secs_f64(),
+                self.window_max.as_secs_f64(),
+                self.precision * 100.0
             ),
             provenance: Provenance {
                 source: format!(
@@ -350,6 +356,20 @@ pub(super) fn samples_of(done: &BTreeMap<String, Record>) -> Vec<Sample> {
             })
         })
         .collect()
+}
+
+/// The standard error of the mean of process `i`'s throughputs over `records`, from each
+/// window's own: `sqrt(sum se^2) / k` for `k` independent windows. `None` where a window has
+/// none (too few iterations, or a journal from before windows estimated it).
+pub(super) fn mean_se(records: &[&Record], i: usize) -> Option<f64> {
+    let errors: Option<Vec<f64>> = records
+        .iter()
+        .map(|r| r.throughput_se.get(i).copied().flatten())
+        .collect();
+    let errors = errors.filter(|e| !e.is_empty())?;
+    #[allow(clippy::cast_precision_loss)]
+    let k = errors.len() as f64;
+    Some(errors.iter().map(|e| e * e).sum::<f64>().sqrt() / k)
 }
 
 pub(super) fn std(xs: &[f64]) -> Option<f64> {

@@ -51,6 +51,8 @@ impl Campaign {
             ("warmup", format!("{:?}", self.warmup)),
             ("warm-iterations", self.warm_iterations.to_string()),
             ("window", format!("{:?}", self.window)),
+            ("window-max", format!("{:?}", self.window_max)),
+            ("precision", self.precision.to_string()),
             ("repetitions", self.repetitions.to_string()),
             ("device", self.launcher.device.to_string()),
             ("cpu-set", format!("{:?}", self.launcher.cpu_set)),

@@ -1,5 +1,6 @@
 //! One measurement: the processes of a task started together, warmed up, sampled over the
-//! shared window (process, NVML, GPM and per-process counters), and the MPS probe.
+//! shared window (process, NVML, GPM and per-process counters) that lasts until every rate is
+//! known to the campaign's precision, and the MPS probe.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -143,6 +144,8 @@ impl Campaign {
             process_gpu: Vec::new(),
             samples: Vec::new(),
             note: Some(note),
+            throughput_se: Vec::new(),
+            window_seconds: None,
         };
         let shares = match task {
             Task::Pair {
@@ -190,6 +193,8 @@ impl Campaign {
                 process_gpu: measured.per_process,
                 samples: measured.samples,
                 note: None,
+                throughput_se: measured.throughput_se,
+                window_seconds: Some(measured.window_seconds),
             },
             Err((status, note)) => failed(status, note),
         };
@@ -199,7 +204,8 @@ impl Campaign {
 
     /// Warm-up until every process has finished `warm_iterations` iterations and `warmup` has
     /// passed since the later of them, then the measured window, sampling `/proc` (and NVML)
-    /// throughout it.
+    /// throughout it: at least `window`, then until every process's rate has a relative
+    /// standard error of at most `precision` ([`precise_enough`]), at most `window_max`.
     pub(super) fn window_of(
         &self,
         running: &mut [Running],
@@ -283,12 +289,21 @@ impl Campaign {
                     }
                 }
             }
-            if t0.elapsed() >= self.window {
+            let elapsed = t0.elapsed();
+            if elapsed >= self.window_max
+                || (elapsed >= self.window && precise_enough(running, t0, self.precision))
+            {
                 break;
             }
             check_alive(running)?;
             stopped()?;
-            std::thread::sleep(tick.min(self.window.saturating_sub(t0.elapsed())));
+            // Never past the floor or the ceiling; a tick at most between precision checks.
+            let next = if elapsed < self.window {
+                self.window.saturating_sub(elapsed)
+            } else {
+                self.window_max.saturating_sub(elapsed)
+            };
+            std::thread::sleep(tick.min(next));
         }
         let t1 = Instant::now();
         if let Some(g) = gpu
@@ -343,23 +358,27 @@ impl Campaign {
             })
             .collect();
         let mut throughputs = Vec::new();
+        let mut throughput_se = Vec::new();
         for r in running.iter() {
-            let count = r.iterations_between(t0, t1);
-            if count < 2 {
+            let Some(rate) = r.rate_between(t0, t1) else {
                 return Err((
                     Status::Timeout,
                     format!(
-                        "`{}` finished {count} iterations in the {:.1} s window; lengthen --window",
+                        "`{}` finished {} iterations in the {:.1} s window, too few for a rate; \
+                         lengthen --window-max",
                         r.name,
-                        self.window.as_secs_f64()
+                        r.iterations_between(t0, t1),
+                        (t1 - t0).as_secs_f64()
                     ),
                 ));
-            }
-            #[allow(clippy::cast_precision_loss)]
-            throughputs.push(count as f64 / (t1 - t0).as_secs_f64());
+            };
+            throughputs.push(rate.per_second);
+            throughput_se.push(rate.se());
         }
         Ok(Measured {
             throughputs,
+            throughput_se,
+            window_seconds: (t1 - t0).as_secs_f64(),
             usage: samples.iter().map(|s| usage(s)).collect(),
             device: counters,
             per_process: if per_process.iter().all(BTreeMap::is_empty) {
@@ -370,6 +389,17 @@ impl Campaign {
             samples: raw,
         })
     }
+}
+
+/// Whether every process's rate since `t0` has a relative standard error of at most
+/// `precision` (a process with too few iterations for an error has not).
+pub fn precise_enough(running: &[Running], t0: Instant, precision: f64) -> bool {
+    let now = Instant::now();
+    running.iter().all(|r| {
+        r.rate_between(t0, now)
+            .and_then(|rate| rate.relative_se)
+            .is_some_and(|e| e <= precision)
+    })
 }
 
 /// When a run's measured window opens: `warmup` after the later of the processes' warm

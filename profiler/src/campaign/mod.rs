@@ -10,7 +10,9 @@
 //!
 //! A run's measured window opens `warmup` after every process has finished
 //! [`WARM_ITERATIONS`] iterations (past first-iteration costs such as kernel compilation),
-//! timed from the later of them.
+//! timed from the later of them. It lasts at least `window`, then goes on until every
+//! process's rate (from its lines' own arrival times, [`crate::process::rate`]) has a relative
+//! standard error of at most `precision`, or `window_max` has passed.
 
 mod assemble;
 mod journal;
@@ -56,7 +58,13 @@ pub struct Campaign {
     pub warmup: Duration,
     /// Iterations each process finishes before its warm-up is timed (at least 1).
     pub warm_iterations: usize,
+    /// The shortest measured window.
     pub window: Duration,
+    /// The longest: a window ends here even if a rate is not yet known to `precision`.
+    pub window_max: Duration,
+    /// The relative standard error every process's rate must reach for a window to end
+    /// between `window` and `window_max` (0.02: 2%).
+    pub precision: f64,
     pub repetitions: u32,
     /// Longest a run may take to reach its measured window.
     pub timeout: Duration,
@@ -134,6 +142,13 @@ pub struct Record {
     pub samples: Vec<(String, f64, String, f64)>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The standard error of each throughput, in task order (`None` where too few iterations
+    /// gave none); empty in failed runs and in journals written before it was estimated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub throughput_se: Vec<Option<f64>>,
+    /// How long the measured window lasted, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_seconds: Option<f64>,
 }
 
 /// A window's raw readings: (source, seconds since it opened, counter, value).
@@ -144,6 +159,10 @@ type RawSamples = Vec<(String, f64, String, f64)>;
 struct Measured {
     /// Iterations per second of each process, in task order.
     throughputs: Vec<f64>,
+    /// Their standard errors.
+    throughput_se: Vec<Option<f64>>,
+    /// The window's length, seconds.
+    window_seconds: f64,
     usage: Vec<Option<Usage>>,
     /// Device counters (NVML, GPM), mean and `_p95`.
     device: BTreeMap<String, f64>,
@@ -177,6 +196,20 @@ impl Campaign {
             || self.warm_iterations == 0
         {
             return Err(fail("--warmup, --window and --timeout must be positive"));
+        }
+        if self.window_max < self.window {
+            return Err(fail(format!(
+                "--window-max ({:.1} s) must be at least --window ({:.1} s)",
+                self.window_max.as_secs_f64(),
+                self.window.as_secs_f64()
+            )));
+        }
+        if !(self.precision > 0.0 && self.precision < 1.0) {
+            return Err(fail(format!(
+                "--precision {}: give the relative standard error to reach, for example 0.02 \
+                 (2%), above 0 and below 1",
+                self.precision
+            )));
         }
         if self.repetitions == 0 {
             return Err(fail("--repetitions must be at least 1"));
@@ -555,6 +588,8 @@ mod tests {
             warmup: Duration::from_secs(1),
             warm_iterations: WARM_ITERATIONS,
             window: Duration::from_secs(1),
+            window_max: Duration::from_secs(2),
+            precision: 0.02,
             repetitions: 1,
             timeout: Duration::from_secs(10),
             sample_interval: Duration::from_millis(100),
@@ -582,6 +617,8 @@ mod tests {
             process_gpu: per_process,
             samples: Vec::new(),
             note: None,
+            throughput_se: vec![Some(0.5); n],
+            window_seconds: Some(1.0),
         }
     }
 
@@ -665,6 +702,7 @@ mod tests {
         let c = Campaign {
             warmup: Duration::from_millis(100),
             window: Duration::from_millis(300),
+            window_max: Duration::from_millis(300),
             sample_interval: Duration::ZERO,
             ..c
         };
@@ -678,6 +716,76 @@ mod tests {
         assert!(started.elapsed() >= Duration::from_millis(550 + 100 + 300));
         // Only the steady iterations (one per ~10 ms) are in the window.
         assert!(measured.throughputs[0] > 20.0, "{:?}", measured.throughputs);
+    }
+
+    #[test]
+    fn a_window_goes_on_until_the_rates_are_precise_and_no_longer_than_its_ceiling() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let catalog = Catalog::parse(
+            "[[workload]]\nname = \"ticker\"\nkind = \"infer\"\n\
+             command = [\"sh\", \"-c\", \"while true; do echo tick; sleep 0.02; done\"]\n\
+             progress = \"^tick$\"\n",
+            &dir.path().join("c.toml"),
+        )
+        .expect("catalog");
+        let spec = catalog.get("ticker").expect("spec");
+        let base = Campaign {
+            warmup: Duration::from_millis(50),
+            window: Duration::from_millis(300),
+            window_max: Duration::from_secs(6),
+            precision: 0.05,
+            sample_interval: Duration::from_millis(50),
+            ..campaign(dir.path())
+        };
+        let measure = |c: &Campaign| {
+            let mut running = vec![Running::start(&c.launcher, spec, &[]).expect("started")];
+            let measured = c.window_of(&mut running, None, &AtomicBool::new(false));
+            running.into_iter().for_each(Running::stop);
+            measured.expect("measured")
+        };
+        // About 40 lines a second: 5% is reached within a few seconds, before the ceiling.
+        let loose = measure(&base);
+        assert!(
+            loose.window_seconds >= 0.3 && loose.window_seconds < 6.0,
+            "{}",
+            loose.window_seconds
+        );
+        let se = loose.throughput_se[0].expect("an error");
+        assert!(se > 0.0 && se / loose.throughputs[0] <= 0.05, "{se}");
+        // A precision no sleep loop reaches: the window ends at its ceiling, error recorded.
+        let strict = measure(&Campaign {
+            precision: 1e-6,
+            window_max: Duration::from_millis(800),
+            ..base.clone()
+        });
+        assert!(
+            strict.window_seconds >= 0.8 && strict.window_seconds < 1.5,
+            "{}",
+            strict.window_seconds
+        );
+        assert!(strict.throughput_se[0].is_some_and(|e| e > 0.0));
+        let r = strict.throughputs[0];
+        assert!(r > 5.0 && r < 60.0, "{r}");
+        // Settings the flags must respect.
+        for (bad, says) in [
+            (
+                Campaign {
+                    window_max: Duration::from_millis(100),
+                    ..base.clone()
+                },
+                "--window-max",
+            ),
+            (
+                Campaign {
+                    precision: 0.0,
+                    ..base.clone()
+                },
+                "--precision",
+            ),
+        ] {
+            let e = bad.check().expect_err("refused");
+            assert!(e.0.contains(says), "{e}");
+        }
     }
 
     #[test]
@@ -782,9 +890,31 @@ mod tests {
         assert_eq!(p.counters["process_sm_util_b"], Some(30.0));
         assert_eq!(p.counters["gpu_util"], Some(80.0));
         assert!(!p.counters.contains_key("process_sm_util"));
-        // A journal line written before per-process counters existed still reads.
+        // Each window's standard error becomes the setting's (one window: the same).
+        assert_eq!(x.solo_throughput_se, Some(0.5));
+        assert_eq!(
+            (p.throughput_a_se, p.throughput_b_se),
+            (Some(0.5), Some(0.5))
+        );
+        // A journal line written before per-process counters and errors existed still reads,
+        // and its setting has no error rather than a made-up one.
         let old = r#"{"key":"k","task":"solo","workload":"x","repetition":0,"status":"ok","throughputs":[1.0],"usage":[null]}"#;
         let r: Record = serde_json::from_str(old).expect("old record");
         assert!(r.process_gpu.is_empty());
+        assert!(r.throughput_se.is_empty() && r.window_seconds.is_none());
+        assert_eq!(assemble::mean_se(&[&r], 0), None);
+        let twice = record(
+            Task::Solo {
+                workload: "x".into(),
+                repetition: 1,
+            },
+            vec![util(90.0)],
+        );
+        // Two windows of error 0.5 each: their mean is known to 0.5 / sqrt(2).
+        let both = assemble::mean_se(&[&done["solo/x/0"], &twice], 0);
+        assert!(
+            both.is_some_and(|e| (e - 0.5 / 2f64.sqrt()).abs() < 1e-12),
+            "{both:?}"
+        );
     }
 }
