@@ -316,3 +316,43 @@ impl Counters {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn places_then_a_queue_then_shed() {
+        let limiter = Arc::new(Limiter::new(1, 1));
+        let first = limiter.enter().await.expect("a place");
+        assert_eq!((limiter.running(), limiter.waiting()), (1, 0));
+        // The second waits; the third finds the queue full and is shed at once.
+        let waiter = {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.enter().await.is_some() })
+        };
+        while limiter.waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(limiter.enter().await.is_none());
+        drop(first);
+        assert!(waiter.await.expect("waiter"));
+        assert_eq!((limiter.running(), limiter.waiting()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_panic_off_the_request_task_is_counted_and_answered_500() {
+        let counters = Counters::default();
+        let e = tokio::task::spawn_blocking(|| panic!("boom"))
+            .await
+            .expect_err("panicked");
+        let failure = counters.join_failure(&e, "prediction");
+        assert_eq!(failure.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(failure.logged);
+        assert_eq!(counters.panics.load(Ordering::Relaxed), 1);
+        let mut text = String::new();
+        counters.render(&Limiter::new(2, 2), &mut text);
+        assert!(text.contains("duet_panics_total 1"), "{text}");
+        assert!(text.contains("duet_requests_shed_total 0"), "{text}");
+    }
+}
