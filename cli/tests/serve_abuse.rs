@@ -18,6 +18,16 @@ use serde_json::Value;
 mod support;
 use support::Server;
 
+/// One test at a time: each loads the machine's two cores on its own, and its bounds (peak
+/// memory, probe latency) are its own server's.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Peak resident memory of process `pid`, MiB (`VmHWM`).
 fn peak_rss_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
@@ -200,6 +210,7 @@ struct Tally {
 
 #[test]
 fn bodies_over_the_limits_are_refused_and_memory_stays_bounded() {
+    let _alone = alone();
     let max_pairs = 20_000;
     let server = Server::start_with(&[
         "--max-pairs".into(),
@@ -399,6 +410,7 @@ fn bodies_over_the_limits_are_refused_and_memory_stays_bounded() {
 
 #[test]
 fn slow_headers_are_cut_off_and_probes_answer() {
+    let _alone = alone();
     let max_connections = 48;
     let server = Server::start_with(&[
         "--header-timeout".into(),
@@ -549,6 +561,7 @@ fn slow_headers_are_cut_off_and_probes_answer() {
 
 #[test]
 fn overload_is_shed_with_retry_after_and_healthz_stays_fast() {
+    let _alone = alone();
     let server = Server::start_with(&[
         "--max-inflight".into(),
         "2".into(),
