@@ -268,6 +268,12 @@ pub struct TrainArgs {
     /// metrics and its `evaluation` says that none was run.
     #[arg(long, conflicts_with = "seeds")]
     pub final_only: bool,
+    /// Also evaluate on `unseen_<FEATURE>`: leave one value of this categorical workload
+    /// feature out (for example `model`: every workload of one model held out together, with
+    /// no identity slot for any of them), reported in model.json and report.md with the other
+    /// splits.
+    #[arg(long, value_name = "FEATURE", conflicts_with = "final_only")]
+    pub group_by: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]

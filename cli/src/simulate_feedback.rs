@@ -45,6 +45,7 @@ fn train(data: Vec<PathBuf>, out: &Path, name: &str, seed: u64) -> Result<()> {
         seeds: Vec::new(),
         created: duet_core::timestamp::today(),
         final_only: true,
+        group_by: None,
     };
     pipeline::run(&options, |_| {}).with_context(|| format!("training {name}"))?;
     Ok(())

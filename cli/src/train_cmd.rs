@@ -71,6 +71,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         seeds: args.seeds,
         created: today(),
         final_only: args.final_only,
+        group_by: args.group_by,
     };
     let summary = pipeline::run_with(&options, &mut crate::progress::Shown::stderr())?;
     for w in &summary.warnings {

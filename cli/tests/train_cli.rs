@@ -563,3 +563,85 @@ fn the_point_loss_is_chosen_and_recorded() {
         "{stderr}"
     );
 }
+
+/// `--group-by model` adds the `unseen_model` split: one fold per model, in model.json and
+/// report.md like the other splits; a feature that cannot split is refused by flag and name.
+#[test]
+fn group_by_adds_a_leave_one_model_out_split() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = small_dataset(tmp.path(), "six", |_, l| Some(l.to_string()));
+    let out = tmp.path().join("by-model");
+    let result = train(&[&data], &out, &["--group-by", "model"]);
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let meta = read_meta(&out);
+    assert_eq!(meta["folds"]["unseen_model"], 3, "{}", meta["folds"]);
+    assert_eq!(meta["folds"]["unseen_workloads"], 6, "{}", meta["folds"]);
+    let definition = meta["evaluation"]["splits"]["unseen_model"]
+        .as_str()
+        .expect("the split's definition");
+    assert!(
+        definition.contains("`model`") && definition.contains("no identity slot"),
+        "{definition}"
+    );
+    let rows: Vec<&Value> = meta["metrics"]
+        .as_array()
+        .expect("metrics")
+        .iter()
+        .filter(|r| r["split"] == "unseen_model")
+        .collect();
+    assert!(
+        rows.iter()
+            .any(|r| r["predictor"] == "mlp" && r["gpu"] == "all" && r["metrics"]["rows"] == 66),
+        "42 directed rows, each tested once per model it touches (24 touch two): {rows:?}"
+    );
+    let report = fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(
+        report.contains("- `unseen_model`: leave one value of the workload feature `model` out")
+            && report.contains("| unseen_model | mlp | all | all |"),
+        "{report}"
+    );
+
+    // The added split changes nothing else: the other splits' figures, the shipped networks
+    // and their calibration (and so the version) are those of a run without it.
+    let plain = tmp.path().join("plain");
+    assert!(train(&[&data], &plain, &[]).status.success());
+    let plain = read_meta(&plain);
+    let others: Vec<&Value> = meta["metrics"]
+        .as_array()
+        .expect("metrics")
+        .iter()
+        .filter(|r| r["split"] != "unseen_model")
+        .collect();
+    let plain_rows: Vec<&Value> = plain["metrics"]
+        .as_array()
+        .expect("metrics")
+        .iter()
+        .collect();
+    assert_eq!(others, plain_rows);
+    assert_eq!(meta["calibration"], plain["calibration"]);
+    assert_eq!(meta["version"], plain["version"]);
+
+    let err = refused(&train(
+        &[&data],
+        &tmp.path().join("x"),
+        &["--group-by", "family"],
+    ));
+    assert!(
+        err.contains("--group-by family: dataset `six` declares no workload feature `family`"),
+        "{err}"
+    );
+    let err = refused(&train(
+        &[&data],
+        &tmp.path().join("y"),
+        &["--group-by", "gpu_util"],
+    ));
+    assert!(
+        err.contains("--group-by gpu_util: `gpu_util` is a numeric feature"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("x").exists() && !tmp.path().join("y").exists());
+}

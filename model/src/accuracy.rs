@@ -227,24 +227,90 @@ pub fn mean_and_sd(tables: &[Vec<MetricsRow>]) -> Option<(Vec<MetricsRow>, Vec<M
     Some((combined(mean_of), combined(sd_of)))
 }
 
-/// The evaluation splits `model.json`'s metrics table reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// The evaluation splits `model.json`'s metrics table reports. Written as its name
+/// ([`Split::as_str`]): `random`, `unseen_pairs`, `unseen_workloads`, or `unseen_<feature>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Split {
     Random,
     UnseenPairs,
     UnseenWorkloads,
+    /// Leave one value of a categorical workload feature out (`duet train --group-by`): every
+    /// workload with that value is held out together.
+    UnseenGroup(Group),
+}
+
+/// The categorical feature of a [`Split::UnseenGroup`], with the split's name. The names are
+/// interned (each distinct feature once per process, a few bytes), so that `Split` stays a
+/// plain copyable value like the fixed splits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Group {
+    feature: &'static str,
+    split: &'static str,
+}
+
+impl Group {
+    /// The feature whose values are held out, for example `model`.
+    pub fn feature(self) -> &'static str {
+        self.feature
+    }
 }
 
 impl Split {
+    /// The splits every evaluation runs, in report order.
     pub const ALL: [Split; 3] = [Split::Random, Split::UnseenPairs, Split::UnseenWorkloads];
+
+    /// The leave-one-value-out split of `feature`: `unseen_<feature>`.
+    pub fn unseen(feature: &str) -> Split {
+        static NAMES: std::sync::Mutex<Vec<Group>> = std::sync::Mutex::new(Vec::new());
+        let mut names = NAMES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(g) = names.iter().find(|g| g.feature == feature) {
+            return Split::UnseenGroup(*g);
+        }
+        let group = Group {
+            feature: Box::leak(feature.to_string().into_boxed_str()),
+            split: Box::leak(format!("unseen_{feature}").into_boxed_str()),
+        };
+        names.push(group);
+        Split::UnseenGroup(group)
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
             Split::Random => "random",
             Split::UnseenPairs => "unseen_pairs",
             Split::UnseenWorkloads => "unseen_workloads",
+            Split::UnseenGroup(g) => g.split,
         }
+    }
+
+    /// The split a name stands for (`as_str` backwards); `None` for any other name.
+    pub fn parse(name: &str) -> Option<Split> {
+        if let Some(s) = Split::ALL.into_iter().find(|s| s.as_str() == name) {
+            return Some(s);
+        }
+        name.strip_prefix("unseen_")
+            .filter(|f| !f.is_empty())
+            .map(Split::unseen)
+    }
+}
+
+impl Serialize for Split {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Split {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Split, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Split::parse(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown split `{name}`, expected random, unseen_pairs, unseen_workloads or \
+                 unseen_<feature>"
+            ))
+        })
     }
 }
 
@@ -308,6 +374,24 @@ mod tests {
         let mut other = table([0.5, 0.5]);
         other[0].gpu = "k80".into();
         assert!(mean_and_sd(&[table([0.5, 0.5]), other]).is_none());
+    }
+
+    #[test]
+    fn splits_are_written_by_name_and_read_back() {
+        for split in Split::ALL {
+            let text = serde_json::to_string(&split).expect("serialise");
+            assert_eq!(text, format!("\"{}\"", split.as_str()));
+            assert_eq!(serde_json::from_str::<Split>(&text).expect("read"), split);
+        }
+        let by_model = Split::unseen("model");
+        assert_eq!(by_model.as_str(), "unseen_model");
+        assert_eq!(by_model, Split::unseen("model"), "one name per feature");
+        assert_ne!(by_model, Split::unseen("family"));
+        assert!(matches!(by_model, Split::UnseenGroup(g) if g.feature() == "model"));
+        let back: Split = serde_json::from_str("\"unseen_model\"").expect("read");
+        assert_eq!(back, by_model);
+        assert!(serde_json::from_str::<Split>("\"held_out\"").is_err());
+        assert!(serde_json::from_str::<Split>("\"unseen_\"").is_err());
     }
 
     #[test]

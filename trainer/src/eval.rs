@@ -1,10 +1,14 @@
-//! Honest evaluation: k-fold over three splits, the MLP and every baseline on the same folds.
+//! Honest evaluation: k-fold over three splits (four with `--group-by`), the MLP and every
+//! baseline on the same folds.
 //!
 //! - `random`: directed rows in random folds (a pair's mirror may be in training).
 //! - `unseen_pairs`: folds of unordered pairs of workloads; a pair leaves with its mirror and
 //!   with its measurements on every other device, mode and share.
 //! - `unseen_workloads`: leave one workload out; test rows touch it, training rows do not (a
 //!   new job that was only profiled alone).
+//! - `unseen_<feature>` (`--group-by`): leave one value of a categorical workload feature out,
+//!   say one `model`; test rows touch a workload with that value, training rows do not (a new
+//!   kind of job, not a new size of a known one).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -48,8 +52,20 @@ pub fn metric_groups(e: &Example) -> [(String, String); 2] {
     ]
 }
 
-/// How each split's folds are formed, for `model.json`.
-pub fn split_definitions() -> BTreeMap<String, String> {
+/// How each of `splits` forms its folds, for `model.json`.
+pub fn split_definitions(splits: &[Split]) -> BTreeMap<String, String> {
+    let group = splits.iter().filter_map(|s| match s {
+        Split::UnseenGroup(g) => Some((
+            *s,
+            format!(
+                "leave one value of the workload feature `{}` out (by value, on every device): \
+                 test rows touch a workload with it, training rows do not, and the model has no \
+                 identity slot for any of those workloads",
+                g.feature()
+            ),
+        )),
+        _ => None,
+    });
     [
         (
             Split::Random,
@@ -70,8 +86,97 @@ pub fn split_definitions() -> BTreeMap<String, String> {
         ),
     ]
     .into_iter()
+    .filter(|(s, _)| splits.contains(s))
+    .chain(group)
     .map(|(s, d)| (s.as_str().to_string(), d))
     .collect()
+}
+
+/// The evaluation's splits: the fixed ones, and `unseen_<feature>` where `group_by` names one.
+pub fn splits(group_by: Option<&str>) -> Vec<Split> {
+    let mut out = Split::ALL.to_vec();
+    out.extend(group_by.map(Split::unseen));
+    out
+}
+
+/// Each workload's value of the categorical feature `feature`, by dataset index and id
+/// (workloads without one are absent).
+fn values_of(corpus: &Corpus, feature: &str) -> Vec<BTreeMap<String, String>> {
+    corpus
+        .datasets
+        .iter()
+        .map(|d| {
+            d.workloads
+                .iter()
+                .filter_map(|w| {
+                    let v = w.features.get(feature)?.as_category()?;
+                    Some((w.workload.clone(), v.to_string()))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Why `--group-by feature` cannot split `corpus`, if it cannot: the feature must be a
+/// declared categorical workload feature of every dataset with at least two values among the
+/// workloads of its pairs.
+pub fn check_group_by(corpus: &Corpus, feature: &str) -> Result<(), String> {
+    if Split::ALL
+        .iter()
+        .any(|s| s.as_str() == format!("unseen_{feature}"))
+    {
+        return Err(format!(
+            "--group-by {feature}: `unseen_{feature}` is the name of a fixed split; name a \
+             workload feature such as `model`"
+        ));
+    }
+    for d in &corpus.datasets {
+        let Some(column) = d.meta.workload_features.iter().find(|f| f.name == feature) else {
+            let categorical: Vec<&str> = d
+                .meta
+                .workload_features
+                .iter()
+                .filter(|f| f.kind == duet_core::dataset::FeatureKind::Categorical)
+                .map(|f| f.name.as_str())
+                .collect();
+            return Err(format!(
+                "--group-by {feature}: dataset `{}` declares no workload feature `{feature}`; \
+                 its categorical features: {}",
+                d.meta.name,
+                if categorical.is_empty() {
+                    "none".to_string()
+                } else {
+                    categorical.join(", ")
+                }
+            ));
+        };
+        if column.kind != duet_core::dataset::FeatureKind::Categorical {
+            return Err(format!(
+                "--group-by {feature}: `{feature}` is a {} feature in dataset `{}`; leaving \
+                 one value out needs a categorical one (such as `model`)",
+                column.kind.as_str(),
+                d.meta.name
+            ));
+        }
+    }
+    let values = values_of(corpus, feature);
+    let present: BTreeSet<&str> = corpus
+        .examples
+        .iter()
+        .flat_map(|e| [&e.a, &e.b].map(|id| values[e.dataset].get(id.as_str())))
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    if present.len() < 2 {
+        return Err(format!(
+            "--group-by {feature}: the workloads in pairs have {} value{} of `{feature}` ({}); \
+             leaving one out needs at least 2",
+            present.len(),
+            if present.len() == 1 { "" } else { "s" },
+            present.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok(())
 }
 
 /// The train and test rows of one fold.
@@ -81,10 +186,13 @@ pub struct Fold {
     pub test: Vec<usize>,
     /// The workload a leave-one-workload-out fold holds out (none for the other splits).
     pub workload: Option<String>,
+    /// The feature value an `unseen_<feature>` fold holds out (none for the other splits).
+    pub value: Option<String>,
 }
 
 /// The folds of `split` over the corpus' examples.
-pub fn folds(split: Split, examples: &[Example], seed: u64) -> Vec<Fold> {
+pub fn folds(split: Split, corpus: &Corpus, seed: u64) -> Vec<Fold> {
+    let examples = &corpus.examples[..];
     let all: Vec<usize> = (0..examples.len()).collect();
     let from_groups = |group_of: &dyn Fn(usize) -> usize, groups: usize| -> Vec<Fold> {
         (0..groups)
@@ -94,6 +202,7 @@ pub fn folds(split: Split, examples: &[Example], seed: u64) -> Vec<Fold> {
                     train,
                     test,
                     workload: None,
+                    value: None,
                 }
             })
             .filter(|f: &Fold| !f.test.is_empty() && !f.train.is_empty())
@@ -135,6 +244,31 @@ pub fn folds(split: Split, examples: &[Example], seed: u64) -> Vec<Fold> {
                         train,
                         test,
                         workload: Some(id.to_string()),
+                        value: None,
+                    }
+                })
+                .filter(|f| !f.test.is_empty() && !f.train.is_empty())
+                .collect()
+        }
+        Split::UnseenGroup(group) => {
+            let values = values_of(corpus, group.feature());
+            let value = |i: usize, id: &str| values[examples[i].dataset].get(id);
+            let present: BTreeSet<&String> = all
+                .iter()
+                .flat_map(|&i| [value(i, &examples[i].a), value(i, &examples[i].b)])
+                .flatten()
+                .collect();
+            present
+                .into_iter()
+                .map(|v| {
+                    let (test, train) = all.iter().partition(|&&i| {
+                        value(i, &examples[i].a) == Some(v) || value(i, &examples[i].b) == Some(v)
+                    });
+                    Fold {
+                        train,
+                        test,
+                        workload: None,
+                        value: Some(v.clone()),
                     }
                 })
                 .filter(|f| !f.test.is_empty() && !f.train.is_empty())
@@ -310,6 +444,15 @@ impl OutOfFold {
                 let held = fold.workload.clone().unwrap_or_default();
                 Box::new(move |e| e.a != held && e.b != held)
             }
+            // Every score touching a workload with the held-out value stays out.
+            Split::UnseenGroup(group) => {
+                let values = values_of(corpus, group.feature());
+                let held = fold.value.clone();
+                Box::new(move |e| {
+                    let value = |id: &str| values[e.dataset].get(id);
+                    held.is_none() || (value(&e.a) != held.as_ref() && value(&e.b) != held.as_ref())
+                })
+            }
         };
         self.scores
             .iter()
@@ -376,13 +519,25 @@ fn run_folds(
 pub fn evaluate(
     corpus: &Corpus,
     config: &TrainConfig,
+    progress: impl FnMut(Split, usize, usize),
+) -> Result<Evaluation, TrainError> {
+    evaluate_splits(corpus, config, &Split::ALL, progress)
+}
+
+/// [`evaluate`] on `splits` (for example with `unseen_<feature>`, [`splits`]). Only the
+/// unseen-pairs and unseen-workloads folds give out-of-fold scores, so an added split is
+/// calibrated like the others but changes neither their figures nor the shipped calibration.
+pub fn evaluate_splits(
+    corpus: &Corpus,
+    config: &TrainConfig,
+    splits: &[Split],
     mut progress: impl FnMut(Split, usize, usize),
 ) -> Result<Evaluation, TrainError> {
     let mut runs = Vec::new();
     let mut fold_counts = BTreeMap::new();
     let mut out_of_fold = OutOfFold::default();
-    for split in Split::ALL {
-        let folds = folds(split, &corpus.examples, config.seed);
+    for &split in splits {
+        let folds = folds(split, corpus, config.seed);
         fold_counts.insert(split.as_str().to_string(), folds.len());
         let results = run_folds(corpus, &folds, config, |done| {
             progress(split, done, folds.len())
@@ -482,7 +637,7 @@ mod tests {
             (Split::UnseenPairs, Kind::Known),
             (Split::UnseenWorkloads, Kind::New),
         ] {
-            for fold in folds(split, &corpus.examples, seed) {
+            for fold in folds(split, corpus, seed) {
                 let mlp = vec![
                     MlpRow {
                         out: [0.0; OUTPUTS],
@@ -509,8 +664,9 @@ mod tests {
             .partition::<Vec<_>, _>(|s| s.kind == Kind::Known);
         assert_eq!(known.len(), feasible);
         assert!(new.len() > feasible && new.len() <= 2 * feasible);
-        for split in Split::ALL {
-            for fold in folds(split, &corpus.examples, 7) {
+        let models = values_of(&corpus, "model");
+        for split in splits(Some("model")) {
+            for fold in folds(split, &corpus, 7) {
                 let tests: Vec<&Example> = fold.test.iter().map(|&i| &corpus.examples[i]).collect();
                 let kept = oof.kept_for(&corpus, split, &fold);
                 assert!(
@@ -533,6 +689,14 @@ mod tests {
                             let held = fold.workload.as_deref().expect("one workload per fold");
                             assert!(tests.iter().all(|t| t.a == held || t.b == held));
                             assert!(e.a != held && e.b != held);
+                        }
+                        Split::UnseenGroup(_) => {
+                            let held = fold.value.as_ref().expect("one value per fold");
+                            let model = |t: &Example, id: &str| models[t.dataset].get(id);
+                            assert!(tests.iter().all(|t| {
+                                model(t, &t.a) == Some(held) || model(t, &t.b) == Some(held)
+                            }));
+                            assert!(model(e, &e.a) != Some(held) && model(e, &e.b) != Some(held));
                         }
                     }
                 }

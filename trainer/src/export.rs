@@ -142,7 +142,7 @@ pub fn write(
         for split in Split::ALL {
             let folder = dir.join(format!("seed-{seed}")).join(split.as_str());
             std::fs::create_dir_all(&folder)?;
-            for (k, fold) in folds(split, &corpus.examples, seed).iter().enumerate() {
+            for (k, fold) in folds(split, corpus, seed).iter().enumerate() {
                 let encoded = encode_fold(corpus, seed, split, k, fold);
                 let bytes: Vec<u8> = encoded
                     .inputs

@@ -57,7 +57,7 @@ pub fn render(dir: &Path, progress: &mut dyn Progress) -> Result<Vec<String>, Pi
         let members = config.ensemble.max(1) as u64;
         let total: u64 = Split::ALL
             .iter()
-            .map(|&split| crate::eval::folds(split, &corpus.examples, seed).len() as u64)
+            .map(|&split| crate::eval::folds(split, &corpus, seed).len() as u64)
             .sum::<u64>()
             * members;
         progress.line(&format!(

@@ -8,7 +8,7 @@ use duet_core::dataset::{Dataset, DatasetError};
 use duet_core::progress::{Event, Lines, Progress};
 
 use crate::corpus::Corpus;
-use crate::eval::{OutOfFold, Split, evaluate, split_definitions};
+use crate::eval::{OutOfFold, Split, check_group_by, evaluate_splits, split_definitions};
 use duet_model::accuracy::mean_and_sd;
 use duet_model::artifact::{
     self, ArtifactError, EvaluationInfo, FORMAT, ModelMeta, TrainingData, fingerprint, fnv1a,
@@ -34,6 +34,9 @@ pub struct TrainOptions {
     /// cross-validation and no baselines, for scheduled retraining. `model.json` then has no
     /// metrics and its `evaluation` says so.
     pub final_only: bool,
+    /// A categorical workload feature (`--group-by`, for example `model`): the evaluation adds
+    /// the `unseen_<feature>` split, every workload with one value of it held out together.
+    pub group_by: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +146,10 @@ pub fn run_with(
         corpus.examples.len(),
         data.len()
     ));
+    if let Some(feature) = &options.group_by {
+        check_group_by(&corpus, feature).map_err(PipelineError::Data)?;
+    }
+    let splits = crate::eval::splits(options.group_by.as_deref());
     let seeds = if options.seeds.is_empty() {
         vec![options.config.seed]
     } else {
@@ -156,8 +163,8 @@ pub fn run_with(
     } else {
         seeds
             .iter()
-            .flat_map(|&seed| Split::ALL.map(|split| (split, seed)))
-            .map(|(split, seed)| crate::eval::folds(split, &corpus.examples, seed).len() as u64)
+            .flat_map(|&seed| splits.iter().map(move |&split| (split, seed)))
+            .map(|(split, seed)| crate::eval::folds(split, &corpus, seed).len() as u64)
             .sum()
     };
     let total = folds * members + if options.final_only { 2 } else { 1 } * members;
@@ -176,15 +183,21 @@ pub fn run_with(
                 seed,
                 ..options.config.clone()
             };
-            evaluations.push(evaluate(&corpus, &config, |split: Split, done, of| {
-                let line = format!("seed {seed}: evaluated {} fold {done}/{of}", split.as_str());
-                progress.line(&line);
-                fitted += members;
-                progress.event(Event::Step {
-                    done: fitted,
-                    now: &line,
-                });
-            })?);
+            evaluations.push(evaluate_splits(
+                &corpus,
+                &config,
+                &splits,
+                |split: Split, done, of| {
+                    let line =
+                        format!("seed {seed}: evaluated {} fold {done}/{of}", split.as_str());
+                    progress.line(&line);
+                    fitted += members;
+                    progress.event(Event::Step {
+                        done: fitted,
+                        now: &line,
+                    });
+                },
+            )?);
         }
     }
     let tables: Vec<_> = evaluations.iter().map(|e| e.table.clone()).collect();
@@ -318,7 +331,7 @@ pub fn run_with(
             EvaluationInfo {
                 protocol: PROTOCOL.to_string(),
                 seeds: seeds.clone(),
-                splits: split_definitions(),
+                splits: split_definitions(&splits),
                 final_only: false,
             }
         }),

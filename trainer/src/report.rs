@@ -293,7 +293,7 @@ pub fn render(
         md.push('\n');
     }
     md.push_str(HEADER);
-    for split in Split::ALL {
+    for split in splits_of(&meta.metrics) {
         for predictor in PREDICTORS {
             for r in meta
                 .metrics
@@ -306,7 +306,7 @@ pub fn render(
     }
     let _ = writeln!(md, "\n### By device and mode\n");
     md.push_str(HEADER);
-    for split in Split::ALL {
+    for split in splits_of(&meta.metrics) {
         for predictor in ["mlp", "ridge", "low_rank"] {
             for r in meta
                 .metrics
@@ -336,6 +336,18 @@ pub fn render(
     }
     files.push((REPORT_FILE.to_string(), md));
     files
+}
+
+/// The splits of a metrics table in report order: the fixed ones, then any other it holds
+/// (`unseen_<feature>` of `--group-by`).
+fn splits_of(metrics: &[MetricsRow]) -> Vec<Split> {
+    let mut out = Split::ALL.to_vec();
+    for r in metrics {
+        if !out.contains(&r.split) {
+            out.push(r.split);
+        }
+    }
+    out
 }
 
 const COLOURS: [&str; 3] = ["#1f77b4", "#d62728", "#2ca02c"];

@@ -39,7 +39,7 @@ fn pairs_of(corpus: &Corpus, rows: &[usize]) -> BTreeSet<(String, String)> {
 /// Each fold's train and test rows partition all rows; every row is tested once (unseen
 /// workloads: once per distinct workload it touches, as each leaves in its own fold).
 fn assert_partition(corpus: &Corpus, split: Split, seed: u64) {
-    let folds = folds(split, &corpus.examples, seed);
+    let folds = folds(split, corpus, seed);
     let mut tested = vec![0usize; corpus.examples.len()];
     for f in &folds {
         assert_eq!(f.train.len() + f.test.len(), corpus.examples.len());
@@ -81,7 +81,7 @@ fn unseen_pairs_never_train_on_the_pair_on_any_device() {
     let devices: BTreeSet<&str> = corpus.examples.iter().map(|e| e.gpu.as_str()).collect();
     assert_eq!(devices.len(), 3, "the corpus spans three devices");
     for seed in [7, 8] {
-        let folds = folds(Split::UnseenPairs, &corpus.examples, seed);
+        let folds = folds(Split::UnseenPairs, &corpus, seed);
         assert_eq!(folds.len(), FOLDS);
         for f in &folds {
             let test = pairs_of(&corpus, &f.test);
@@ -112,7 +112,7 @@ fn random_folds_keep_no_row_in_both_sides_and_may_split_mirrors() {
     // The random split is the optimistic one: it is allowed to train on a test row's mirror, and
     // does on this corpus (which is what makes it different from unseen_pairs).
     let corpus = gavel();
-    let folds = folds(Split::Random, &corpus.examples, 7);
+    let folds = folds(Split::Random, &corpus, 7);
     let straddles = folds.iter().any(|f| {
         let train: BTreeSet<usize> = f
             .train
@@ -129,7 +129,7 @@ fn random_folds_keep_no_row_in_both_sides_and_may_split_mirrors() {
 #[test]
 fn unseen_workload_is_absent_from_training_and_from_the_spec() {
     let corpus = gavel();
-    let folds = folds(Split::UnseenWorkloads, &corpus.examples, 7);
+    let folds = folds(Split::UnseenWorkloads, &corpus, 7);
     let ids: BTreeSet<&str> = corpus
         .examples
         .iter()
@@ -228,4 +228,125 @@ fn too_few_workloads_hold_none_out_for_the_new_calibration() {
     let split = corpus.calibration_split(&rows, 7);
     assert!(split.held_workloads.is_empty());
     assert!(!split.train.is_empty());
+}
+
+/// Each workload's `model`, by dataset and id.
+fn models(corpus: &Corpus) -> Vec<std::collections::BTreeMap<String, String>> {
+    corpus
+        .datasets
+        .iter()
+        .map(|d| {
+            d.workloads
+                .iter()
+                .filter_map(|w| {
+                    let m = w.features.get("model")?.as_category()?;
+                    Some((w.workload.clone(), m.to_string()))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn an_unseen_model_leaves_with_every_workload_of_it_and_no_identity_slot() {
+    let corpus = gavel();
+    let split = Split::unseen("model");
+    let models = models(&corpus);
+    let model = |e: &Example, id: &str| models[e.dataset][id].clone();
+    let all: BTreeSet<String> = corpus
+        .examples
+        .iter()
+        .flat_map(|e| [model(e, &e.a), model(e, &e.b)])
+        .collect();
+    assert!(all.len() >= 5, "{all:?}");
+    let folds = folds(split, &corpus, 7);
+    assert_eq!(folds.len(), all.len(), "one fold per model");
+    let mut tested = vec![0usize; corpus.examples.len()];
+    for f in &folds {
+        assert_eq!(f.train.len() + f.test.len(), corpus.examples.len());
+        let held = f.value.clone().expect("the held-out model");
+        assert!(f.test.iter().all(|&i| {
+            let e = &corpus.examples[i];
+            model(e, &e.a) == held || model(e, &e.b) == held
+        }));
+        assert!(f.train.iter().all(|&i| {
+            let e = &corpus.examples[i];
+            model(e, &e.a) != held && model(e, &e.b) != held
+        }));
+        // No workload of the model has an identity slot, and several left together.
+        let spec = corpus.fit_spec(&f.train);
+        let gone: BTreeSet<&str> = corpus
+            .examples
+            .iter()
+            .filter(|e| model(e, &e.a) == held)
+            .map(|e| e.a.as_str())
+            .collect();
+        assert!(!gone.is_empty());
+        assert!(
+            !spec.identities.iter().any(|id| gone.contains(id.as_str())),
+            "{held}: an identity slot of {gone:?}"
+        );
+        for &i in &f.test {
+            tested[i] += 1;
+        }
+    }
+    // A row is tested once per distinct model it touches.
+    for (i, &n) in tested.iter().enumerate() {
+        let e = &corpus.examples[i];
+        let expected = if model(e, &e.a) == model(e, &e.b) {
+            1
+        } else {
+            2
+        };
+        assert_eq!(n, expected, "row {i}: {} next to {}", e.a, e.b);
+    }
+    // Some model has several workloads (batch sizes), and they left together.
+    let sizes: Vec<usize> = folds
+        .iter()
+        .map(|f| {
+            let held = f.value.as_deref().unwrap_or_default();
+            f.test
+                .iter()
+                .flat_map(|&i| {
+                    let t = &corpus.examples[i];
+                    [t.a.clone(), t.b.clone()]
+                        .into_iter()
+                        .filter(move |id| model(t, id) == held)
+                })
+                .collect::<BTreeSet<String>>()
+                .len()
+        })
+        .collect();
+    assert!(sizes.iter().any(|&n| n > 1), "{sizes:?}");
+}
+
+#[test]
+fn group_by_names_the_flag_and_the_feature_when_it_cannot_split() {
+    use duet_core::dataset::FeatureValue;
+    use duet_trainer::eval::check_group_by;
+    let cpu = Corpus::new(vec![dataset("cpu-dev2c")]);
+    assert_eq!(check_group_by(&cpu, "model"), Ok(()));
+    let unknown = check_group_by(&cpu, "family").expect_err("no such feature");
+    assert!(
+        unknown.starts_with("--group-by family:")
+            && unknown.contains("categorical features: model"),
+        "{unknown}"
+    );
+    let numeric = check_group_by(&cpu, "batch_size").expect_err("numeric");
+    assert!(
+        numeric.starts_with("--group-by batch_size:") && numeric.contains("numeric"),
+        "{numeric}"
+    );
+    let fixed = check_group_by(&cpu, "pairs").expect_err("a fixed split's name");
+    assert!(fixed.contains("unseen_pairs"), "{fixed}");
+    let mut one = dataset("cpu-dev2c");
+    for w in &mut one.workloads {
+        w.features
+            .insert("model".into(), FeatureValue::Category(Some("mlp".into())));
+    }
+    let single = check_group_by(&Corpus::new(vec![one]), "model").expect_err("one value");
+    assert!(
+        single.starts_with("--group-by model:") && single.contains("1 value of `model` (mlp)"),
+        "{single}"
+    );
 }
