@@ -185,7 +185,11 @@ fn standard_errors_are_optional_columns_written_only_where_measured() {
     // A feature cannot take the name, and a negative error is refused like a negative spread.
     let mut clash = sample();
     clash.meta.workload_features[0].name = "solo_throughput_se".into();
-    assert!(rejected(&clash).contains("is a fixed column"), "{}", rejected(&clash));
+    assert!(
+        rejected(&clash).contains("is a fixed column"),
+        "{}",
+        rejected(&clash)
+    );
     let mut negative = sample();
     negative.pairs[0].throughput_b_se = Some(-1.0);
     let msg = rejected(&negative);

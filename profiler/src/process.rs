@@ -409,7 +409,10 @@ mod tests {
         // Independent intervals: the relative error is near CV / sqrt(n).
         let expected = 0.0577 / 0.5 / 2_000f64.sqrt();
         let got = long.relative_se.expect("an error");
-        assert!(got > expected / 2.0 && got < expected * 2.0, "{got} vs {expected}");
+        assert!(
+            got > expected / 2.0 && got < expected * 2.0,
+            "{got} vs {expected}"
+        );
         assert!(short.relative_se.expect("an error") > got);
     }
 
@@ -439,7 +442,10 @@ mod tests {
         let bursts: Vec<f64> = (0..1_000).map(|i| f64::from(i / 10) * 0.1).collect();
         let b = rate(&bursts).expect("a rate");
         assert!((b.per_second - 100.0).abs() < 1.5, "{b:?}");
-        assert!(b.relative_se.expect("an error") < 3.0 / 999f64.sqrt() / 2.0, "{b:?}");
+        assert!(
+            b.relative_se.expect("an error") < 3.0 / 999f64.sqrt() / 2.0,
+            "{b:?}"
+        );
     }
 
     #[test]

@@ -20,8 +20,7 @@ use std::path::Path;
 use crate::dataset::{
     Dataset, DatasetError, DatasetMeta, FORMAT, FeatureColumn, FeatureKind, FeatureValue, Mode,
     PAIR_COLUMNS, PAIR_OPTIONAL_COLUMNS, Pair, Provenance, Result, Status, WORKLOAD_COLUMNS,
-    WORKLOAD_OPTIONAL_COLUMNS, Workload, modes_present,
-    validate,
+    WORKLOAD_OPTIONAL_COLUMNS, Workload, modes_present, validate,
 };
 use crate::features::canonical;
 
