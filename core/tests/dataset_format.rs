@@ -155,7 +155,7 @@ fn write_then_read_gives_back_every_value() {
 
 #[test]
 fn standard_errors_are_optional_columns_written_only_where_measured() {
-    use polars::prelude::*;
+    use polars_io::prelude::*;
     let columns = |path: &Path| -> Vec<String> {
         let frame = ParquetReader::new(fs::File::open(path).expect("open"))
             .finish()
@@ -346,8 +346,8 @@ fn non_parquet_file_names_the_file() {
 
 /// Rewrites one table of a written dataset through polars, to plant a fault a well-behaved
 /// writer never makes.
-fn rewrite_table(path: &Path, edit: impl FnOnce(&mut polars::prelude::DataFrame)) {
-    use polars::prelude::*;
+fn rewrite_table(path: &Path, edit: impl FnOnce(&mut polars_core::prelude::DataFrame)) {
+    use polars_io::prelude::*;
     let mut frame = ParquetReader::new(fs::File::open(path).expect("open"))
         .finish()
         .expect("read");
@@ -373,7 +373,7 @@ fn missing_column_is_named() {
 
 #[test]
 fn text_in_a_numeric_column_is_named() {
-    use polars::prelude::*;
+    use polars_core::prelude::*;
     let tmp = scratch();
     let dir = written(&sample(), tmp.path());
     rewrite_table(&dir.join("pairs.parquet"), |f| {
@@ -389,7 +389,7 @@ fn text_in_a_numeric_column_is_named() {
 
 #[test]
 fn unknown_mode_and_undeclared_column_are_named() {
-    use polars::prelude::*;
+    use polars_core::prelude::*;
     let tmp = scratch();
     let dir = written(&sample(), tmp.path());
     rewrite_table(&dir.join("pairs.parquet"), |f| {

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
 
-use polars::prelude::*;
+use polars_core::prelude::*;
+use polars_io::prelude::*;
 
 use super::error::{DatasetError, Result};
 use super::meta::{DatasetMeta, FeatureKind};
@@ -117,8 +118,14 @@ pub fn pairs_frame(meta: &DatasetMeta, rows: &[Pair]) -> PolarsResult<DataFrame>
         .iter()
         .any(|p| p.throughput_a_se.is_some() || p.throughput_b_se.is_some())
     {
-        columns.push(numbers("throughput_a_se", rows.iter().map(|p| p.throughput_a_se)));
-        columns.push(numbers("throughput_b_se", rows.iter().map(|p| p.throughput_b_se)));
+        columns.push(numbers(
+            "throughput_a_se",
+            rows.iter().map(|p| p.throughput_a_se),
+        ));
+        columns.push(numbers(
+            "throughput_b_se",
+            rows.iter().map(|p| p.throughput_b_se),
+        ));
     }
     for counter in &meta.pair_counters {
         columns.push(numbers(
