@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use duet_model::network::TrainConfig;
 
 /// duet predicts how much two GPU jobs slow each other down when they share one GPU.
 #[derive(Debug, Parser)]
@@ -228,28 +229,31 @@ pub struct TrainArgs {
     /// Model name (default: the output folder's name).
     #[arg(long)]
     pub name: Option<String>,
-    /// Seed of every random choice: the same seed gives the same model and metrics.
-    #[arg(long, default_value_t = 7)]
-    pub seed: u64,
+    /// Evaluate with this one seed only (folds, calibration hold-outs and initial weights): the
+    /// same seed gives the same model and metrics. Without --seed or --seeds, the shipped
+    /// recipe's seeds (--seeds).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Repeat the evaluation with each of these seeds (comma-separated: other folds, calibration
     /// hold-outs and initial weights) and report every metric's mean and standard deviation; the
-    /// shipped networks use the first. Replaces --seed.
-    #[arg(long, value_delimiter = ',', conflicts_with = "seed")]
+    /// shipped networks use the first.
+    #[arg(long, value_delimiter = ',', conflicts_with = "seed",
+          default_values_t = duet_model::network::DEFAULT_SEEDS)]
     pub seeds: Vec<u64>,
     /// Hidden layer widths, comma-separated.
-    #[arg(long, default_value = "64,64", value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', default_values_t = TrainConfig::default().hidden)]
     pub hidden: Vec<usize>,
     /// Networks in the ensemble (each from its own seed and validation split).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = TrainConfig::default().ensemble)]
     pub ensemble: usize,
     /// Upper bound on training epochs (early stopping usually ends sooner).
-    #[arg(long, default_value_t = 800)]
+    #[arg(long, default_value_t = TrainConfig::default().max_epochs)]
     pub max_epochs: usize,
     /// Adam's learning rate.
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = TrainConfig::default().learning_rate)]
     pub learning_rate: f64,
     /// Stop a network when its validation loss has not improved for this many epochs.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = TrainConfig::default().patience)]
     pub patience: usize,
     /// Train without identity slots: every pair is seen by its features alone, as a new job's
     /// (for comparison; by default each training workload has one).

@@ -38,13 +38,13 @@ fn train(data: Vec<PathBuf>, out: &Path, name: &str, seed: u64) -> Result<()> {
         out: out.to_path_buf(),
         name: name.to_string(),
         config: TrainConfig {
-            hidden: vec![32, 32],
             seed,
             ..TrainConfig::default()
         },
         seeds: Vec::new(),
         created: duet_core::timestamp::today(),
         final_only: true,
+        command: None,
         group_by: None,
     };
     pipeline::run(&options, |_| {}).with_context(|| format!("training {name}"))?;

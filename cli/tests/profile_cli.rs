@@ -186,6 +186,8 @@ fn a_mini_campaign_measures_every_workload_and_pair() {
     let train = duet()
         .args([
             "train",
+            "--seed",
+            "7",
             "--max-epochs",
             "20",
             "--ensemble",

@@ -76,6 +76,10 @@ pub struct ModelMeta {
     /// `metrics`); empty with a single seed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub metrics_sd: Vec<MetricsRow>,
+    /// The command line that wrote this model (`duet train ...`), to retrain it the same way.
+    /// Absent in older files and where a library call, not the command, trained it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
 }
 
 /// What `model.json`'s metrics are.

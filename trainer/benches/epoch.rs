@@ -30,7 +30,9 @@ const EPOCHS: usize = 20;
 
 fn epoch(c: &mut Criterion) {
     let batch = default_batch();
+    // The network BENCHMARKS.md compares with PyTorch (benchmarks/pytorch_epoch.py): 64 -> 64.
     let config = TrainConfig {
+        hidden: vec![64, 64],
         max_epochs: EPOCHS,
         patience: EPOCHS,
         ..TrainConfig::default()

@@ -34,6 +34,8 @@ pub struct TrainOptions {
     /// cross-validation and no baselines, for scheduled retraining. `model.json` then has no
     /// metrics and its `evaluation` says so.
     pub final_only: bool,
+    /// The command line to record in `model.json` (`command`), if a command trained it.
+    pub command: Option<String>,
     /// A categorical workload feature (`--group-by`, for example `model`): the evaluation adds
     /// the `unseen_<feature>` split, every workload with one value of it held out together.
     pub group_by: Option<String>,
@@ -340,6 +342,7 @@ pub fn run_with(
         } else {
             Vec::new()
         },
+        command: options.command.clone(),
     };
     let files = report::render(
         &meta,

@@ -110,6 +110,7 @@ fn burn_record_and_onnx_graph_agree_with_the_trained_ensemble() {
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("model");
     let meta = artifact::ModelMeta {
+        command: None,
         format: artifact::FORMAT.into(),
         name: "test".into(),
         version: "test".into(),
