@@ -2,26 +2,17 @@
 //! on devices outside the serving model's list are counted under `gpu="other"`.
 
 use axum::http::StatusCode;
-use duet_server::{AppState, Config};
 use serde_json::json;
 
 #[path = "support/http.rs"]
 mod http;
-use http::{call, model_dir};
+use http::{call, default_app};
 
 const TOKEN: &str = "cardinality-token";
 
 #[tokio::test]
 async fn unknown_devices_are_counted_as_one_label() {
-    let state = AppState::new(Config {
-        token: Some(TOKEN.into()),
-        ..Config::new(model_dir())
-    })
-    .expect("state");
-    state
-        .load_model(None, Vec::new())
-        .expect("the default model loads");
-    let app = duet_server::router(state);
+    let app = default_app(TOKEN);
     let features = json!({"solo_throughput": 10.0, "model": "ResNet-50", "batch_size": 64});
     let observations: Vec<_> = (0..50)
         .map(|i| {

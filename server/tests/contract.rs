@@ -2,26 +2,17 @@
 //! and a co-location are two shapes (`oneOf`), and what one shape forbids the server refuses.
 
 use axum::http::StatusCode;
-use duet_server::{AppState, Config};
 use serde_json::{Value, json};
 
 #[path = "support/http.rs"]
 mod http;
-use http::{call, model_dir};
+use http::{call, default_app};
 
 const TOKEN: &str = "contract-token";
 
 #[tokio::test]
 async fn observations_are_a_solo_run_or_a_co_location_in_the_document_and_the_server() {
-    let state = AppState::new(Config {
-        token: Some(TOKEN.into()),
-        ..Config::new(model_dir())
-    })
-    .expect("state");
-    state
-        .load_model(None, Vec::new())
-        .expect("the default model loads");
-    let app = duet_server::router(state);
+    let app = default_app(TOKEN);
     let (_, doc) = call(&app, "GET", "/openapi.json", None, None).await;
     let schemas = &doc["components"]["schemas"];
     assert_eq!(

@@ -17,6 +17,20 @@ pub fn model_dir() -> PathBuf {
     .join("../models/default")
 }
 
+/// The app serving the default model, its writes behind `token`, the registry in memory.
+#[allow(dead_code)] // not every test file that shares this module needs it
+pub fn default_app(token: &str) -> Router {
+    let state = duet_server::AppState::new(duet_server::Config {
+        token: Some(token.into()),
+        ..duet_server::Config::new(model_dir())
+    })
+    .expect("state");
+    state
+        .load_model(None, Vec::new())
+        .expect("the default model loads");
+    duet_server::router(state)
+}
+
 /// One request; the answer's status and JSON body (a string where it is not JSON).
 pub async fn call(
     app: &Router,
