@@ -2,26 +2,15 @@
 //! length and by count while parsed, each limit listed and named when exceeded; shedding when
 //! every place of work is taken; the guards' counters in `/metrics`).
 
-use std::sync::Arc;
-
-use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use duet_server::{AppState, Config};
+use duet_server::Config;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
 #[path = "support/http.rs"]
 mod http;
-use http::{call, call_raw, model_dir};
-
-fn app_with(config: Config) -> (Router, Arc<AppState>) {
-    let state = AppState::new(config).expect("state");
-    state
-        .load_model(None, Vec::new())
-        .expect("the default model loads");
-    (duet_server::router(state.clone()), state)
-}
+use http::{app_with, call, call_raw, model_dir};
 
 fn pair() -> Value {
     json!({"a": {"workload": "a3c"}, "b": {"workload": "cyclegan"}, "mode": "space"})

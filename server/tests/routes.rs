@@ -11,17 +11,9 @@ use serde_json::{Value, json};
 
 #[path = "support/http.rs"]
 mod http;
-use http::{call, call_raw, model_dir};
+use http::{app_with, call, call_raw, model_dir};
 
 const TOKEN: &str = "s3cret-token";
-
-fn app_with(config: Config) -> (Router, Arc<AppState>) {
-    let state = AppState::new(config).expect("state");
-    state
-        .load_model(None, Vec::new())
-        .expect("the default model loads");
-    (duet_server::router(state.clone()), state)
-}
 
 /// The app as `duet serve` starts it: the store read, the model loaded.
 async fn app_started(config: Config) -> (Router, Arc<AppState>) {

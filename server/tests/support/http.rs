@@ -17,18 +17,24 @@ pub fn model_dir() -> PathBuf {
     .join("../models/default")
 }
 
-/// The app serving the default model, its writes behind `token`, the registry in memory.
+/// The app on `config` with its model loaded, and its state.
 #[allow(dead_code)] // not every test file that shares this module needs it
-pub fn default_app(token: &str) -> Router {
-    let state = duet_server::AppState::new(duet_server::Config {
-        token: Some(token.into()),
-        ..duet_server::Config::new(model_dir())
-    })
-    .expect("state");
+pub fn app_with(config: duet_server::Config) -> (Router, std::sync::Arc<duet_server::AppState>) {
+    let state = duet_server::AppState::new(config).expect("state");
     state
         .load_model(None, Vec::new())
         .expect("the default model loads");
-    duet_server::router(state)
+    (duet_server::router(state.clone()), state)
+}
+
+/// The app serving the default model, its writes behind `token`, the registry in memory.
+#[allow(dead_code)] // not every test file that shares this module needs it
+pub fn default_app(token: &str) -> Router {
+    app_with(duet_server::Config {
+        token: Some(token.into()),
+        ..duet_server::Config::new(model_dir())
+    })
+    .0
 }
 
 /// One request; the answer's status and JSON body (a string where it is not JSON).
