@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -126,9 +127,23 @@ async fn two_reloads_at_once_load_once_and_never_overlap() {
         repo.path().join("b").display().to_string()
     );
 
-    // A refused model at once: one failed load, both get its error; `b` keeps serving.
+    // A refused model at once: one failed load, both get its error; `b` keeps serving. Its
+    // corrupt record is a FIFO fed only once both requests are in, so that a load that fails
+    // in microseconds cannot end before the second request arrives.
     let failures = metric(&app, "duet_model_reload_failures_total").await;
+    let record = repo.path().join("broken/member-0.mpk");
+    std::fs::remove_file(&record).expect("rm");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&record)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let feeder = std::thread::spawn(move || feed_fifo(&record, Duration::from_millis(300)));
     let (x, y) = tokio::join!(reload(&app, "broken"), reload(&app, "broken"));
+    assert!(
+        feeder.join().expect("feeder") > 0,
+        "the load never read the record"
+    );
     assert_eq!(
         (x.0, y.0),
         (
@@ -173,10 +188,10 @@ async fn a_reload_whose_request_gives_up_keeps_its_slot_until_the_load_ends() {
     let refused = reload(&app, "a").await;
     assert_eq!(refused.0, StatusCode::CONFLICT, "{}", refused.1);
     // The load goes on to its end; then the served model and /v1/models agree on it.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while state.lifecycle.reloading().is_some() {
         assert!(std::time::Instant::now() < deadline, "the load never ended");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let served = state.model().expect("a model").dir.display().to_string();
     assert_eq!(served, repo.path().join("b").display().to_string());
@@ -352,4 +367,33 @@ async fn readiness_names_no_database_host_or_user_without_the_token() {
     // A wrong token is no token.
     let (_, wrong) = call(&app, "GET", "/readyz", None, Some("nope")).await;
     assert!(!wrong.to_string().contains("db-secret-host"), "{wrong}");
+}
+
+/// Writes a corrupt record into the FIFO `path` at every open for reading that comes after
+/// `wait` (Burn reads a record it cannot decode a second time, for its error), until none has
+/// come for half a second: how many opens it fed.
+fn feed_fifo(path: &Path, wait: Duration) -> usize {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Linux's O_NONBLOCK: opening a FIFO to write fails at once (ENXIO) while nobody reads it.
+    const O_NONBLOCK: i32 = 0o4000;
+    std::thread::sleep(wait);
+    let (mut fed, mut last) = (0, std::time::Instant::now());
+    let deadline = last + Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(O_NONBLOCK)
+            .open(path)
+        {
+            Ok(mut f) => {
+                f.write_all(b"not a record").expect("write the FIFO");
+                fed += 1;
+                last = std::time::Instant::now();
+            }
+            Err(_) if fed > 0 && last.elapsed() > Duration::from_millis(500) => break,
+            Err(_) => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+    fed
 }
