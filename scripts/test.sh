@@ -22,6 +22,11 @@ step_done
 step "the API contract against the real server (scripts/api-contract.sh)"
 scripts/api-contract.sh
 step_done
+# Clients nobody in duet wrote: tritonclient over HTTP (binary and JSON) and gRPC, and a client
+# generated from proto/duet.proto, against the real server and /v1/predict.
+step "tritonclient and a generated gRPC client against the real server (scripts/clients.sh)"
+scripts/clients.sh
+step_done
 step "the Kubernetes manifests, alert rules and dashboard (deploy/validate.sh)"
 deploy/validate.sh
 step_done

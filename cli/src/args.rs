@@ -56,6 +56,76 @@ pub enum Command {
         #[command(subcommand)]
         command: ModelCommand,
     },
+    /// Budgeted campaigns: judge how duet chooses what to measure, on complete datasets.
+    Campaign {
+        #[command(subcommand)]
+        command: CampaignCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CampaignCommand {
+    /// Replay budgeted campaigns against a complete dataset (measuring a setting reads its
+    /// row): test-set MAPE against the share measured for each selection method and the full
+    /// data, the audit's estimate against the truth, and the probe curves of held-out
+    /// workloads; writes report.md, report.json and SVG plots.
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// A complete dataset (the oracle); repeat for several devices (one dataset per device).
+    #[arg(long, required = true)]
+    pub data: Vec<PathBuf>,
+    /// Budgets, comma-separated: a share of the selectable settings (25%) or a count of
+    /// settings (60); the audit is inside each budget.
+    #[arg(long, required = true, value_delimiter = ',')]
+    pub budget: Vec<String>,
+    /// Selection methods to compare, comma-separated: uncertainty, random.
+    #[arg(long, value_delimiter = ',', default_value = "uncertainty,random")]
+    pub select: Vec<String>,
+    /// Seeds, comma-separated: each draws its own test set, noise, choices and weights.
+    #[arg(long, value_delimiter = ',', default_values_t = duet_model::network::DEFAULT_SEEDS)]
+    pub seeds: Vec<u64>,
+    /// Noise on every measured throughput: times exp(F z), z standard normal (0.03: about 3%).
+    #[arg(long, default_value_t = 0.0, value_name = "F")]
+    pub noise: f64,
+    /// Rounds after the first (which is chosen before any pair is known) to reach the largest
+    /// budget.
+    #[arg(long, default_value_t = 8)]
+    pub rounds: usize,
+    /// Settings the audit measures at the end of each budget (at most a third of it).
+    #[arg(long, default_value_t = 30)]
+    pub audit: usize,
+    /// Every workload is measured in at least this many settings before disagreement ranks.
+    #[arg(long, default_value_t = 3)]
+    pub min_pairs: usize,
+    /// Held-out workloads per seed for the probe curve (and families with --group-by); 0: no
+    /// probe curves.
+    #[arg(long, default_value_t = 4)]
+    pub probe_units: usize,
+    /// The largest K of the probe curves (probes per held-out workload).
+    #[arg(long, default_value_t = 5)]
+    pub max_probes: usize,
+    /// Also hold out families: every workload with one value of this categorical workload
+    /// feature (for example `model`).
+    #[arg(long, value_name = "FEATURE")]
+    pub group_by: Option<String>,
+    /// Hidden layer widths of every fit, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = TrainConfig::default().hidden)]
+    pub hidden: Vec<usize>,
+    /// Networks in each ensemble.
+    #[arg(long, default_value_t = TrainConfig::default().ensemble)]
+    pub ensemble: usize,
+    /// Upper bound on each network's training epochs.
+    #[arg(long, default_value_t = TrainConfig::default().max_epochs)]
+    pub max_epochs: usize,
+    /// Stop a network when its validation loss has not improved for this many epochs.
+    #[arg(long, default_value_t = TrainConfig::default().patience)]
+    pub patience: usize,
+    /// The report folder to write (must not exist).
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -288,6 +358,11 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub addr: String,
+    /// Also serve gRPC on this address (off by default): the KServe v2
+    /// `inference.GRPCInferenceService` and `duet.v1.Predictor` (proto/), with the same token,
+    /// limits and model as HTTP.
+    #[arg(long, value_name = "ADDR")]
+    pub grpc_addr: Option<String>,
     /// Inference engine: `onnx` (ONNX Runtime, the faster: its shared library through
     /// ORT_DYLIB_PATH, which `eval "$(scripts/python-env.sh)"` sets) or `burn` (Burn's Flex CPU
     /// backend, nothing to install).
@@ -513,6 +588,37 @@ pub struct ProfileArgs {
     /// Measurement date for the provenance, YYYY-MM-DD (default: today).
     #[arg(long)]
     pub date: Option<String>,
+    /// Measure only this many pair settings (`60`) or this share of them (`25%`), the audit
+    /// included; every workload alone is measured first and not counted. Pairs are chosen in
+    /// rounds by the model fitted on what is measured; without it, every setting is measured.
+    #[arg(long)]
+    pub budget: Option<String>,
+    /// How a budgeted campaign chooses: uncertainty (the ensemble's disagreement, every
+    /// workload in a few pairs first) or random.
+    #[arg(long, default_value = "uncertainty", requires = "budget")]
+    pub select: String,
+    /// Pair settings per round after the first (default: what the budget leaves after the
+    /// first round, over 4 rounds).
+    #[arg(long, requires = "budget")]
+    pub round_size: Option<usize>,
+    /// Settings of the audit, drawn uniformly at the end from those never chosen and measured
+    /// inside the budget (default: 30, at most a third of the budget).
+    #[arg(long, requires = "budget")]
+    pub audit: Option<usize>,
+    /// Stop choosing once the error of the model on the settings of the last round, predicted
+    /// before they were measured, is below this MAPE of speed (percent, `8` or `8%`).
+    #[arg(long, requires = "budget")]
+    pub target_mape: Option<String>,
+    /// Earlier datasets the budgeted campaign's model also learns from (repeatable); they must
+    /// be in the campaign's modes.
+    #[arg(long, requires = "budget")]
+    pub prior: Vec<PathBuf>,
+    /// Networks in the ensemble fitted between rounds.
+    #[arg(long, default_value_t = TrainConfig::default().ensemble, requires = "budget")]
+    pub ensemble: usize,
+    /// Upper bound on training epochs of the fits between rounds.
+    #[arg(long, default_value_t = TrainConfig::default().max_epochs, requires = "budget")]
+    pub max_epochs: usize,
 }
 
 #[derive(Debug, clap::Args)]

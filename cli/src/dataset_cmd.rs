@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
 use duet_core::Provenance;
-use duet_core::dataset::{Dataset, Quantiles, Status, Summary, merge};
+use duet_core::dataset::{CAMPAIGN_FILE, Dataset, Quantiles, Status, Summary, merge};
 use duet_core::import::csv::{self, CsvImport};
 use duet_core::import::gavel::{self, GavelImport};
 use duet_core::import::observed::{self, ObservedExport};
@@ -112,6 +112,16 @@ pub fn run(command: DatasetCommand) -> Result<()> {
             }
             let merged = merge(&name.unwrap_or_else(|| folder_name(&out)), &parts)?;
             merged.write(&out)?;
+            for (dir, _) in &parts {
+                let record = dir.join(CAMPAIGN_FILE);
+                if record.is_file() {
+                    eprintln!(
+                        "note: {} (a budgeted campaign's record) is not carried into the merged \
+                         dataset: its audit speaks for that shard's unmeasured settings only",
+                        record.display()
+                    );
+                }
+            }
             report_written(&out, &merged);
             Ok(())
         }

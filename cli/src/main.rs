@@ -1,6 +1,7 @@
 //! The `duet` command. Parses arguments and hands each verb to the library that does the work.
 
 mod args;
+mod campaign_cmd;
 mod dataset_cmd;
 mod evaluate_cmd;
 mod model_cmd;
@@ -30,6 +31,7 @@ fn main() -> ExitCode {
         args::Command::Observe(args) => observe_cmd::run(&args),
         args::Command::Train(args) => train_cmd::run(args),
         args::Command::Evaluate { model, data, json } => evaluate_cmd::run(&model, &data, json),
+        args::Command::Campaign { command } => campaign_cmd::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -10,6 +10,12 @@ use duet_profiler::campaign::{Campaign, WARM_ITERATIONS, parse_shard};
 use duet_profiler::catalog::{Catalog, Source};
 use duet_profiler::process::{ITERATION_LINE, Launcher, Running};
 
+use duet_campaign::budgeted::{self, BudgetOptions};
+use duet_campaign::replay::Budget;
+use duet_campaign::{Select, choose::MIN_PAIRS};
+use duet_core::dataset::Dataset;
+use duet_model::network::TrainConfig;
+
 use crate::args::{ProfileArgs, WorkloadCommand};
 use duet_core::timestamp::today;
 
@@ -178,6 +184,21 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
             .ok()
             .map(|h| h.trim().to_string()),
     };
+    if let Some(budget) = &args.budget {
+        let options = budget_options(&args, budget)?;
+        let outcome = budgeted::run(&campaign, &options, &mut crate::progress::Shown::stderr())?;
+        for line in budgeted::summary(&outcome) {
+            eprintln!("{line}");
+        }
+        eprintln!(
+            "wrote {} ({} workloads, {} pair settings; choices and audit in {})",
+            args.out.display(),
+            outcome.dataset.workloads.len(),
+            outcome.dataset.pairs.len(),
+            duet_core::dataset::CAMPAIGN_FILE
+        );
+        return Ok(());
+    }
     let dataset = campaign.run_with(&mut crate::progress::Shown::stderr())?;
     eprintln!(
         "wrote {} ({} workloads, {} pair settings)",
@@ -186,4 +207,58 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
         dataset.pairs.len()
     );
     Ok(())
+}
+
+/// The options of `duet profile --budget`, from the flags.
+fn budget_options(args: &ProfileArgs, budget: &str) -> Result<BudgetOptions> {
+    let budget: Budget = budget
+        .parse()
+        .map_err(|e: String| anyhow!("--budget: {e}"))?;
+    let select: Select = args
+        .select
+        .parse()
+        .map_err(|e: String| anyhow!("--select: {e}"))?;
+    let target_mape = match &args.target_mape {
+        None => None,
+        Some(text) => {
+            let t = text.trim();
+            let value: f64 = t
+                .strip_suffix('%')
+                .unwrap_or(t)
+                .trim()
+                .parse()
+                .map_err(|_| {
+                    anyhow!("--target-mape `{text}`: expected a percentage such as 8 or 8%")
+                })?;
+            Some(value / 100.0)
+        }
+    };
+    if args.ensemble == 0 || args.max_epochs == 0 {
+        bail!("--ensemble and --max-epochs: at least 1");
+    }
+    let priors = args
+        .prior
+        .iter()
+        .map(|dir| {
+            Dataset::read(dir)
+                .map(|d| (dir.clone(), d))
+                .map_err(|e| anyhow!("--prior {}: {e}", dir.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(BudgetOptions {
+        budget,
+        select,
+        round_size: args.round_size,
+        audit: args.audit,
+        target_mape,
+        priors,
+        config: TrainConfig {
+            ensemble: args.ensemble,
+            max_epochs: args.max_epochs,
+            seed: args.seed,
+            ..TrainConfig::default()
+        },
+        min_pairs: MIN_PAIRS,
+        workers: std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+    })
 }

@@ -166,7 +166,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(&args.addr)
             .await
             .with_context(|| format!("--addr {}: cannot listen", args.addr))?;
-        duet_server::serve(config, listener)
+        let grpc = match &args.grpc_addr {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("--grpc-addr {addr}: cannot listen"))?,
+            ),
+            None => None,
+        };
+        duet_server::serve_with_grpc(config, listener, grpc)
             .await
             .map_err(|e| anyhow::anyhow!(e))
     })

@@ -14,8 +14,9 @@ pub fn run(args: TrainArgs) -> Result<()> {
     Ok(())
 }
 
-/// This process's command line as one shell line (`duet train ...`), for `model.json`.
-fn command_line() -> String {
+/// This process's command line as one shell line (`duet train ...`), for `model.json` (and
+/// a replay's report).
+pub fn command_line() -> String {
     let quote = |a: String| {
         let plain = !a.is_empty()
             && a.chars()

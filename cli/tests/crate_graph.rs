@@ -14,6 +14,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("duet-server", &["duet-core", "duet-model"]),
     ("duet-scheduler", &["duet-core", "duet-model"]),
     ("duet-profiler", &["duet-core"]),
+    // The campaign loop sees what chooses (model, trainer) and what measures (the profiler,
+    // for the budgeted `duet profile`); the profiler never sees the model.
+    (
+        "duet-campaign",
+        &["duet-core", "duet-model", "duet-trainer", "duet-profiler"],
+    ),
     (
         "duet-cli",
         &[
@@ -23,6 +29,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "duet-server",
             "duet-scheduler",
             "duet-profiler",
+            "duet-campaign",
         ],
     ),
 ];

@@ -242,6 +242,16 @@ fn serve_refuses_bad_flags_and_a_missing_model() {
             && err.contains("--allow-open-writes"),
         "{err}"
     );
+    let err = run(&[
+        "--addr",
+        &format!("127.0.0.1:{}", free_port()),
+        "--grpc-addr",
+        "not-an-address",
+    ]);
+    assert!(
+        err.contains("--grpc-addr not-an-address: cannot listen"),
+        "{err}"
+    );
     let err = run(&["--model-repo", missing.to_str().expect("utf8")]);
     assert!(
         err.contains("--model-repo") && err.contains("not a folder"),
@@ -284,4 +294,30 @@ fn serve_on_every_interface_starts_with_a_token_or_explicit_open_writes() {
         let _ = child.wait();
         assert!(ready, "{extra:?}: duet serve did not become ready");
     }
+}
+
+#[test]
+fn grpc_serves_beside_http_and_stops_with_it() {
+    let port = free_port();
+    let server = Server::start_with(&[
+        "--grpc-addr".into(),
+        format!("127.0.0.1:{port}").into(),
+        "--drain-seconds".into(),
+        "1".into(),
+    ]);
+    assert!(
+        server
+            .log()
+            .contains(&format!("serving gRPC addr=127.0.0.1:{port}")),
+        "{}",
+        server.log()
+    );
+    std::net::TcpStream::connect(("127.0.0.1", port)).expect("gRPC's port takes connections");
+    // SIGTERM: the drain, then both listeners close and the server exits cleanly.
+    let status = server.stop(Duration::from_secs(30));
+    assert!(status.success(), "duet serve exited with {status}");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "gRPC's port still open after the server stopped"
+    );
 }

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One GPU campaign that ends within 8 minutes: five workloads (Burn on CUDA: an MLP in fp32, a
-# transformer encoder in bf16, a KV-cache decoder in fp16; PyTorch: a training and an inference
-# loop) alone and in every pair, time-slicing first, then MPS where it works, written as a duet
-# dataset with a log.
+# One GPU campaign that ends within 8 minutes: eight workloads (Burn on CUDA: an MLP in fp32, a
+# transformer encoder in bf16, a KV-cache decoder in fp16, a convolutional net, a matrix product
+# and a memory stream; PyTorch: a training and an inference loop) each alone, then a budgeted
+# set of their pairs (`duet profile --budget`: 16 of the 72 settings in time-slicing and MPS at
+# 50%, chosen in rounds by the model fitted between them, 5 of them the uniform audit), written
+# as a duet dataset with its campaign.json and a log.
 #
 #   profiler/scripts/gpu-campaign.sh <duet binary built with --features cuda> <output folder> [gpu label]
 #
@@ -11,13 +13,14 @@
 # driver 580: an NVRTC newer than the driver fails at kernel load), and python3 with PyTorch
 # (CUDA) for the two PyTorch workloads.
 #
-# Leaves in <output folder>, whatever happens (at most 7 files):
+# Leaves in <output folder>, whatever happens (at most 8 files):
 #   campaign.log     everything: nvidia-smi, driver, toolkit, each workload's check, duet
 #                    profile's lines (what NVML, GPM and MPS said), the dataset's summary
 #   catalog.toml     the workloads measured (those that passed their check)
 #   dataset/         the dataset (dataset.json, workloads.parquet, pairs.parquet, samples.parquet)
 #   partial/         instead, when the campaign was stopped early: what its journal held
 #   journal.jsonl    then also the journal (`duet profile --resume` goes on from it)
+#   choices.jsonl    and the rounds' choices recorded before they were measured
 #
 # The whole script runs against a deadline (DUET_CAMPAIGN_SECONDS, default 450 s): duet profile
 # gets what is left under `timeout --foreground -s INT` (the signal to duet alone: a second
@@ -56,6 +59,7 @@ copy_back() {
     [ -f "$work/.ds.campaign/partial/dataset.json" ] &&
       mkdir -p "$out/partial" && cp "$work"/.ds.campaign/partial/* "$out/partial/"
     [ -f "$work/.ds.campaign/journal.jsonl" ] && cp "$work/.ds.campaign/journal.jsonl" "$out/"
+    [ -f "$work/.ds.campaign/choices.jsonl" ] && cp "$work/.ds.campaign/choices.jsonl" "$out/"
     for f in "$work"/.ds.campaign/mps-log/*.log; do
       [ -f "$f" ] && { echo "# MPS $(basename "$f"), last lines:"; tail -n 20 "$f"; } >> "$log"
     done
@@ -120,7 +124,8 @@ TOML
 cd "$work"
 
 declare -A block
-names=(burn-mlp-train burn-encoder-train burn-decoder-infer torch-train torch-infer)
+names=(burn-mlp-train burn-encoder-train burn-decoder-infer burn-conv-train burn-matmul-infer
+  burn-stream-infer torch-train torch-infer)
 block[burn-mlp-train]='kind = "train"
 builtin = "mlp"
 batch = 512
@@ -140,6 +145,19 @@ width = 512
 depth = 4
 seq = 32
 precision = "fp16"'
+block[burn-conv-train]='kind = "train"
+builtin = "conv"
+batch = 128
+width = 64
+depth = 4'
+block[burn-matmul-infer]='kind = "infer"
+builtin = "matmul"
+width = 4096
+depth = 4'
+block[burn-stream-infer]='kind = "infer"
+builtin = "stream"
+width = 65536
+depth = 8'
 block[torch-train]="kind = \"train\"
 command = [\"$python\", \"$examples/train_loop.py\", \"--device\", \"$device\", \"--batch\", \"256\", \"--width\", \"4096\", \"--depth\", \"4\"]
 progress = \"^step \\\\d+\""
@@ -170,7 +188,9 @@ say "duet profile: ${#kept[@]} workloads, $budget s"
 status=0
 timeout --foreground -s INT -k 20 "$budget" "$duet" profile --catalog "$work/catalog.toml" \
   --device "$device" --gpu "$gpu" --modes timeslice,mps --shares 50 --warmup 1 --window 3 \
-  --repetitions 1 --timeout 45 --sample-ms 100 --out "$work/ds" --name "${gpu}-$(date -u +%F)" \
+  --window-max 8 --repetitions 1 --timeout 45 --sample-ms 100 \
+  --budget 16 --audit 5 --round-size 2 --ensemble 3 \
+  --out "$work/ds" --name "${gpu}-$(date -u +%F)" \
   2>&1 | tee -a "$log" >&2 || status=$?
 say "duet profile ended with status $status$([ "$status" = 124 ] && echo ' (the time limit: stopped early)')"
 for d in "$work/ds" "$work/.ds.campaign/partial"; do

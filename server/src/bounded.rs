@@ -82,6 +82,16 @@ where
     deserializer.deserialize_seq(Items(PhantomData))
 }
 
+/// `vec` for a field that may be absent (with `#[serde(default)]`): present, it is a bounded
+/// array.
+pub fn some_vec<'de, D, T>(deserializer: D) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    vec(deserializer).map(Some)
+}
+
 struct Items<T>(PhantomData<T>);
 
 impl<'de, T: serde::Deserialize<'de>> Visitor<'de> for Items<T> {

@@ -14,7 +14,7 @@ use duet_core::api::{
 use duet_core::dataset::Mode;
 use duet_model::{LoadedModel, Registry};
 
-use crate::observations::observed_prediction;
+use crate::service::observations::observed_prediction;
 
 /// Pairs per device and mode in the rolling window `/metrics` reports.
 pub const WINDOW: usize = 1000;

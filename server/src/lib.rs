@@ -1,6 +1,6 @@
 //! duet's server: the axum app answering `/v1/predict` over a model loaded by `duet-model`, with
-//! authentication, metrics, the durable registry store and the KServe aliases. The only crate
-//! that serves HTTP.
+//! authentication, metrics, the durable registry store and the KServe aliases, and the same
+//! predictions over gRPC (`grpc`). The only crate that serves HTTP or gRPC.
 //!
 //! `serve` binds nothing itself: it takes a listener, answers `/healthz` at once, loads and warms
 //! the model in the background (`/readyz` turns 200 when it is in), reloads on SIGHUP and stops
@@ -11,14 +11,14 @@ pub mod auth;
 pub mod bounded;
 pub mod drift;
 pub mod error;
-pub mod kserve;
+pub mod grpc;
 pub mod lifecycle;
 pub mod listen;
 pub mod metrics;
-pub mod observations;
 pub mod openapi;
 pub mod router;
 pub mod routes;
+pub mod service;
 pub mod shed;
 pub mod state;
 pub mod store;
@@ -34,6 +34,16 @@ pub use state::{AppState, Config};
 /// Serves `config` on `listener` until SIGTERM or Ctrl-C. Fails when the registry database
 /// cannot be opened or the first model cannot be loaded.
 pub async fn serve(config: Config, listener: tokio::net::TcpListener) -> Result<(), String> {
+    serve_with_grpc(config, listener, None).await
+}
+
+/// `serve`, and gRPC on `grpc` where given (`duet serve --grpc-addr`): both stop together, after
+/// the same drain.
+pub async fn serve_with_grpc(
+    config: Config,
+    listener: tokio::net::TcpListener,
+    grpc: Option<tokio::net::TcpListener>,
+) -> Result<(), String> {
     let state = AppState::new(config)?;
     let app = router(state.clone());
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -49,6 +59,8 @@ pub async fn serve(config: Config, listener: tokio::net::TcpListener) -> Result<
         }
     });
     spawn_sighup(state.clone());
+    // gRPC stops when HTTP's listener closes: after the drain, or when the start failed.
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let shutdown = async move {
         // The loader drops the sender once the first model is in: only a message stops us.
         let failed = async {
@@ -66,10 +78,20 @@ pub async fn serve(config: Config, listener: tokio::net::TcpListener) -> Result<
             () = terminated() => lifecycle::drain(&drainer, drain, terminated()).await,
             () = failed => {}
         }
+        let _ = stop_tx.send(true);
     };
-    listen::serve(listener, app, &state, shutdown)
-        .await
-        .map_err(|e| e.to_string())?;
+    let http = listen::serve(listener, app, &state, shutdown);
+    match grpc {
+        None => http.await.map_err(|e| e.to_string())?,
+        Some(grpc) => {
+            let stopped = async move {
+                let _ = stop_rx.wait_for(|stop| *stop).await;
+            };
+            let (http, grpc) = tokio::join!(http, grpc::serve(state.clone(), grpc, stopped));
+            http.map_err(|e| e.to_string())?;
+            grpc?;
+        }
+    }
     if state.is_ready() {
         tracing::info!("stopped");
         Ok(())

@@ -4,7 +4,6 @@
 //! model when the configured one cannot be loaded at start, and the drain on SIGTERM
 //! (`/readyz` 503 while in-flight requests finish).
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -66,27 +65,6 @@ impl Lifecycle {
         if let Ok(mut f) = self.fallback.lock() {
             *f = why;
         }
-    }
-
-    /// The lifecycle's lines of `/metrics`.
-    pub fn render(&self, out: &mut String) {
-        let _ = writeln!(
-            out,
-            "# HELP duet_model_fallback 1 while the model repository's `previous` model serves \
-             because the configured one could not be loaded at start."
-        );
-        let _ = writeln!(out, "# TYPE duet_model_fallback gauge");
-        let _ = writeln!(
-            out,
-            "duet_model_fallback {}",
-            u8::from(self.fallback().is_some())
-        );
-        let _ = writeln!(
-            out,
-            "# HELP duet_draining 1 after SIGTERM, while /readyz answers 503 and requests finish."
-        );
-        let _ = writeln!(out, "# TYPE duet_draining gauge");
-        let _ = writeln!(out, "duet_draining {}", u8::from(self.draining()));
     }
 
     /// The name of the model being loaded, if a reload is under way.

@@ -1,11 +1,73 @@
-//! Prometheus metrics, in the text exposition format: requests by route and status, latency and
-//! pairs-per-request histograms, the model's version, reloads and their failures; observations
-//! and drift (what the model predicted against what the cluster observed).
+//! Prometheus metrics through the `prometheus-client` crate: requests by route and status,
+//! latency and pairs-per-request histograms, reloads and their failures, observations and what
+//! they scored (counted as they happen, in a registry built once); and what is read when
+//! `/metrics` is scraped: the model's version, the registry's size and store, the rolling drift
+//! windows, the lifecycle and the guards.
+//!
+//! `/metrics` answers in the format the scraper asks for, as Prometheus' own client libraries
+//! do: OpenMetrics to an `Accept` that prefers it (Prometheus does), else the classic text
+//! format (0.0.4). Every series keeps the name it had before (the dashboard and the alert rules
+//! read them): counters are registered without `_total`, which the crate appends; the running
+//! sum of APEs, whose name ends in `_sum`, is typed `unknown` (`untyped`) so that it keeps
+//! exactly its name.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Mutex;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder, prometheus_text, text,
+};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::{Metric, Registry, Unit};
+
+use crate::error::Failure;
+use crate::state::AppState;
+
+/// The two text formats of `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0 (`# EOF` at the end, counters' families named without `_total`).
+    OpenMetrics,
+    /// The classic Prometheus text format, version 0.0.4.
+    Text,
+}
+
+impl Format {
+    /// The format an `Accept` header prefers: the media range of the highest quality (the
+    /// first of equals) among OpenMetrics and plain text; plain text without one.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        let mut best = (Format::Text, 0.0_f32);
+        for range in accept.unwrap_or_default().split(',') {
+            let mut parts = range.split(';').map(str::trim);
+            let format = match parts.next().map(str::to_ascii_lowercase).as_deref() {
+                Some("application/openmetrics-text") => Format::OpenMetrics,
+                Some("text/plain" | "text/*" | "*/*") => Format::Text,
+                _ => continue,
+            };
+            let q = parts
+                .find_map(|p| p.strip_prefix("q="))
+                .map_or(Some(1.0), |q| q.parse::<f32>().ok())
+                .unwrap_or(0.0);
+            if q > best.1 {
+                best = (format, q);
+            }
+        }
+        best.0
+    }
+
+    /// The media type of the answer.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Text => prometheus_text::CONTENT_TYPE,
+        }
+    }
+}
 
 /// Latency buckets, seconds.
 const LATENCY: [f64; 14] = [
@@ -16,142 +78,177 @@ const PAIRS: [f64; 9] = [
     1.0, 10.0, 100.0, 1000.0, 5000.0, 10000.0, 25000.0, 50000.0, 100000.0,
 ];
 
-#[derive(Debug)]
-struct Histogram {
-    bounds: &'static [f64],
-    counts: Vec<AtomicU64>,
-    /// Sum in micro-units, so it stays an atomic integer.
-    sum_micro: AtomicU64,
-    count: AtomicU64,
+/// The outcomes of a reported observation, each always exported (0 until it happens).
+const OUTCOMES: [&str; 3] = ["stored", "duplicate", "rejected"];
+
+/// `route` (the route's pattern, never the raw path: a bounded set) and `status`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteStatus {
+    route: String,
+    status: u16,
 }
 
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Histogram {
-        Histogram {
-            bounds,
-            counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
-            sum_micro: AtomicU64::new(0),
-            count: AtomicU64::new(0),
-        }
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Route {
+    route: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Outcome {
+    outcome: &'static str,
+}
+
+/// `gpu` (the model's devices, or `other`: a bounded set) and `mode` (`solo` for solo runs).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeviceMode {
+    gpu: String,
+    mode: String,
+}
+
+/// A running sum that only grows but whose name ends in `_sum`, not `_total`: typed `unknown`,
+/// which OpenMetrics writes, and Prometheus stores, under exactly its name.
+#[derive(Debug, Clone, Default)]
+struct Sum(Gauge<f64, AtomicU64>);
+
+impl TypedMetric for Sum {
+    const TYPE: MetricType = MetricType::Unknown;
+}
+
+impl EncodeMetric for Sum {
+    fn encode(&self, encoder: MetricEncoder) -> fmt::Result {
+        self.0.encode(encoder)
     }
 
-    fn observe(&self, v: f64) {
-        if let Some(i) = self.bounds.iter().position(|b| v <= *b) {
-            self.counts[i].fetch_add(1, Ordering::Relaxed);
-        }
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        self.sum_micro
-            .fetch_add((v * 1e6).round() as u64, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let mut cumulative = 0;
-        let sep = if labels.is_empty() { "" } else { "," };
-        for (bound, count) in self.bounds.iter().zip(&self.counts) {
-            cumulative += count.load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
-            );
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
-        #[allow(clippy::cast_precision_loss)]
-        let sum = self.sum_micro.load(Ordering::Relaxed) as f64 / 1e6;
-        let braces = if labels.is_empty() {
-            String::new()
-        } else {
-            format!("{{{labels}}}")
-        };
-        let _ = writeln!(out, "{name}_sum{braces} {sum}");
-        let _ = writeln!(out, "{name}_count{braces} {count}");
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
     }
 }
 
-/// Every metric the server exports.
+type Latency = Family<Route, Histogram, fn() -> Histogram>;
+
+/// Every metric the server counts as things happen, and the registry that exports them.
 #[derive(Debug)]
 pub struct Metrics {
-    /// route -> status -> count
-    requests: Mutex<BTreeMap<String, BTreeMap<u16, u64>>>,
-    latency: Mutex<BTreeMap<String, Histogram>>,
+    registry: Registry,
+    requests: Family<RouteStatus, Counter>,
+    latency: Latency,
     pairs: Histogram,
-    reloads: AtomicU64,
-    reload_failures: AtomicU64,
-    /// outcome (stored, duplicate, rejected) -> observations
-    observations: Mutex<BTreeMap<&'static str, u64>>,
-    /// (gpu, mode or `solo`) -> what was stored and scored on arrival
-    observed: Mutex<BTreeMap<(String, String), Observed>>,
+    reloads: Counter,
+    reload_failures: Counter,
+    observations: Family<Outcome, Counter>,
+    /// Stored observations by device and mode, and their jobs scored on arrival by the model
+    /// then serving.
+    observed: Family<DeviceMode, Counter>,
+    jobs_scored: Family<DeviceMode, Counter>,
+    ape_sum: Family<DeviceMode, Sum>,
+    covered: Family<DeviceMode, Counter>,
     /// What the guards refused or stopped (shed, timed out, panicked, over the connection
-    /// limit); rendered with the limiter's gauges by `Counters::render`.
+    /// limit); read at scrape time with the limiter's gauges.
     pub guards: crate::shed::Counters,
 }
 
-/// Stored observations of one device and mode, scored on arrival by the model then serving.
-#[derive(Debug, Default, Clone, Copy)]
-struct Observed {
-    stored: u64,
-    jobs_scored: u64,
-    ape_sum: f64,
-    covered: u64,
-}
-
-/// A counter of stored observations: name, type, help, and its value.
-type ObservedSeries = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&Observed) -> f64,
-);
-/// A rolling drift gauge: name, help, and its value from the window's tally.
-type DriftGauge = (
-    &'static str,
-    &'static str,
-    fn(&duet_core::api::DriftEntry) -> f64,
-);
-
-/// A label value as the exposition format quotes it.
-fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// Registers `metric` under `name`; `help` ends with a full stop, which the crate adds.
+fn register(registry: &mut Registry, name: &str, help: &str, metric: impl Metric) {
+    registry.register(name, help.strip_suffix('.').unwrap_or(help), metric);
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        Metrics {
-            requests: Mutex::default(),
-            latency: Mutex::default(),
-            pairs: Histogram::new(&PAIRS),
-            reloads: AtomicU64::new(0),
-            reload_failures: AtomicU64::new(0),
-            observations: Mutex::default(),
-            observed: Mutex::default(),
+        let m = Metrics {
+            registry: Registry::default(),
+            requests: Family::default(),
+            latency: Latency::new_with_constructor(|| Histogram::new(LATENCY)),
+            pairs: Histogram::new(PAIRS),
+            reloads: Counter::default(),
+            reload_failures: Counter::default(),
+            observations: Family::default(),
+            observed: Family::default(),
+            jobs_scored: Family::default(),
+            ape_sum: Family::default(),
+            covered: Family::default(),
             guards: crate::shed::Counters::default(),
+        };
+        for outcome in OUTCOMES {
+            let _ = m.observations.get_or_create(&Outcome { outcome });
         }
+        let mut registry = Registry::default();
+        let r = &mut registry;
+        register(
+            r,
+            "duet_requests",
+            "Requests answered, by route and status.",
+            m.requests.clone(),
+        );
+        r.register_with_unit(
+            "duet_request_duration",
+            "Time to answer, by route",
+            Unit::Seconds,
+            m.latency.clone(),
+        );
+        register(
+            r,
+            "duet_predict_pairs",
+            "Pairs per prediction request.",
+            m.pairs.clone(),
+        );
+        register(
+            r,
+            "duet_model_reloads",
+            "Successful model reloads.",
+            m.reloads.clone(),
+        );
+        register(
+            r,
+            "duet_model_reload_failures",
+            "Reloads refused (the old model kept serving).",
+            m.reload_failures.clone(),
+        );
+        register(
+            r,
+            "duet_observations",
+            "Observations reported, by outcome (stored, duplicate: stored before, rejected).",
+            m.observations.clone(),
+        );
+        register(
+            r,
+            "duet_observed",
+            "Observations stored, by device and mode (solo: solo runs).",
+            m.observed.clone(),
+        );
+        register(
+            r,
+            "duet_observed_jobs_scored",
+            "Jobs of observed pairs scored against the prediction made on arrival.",
+            m.jobs_scored.clone(),
+        );
+        register(
+            r,
+            "duet_observed_speed_ape_sum",
+            "Sum of |predicted - observed| / observed speed over the scored jobs: divided by \
+             duet_observed_jobs_scored_total, the MAPE.",
+            m.ape_sum.clone(),
+        );
+        register(
+            r,
+            "duet_observed_p90_covered",
+            "Scored jobs whose observed slowdown stayed at or below the predicted p90.",
+            m.covered.clone(),
+        );
+        Metrics { registry, ..m }
     }
 }
 
 impl Metrics {
     /// Counts one finished request on `route` (the route's pattern, never the raw path).
     pub fn request(&self, route: &str, status: u16, seconds: f64) {
-        if let Ok(mut r) = self.requests.lock() {
-            let by_status = match r.get_mut(route) {
-                Some(m) => m,
-                None => r.entry(route.to_string()).or_default(),
-            };
-            *by_status.entry(status).or_insert(0) += 1;
-        }
-        if let Ok(mut l) = self.latency.lock() {
-            match l.get(route) {
-                Some(h) => h.observe(seconds),
-                None => l
-                    .entry(route.to_string())
-                    .or_insert_with(|| Histogram::new(&LATENCY))
-                    .observe(seconds),
-            }
-        }
+        let key = RouteStatus {
+            route: route.to_string(),
+            status,
+        };
+        self.requests.get_or_create(&key).inc();
+        self.latency
+            .get_or_create(&Route { route: key.route })
+            .observe(seconds);
     }
 
     #[allow(clippy::cast_precision_loss)]
@@ -161,159 +258,230 @@ impl Metrics {
 
     pub fn reload(&self, ok: bool) {
         if ok {
-            self.reloads.fetch_add(1, Ordering::Relaxed);
+            self.reloads.inc();
         } else {
-            self.reload_failures.fetch_add(1, Ordering::Relaxed);
+            self.reload_failures.inc();
         }
     }
 
     /// Counts the outcome of one reported observation: `stored`, `duplicate` or `rejected`.
     pub fn observation(&self, outcome: &'static str) {
-        if let Ok(mut o) = self.observations.lock() {
-            *o.entry(outcome).or_insert(0) += 1;
-        }
+        self.observations.get_or_create(&Outcome { outcome }).inc();
     }
 
     /// Counts a stored observation of `gpu` under `mode` (`solo` for a solo run) and, for a
     /// pair, its two jobs' scores against the prediction made on arrival.
     pub fn observed(&self, gpu: &str, mode: &str, scores: &[crate::drift::JobScore]) {
-        if let Ok(mut o) = self.observed.lock() {
-            let entry = o.entry((gpu.to_string(), mode.to_string())).or_default();
-            entry.stored += 1;
-            for score in scores {
-                entry.jobs_scored += 1;
-                entry.ape_sum += score.ape;
-                entry.covered += u64::from(score.covered);
-            }
-        }
+        let key = DeviceMode {
+            gpu: gpu.to_string(),
+            mode: mode.to_string(),
+        };
+        self.observed.get_or_create(&key).inc();
+        let jobs = scores.len() as u64;
+        let covered = scores.iter().filter(|s| s.covered).count() as u64;
+        self.jobs_scored.get_or_create(&key).inc_by(jobs);
+        self.covered.get_or_create(&key).inc_by(covered);
+        self.ape_sum
+            .get_or_create(&key)
+            .0
+            .inc_by(scores.iter().map(|s| s.ape).sum());
     }
 
-    /// The exposition text, with the model's version, the registry's size and the rolling drift
-    /// windows.
-    pub fn render(
-        &self,
-        model_version: &str,
-        engine: &str,
-        workloads: usize,
-        drift: &[(crate::drift::Group, crate::drift::Tally)],
-    ) -> String {
-        let mut out = String::new();
-        out.push_str("# HELP duet_requests_total Requests answered, by route and status.\n");
-        out.push_str("# TYPE duet_requests_total counter\n");
-        if let Ok(r) = self.requests.lock() {
-            for (route, by_status) in r.iter() {
-                for (status, n) in by_status {
-                    let _ = writeln!(
-                        out,
-                        "duet_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
-                    );
-                }
-            }
-        }
-        out.push_str("# HELP duet_request_duration_seconds Time to answer, by route.\n");
-        out.push_str("# TYPE duet_request_duration_seconds histogram\n");
-        if let Ok(l) = self.latency.lock() {
-            for (route, h) in l.iter() {
-                h.render(
-                    &mut out,
-                    "duet_request_duration_seconds",
-                    &format!("route=\"{route}\""),
-                );
-            }
-        }
-        out.push_str("# HELP duet_predict_pairs Pairs per prediction request.\n");
-        out.push_str("# TYPE duet_predict_pairs histogram\n");
-        self.pairs.render(&mut out, "duet_predict_pairs", "");
-        let escaped = label(model_version);
-        let _ = writeln!(
-            out,
-            "# HELP duet_model_info The loaded model (always 1).\n# TYPE duet_model_info gauge\n\
-             duet_model_info{{version=\"{escaped}\",engine=\"{engine}\"}} 1"
-        );
-        let _ = writeln!(
-            out,
-            "# HELP duet_model_reloads_total Successful model reloads.\n\
-             # TYPE duet_model_reloads_total counter\nduet_model_reloads_total {}",
-            self.reloads.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP duet_model_reload_failures_total Reloads refused (the old model kept serving).\n\
-             # TYPE duet_model_reload_failures_total counter\nduet_model_reload_failures_total {}",
-            self.reload_failures.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP duet_registered_workloads Workloads in the registry.\n\
-             # TYPE duet_registered_workloads gauge\nduet_registered_workloads {workloads}"
-        );
-        self.render_observations(&mut out, drift);
+    /// The whole exposition in `format`: what was counted, then what `now` read from the
+    /// server.
+    pub fn render(&self, now: Scrape, format: Format) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        let mut scrape = Registry::default();
+        let guards = &self.guards;
+        scrape.register_collector(Box::new(Now {
+            scrape: now,
+            guards: [
+                &guards.shed,
+                &guards.timeouts,
+                &guards.panics,
+                &guards.given_up,
+                &guards.connections_refused,
+                &guards.header_timeouts,
+                &guards.connections_open,
+            ]
+            .map(|c| c.load(Ordering::Relaxed)),
+        }));
+        // Writing into a String cannot fail, nor can encoding what the registries hold.
+        let _ = match format {
+            Format::OpenMetrics => text::encode_registry(&mut out, &self.registry)
+                .and_then(|()| text::encode_registry(&mut out, &scrape))
+                .and_then(|()| text::encode_eof(&mut out)),
+            Format::Text => prometheus_text::encode(&mut out, &self.registry)
+                .and_then(|()| prometheus_text::encode(&mut out, &scrape)),
+        };
         out
     }
+}
 
-    fn render_observations(
-        &self,
-        out: &mut String,
-        drift: &[(crate::drift::Group, crate::drift::Tally)],
-    ) {
-        out.push_str(
-            "# HELP duet_observations_total Observations reported, by outcome (stored, \
-             duplicate: stored before, rejected).\n# TYPE duet_observations_total counter\n",
-        );
-        if let Ok(o) = self.observations.lock() {
-            for outcome in ["stored", "duplicate", "rejected"] {
-                let n = o.get(outcome).copied().unwrap_or(0);
-                let _ = writeln!(out, "duet_observations_total{{outcome=\"{outcome}\"}} {n}");
-            }
+/// What `/metrics` reads from the server when it is scraped, beside what `Metrics` counted.
+#[derive(Debug, Clone, Default)]
+pub struct Scrape {
+    /// The loaded model's version (empty while none is loaded) and engine.
+    pub model_version: String,
+    pub engine: &'static str,
+    pub workloads: usize,
+    /// The rolling drift windows, by device and mode.
+    pub drift: Vec<(crate::drift::Group, crate::drift::Tally)>,
+    /// The registry's store (`memory`, `sqlite`, `postgres`) and where this replica stands
+    /// against it.
+    pub store: &'static str,
+    pub sequence: i64,
+    pub last_sync_age_s: Option<f64>,
+    pub database_errors: u64,
+    pub degraded: bool,
+    /// The repository's `previous` model serves in place of the configured one.
+    pub fallback: bool,
+    pub draining: bool,
+    pub work_in_flight: usize,
+    pub work_waiting: usize,
+}
+
+impl Scrape {
+    /// Reads it from the server now.
+    pub fn of(state: &AppState) -> Result<Scrape, Failure> {
+        let (model_version, engine, workloads) = match state.read()?.as_ref() {
+            Some(s) => (
+                s.model.version().to_string(),
+                s.model.engine.kind().as_str(),
+                s.registry.len(),
+            ),
+            None => (String::new(), state.config.engine.as_str(), 0),
+        };
+        Ok(Scrape {
+            model_version,
+            engine,
+            workloads,
+            drift: state.drift.tallies(),
+            store: state.store.kind(),
+            sequence: state.sync.seq(),
+            last_sync_age_s: state.sync.last_sync_age(),
+            database_errors: state.sync.errors(),
+            degraded: state.sync.degraded().is_some(),
+            fallback: state.lifecycle.fallback().is_some(),
+            draining: state.lifecycle.draining(),
+            work_in_flight: state.limiter.running(),
+            work_waiting: state.limiter.waiting(),
+        })
+    }
+}
+
+/// The text of `/metrics` for `state`, in `format`.
+pub fn scrape(state: &AppState, format: Format) -> Result<String, Failure> {
+    Ok(state.metrics.render(Scrape::of(state)?, format))
+}
+
+/// The scrape-time part of the exposition, for one scrape.
+#[derive(Debug)]
+struct Now {
+    scrape: Scrape,
+    /// `Counters`' values: shed, timeouts, panics, given up, connections refused, header
+    /// timeouts, connections open.
+    guards: [u64; 7],
+}
+
+/// Writes one family of one series without labels.
+fn constant(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    metric: &impl EncodeMetric,
+) -> fmt::Result {
+    metric.encode(encoder.encode_descriptor(name, help, unit, metric.metric_type())?)
+}
+
+impl Collector for Now {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let s = &self.scrape;
+        let e = &mut encoder;
+        let mut info = e.encode_descriptor(
+            "duet_model_info",
+            "The loaded model (always 1).",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(1).encode(
+            info.encode_family(&[("version", s.model_version.as_str()), ("engine", s.engine)])?,
+        )?;
+        let workloads = ConstGauge::new(s.workloads);
+        constant(
+            e,
+            "duet_registered_workloads",
+            "Workloads in the registry.",
+            None,
+            &workloads,
+        )?;
+        self.drift(e)?;
+        let mut sequence = e.encode_descriptor(
+            "duet_registry_sequence",
+            "The highest registry change sequence number this replica has applied from its \
+             store.",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(s.sequence).encode(sequence.encode_family(&[("store", s.store)])?)?;
+        if let Some(age) = s.last_sync_age_s {
+            constant(
+                e,
+                "duet_registry_last_sync_age",
+                "Seconds since this replica last caught up with the shared registry.",
+                Some(&Unit::Seconds),
+                &ConstGauge::new((age * 1000.0).round() / 1000.0),
+            )?;
         }
-        let observed: Vec<((String, String), Observed)> = self
-            .observed
-            .lock()
-            .map(|o| o.iter().map(|(k, v)| (k.clone(), *v)).collect())
-            .unwrap_or_default();
-        let series: [ObservedSeries; 4] = [
+        constant(
+            e,
+            "duet_registry_database_errors",
+            "Failed registry database operations (connections, catch-ups, writes).",
+            None,
+            &ConstCounter::new(s.database_errors),
+        )?;
+        let flags = [
             (
-                "duet_observed_total",
-                "counter",
-                "Observations stored, by device and mode (solo: solo runs).",
-                #[allow(clippy::cast_precision_loss)]
-                |o| o.stored as f64,
+                "duet_registry_degraded",
+                "1 while the registry's store cannot be reached (predictions serve the last \
+                 synced registry; writes answer 503).",
+                s.degraded,
             ),
             (
-                "duet_observed_jobs_scored_total",
-                "counter",
-                "Jobs of observed pairs scored against the prediction made on arrival.",
-                #[allow(clippy::cast_precision_loss)]
-                |o| o.jobs_scored as f64,
+                "duet_model_fallback",
+                "1 while the model repository's `previous` model serves because the configured \
+                 one could not be loaded at start.",
+                s.fallback,
             ),
             (
-                "duet_observed_speed_ape_sum",
-                "counter",
-                "Sum of |predicted - observed| / observed speed over the scored jobs: \
-                 divided by duet_observed_jobs_scored_total, the MAPE.",
-                |o| o.ape_sum,
-            ),
-            (
-                "duet_observed_p90_covered_total",
-                "counter",
-                "Scored jobs whose observed slowdown stayed at or below the predicted p90.",
-                #[allow(clippy::cast_precision_loss)]
-                |o| o.covered as f64,
+                "duet_draining",
+                "1 after SIGTERM, while /readyz answers 503 and requests finish.",
+                s.draining,
             ),
         ];
-        for (name, kind, help, value) in series {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for ((gpu, mode), o) in &observed {
-                let _ = writeln!(
-                    out,
-                    "{name}{{gpu=\"{}\",mode=\"{}\"}} {}",
-                    label(gpu),
-                    label(mode),
-                    value(o)
-                );
-            }
+        for (name, help, on) in flags {
+            constant(e, name, help, None, &ConstGauge::new(i64::from(on)))?;
         }
-        let gauges: [DriftGauge; 3] = [
+        self.guards(e)
+    }
+}
+
+impl Now {
+    /// The rolling windows' gauges, for the windows that hold a scored job.
+    fn drift(&self, e: &mut DescriptorEncoder) -> fmt::Result {
+        type Value = fn(&duet_core::api::DriftEntry) -> f64;
+        let windows: Vec<(String, String, duet_core::api::DriftEntry)> = self
+            .scrape
+            .drift
+            .iter()
+            .map(|((gpu, mode), tally)| (gpu.clone(), mode.to_string(), tally.entry(String::new())))
+            .filter(|(_, _, entry)| entry.observations > 0)
+            .collect();
+        if windows.is_empty() {
+            return Ok(());
+        }
+        let gauges: [(&str, &str, Value); 2] = [
             (
                 "duet_drift_speed_mape",
                 "MAPE of speed over the rolling window of observed pairs, scored by the loaded \
@@ -326,27 +494,372 @@ impl Metrics {
                  loaded model's p90 (0.9 promised).",
                 |e| e.p90_coverage,
             ),
+        ];
+        fn labels<'l>(gpu: &'l str, mode: &'l str) -> [(&'static str, &'l str); 2] {
+            [("gpu", gpu), ("mode", mode)]
+        }
+        for (name, help, value) in gauges {
+            let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (gpu, mode, entry) in &windows {
+                ConstGauge::new(value(entry)).encode(family.encode_family(&labels(gpu, mode))?)?;
+            }
+        }
+        let mut family = e.encode_descriptor(
+            "duet_drift_window_jobs",
+            "Jobs in the rolling window (two per observed pair).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (gpu, mode, entry) in &windows {
+            ConstGauge::new(entry.observations)
+                .encode(family.encode_family(&labels(gpu, mode))?)?;
+        }
+        Ok(())
+    }
+
+    /// What the guards counted, and the limiter's and the listener's gauges.
+    fn guards(&self, e: &mut DescriptorEncoder) -> fmt::Result {
+        let [
+            shed,
+            timeouts,
+            panics,
+            given_up,
+            refused,
+            header_timeouts,
+            open,
+        ] = self.guards;
+        let s = &self.scrape;
+        let counters = [
             (
-                "duet_drift_window_jobs",
-                "Jobs in the rolling window (two per observed pair).",
-                #[allow(clippy::cast_precision_loss)]
-                |e| e.observations as f64,
+                "duet_requests_shed",
+                "Requests answered 503 at once: every place of work in flight and waiting taken.",
+                shed,
+            ),
+            (
+                "duet_request_timeouts",
+                "Requests answered 503 for taking longer than --request-timeout.",
+                timeouts,
+            ),
+            (
+                "duet_panics",
+                "Panics caught while answering a request (answered 500).",
+                panics,
+            ),
+            (
+                "duet_work_given_up",
+                "Model work stopped early: its client went away or its time ran out.",
+                given_up,
+            ),
+            (
+                "duet_connections_refused",
+                "Connections closed at once: over --max-connections (and not a probe).",
+                refused,
+            ),
+            (
+                "duet_header_timeouts",
+                "Connections closed for not sending a request's header within --header-timeout.",
+                header_timeouts,
+            ),
+        ];
+        for (name, help, value) in counters {
+            constant(e, name, help, None, &ConstCounter::new(value))?;
+        }
+        let gauges = [
+            (
+                "duet_work_in_flight",
+                "Requests whose model work runs now (at most --max-inflight).",
+                s.work_in_flight as u64,
+            ),
+            (
+                "duet_work_waiting",
+                "Requests waiting for a place of work (at most --max-queue).",
+                s.work_waiting as u64,
+            ),
+            (
+                "duet_connections_open",
+                "Client connections open (at most --max-connections, and the probes' reserve).",
+                open,
             ),
         ];
         for (name, help, value) in gauges {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for ((gpu, mode), tally) in drift {
-                let entry = tally.entry(String::new());
-                if entry.observations == 0 {
-                    continue;
+            constant(e, name, help, None, &ConstGauge::new(value))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOTH: [Format; 2] = [Format::OpenMetrics, Format::Text];
+
+    fn sample_lines(text: &str) -> Vec<&str> {
+        text.lines().filter(|l| !l.starts_with('#')).collect()
+    }
+
+    /// Each line is a `# HELP`, `# TYPE` (or, in OpenMetrics, `# UNIT`) line of a valid name,
+    /// or a sample: a valid name, labels of valid names with quoted, escaped values, and a
+    /// number; OpenMetrics ends with `# EOF`.
+    fn check_shape(text: &str, format: Format) {
+        let name_ok = |n: &str| {
+            let mut chars = n.chars();
+            chars
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        };
+        let mut lines: Vec<&str> = text.split_inclusive('\n').collect();
+        if format == Format::OpenMetrics {
+            assert_eq!(lines.pop(), Some("# EOF\n"), "{text}");
+        }
+        let types: &[&str] = match format {
+            Format::OpenMetrics => &["counter", "gauge", "histogram", "unknown"],
+            Format::Text => &["counter", "gauge", "histogram", "untyped"],
+        };
+        for line in lines {
+            let line = line
+                .strip_suffix('\n')
+                .expect("every line ends with a line feed");
+            if let Some(meta) = line.strip_prefix("# ") {
+                let mut words = meta.splitn(3, ' ');
+                let (kind, name, rest) = (words.next(), words.next(), words.next());
+                match (format, kind) {
+                    (_, Some("HELP" | "TYPE")) | (Format::OpenMetrics, Some("UNIT")) => {}
+                    _ => panic!("{line}"),
                 }
-                let _ = writeln!(
-                    out,
-                    "{name}{{gpu=\"{}\",mode=\"{mode}\"}} {}",
-                    label(gpu),
-                    value(&entry)
-                );
+                assert!(name.is_some_and(name_ok), "{line}");
+                assert!(rest.is_some_and(|r| !r.is_empty()), "{line}");
+                if kind == Some("TYPE") {
+                    assert!(rest.is_some_and(|t| types.contains(&t)), "{line}");
+                }
+                continue;
             }
+            let end = line.find(['{', ' ']).expect("a name");
+            assert!(name_ok(&line[..end]), "{line}");
+            let mut rest = &line[end..];
+            if let Some(mut labels) = rest.strip_prefix('{') {
+                loop {
+                    let eq = labels.find('=').expect("name=value");
+                    assert!(name_ok(&labels[..eq]), "{line}");
+                    let value = labels[eq + 1..].strip_prefix('"').expect("a quoted value");
+                    let mut chars = value.char_indices();
+                    let close = loop {
+                        match chars.next().expect("a closing quote") {
+                            (_, '\\') => {
+                                let (_, escaped) = chars.next().expect("an escape");
+                                assert!(matches!(escaped, '\\' | '"' | 'n'), "{line}");
+                            }
+                            (i, '"') => break i,
+                            _ => {}
+                        }
+                    };
+                    labels = &value[close + 1..];
+                    if let Some(next) = labels.strip_prefix(',') {
+                        labels = next;
+                    } else {
+                        rest = labels.strip_prefix('}').expect("a closing brace");
+                        break;
+                    }
+                }
+            }
+            let value = rest.strip_prefix(' ').expect("a space before the value");
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+
+    #[test]
+    fn the_accept_header_picks_the_format() {
+        for (accept, want) in [
+            (None, Format::Text),
+            (Some(""), Format::Text),
+            (Some("*/*"), Format::Text),
+            (Some("text/plain; version=0.0.4"), Format::Text),
+            (Some("application/json"), Format::Text),
+            (Some("application/openmetrics-text"), Format::OpenMetrics),
+            // Prometheus 2 and 3.
+            (
+                Some(
+                    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                     version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+                ),
+                Format::OpenMetrics,
+            ),
+            (
+                Some(
+                    "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;\
+                     encoding=delimited;q=0.7,application/openmetrics-text;version=1.0.0;\
+                     escaping=allow-utf-8;q=0.6,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+                ),
+                Format::OpenMetrics,
+            ),
+            (
+                Some("text/plain;q=0.9, application/openmetrics-text;q=0.5"),
+                Format::Text,
+            ),
+            (Some("application/openmetrics-text;q=0"), Format::Text),
+        ] {
+            assert_eq!(Format::negotiate(accept), want, "{accept:?}");
+        }
+    }
+
+    #[test]
+    fn a_fresh_server_exports_the_outcomes_and_the_guards_at_zero() {
+        for format in BOTH {
+            let text = Metrics::default().render(Scrape::default(), format);
+            check_shape(&text, format);
+            for line in [
+                "duet_observations_total{outcome=\"stored\"} 0",
+                "duet_observations_total{outcome=\"duplicate\"} 0",
+                "duet_observations_total{outcome=\"rejected\"} 0",
+                "duet_model_reloads_total 0",
+                "duet_requests_shed_total 0",
+                "duet_work_in_flight 0",
+                "duet_registered_workloads 0",
+                "duet_registry_database_errors_total 0",
+            ] {
+                assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+            }
+            // Families with no series yet are left out, as the crate (and Prometheus' Go
+            // client) does; no `_created` series.
+            assert!(!text.contains("duet_requests_total"), "{text}");
+            assert!(!text.contains("duet_drift_"), "{text}");
+            assert!(!text.contains("_created"), "{text}");
+        }
+    }
+
+    #[test]
+    fn counts_keep_the_names_buckets_and_labels_they_had() {
+        let metrics = Metrics::default();
+        metrics.request("/v1/predict", 200, 0.003);
+        metrics.request("/v1/predict", 200, 7.0);
+        metrics.request("/v1/predict", 422, 0.0001);
+        metrics.pairs(10_000);
+        metrics.reload(false);
+        metrics.observation("stored");
+        let score = |ape, covered| crate::drift::JobScore {
+            ape,
+            covered,
+            bias: ape,
+        };
+        metrics.observed("v100", "space", &[score(0.25, true), score(0.5, false)]);
+        metrics.observed("other", "solo", &[]);
+        metrics.guards.panics.fetch_add(1, Ordering::Relaxed);
+        let mut tally = crate::drift::Tally::default();
+        tally.add(score(0.25, true), 1.0e9);
+        tally.add(score(0.5, false), 1.0e9);
+        let scrape = Scrape {
+            model_version: "0.1.0+abc".into(),
+            engine: "burn",
+            workloads: 26,
+            drift: vec![
+                (("v100".into(), duet_core::dataset::Mode::Space), tally),
+                (
+                    ("k80".into(), duet_core::dataset::Mode::Mps),
+                    crate::drift::Tally::default(),
+                ),
+            ],
+            store: "sqlite",
+            sequence: 7,
+            last_sync_age_s: Some(1.23456),
+            ..Scrape::default()
+        };
+        for format in BOTH {
+            let text = metrics.render(scrape.clone(), format);
+            check_shape(&text, format);
+            let samples = sample_lines(&text);
+            // Whole numbers: `5` in the classic format (as before), `5.0` in OpenMetrics,
+            // where `le` also comes before the series' labels.
+            let whole = |n: &str| match format {
+                Format::Text => n.to_string(),
+                Format::OpenMetrics => format!("{n}.0"),
+            };
+            let bucket = |le: &str, n: u32| match format {
+                Format::Text => format!(
+                    "duet_request_duration_seconds_bucket{{route=\"/v1/predict\",le=\"{le}\"}} {n}"
+                ),
+                Format::OpenMetrics => format!(
+                    "duet_request_duration_seconds_bucket{{le=\"{le}\",route=\"/v1/predict\"}} {n}"
+                ),
+            };
+            let lines = [
+                "duet_requests_total{route=\"/v1/predict\",status=\"200\"} 2".to_string(),
+                "duet_requests_total{route=\"/v1/predict\",status=\"422\"} 1".to_string(),
+                "duet_request_duration_seconds_count{route=\"/v1/predict\"} 3".to_string(),
+                bucket("0.0001", 1),
+                bucket("0.005", 2),
+                bucket(&whole("5"), 2),
+                bucket("+Inf", 3),
+                format!("duet_predict_pairs_bucket{{le=\"{}\"}} 0", whole("5000")),
+                format!("duet_predict_pairs_bucket{{le=\"{}\"}} 1", whole("10000")),
+                "duet_predict_pairs_count 1".to_string(),
+                "duet_model_reload_failures_total 1".to_string(),
+                "duet_observations_total{outcome=\"stored\"} 1".to_string(),
+                "duet_observed_total{gpu=\"v100\",mode=\"space\"} 1".to_string(),
+                "duet_observed_jobs_scored_total{gpu=\"v100\",mode=\"space\"} 2".to_string(),
+                "duet_observed_speed_ape_sum{gpu=\"v100\",mode=\"space\"} 0.75".to_string(),
+                "duet_observed_p90_covered_total{gpu=\"v100\",mode=\"space\"} 1".to_string(),
+                "duet_observed_total{gpu=\"other\",mode=\"solo\"} 1".to_string(),
+                "duet_observed_jobs_scored_total{gpu=\"other\",mode=\"solo\"} 0".to_string(),
+                "duet_model_info{version=\"0.1.0+abc\",engine=\"burn\"} 1".to_string(),
+                "duet_registered_workloads 26".to_string(),
+                "duet_drift_speed_mape{gpu=\"v100\",mode=\"space\"} 0.375".to_string(),
+                "duet_drift_p90_coverage{gpu=\"v100\",mode=\"space\"} 0.5".to_string(),
+                "duet_drift_window_jobs{gpu=\"v100\",mode=\"space\"} 2".to_string(),
+                "duet_registry_sequence{store=\"sqlite\"} 7".to_string(),
+                "duet_registry_last_sync_age_seconds 1.235".to_string(),
+                "duet_registry_degraded 0".to_string(),
+                "duet_panics_total 1".to_string(),
+            ];
+            for line in &lines {
+                assert!(samples.contains(&line.as_str()), "no `{line}` in\n{text}");
+            }
+            // Every latency bucket, in order, then +Inf.
+            let got: Vec<f64> = samples
+                .iter()
+                .filter(|l| l.starts_with("duet_request_duration_seconds_bucket{"))
+                .filter(|l| l.contains("route=\"/v1/predict\""))
+                .filter_map(|l| l.split("le=\"").nth(1))
+                .map(|l| l[..l.find('"').expect("le")].parse().expect("a bound"))
+                .collect();
+            let want: Vec<f64> = LATENCY.iter().copied().chain([f64::INFINITY]).collect();
+            assert_eq!(got, want, "{text}");
+            // An empty window has no gauges.
+            assert!(!text.contains("gpu=\"k80\""), "{text}");
+        }
+        let open = metrics.render(scrape.clone(), Format::OpenMetrics);
+        assert!(open.contains("# UNIT duet_request_duration_seconds seconds\n"));
+        assert!(open.contains("# TYPE duet_observed_speed_ape_sum unknown\n"));
+        assert!(open.contains("# TYPE duet_requests counter\n"));
+        let classic = metrics.render(scrape, Format::Text);
+        assert!(classic.contains("# TYPE duet_observed_speed_ape_sum untyped\n"));
+        assert!(classic.contains("# TYPE duet_requests_total counter\n"));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let metrics = Metrics::default();
+        metrics.request("a \"quoted\" \\ route\nwith a line feed", 200, 0.1);
+        for format in BOTH {
+            let text = metrics.render(
+                Scrape {
+                    model_version: "v\"1\\".into(),
+                    ..Scrape::default()
+                },
+                format,
+            );
+            check_shape(&text, format);
+            assert!(
+                text.contains(
+                    "duet_requests_total{route=\"a \\\"quoted\\\" \\\\ route\\nwith a line \
+                     feed\",status=\"200\"} 1"
+                ),
+                "{text}"
+            );
+            assert!(
+                text.contains("duet_model_info{version=\"v\\\"1\\\\\",engine=\"\"} 1"),
+                "{text}"
+            );
         }
     }
 }

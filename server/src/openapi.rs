@@ -44,11 +44,11 @@ pub fn routes() -> Router<Arc<AppState>> {
         crate::routes::limits::limits,
         crate::routes::observations::post_observations,
         crate::routes::observations::drift,
-        crate::kserve::live,
-        crate::kserve::ready,
-        crate::kserve::metadata,
-        crate::kserve::model_ready,
-        crate::kserve::infer,
+        crate::routes::kserve::live,
+        crate::routes::kserve::ready,
+        crate::routes::kserve::metadata,
+        crate::routes::kserve::model_ready,
+        crate::routes::kserve::infer,
     ),
     components(schemas(
         duet_core::api::PredictRequest,
@@ -232,13 +232,37 @@ fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
         "description": "[rows, the model's input width]"});
     input["properties"]["data"] = json!({
         "type": "array",
-        "items": {"type": "number", "minimum": -crate::kserve::MAX_INPUT,
-                  "maximum": crate::kserve::MAX_INPUT},
+        "items": {"type": "number", "minimum": -crate::service::kserve::MAX_INPUT,
+                  "maximum": crate::service::kserve::MAX_INPUT},
         "description": "rows x width values, row-major"});
     if let Some(w) = width {
         input["properties"]["data"]["maxItems"] = json!(max_rows.saturating_mul(w));
     }
+    // A JSON body carries the values in `data`; the binary tensor data extension (the
+    // operation's description) puts `parameters.binary_data_size` in its JSON header instead.
+    input["required"] = json!(["name", "shape", "datatype", "data"]);
     schemas["InferInput"] = input;
+    let binary_flag = |name: &str, what: &str| {
+        let flag = json!({"type": "boolean", "description": what});
+        json!({"type": "object", "properties": {name: flag}})
+    };
+    schemas["InferRequest"]["properties"]["parameters"] = binary_flag(
+        "binary_data_output",
+        "true: every output's values as raw little-endian bytes after the answer's JSON header",
+    );
+    let answered = &mut doc["paths"]["/v2/models/{name}/infer"]["post"]["responses"]["200"];
+    answered["content"]["application/octet-stream"]["schema"] = json!({
+        "type": "string", "format": "binary",
+        "description": "the answer's JSON header (Inference-Header-Content-Length bytes, \
+                        outputs with parameters.binary_data_size), then their values as \
+                        little-endian FP32"});
+    let schemas = &mut doc["components"]["schemas"];
+    schemas["InferRequestedOutput"]["properties"]["name"] =
+        json!({"type": "string", "const": duet_model::onnx::OUTPUT});
+    schemas["InferRequestedOutput"]["properties"]["parameters"] = binary_flag(
+        "binary_data",
+        "true: this output's values as raw little-endian bytes after the answer's JSON header",
+    );
     // Links: a registered workload can be read and deleted by the id it was put under.
     let by_id = json!({"id": "$request.path.id"});
     for status in ["200", "201"] {
@@ -250,7 +274,7 @@ fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
 }
 
 /// What `POST /v1/observations` checks of each observation's own fields
-/// (`crate::observations`), in JSON Schema.
+/// (`crate::service::observations`), in JSON Schema.
 fn observation_schema(schemas: &mut Value, share: Value, max_items: usize) {
     let positive = json!({"type": "number", "exclusiveMinimum": 0});
     let optional_positive = json!({"type": ["number", "null"], "exclusiveMinimum": 0});
@@ -267,14 +291,14 @@ fn observation_schema(schemas: &mut Value, share: Value, max_items: usize) {
         properties[name] = optional_positive.clone();
     }
     let mut window = positive;
-    window["maximum"] = json!(crate::observations::MAX_WINDOW_S);
+    window["maximum"] = json!(crate::service::observations::MAX_WINDOW_S);
     properties["window_s"] = window;
     properties["observed_at"] = json!({"type": "string", "format": "date-time",
         "description": "RFC 3339; at most a few minutes ahead of the server's clock"});
     properties["a"] = schema_ref("JobRef");
     properties["b"] = json!({"oneOf": [schema_ref("JobRef"), {"type": "null"}]});
     schemas["Observation"]["additionalProperties"] = json!(false);
-    // Two shapes, as `crate::observations` checks them: a solo run of `a` carries nothing of a
+    // Two shapes, as `crate::service::observations` checks them: a solo run of `a` carries nothing of a
     // co-location (absent or null), and a co-location names `b`, its mode and `throughput_b`.
     let mut solo = schemas["Observation"].clone();
     for name in [

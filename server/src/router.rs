@@ -15,7 +15,7 @@ use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::error::Failure;
 use crate::state::AppState;
-use crate::{kserve, openapi, routes, shed};
+use crate::{openapi, routes, shed};
 
 /// The whole app with its middleware.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -37,8 +37,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(routes::models::routes())
         .merge(admitted(routes::observations::routes()))
         .merge(routes::limits::routes())
-        .merge(kserve::routes())
-        .merge(admitted(kserve::infer_routes()))
+        .merge(routes::kserve::routes())
+        .merge(admitted(routes::kserve::infer_routes()))
         .merge(openapi::routes())
         .fallback(fallback)
         // A body that stops arriving for --idle-timeout is cut off (the innermost layer: it

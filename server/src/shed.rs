@@ -8,7 +8,6 @@
 //! Also here: the counters of what the guards refused (shed requests, timeouts, panics, work
 //! given up, connections over the limit, headers too slow), rendered into `/metrics`.
 
-use std::fmt::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::Poll;
@@ -121,7 +120,19 @@ impl Work {
 }
 
 /// Marks the work given up when the request's future is dropped before its answer.
-struct GiveUpOnDrop(Option<Work>);
+#[derive(Debug)]
+pub struct GiveUpOnDrop(Option<Work>);
+
+impl GiveUpOnDrop {
+    pub fn new(work: Work) -> GiveUpOnDrop {
+        GiveUpOnDrop(Some(work))
+    }
+
+    /// Answered: nothing is left to give up.
+    pub fn answered(mut self) {
+        self.0 = None;
+    }
+}
 
 impl Drop for GiveUpOnDrop {
     fn drop(&mut self) {
@@ -153,17 +164,10 @@ pub async fn admit_unless_small(
     }
 }
 
-/// The middleware of the model routes: a place, or 503 with `Retry-After`.
-pub async fn admit(
-    State(state): State<Arc<AppState>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+/// A place of model work for a request on `route`, or the 503 of a server at its limit
+/// (counted and logged here). The place is held while the returned `Work` or a clone lives.
+pub async fn take(state: &AppState, route: &str) -> Result<Work, Failure> {
     let Some(permit) = state.limiter.enter().await else {
-        let route = request
-            .extensions()
-            .get::<MatchedPath>()
-            .map_or("unmatched", MatchedPath::as_str);
         state.metrics.guards.shed.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
             route,
@@ -171,33 +175,48 @@ pub async fn admit(
             waiting = state.limiter.max_waiting,
             "request shed: the server is at its limit of work in flight"
         );
-        let mut response = Failure::new(
+        let mut failure = Failure::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
                 "the server is at its limit of {} requests in flight and {} waiting \
                  (--max-inflight, --max-queue); retry after {RETRY_AFTER_S} s",
                 state.limiter.max_running, state.limiter.max_waiting
             ),
-        )
-        .into_response();
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
-        response.extensions_mut().insert(Logged);
-        // Read to its end (never kept) so that the client, still sending, hears the answer
-        // rather than a reset, as a proxy's lingering close does.
-        drain(request.into_body(), state.config.max_body_bytes).await;
-        return response;
+        );
+        failure.logged = true;
+        return Err(failure);
     };
-    let work = Work(Arc::new(Place {
+    Ok(Work(Arc::new(Place {
         _permit: permit,
         given_up: AtomicBool::new(false),
-    }));
+    })))
+}
+
+/// The middleware of the model routes: a place, or 503 with `Retry-After`.
+pub async fn admit(
+    State(state): State<Arc<AppState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    let work = match take(&state, route).await {
+        Ok(work) => work,
+        Err(failure) => {
+            let mut response = failure.into_response();
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
+            // Read to its end (never kept) so that the client, still sending, hears the
+            // answer rather than a reset, as a proxy's lingering close does.
+            drain(request.into_body(), state.config.max_body_bytes).await;
+            return response;
+        }
+    };
     request.extensions_mut().insert(work.clone());
-    let mut guard = GiveUpOnDrop(Some(work));
+    let guard = GiveUpOnDrop::new(work);
     let response = next.run(request).await;
-    // Answered: nothing is left to give up.
-    guard.0 = None;
+    guard.answered();
     response
 }
 
@@ -206,7 +225,7 @@ pub async fn admit(
 #[derive(Debug, Clone, Copy)]
 pub struct Logged;
 
-/// What the guards refused or stopped, for `/metrics`.
+/// What the guards refused or stopped, for `/metrics` (`metrics::Scrape` reads them).
 #[derive(Debug, Default)]
 pub struct Counters {
     pub shed: AtomicU64,
@@ -250,71 +269,6 @@ impl Counters {
         failure.logged = true;
         failure
     }
-
-    /// The counters and the limiter's gauges in the exposition format.
-    pub fn render(&self, limiter: &Limiter, out: &mut String) {
-        let counters: [(&str, &str, u64); 6] = [
-            (
-                "duet_requests_shed_total",
-                "Requests answered 503 at once: every place of work in flight and waiting taken.",
-                self.shed.load(Ordering::Relaxed),
-            ),
-            (
-                "duet_request_timeouts_total",
-                "Requests answered 503 for taking longer than --request-timeout.",
-                self.timeouts.load(Ordering::Relaxed),
-            ),
-            (
-                "duet_panics_total",
-                "Panics caught while answering a request (answered 500).",
-                self.panics.load(Ordering::Relaxed),
-            ),
-            (
-                "duet_work_given_up_total",
-                "Model work stopped early: its client went away or its time ran out.",
-                self.given_up.load(Ordering::Relaxed),
-            ),
-            (
-                "duet_connections_refused_total",
-                "Connections closed at once: over --max-connections (and not a probe).",
-                self.connections_refused.load(Ordering::Relaxed),
-            ),
-            (
-                "duet_header_timeouts_total",
-                "Connections closed for not sending a request's header within --header-timeout.",
-                self.header_timeouts.load(Ordering::Relaxed),
-            ),
-        ];
-        for (name, help, value) in counters {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-            );
-        }
-        let gauges: [(&str, &str, u64); 3] = [
-            (
-                "duet_work_in_flight",
-                "Requests whose model work runs now (at most --max-inflight).",
-                limiter.running() as u64,
-            ),
-            (
-                "duet_work_waiting",
-                "Requests waiting for a place of work (at most --max-queue).",
-                limiter.waiting() as u64,
-            ),
-            (
-                "duet_connections_open",
-                "Client connections open (at most --max-connections, and the probes' reserve).",
-                self.connections_open.load(Ordering::Relaxed),
-            ),
-        ];
-        for (name, help, value) in gauges {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-            );
-        }
-    }
 }
 
 #[cfg(test)]
@@ -350,9 +304,5 @@ mod tests {
         assert_eq!(failure.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert!(failure.logged);
         assert_eq!(counters.panics.load(Ordering::Relaxed), 1);
-        let mut text = String::new();
-        counters.render(&Limiter::new(2, 2), &mut text);
-        assert!(text.contains("duet_panics_total 1"), "{text}");
-        assert!(text.contains("duet_requests_shed_total 0"), "{text}");
     }
 }

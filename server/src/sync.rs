@@ -4,7 +4,6 @@
 //! on it: predictions read the registry in memory, which this task updates under a short write
 //! lock only when there are changes.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -69,48 +68,6 @@ impl SyncStatus {
 
     pub fn errors(&self) -> u64 {
         self.errors.load(Ordering::Relaxed)
-    }
-
-    /// The registry's lines of `/metrics`.
-    pub fn render(&self, store: &str, out: &mut String) {
-        let _ = writeln!(
-            out,
-            "# HELP duet_registry_sequence The highest registry change sequence number this \
-             replica has applied from its store."
-        );
-        let _ = writeln!(out, "# TYPE duet_registry_sequence gauge");
-        let _ = writeln!(
-            out,
-            "duet_registry_sequence{{store=\"{store}\"}} {}",
-            self.seq()
-        );
-        if let Some(age) = self.last_sync_age() {
-            let _ = writeln!(
-                out,
-                "# HELP duet_registry_last_sync_age_seconds Seconds since this replica last \
-                 caught up with the shared registry."
-            );
-            let _ = writeln!(out, "# TYPE duet_registry_last_sync_age_seconds gauge");
-            let _ = writeln!(out, "duet_registry_last_sync_age_seconds {age:.3}");
-        }
-        let _ = writeln!(
-            out,
-            "# HELP duet_registry_database_errors_total Failed registry database operations \
-             (connections, catch-ups, writes)."
-        );
-        let _ = writeln!(out, "# TYPE duet_registry_database_errors_total counter");
-        let _ = writeln!(out, "duet_registry_database_errors_total {}", self.errors());
-        let _ = writeln!(
-            out,
-            "# HELP duet_registry_degraded 1 while the registry's store cannot be reached \
-             (predictions serve the last synced registry; writes answer 503)."
-        );
-        let _ = writeln!(out, "# TYPE duet_registry_degraded gauge");
-        let _ = writeln!(
-            out,
-            "duet_registry_degraded {}",
-            u8::from(self.degraded().is_some())
-        );
     }
 }
 

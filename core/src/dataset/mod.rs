@@ -31,6 +31,11 @@ pub const PAIRS_FILE: &str = "pairs.parquet";
 pub const LICENSE_FILE: &str = "LICENSE";
 /// Optional: raw counter series (`Sample` rows), written by the profiler.
 pub const SAMPLES_FILE: &str = "samples.parquet";
+/// Optional: a budgeted campaign's record (which settings were chosen, by which rule, in which
+/// round, and the audit), written with the dataset by `duet-campaign`. Readers of the tables
+/// ignore it; `duet dataset merge` does not carry it into the merged dataset (its audit speaks
+/// for one campaign's unmeasured settings only).
+pub const CAMPAIGN_FILE: &str = "campaign.json";
 
 /// A whole dataset in memory.
 #[derive(Debug, Clone, PartialEq)]
@@ -132,8 +137,35 @@ impl Dataset {
     /// `write`, with the raw counter series in `samples.parquet` when `samples` is not empty;
     /// all of it appears at once or not at all.
     pub fn write_with_samples(&self, out: &Path, samples: &[Sample]) -> Result<()> {
+        self.write_with_files(out, samples, &[])
+    }
+
+    /// `write_with_samples`, with more files of the dataset's own (name, text), such as
+    /// [`CAMPAIGN_FILE`]; a name may not be one of the tables' or `dataset.json`.
+    pub fn write_with_files(
+        &self,
+        out: &Path,
+        samples: &[Sample],
+        files: &[(&str, String)],
+    ) -> Result<()> {
         crate::atomic::refuse_existing(out, |p, m| DatasetError::new(p, m))?;
         self.validate(out)?;
+        let own = [
+            META_FILE,
+            WORKLOADS_FILE,
+            PAIRS_FILE,
+            LICENSE_FILE,
+            SAMPLES_FILE,
+        ];
+        if let Some((name, _)) = files
+            .iter()
+            .find(|(n, _)| own.contains(n) || n.is_empty() || n.contains(['/', '\\']))
+        {
+            return Err(DatasetError::new(
+                out.join(name),
+                "not a name an extra file of a dataset may have",
+            ));
+        }
         let file = out.join(SAMPLES_FILE);
         if let Some(bad) = samples
             .iter()
@@ -152,6 +184,9 @@ impl Dataset {
             |p, m| DatasetError::new(p, m),
             |dir| {
                 self.write_files(dir)?;
+                for (name, text) in files {
+                    write_text(&dir.join(name), text)?;
+                }
                 if samples.is_empty() {
                     return Ok(());
                 }

@@ -61,19 +61,27 @@ impl Campaign {
         ])
     }
 
-    /// Records the settings at the first start; refuses a resume whose settings differ.
-    pub(super) fn check_settings(&self) -> Result<(), CampaignError> {
+    /// Records the settings and the `plan` (the full grid, or a budgeted campaign's budget and
+    /// selection) at the first start; refuses a resume whose settings or plan differ.
+    pub(super) fn check_settings(&self, plan: &str) -> Result<(), CampaignError> {
         let path = self.journal_dir().join("settings.json");
-        let now = self.settings();
+        let mut now = self.settings();
+        now.insert("plan", plan.to_string());
         match fs::read_to_string(&path) {
             Ok(text) => {
                 let then: BTreeMap<String, String> = serde_json::from_str(&text)
                     .map_err(|e| fail(format!("{}: {e}", path.display())))?;
                 for (name, value) in &now {
-                    if then.get(*name) != Some(value) {
+                    // Journals from before plans were recorded are full-grid campaigns.
+                    let was = then
+                        .get(*name)
+                        .map(String::as_str)
+                        .or((*name == "plan").then_some(FULL_GRID));
+                    if was != Some(value.as_str()) {
                         return Err(fail(format!(
-                            "--resume: the `{name}` setting differs from the interrupted campaign's                              ({} then, {value} now); rerun it with the same settings",
-                            then.get(*name).map_or("unset", String::as_str)
+                            "--resume: the `{name}` setting differs from the interrupted campaign's \
+                             ({} then, {value} now); rerun it with the same settings",
+                            was.unwrap_or("unset")
                         )));
                     }
                 }

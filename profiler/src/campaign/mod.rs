@@ -17,6 +17,7 @@
 mod assemble;
 mod journal;
 mod measure;
+mod session;
 
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
@@ -41,6 +42,7 @@ use crate::process::{Launcher, Usage};
 use assemble::samples_of;
 use journal::read_journal;
 pub use measure::window_opens;
+pub use session::{FULL_GRID, Session};
 
 /// Iterations each process of a run finishes before the warm-up is timed: the first ones carry
 /// one-off costs (kernel compilation, allocator growth, autotuning).
@@ -317,197 +319,31 @@ impl Campaign {
     /// measured (those a resumed journal holds count as done) and which one runs now, for a bar
     /// with the time left.
     pub fn run_with(&self, progress: &mut dyn Progress) -> Result<Dataset, CampaignError> {
-        self.check()?;
-        fs::create_dir_all(self.journal_dir())
-            .map_err(|e| fail(format!("{}: {e}", self.journal_dir().display())))?;
-        self.check_settings()?;
-        let mut done = read_journal(&self.journal_path())?;
-        // Ctrl-C or SIGTERM: stop after stopping the running workloads (a second one exits at
-        // once); the journal keeps what finished.
-        let interrupted = Arc::new(AtomicBool::new(false));
-        for signal in [SIGINT, SIGTERM] {
-            let _ =
-                signal_hook::flag::register_conditional_shutdown(signal, 130, interrupted.clone());
-            let _ = signal_hook::flag::register(signal, interrupted.clone());
-        }
-        let mut mps = if self.modes.contains(&Mode::Mps) {
-            let started = match self.launcher.device {
-                Device::Cpu => {
-                    Err("MPS needs a GPU (--device cuda); the mps mode is skipped".to_string())
-                }
-                // A started daemon does not prove that clients reach it: one is tried first.
-                Device::Cuda(_) => MpsDaemon::start(&self.journal_dir()).and_then(|daemon| {
-                    self.probe_mps(&daemon, &interrupted)
-                        .map(|said| (daemon, said))
-                        .map_err(|why| {
-                            format!("MPS: the daemon started but {why}; the mps mode is skipped")
-                        })
-                }),
-            };
-            match started {
-                Ok((daemon, said)) => {
-                    progress.line(&said);
-                    Some(daemon)
-                }
-                Err(why) => {
-                    progress.line(&why);
-                    None
-                }
-            }
-        } else {
-            None
-        };
+        let mut session = self.open(FULL_GRID, progress)?;
         let mut tasks = self.tasks();
-        if mps.is_none() {
-            tasks.retain(|t| {
-                !matches!(
-                    t,
-                    Task::Pair {
-                        mode: Mode::Mps,
-                        ..
-                    }
-                )
-            });
-            if !self.modes.iter().any(|m| *m != Mode::Mps) {
-                return Err(fail("no mode left to measure (mps is unavailable here)"));
-            }
-        }
-        let todo: Vec<&Task> = tasks
-            .iter()
-            .filter(|t| !done.contains_key(&t.key()))
-            .collect();
-        if !done.is_empty() {
+        tasks.retain(|t| match t {
+            Task::Pair { mode, .. } => session.modes().contains(mode),
+            Task::Solo { .. } => true,
+        });
+        let already = tasks.iter().filter(|t| session.is_done(t)).count();
+        if session.measurements() > 0 {
             progress.line(&format!(
-                "resuming: {} of {} measurements already in the journal",
-                tasks.len() - todo.len(),
+                "resuming: {already} of {} measurements already in the journal",
                 tasks.len()
             ));
         }
-        let mut journal = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.journal_path())
-            .map_err(|e| fail(format!("{}: {e}", self.journal_path().display())))?;
-        let gpu = match self.launcher.device {
-            Device::Cuda(index) => match GpuCounters::open(index) {
-                Ok(g) => {
-                    progress.line(&g.describe());
-                    for why in [&g.gpm, &g.per_process]
-                        .into_iter()
-                        .filter_map(|r| r.as_ref().err())
-                    {
-                        progress.line(why);
-                    }
-                    Some(g)
-                }
-                Err(why) => {
-                    progress.line(&why);
-                    None
-                }
-            },
-            Device::Cpu => None,
-        };
-        let started = Instant::now();
-        let already = (tasks.len() - todo.len()) as u64;
         progress.event(Event::Start {
             stage: "profile",
             total: tasks.len() as u64,
             unit: "settings",
         });
-        for (k, task) in todo.iter().enumerate() {
-            progress.event(Event::Step {
-                done: already + k as u64,
-                now: &describe(task),
-            });
-            if let Task::Pair { a, b, .. } = task {
-                for w in [a, b] {
-                    if let Err(e) = self.check_solo_succeeded(w, &done) {
-                        drop(mps.take());
-                        return Err(self.stop_early(&done, gpu.as_ref(), e.0));
-                    }
-                }
-            }
-            let record = self.measure(task, gpu.as_ref(), mps.as_ref(), &interrupted);
-            if let Some(g) = &gpu {
-                for line in g.notes.drain() {
-                    progress.line(&line);
-                }
-            }
-            if interrupted.load(Ordering::Relaxed) {
-                drop(mps.take());
-                return Err(self.stop_early(
-                    &done,
-                    gpu.as_ref(),
-                    format!(
-                        "interrupted; {} measurements are in the journal, rerun with --resume to \
-                         go on",
-                        done.len()
-                    ),
-                ));
-            }
-            let mut line = serde_json::to_string(&record).map_err(|e| fail(e.to_string()))?;
-            line.push('\n');
-            journal
-                .write_all(line.as_bytes())
-                .and_then(|()| journal.sync_data())
-                .map_err(|e| fail(format!("{}: {e}", self.journal_path().display())))?;
-            #[allow(clippy::cast_precision_loss)]
-            let eta =
-                started.elapsed().as_secs_f64() / (k + 1) as f64 * (todo.len() - k - 1) as f64;
-            progress.line(&format!(
-                "[{}/{}] {}: {}{} (ETA {})",
-                tasks.len() - todo.len() + k + 1,
-                tasks.len(),
-                describe(task),
-                record.status,
-                if record.status == Status::Ok {
-                    format!(
-                        ", {}",
-                        record
-                            .throughputs
-                            .iter()
-                            .map(|t| format!("{t:.2}/s"))
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    )
-                } else {
-                    format!(
-                        ": {}",
-                        record
-                            .note
-                            .clone()
-                            .unwrap_or_default()
-                            .lines()
-                            .last()
-                            .unwrap_or("")
-                    )
-                },
-                clock(eta)
-            ));
-            done.insert(record.key.clone(), record);
-        }
+        session.measure(&tasks, already, tasks.len(), progress)?;
         progress.event(Event::Step {
             done: tasks.len() as u64,
             now: "dataset",
         });
         progress.event(Event::Finish);
-        // The daemon quits while its folders (under the journal's) still exist.
-        if let Some(daemon) = mps.take()
-            && let Err(why) = daemon.stop()
-        {
-            progress.line(&why);
-        }
-        for w in &self.catalog.workloads {
-            if let Err(e) = self.check_solo_succeeded(&w.name, &done) {
-                return Err(self.stop_early(&done, gpu.as_ref(), e.0));
-            }
-        }
-        let dataset = self.build(&done, gpu.as_ref())?;
-        dataset
-            .write_with_samples(&self.out, &samples_of(&done))
-            .map_err(|e| fail(e.to_string()))?;
-        let _ = fs::remove_dir_all(self.journal_dir());
-        Ok(dataset)
+        session.finish(&[], progress)
     }
 }
 

@@ -155,23 +155,12 @@ pub async fn readyz(
     }))
 }
 
-async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let (version, engine, workloads) = match state.read() {
-        Ok(guard) => match guard.as_ref() {
-            Some(s) => (
-                s.model.version().to_string(),
-                s.model.engine.kind().as_str(),
-                s.registry.len(),
-            ),
-            None => (String::new(), state.config.engine.as_str(), 0),
-        },
-        Err(f) => return f.into_response(),
-    };
-    let mut text = state
-        .metrics
-        .render(&version, engine, workloads, &state.drift.tallies());
-    state.sync.render(state.store.kind(), &mut text);
-    state.lifecycle.render(&mut text);
-    state.metrics.guards.render(&state.limiter, &mut text);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+/// In the format the `Accept` header prefers: OpenMetrics for Prometheus, else the classic text.
+async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = crate::metrics::Format::negotiate(accept);
+    match crate::metrics::scrape(&state, format) {
+        Ok(text) => ([(header::CONTENT_TYPE, format.content_type())], text).into_response(),
+        Err(f) => f.into_response(),
+    }
 }

@@ -1,6 +1,7 @@
 //! The handlers, one module per area. Each module's `routes()` is merged by `crate::router`.
 
 pub mod health;
+pub mod kserve;
 pub mod limits;
 pub mod models;
 pub mod observations;

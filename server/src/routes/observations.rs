@@ -17,7 +17,7 @@ use serde::Deserialize;
 use crate::auth::{authorize_read, authorize_write};
 use crate::bounded::Refused;
 use crate::error::{Failure, body_failure};
-use crate::observations::{Receipt, check};
+use crate::service::observations::{Receipt, check};
 use crate::shed::Work;
 use crate::state::{AppState, not_ready};
 use crate::store::{OBSERVATION_PAGE, Put, Store};

@@ -1,8 +1,8 @@
-//! `POST /v1/predict` (and its alias `/predict`): a request's pairs encoded, run and written as
-//! JSON; a large request split over the cores.
+//! `POST /v1/predict` (and its alias `/predict`): a request's pairs parsed against the pairs
+//! limit, predicted by `crate::service::predict` and written as JSON.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use axum::Extension;
 use axum::Router;
@@ -17,8 +17,9 @@ use duet_core::api::PredictRequest;
 use crate::auth::authorize_read;
 use crate::bounded::Refused;
 use crate::error::{Failure, body_failure};
+use crate::service::predict::{self as service, JsonItems};
 use crate::shed::Work;
-use crate::state::{AppState, not_ready};
+use crate::state::AppState;
 
 /// Requests with a body larger than this are answered on a blocking thread, so a 10,000-pair
 /// request never stalls the small ones.
@@ -47,17 +48,6 @@ mod wire {
     duet_core::object_only!(PredictRequest);
 }
 
-/// The 413 of a request with more pairs than `--max-pairs`.
-fn over_pairs(max: usize) -> Failure {
-    Failure::field(
-        "pairs",
-        format!(
-            "more than {max} pairs: over the server's limit of {max} per request (--max-pairs)"
-        ),
-    )
-    .with_status(StatusCode::PAYLOAD_TOO_LARGE)
-}
-
 /// Parses a prediction request, refusing it at the first pair over `max_pairs`.
 pub fn parse_request(body: &[u8], max_pairs: usize) -> Result<PredictRequest, Failure> {
     match crate::bounded::parse::<wire::PredictRequest>(body, max_pairs) {
@@ -65,7 +55,7 @@ pub fn parse_request(body: &[u8], max_pairs: usize) -> Result<PredictRequest, Fa
             gpu: b.gpu,
             pairs: b.pairs,
         }),
-        Err(Refused::OverLimit) => Err(over_pairs(max_pairs)),
+        Err(Refused::OverLimit) => Err(service::over_pairs(max_pairs)),
         Err(Refused::Invalid(f)) => Err(f),
     }
 }
@@ -83,92 +73,15 @@ pub fn answer_until(
     cancelled: &AtomicBool,
 ) -> Result<Vec<u8>, Failure> {
     let request = parse_request(body, state.config.max_pairs)?;
-    if request.pairs.is_empty() {
-        return Err(Failure::field("pairs", "no pairs to predict"));
-    }
-    let guard = state.read()?;
-    let serving = guard.as_ref().ok_or_else(not_ready)?;
-    let model = &serving.model;
-    let default_gpu = state.config.gpu.as_deref();
-    let n = request.pairs.len();
-    // A large request is cut into one part per core; each part is encoded, run and written on
-    // its own thread, a chunk of pairs at a time (the tensors of one chunk alive at once), and
-    // the parts' JSON items are joined in order.
-    let parts = if n >= PARALLEL_PAIRS {
-        cores().min(n)
-    } else {
-        1
-    };
-    let size = n.div_ceil(parts);
-    let part = |range: std::ops::Range<usize>, serial: bool| -> Result<Vec<u8>, Failure> {
-        let mut items = Vec::new();
-        let mut start = range.start;
-        while start < range.end {
-            if cancelled.load(Ordering::Relaxed) {
-                return Err(state.metrics.guards.gave_up());
-            }
-            let chunk = start..(start + CHUNK_PAIRS).min(range.end);
-            start = chunk.end;
-            let inputs = duet_model::predict::encode_pairs(
-                model,
-                &serving.registry,
-                &request,
-                chunk,
-                default_gpu,
-            )?;
-            let kinds =
-                duet_model::predict::kinds(&model.meta.spec, &model.meta.calibration, &inputs);
-            let outputs = if serial {
-                model.engine.run_serial(inputs)
-            } else {
-                model.engine.run(inputs)
-            }
-            .map_err(|e| {
-                tracing::error!(error = %e, "inference failed");
-                Failure::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("inference failed: {e}"),
-                )
-            })?;
-            let array = serde_json::to_vec(&duet_model::predict::predictions(&kinds, &outputs))
-                .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-            // A JSON array `[...]`: its items go in, separated by a comma.
-            let chunk_items = &array[1..array.len() - 1];
-            if !items.is_empty() && !chunk_items.is_empty() {
-                items.push(b',');
-            }
-            items.extend_from_slice(chunk_items);
-        }
-        Ok(items)
-    };
-    let arrays: Vec<Vec<u8>> = if parts == 1 {
-        vec![part(0..n, false)?]
-    } else {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..parts)
-                .map(|k| {
-                    let range = (k * size)..((k + 1) * size).min(n);
-                    scope.spawn(move || part(range, true))
-                })
-                .collect();
-            // Joined in order: the first failing part names the first bad pair.
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(state.metrics.guards.panicked("prediction worker")))
-                })
-                .collect::<Result<Vec<_>, Failure>>()
-        })?
-    };
-    state.metrics.pairs(n);
-    let version = serde_json::to_string(model.version())
+    let predicted = service::predict::<JsonItems>(state, &request, cancelled)?;
+    let version = serde_json::to_string(&predicted.model_version)
         .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    let mut out = Vec::with_capacity(arrays.iter().map(Vec::len).sum::<usize>() + 64);
+    let arrays = predicted.parts;
+    let mut out = Vec::with_capacity(arrays.iter().map(|a| a.0.len()).sum::<usize>() + 64);
     out.extend_from_slice(b"{\"model_version\":");
     out.extend_from_slice(version.as_bytes());
     out.extend_from_slice(b",\"predictions\":[");
-    for (k, items) in arrays.iter().enumerate() {
+    for (k, JsonItems(items)) in arrays.iter().enumerate() {
         if k > 0 && !items.is_empty() {
             out.push(b',');
         }
@@ -176,17 +89,6 @@ pub fn answer_until(
     }
     out.extend_from_slice(b"]}");
     Ok(out)
-}
-
-/// Pairs encoded, run and written at once: a request's tensors never hold more, and a request
-/// given up stops within one chunk's work.
-const CHUNK_PAIRS: usize = 2048;
-
-/// Requests with at least this many pairs are split over the cores.
-const PARALLEL_PAIRS: usize = 2048;
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 #[utoipa::path(post, tag = "predict", path = "/v1/predict", request_body = PredictRequest, responses(

@@ -1,0 +1,159 @@
+//! duet's `duet.v1.Predictor`: `Predict` means what `POST /v1/predict` means, through the same
+//! service (`crate::service::predict`): the same checks and errors (a field named by its path,
+//! `pairs[3].a.workload`), the pairs limit, the registry snapshot. A small request is answered
+//! at once, as on HTTP; a larger one takes a place of model work and a blocking thread.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use duet_core::api::{self, FeatureInput, JobRef, PairQuery};
+use prost::Message;
+use tonic::{Request, Response, Status};
+
+use super::proto::duet::v1::feature_value::Value;
+use super::proto::duet::v1::job::Job as JobChoice;
+use super::proto::duet::v1::predictor_server::Predictor as PredictorService;
+use super::proto::duet::v1::{Calibration, Job, Pair, PredictRequest, PredictResponse, Prediction};
+use super::{authorize_read, call, with_place};
+use crate::error::Failure;
+use crate::routes::predict::INLINE_BODY_BYTES;
+use crate::service::predict::{over_pairs, predict};
+
+const PREDICT: &str = "/duet.v1.Predictor/Predict";
+
+/// `duet.v1.Predictor` on the server's state.
+#[derive(Debug, Clone)]
+pub struct Predictor {
+    state: Arc<crate::state::AppState>,
+}
+
+impl Predictor {
+    pub fn new(state: Arc<crate::state::AppState>) -> Predictor {
+        Predictor { state }
+    }
+}
+
+/// A job as `/v1/predict` takes it; neither or both of id and features are the model's to
+/// refuse, in the words it uses for JSON.
+fn job(job: Option<Job>, field: &str) -> Result<JobRef, Failure> {
+    match job.and_then(|j| j.job) {
+        None => Ok(JobRef::default()),
+        Some(JobChoice::Workload(id)) => Ok(JobRef::workload(id)),
+        Some(JobChoice::Features(features)) => {
+            let mut values = api::Features::new();
+            for (name, value) in features.values {
+                let value = match value.value {
+                    None => FeatureInput::Null,
+                    Some(Value::Text(text)) => FeatureInput::Text(text),
+                    Some(Value::Number(x)) if x.is_finite() => FeatureInput::Number(x),
+                    Some(Value::Number(x)) => {
+                        return Err(Failure::field(
+                            format!("{field}.features.{name}"),
+                            format!("{x} is not a finite number"),
+                        ));
+                    }
+                };
+                values.insert(name, value);
+            }
+            Ok(JobRef {
+                workload: None,
+                features: Some(values),
+            })
+        }
+    }
+}
+
+/// The request as `/v1/predict` takes it, refused past `--max-pairs`.
+pub fn request(message: PredictRequest, max_pairs: usize) -> Result<api::PredictRequest, Failure> {
+    if message.pairs.len() > max_pairs {
+        return Err(over_pairs(max_pairs));
+    }
+    let pairs = message
+        .pairs
+        .into_iter()
+        .enumerate()
+        .map(|(i, pair)| {
+            let Pair {
+                a,
+                b,
+                mode,
+                share_a,
+                share_b,
+                gpu,
+            } = pair;
+            let mode = mode
+                .parse()
+                .map_err(|e: String| Failure::field(format!("pairs[{i}].mode"), e))?;
+            Ok(PairQuery {
+                a: job(a, &format!("pairs[{i}].a"))?,
+                b: job(b, &format!("pairs[{i}].b"))?,
+                mode,
+                share_a,
+                share_b,
+                gpu,
+            })
+        })
+        .collect::<Result<Vec<_>, Failure>>()?;
+    Ok(api::PredictRequest {
+        gpu: message.gpu,
+        pairs,
+    })
+}
+
+fn prediction(p: &api::Prediction) -> Prediction {
+    Prediction {
+        feasible: p.feasible,
+        feasible_probability: p.feasible_probability,
+        speed_a: p.speed_a,
+        speed_b: p.speed_b,
+        slowdown_a: p.slowdown_a,
+        slowdown_b: p.slowdown_b,
+        slowdown_a_p90: p.slowdown_a_p90,
+        slowdown_b_p90: p.slowdown_b_p90,
+        combined: p.combined,
+        calibration: match p.calibration {
+            api::Calibration::Known => Calibration::Known,
+            api::Calibration::New => Calibration::New,
+        }
+        .into(),
+    }
+}
+
+/// The answer to `request`, given up at its next chunk once `cancelled` is set.
+fn answer(
+    state: &crate::state::AppState,
+    request: &api::PredictRequest,
+    cancelled: &AtomicBool,
+) -> Result<PredictResponse, Failure> {
+    let predicted = predict::<Vec<api::Prediction>>(state, request, cancelled)?;
+    Ok(PredictResponse {
+        model_version: predicted.model_version,
+        predictions: predicted.parts.iter().flatten().map(prediction).collect(),
+    })
+}
+
+#[tonic::async_trait]
+impl PredictorService for Predictor {
+    async fn predict(
+        &self,
+        request: Request<PredictRequest>,
+    ) -> Result<Response<PredictResponse>, Status> {
+        let state = &self.state;
+        call(state, PREDICT, async {
+            authorize_read(state, &request)?;
+            let message = request.into_inner();
+            let small = message.encoded_len() <= INLINE_BODY_BYTES;
+            let request = self::request(message, state.config.max_pairs)?;
+            if small {
+                // A few pairs: answered at once, without a place, as on HTTP.
+                answer(state, &request, &AtomicBool::new(false))
+            } else {
+                with_place(state, PREDICT, "prediction", move |state, cancelled| {
+                    answer(state, &request, cancelled)
+                })
+                .await
+            }
+        })
+        .await
+    }
+}

@@ -1,0 +1,184 @@
+//! gRPC on its own port (`duet serve --grpc-addr`): the Open Inference Protocol's
+//! `inference.GRPCInferenceService` (`kserve.rs`) and duet's `duet.v1.Predictor` (`duet.rs`),
+//! from the `.proto` files under `proto/`. They call the same service layer as HTTP
+//! (`crate::service`), behind the same token (`authorization` metadata), limits, places of
+//! work and time limit, read the same registry snapshot, and are counted in the same request
+//! metrics, under their method's path. Registrations, observations and reloads are HTTP only.
+//!
+//! The messages and services under `proto` are generated from `proto/` by tonic-prost-build
+//! and committed (`cargo run --manifest-path tools/protogen/Cargo.toml` writes them again; the
+//! test command fails when they are not current), so building the server compiles no protobuf
+//! compiler.
+
+pub mod duet;
+pub mod kserve;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::http::StatusCode;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Code, Request, Response, Status};
+
+use crate::error::Failure;
+use crate::state::AppState;
+
+/// The messages and services of `proto/`, as tonic-prost-build writes them.
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    missing_debug_implementations,
+    unused_qualifications,
+    unreachable_pub
+)]
+pub mod proto {
+    pub mod inference {
+        include!("generated/inference.rs");
+    }
+    pub mod duet {
+        pub mod v1 {
+            include!("generated/duet.v1.rs");
+        }
+    }
+}
+
+/// Both services on `listener` until `shutdown` resolves; then requests in flight finish.
+pub async fn serve(
+    state: Arc<AppState>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), String> {
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(%addr, "serving gRPC");
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    Server::builder()
+        .add_routes(routes(&state))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+        .map_err(|e| format!("gRPC: {e}"))
+}
+
+/// Both services, each message at most `--max-body-bytes` (by default from `--max-pairs`), the
+/// bound an HTTP body has.
+pub fn routes(state: &Arc<AppState>) -> tonic::service::Routes {
+    let limit = state.config.max_body_bytes;
+    let kserve = proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer::new(
+        kserve::Kserve::new(state.clone()),
+    )
+    .max_decoding_message_size(limit);
+    let duet = proto::duet::v1::predictor_server::PredictorServer::new(duet::Predictor::new(
+        state.clone(),
+    ))
+    .max_decoding_message_size(limit);
+    tonic::service::Routes::new(kserve).add_service(duet)
+}
+
+/// A failure as a gRPC status: its HTTP status mapped to the nearest code, its field named in
+/// the message as `field: error`.
+pub fn status(failure: &Failure) -> Status {
+    let code = match failure.status {
+        StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => Code::InvalidArgument,
+        StatusCode::UNAUTHORIZED => Code::Unauthenticated,
+        StatusCode::FORBIDDEN => Code::PermissionDenied,
+        StatusCode::NOT_FOUND => Code::NotFound,
+        StatusCode::REQUEST_TIMEOUT => Code::DeadlineExceeded,
+        StatusCode::CONFLICT => Code::Aborted,
+        StatusCode::PAYLOAD_TOO_LARGE => Code::ResourceExhausted,
+        StatusCode::SERVICE_UNAVAILABLE => Code::Unavailable,
+        StatusCode::INTERNAL_SERVER_ERROR => Code::Internal,
+        _ => Code::Unknown,
+    };
+    let message = match &failure.field {
+        Some(field) => format!("{field}: {}", failure.error),
+        None => failure.error.clone(),
+    };
+    let mut status = Status::new(code, message);
+    if code == Code::Unavailable && failure.error.contains("--max-inflight") {
+        status.metadata_mut().insert(
+            "retry-after",
+            tonic::metadata::MetadataValue::from(crate::shed::RETRY_AFTER_S),
+        );
+    }
+    status
+}
+
+/// The token check of a read, from the `authorization` metadata.
+pub fn authorize_read<T>(state: &AppState, request: &Request<T>) -> Result<(), Failure> {
+    if state.config.token.is_none() {
+        return Ok(());
+    }
+    let headers = request.metadata().clone().into_headers();
+    crate::auth::authorize_read(state, &headers)
+}
+
+/// One call of `method` (`/package.Service/Method`): timed against `--request-timeout` and
+/// counted in the request metrics under the method's path, with the HTTP status its outcome
+/// has on the HTTP routes.
+pub async fn call<T>(
+    state: &AppState,
+    method: &'static str,
+    work: impl Future<Output = Result<T, Failure>>,
+) -> Result<Response<T>, Status> {
+    let start = Instant::now();
+    let limit = state.config.request_timeout;
+    let result = match tokio::time::timeout(limit, work).await {
+        Ok(result) => result,
+        Err(_) => {
+            state
+                .metrics
+                .guards
+                .timeouts
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(
+                route = method,
+                limit_s = limit.as_secs_f64(),
+                "request timed out"
+            );
+            let mut failure = Failure::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the request took longer than the server's limit of {} s (--request-timeout)",
+                    limit.as_secs_f64()
+                ),
+            );
+            failure.logged = true;
+            Err(failure)
+        }
+    };
+    let code = result
+        .as_ref()
+        .map_or_else(|f| f.status, |_| StatusCode::OK);
+    state
+        .metrics
+        .request(method, code.as_u16(), start.elapsed().as_secs_f64());
+    match result {
+        Ok(answer) => Ok(Response::new(answer)),
+        Err(failure) => {
+            if failure.status.is_server_error() && !failure.logged {
+                tracing::warn!(route = method, status = code.as_u16(), error = %failure.error, "request failed");
+            }
+            Err(status(&failure))
+        }
+    }
+}
+
+/// Runs `work` on a blocking thread with a place of model work (`crate::shed`), or the 503 of
+/// a server at its limit. The place is held until `work` ends; if the call is dropped first
+/// (its client went away, its time ran out), `work` sees `cancelled` set.
+pub async fn with_place<T: Send + 'static>(
+    state: &Arc<AppState>,
+    method: &'static str,
+    what: &'static str,
+    work: impl FnOnce(&AppState, &std::sync::atomic::AtomicBool) -> Result<T, Failure> + Send + 'static,
+) -> Result<T, Failure> {
+    let place = crate::shed::take(state, method).await?;
+    let guard = crate::shed::GiveUpOnDrop::new(place.clone());
+    let worker = state.clone();
+    let answer = tokio::task::spawn_blocking(move || work(&worker, place.cancelled()))
+        .await
+        .map_err(|e| state.metrics.guards.join_failure(&e, what))?;
+    guard.answered();
+    answer
+}

@@ -1,0 +1,517 @@
+//! The Open Inference Protocol (KServe v2) over HTTP: health, model metadata, and `infer` on the
+//! encoded tensor (`pairs`, FP32 `[N, width]` -> `outputs`, FP32 `[N, 3]`: ln speed, ln p10
+//! speed, feasibility logit), for tooling that speaks the protocol. `infer` takes JSON or the
+//! binary tensor data extension (a JSON header of `Inference-Header-Content-Length` bytes, then
+//! each tensor's raw little-endian bytes), and answers in binary where the request asks for it.
+//! What the tensors must be is `crate::service::kserve`'s, shared with gRPC.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use duet_model::network::OUTPUTS;
+use duet_model::onnx::{INPUT, OUTPUT};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::auth::authorize_read;
+use crate::bounded::Refused;
+use crate::error::{Failure, body_failure};
+use crate::service::kserve::{self as service, FP32, FP32_BYTES, named};
+use crate::shed::Work;
+use crate::state::{AppState, not_ready};
+
+/// The header that says how many bytes of the body are the JSON header, the rest being the
+/// tensors' bytes (the binary tensor data extension); on an answer, the same of the answer.
+pub const HEADER_LENGTH: &str = "inference-header-content-length";
+
+/// The path parameter naming the model.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ModelName {
+    /// The served model's name (`GET /v1/models`).
+    pub name: String,
+}
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v2/health/live", get(live))
+        .route("/v2/health/ready", get(ready))
+        .route("/v2/models/{name}", get(metadata))
+        .route("/v2/models/{name}/ready", get(model_ready))
+}
+
+/// `infer`, which runs the model: behind the limit of work in flight.
+pub fn infer_routes() -> Router<Arc<AppState>> {
+    Router::new().route("/v2/models/{name}/infer", post(infer))
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Live {
+    pub live: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Ready {
+    pub ready: bool,
+}
+
+#[utoipa::path(get, path = "/v2/health/live", tag = "kserve", responses((status = 200, body = Live)))]
+pub async fn live() -> Json<Live> {
+    Json(Live { live: true })
+}
+
+#[utoipa::path(get, path = "/v2/health/ready", tag = "kserve", responses(
+    (status = 200, body = Ready), (status = 503, body = Ready, description = "no model loaded yet, or shutting down")))]
+pub async fn ready(State(state): State<Arc<AppState>>) -> (StatusCode, Json<Ready>) {
+    let ready = service::server_ready(&state);
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(Ready { ready }))
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TensorMeta {
+    pub name: String,
+    pub datatype: String,
+    pub shape: Vec<i64>,
+}
+
+impl From<service::TensorSpec> for TensorMeta {
+    fn from(t: service::TensorSpec) -> TensorMeta {
+        TensorMeta {
+            name: t.name.into(),
+            datatype: t.datatype.into(),
+            shape: t.shape.to_vec(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ModelMetadata {
+    pub name: String,
+    pub versions: Vec<String>,
+    pub platform: String,
+    pub inputs: Vec<TensorMeta>,
+    pub outputs: Vec<TensorMeta>,
+}
+
+#[utoipa::path(get, path = "/v2/models/{name}", tag = "kserve", params(ModelName), responses(
+    (status = 200, body = ModelMetadata),
+    (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token"),
+    (status = 404, body = duet_core::api::ApiError, description = "no model of that name"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet")))]
+pub async fn metadata(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<ModelMetadata>, Failure> {
+    authorize_read(&state, &headers)?;
+    let model = named(&state, &name)?;
+    Ok(Json(ModelMetadata {
+        name: model.meta.name.clone(),
+        versions: vec![model.version().to_string()],
+        platform: service::platform(&model),
+        inputs: vec![service::input_spec(&model).into()],
+        outputs: vec![service::output_spec().into()],
+    }))
+}
+
+#[utoipa::path(get, path = "/v2/models/{name}/ready", tag = "kserve", params(ModelName), responses(
+    (status = 200, body = Ready),
+    (status = 404, body = duet_core::api::ApiError, description = "no model of that name"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet")))]
+pub async fn model_ready(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<Json<Ready>, Failure> {
+    if !state.is_ready() {
+        return Err(not_ready());
+    }
+    named(&state, &name)?;
+    Ok(Json(Ready { ready: true }))
+}
+
+/// A tensor's or a request's `parameters`.
+pub type Parameters = serde_json::Map<String, Value>;
+
+/// A tensor of a request or an answer. In a request with the binary tensor data extension,
+/// `parameters.binary_data_size` takes the place of `data`; in a binary answer, the same.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub struct InferTensor {
+    pub name: String,
+    pub shape: Vec<i64>,
+    pub datatype: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub parameters: Option<Parameters>,
+    /// Counted while parsed: the value past `--max-infer-rows` rows ends the parse. Absent
+    /// where `parameters.binary_data_size` says the values follow the JSON header.
+    #[serde(
+        default,
+        deserialize_with = "crate::bounded::some_vec",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub data: Option<Vec<f32>>,
+}
+duet_core::object_only!(InferTensor);
+
+/// An output the client asks for, and how: `parameters.binary_data` true for its values as
+/// raw bytes after the answer's JSON header.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub struct InferRequestedOutput {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub parameters: Option<Parameters>,
+}
+duet_core::object_only!(InferRequestedOutput);
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub struct InferRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `binary_data_output` true: every output in binary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub parameters: Option<Parameters>,
+    pub inputs: Vec<InferTensor>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<Vec<InferRequestedOutput>>,
+}
+duet_core::object_only!(InferRequest);
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct InferResponse {
+    pub model_name: String,
+    pub model_version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub outputs: Vec<InferTensor>,
+}
+
+/// A boolean parameter: absent, or true or false (422 naming it otherwise).
+fn flag(parameters: Option<&Parameters>, key: &str, field: &str) -> Result<Option<bool>, Failure> {
+    match parameters.and_then(|p| p.get(key)) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(Failure::field(
+            format!("{field}.{key}"),
+            format!("`{key}` is true or false, not {other}"),
+        )),
+    }
+}
+
+/// A tensor's `binary_data_size`: absent, or a number of bytes (422 naming it otherwise).
+fn binary_size(parameters: Option<&Parameters>, field: &str) -> Result<Option<usize>, Failure> {
+    const KEY: &str = "binary_data_size";
+    match parameters.and_then(|p| p.get(KEY)) {
+        None => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                Failure::field(
+                    format!("{field}.{KEY}"),
+                    format!("`{KEY}` is a number of bytes, not {v}"),
+                )
+            }),
+    }
+}
+
+/// Whether the answer's output goes in binary: its requested output's `binary_data`, else the
+/// request's `binary_data_output`. A requested output must be the model's.
+fn binary_output(request: &InferRequest) -> Result<bool, Failure> {
+    let all = flag(
+        request.parameters.as_ref(),
+        "binary_data_output",
+        "parameters",
+    )?;
+    let mut own = None;
+    for (i, output) in request.outputs.iter().flatten().enumerate() {
+        let field = format!("outputs[{i}]");
+        if output.name != OUTPUT {
+            return Err(Failure::field(
+                format!("{field}.name"),
+                format!("the model's output is `{OUTPUT}`, not `{}`", output.name),
+            ));
+        }
+        own = flag(
+            output.parameters.as_ref(),
+            "binary_data",
+            &format!("{field}.parameters"),
+        )?
+        .or(own);
+    }
+    Ok(own.or(all).unwrap_or(false))
+}
+
+/// The body's JSON header and the tensors' bytes after it: the whole body and none without
+/// `Inference-Header-Content-Length`.
+fn split(body: &[u8], header_length: Option<usize>) -> Result<(&[u8], &[u8]), Failure> {
+    match header_length {
+        None => Ok((body, &[])),
+        Some(n) if n <= body.len() => Ok(body.split_at(n)),
+        Some(n) => Err(Failure::field(
+            "Inference-Header-Content-Length",
+            format!(
+                "the JSON header is {n} bytes, but the body has only {} bytes",
+                body.len()
+            ),
+        )
+        .with_status(StatusCode::BAD_REQUEST)),
+    }
+}
+
+/// `Inference-Header-Content-Length`, where given: a number of bytes (400 otherwise).
+fn header_length(headers: &HeaderMap) -> Result<Option<usize>, Failure> {
+    let Some(value) = headers.get(HEADER_LENGTH) else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map(Some)
+        .ok_or_else(|| {
+            Failure::field(
+                "Inference-Header-Content-Length",
+                format!(
+                    "the length of the body's JSON header is a number of bytes, not {:?}",
+                    String::from_utf8_lossy(value.as_bytes())
+                ),
+            )
+            .with_status(StatusCode::BAD_REQUEST)
+        })
+}
+
+/// The input's values: `data` in the JSON, or `binary_data_size` bytes taken from `binary`
+/// (which then must hold exactly those).
+fn input_values(
+    input: InferTensor,
+    binary: &[u8],
+    with_header: bool,
+    rows: usize,
+    width: usize,
+) -> Result<Vec<f32>, Failure> {
+    let size = binary_size(input.parameters.as_ref(), "inputs[0].parameters")?;
+    let data = match (input.data, size) {
+        (Some(_), Some(_)) => {
+            return Err(Failure::field(
+                "inputs[0].data",
+                "give the values either in `data` or as `parameters.binary_data_size` bytes \
+                 after the JSON header, not both",
+            ));
+        }
+        (None, None) => {
+            return Err(Failure::field(
+                "inputs[0].data",
+                "missing: give the values in `data`, or their bytes after the JSON header with \
+                 `parameters.binary_data_size` and the `Inference-Header-Content-Length` header",
+            ));
+        }
+        (Some(data), None) => data,
+        (None, Some(_)) if !with_header => {
+            return Err(Failure::field(
+                "Inference-Header-Content-Length",
+                "`inputs[0].parameters.binary_data_size` says the values follow the JSON header, \
+                 but the request has no `Inference-Header-Content-Length` header to say where \
+                 the JSON ends",
+            )
+            .with_status(StatusCode::BAD_REQUEST));
+        }
+        (None, Some(size)) => {
+            let expected = rows.saturating_mul(width).saturating_mul(FP32_BYTES);
+            if size != expected {
+                return Err(Failure::field(
+                    "inputs[0].parameters.binary_data_size",
+                    format!(
+                        "{size} bytes for shape [{rows}, {width}] of {FP32} ({expected} \
+                         expected: rows x width x {FP32_BYTES})"
+                    ),
+                ));
+            }
+            if size > binary.len() {
+                return Err(Failure::field(
+                    "inputs[0].parameters.binary_data_size",
+                    format!(
+                        "{size} bytes, but the body has {} bytes after its JSON header",
+                        binary.len()
+                    ),
+                )
+                .with_status(StatusCode::BAD_REQUEST));
+            }
+            service::from_le_bytes(
+                "inputs[0].parameters.binary_data_size",
+                &binary[..size],
+                rows,
+                width,
+            )?
+        }
+    };
+    let used = size.unwrap_or(0);
+    if binary.len() > used {
+        return Err(Failure::field(
+            "Inference-Header-Content-Length",
+            format!(
+                "{} bytes after the JSON header belong to no input (the inputs' \
+                 `binary_data_size` add up to {used})",
+                binary.len() - used
+            ),
+        )
+        .with_status(StatusCode::BAD_REQUEST));
+    }
+    Ok(data)
+}
+
+/// Runs the model on the request in `body`: its answer in JSON, or in binary where asked.
+fn answer(
+    state: &AppState,
+    model: &duet_model::LoadedModel,
+    body: &[u8],
+    header_length: Option<usize>,
+    cancelled: &std::sync::atomic::AtomicBool,
+) -> Result<Response, Failure> {
+    let max_rows = state.config.max_infer_rows;
+    let width = model.meta.spec.pair_width();
+    let (json, binary) = split(body, header_length)?;
+    // Every tensor's values count: more than the rows limit allows ends the parse there.
+    let budget = max_rows.saturating_mul(width);
+    let request: InferRequest = match crate::bounded::parse(json, budget) {
+        Ok(r) => r,
+        Err(Refused::OverLimit) => {
+            return Err(Failure::field(
+                "inputs[0].data",
+                format!(
+                    "more than {budget} values ({max_rows} rows of {width}): over the \
+                     server's limit of {max_rows} rows (--max-infer-rows)"
+                ),
+            )
+            .with_status(StatusCode::PAYLOAD_TOO_LARGE));
+        }
+        Err(Refused::Invalid(f)) => return Err(f),
+    };
+    let binary_out = binary_output(&request)?;
+    let InferRequest { id, mut inputs, .. } = request;
+    if inputs.len() != 1 {
+        return Err(Failure::field(
+            "inputs",
+            format!("one input tensor `{INPUT}` expected, got {}", inputs.len()),
+        ));
+    }
+    let input = inputs.remove(0);
+    let rows = service::check_input(
+        "inputs[0]",
+        &input.name,
+        &input.datatype,
+        &input.shape,
+        width,
+        max_rows,
+    )?;
+    let data = input_values(input, binary, header_length.is_some(), rows, width)?;
+    service::check_values("inputs[0].data", &data, rows, width)?;
+    let outputs = service::run(state, model, data, cancelled)?;
+    #[allow(clippy::cast_possible_wrap)]
+    let shape = vec![rows as i64, OUTPUTS as i64];
+    let mut response = InferResponse {
+        model_name: model.meta.name.clone(),
+        model_version: model.version().to_string(),
+        id,
+        outputs: vec![InferTensor {
+            name: OUTPUT.into(),
+            shape,
+            datatype: FP32.into(),
+            parameters: None,
+            data: None,
+        }],
+    };
+    let internal = |e: serde_json::Error| {
+        Failure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot write the answer: {e}"),
+        )
+    };
+    if !binary_out {
+        response.outputs[0].data = Some(outputs);
+        let bytes = serde_json::to_vec(&response).map_err(internal)?;
+        return Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response());
+    }
+    let values = service::to_le_bytes(&outputs);
+    let mut parameters = Parameters::new();
+    parameters.insert("binary_data_size".into(), Value::from(values.len()));
+    response.outputs[0].parameters = Some(parameters);
+    let mut bytes = serde_json::to_vec(&response).map_err(internal)?;
+    let json_length = bytes.len();
+    bytes.extend_from_slice(&values);
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            ),
+            (
+                HeaderName::from_static(HEADER_LENGTH),
+                HeaderValue::from(json_length),
+            ),
+        ],
+        bytes,
+    )
+        .into_response())
+}
+
+/// Runs the model on one tensor of encoded pairs.
+///
+/// The body is JSON, or, with the binary tensor data extension (as `tritonclient` sends by
+/// default), a JSON header of `Inference-Header-Content-Length` bytes followed by the input's
+/// values as raw little-endian FP32 bytes, where the input's `parameters.binary_data_size`
+/// stands for its `data` (rows x width x 4 bytes). The answer is JSON, or, where the request
+/// asks for it (`parameters.binary_data_output` true on the request, or
+/// `parameters.binary_data` true on the requested output), `application/octet-stream`: a JSON
+/// header of `Inference-Header-Content-Length` bytes, whose output has
+/// `parameters.binary_data_size` in place of `data`, then its values as raw little-endian FP32
+/// bytes. The limits are the same in both encodings.
+#[utoipa::path(post, path = "/v2/models/{name}/infer", tag = "kserve", params(ModelName),
+    request_body = InferRequest, responses(
+    (status = 200, description = "the outputs: JSON, or a JSON header and the outputs' bytes where the request asked for binary outputs",
+        content(
+            (InferResponse = "application/json"),
+            (Vec<u8> = "application/octet-stream"),
+        ),
+        headers(("Inference-Header-Content-Length" = u64, description = "with a binary answer: the length of its JSON header"))),
+    (status = 400, body = duet_core::api::ApiError, description = "malformed JSON, or a binary body that does not match its header (`Inference-Header-Content-Length` past the body, bytes that belong to no input, fewer bytes than `binary_data_size`)"),
+    (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token"),
+    (status = 404, body = duet_core::api::ApiError, description = "no model of that name"),
+    (status = 413, body = duet_core::api::ApiError, description = "over the body or rows limit"),
+    (status = 422, body = duet_core::api::ApiError, description = "a tensor the model cannot take (name, type, shape, data length or binary size, a non-finite value)"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, over the time limit, or over the limit of work in flight and waiting (`Retry-After` says when to retry)")))]
+pub async fn infer(
+    State(state): State<Arc<AppState>>,
+    Extension(work): Extension<Work>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Failure> {
+    authorize_read(&state, &headers)?;
+    let model = named(&state, &name)?;
+    let header_length = header_length(&headers)?;
+    let body = body.map_err(|e| body_failure(&e, state.config.max_body_bytes))?;
+    let worker = state.clone();
+    tokio::task::spawn_blocking(move || {
+        answer(&worker, &model, &body, header_length, work.cancelled())
+    })
+    .await
+    .map_err(|e| state.metrics.guards.join_failure(&e, "inference"))?
+}

@@ -1,0 +1,243 @@
+//! The Open Inference Protocol (KServe v2) over the serving model, whatever carries it: the
+//! model a request names, the checks of its one input tensor (`pairs`, FP32 `[N, width]`) and
+//! the forward pass to its one output (`outputs`, FP32 `[N, 3]`: ln speed, ln p10 speed,
+//! feasibility logit). The HTTP route (`crate::routes::kserve`, JSON or the binary tensor
+//! extension) and the gRPC service (`crate::grpc::kserve`) parse their wire format into these
+//! calls, so both refuse the same tensors with the same words.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::http::StatusCode;
+use duet_model::LoadedModel;
+use duet_model::network::OUTPUTS;
+use duet_model::onnx::{INPUT, OUTPUT};
+
+use crate::error::Failure;
+use crate::state::AppState;
+
+/// The largest magnitude of an encoded input: standardised features are a few units, so this
+/// bound only refuses values no encoding produces, and keeps every output finite.
+pub const MAX_INPUT: f32 = 1e6;
+
+/// The datatype of the input and the output.
+pub const FP32: &str = "FP32";
+
+/// Bytes of one FP32 value in a binary tensor (little-endian).
+pub const FP32_BYTES: usize = 4;
+
+/// The extensions of the protocol this server speaks (`ServerMetadata`).
+pub const EXTENSIONS: [&str; 1] = ["binary_tensor_data"];
+
+/// Whether the server takes inference requests: a model loaded, and not shutting down.
+pub fn server_ready(state: &AppState) -> bool {
+    state.is_ready() && !state.lifecycle.draining()
+}
+
+/// The model `name` names, or 404.
+pub fn named(state: &AppState, name: &str) -> Result<Arc<LoadedModel>, Failure> {
+    let model = state.model()?;
+    if model.meta.name == name {
+        Ok(model)
+    } else {
+        Err(Failure::field(
+            "name",
+            format!(
+                "no model `{name}`; this server serves `{}`",
+                model.meta.name
+            ),
+        )
+        .with_status(StatusCode::NOT_FOUND))
+    }
+}
+
+/// A tensor's name, datatype and shape, as the model's metadata states them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorSpec {
+    pub name: &'static str,
+    pub datatype: &'static str,
+    pub shape: [i64; 2],
+}
+
+/// The model's one input, `[-1, width]`.
+#[allow(clippy::cast_possible_wrap)]
+pub fn input_spec(model: &LoadedModel) -> TensorSpec {
+    TensorSpec {
+        name: INPUT,
+        datatype: FP32,
+        shape: [-1, model.meta.spec.pair_width() as i64],
+    }
+}
+
+/// The model's one output, `[-1, 3]`.
+#[allow(clippy::cast_possible_wrap)]
+pub fn output_spec() -> TensorSpec {
+    TensorSpec {
+        name: OUTPUT,
+        datatype: FP32,
+        shape: [-1, OUTPUTS as i64],
+    }
+}
+
+/// What the model reports as its platform.
+pub fn platform(model: &LoadedModel) -> String {
+    format!("duet_{}", model.engine.kind())
+}
+
+/// Checks the one input tensor's name, datatype and shape (`field` is where the transport
+/// keeps it, `inputs[0]`); its rows, at most `max_rows` (413 past it). Run before its values
+/// are read, so a tensor over the limit is refused before it is materialised.
+pub fn check_input(
+    field: &str,
+    name: &str,
+    datatype: &str,
+    shape: &[i64],
+    width: usize,
+    max_rows: usize,
+) -> Result<usize, Failure> {
+    if name != INPUT {
+        return Err(Failure::field(
+            format!("{field}.name"),
+            format!("the model's input is `{INPUT}`, not `{name}`"),
+        ));
+    }
+    if datatype != FP32 {
+        return Err(Failure::field(
+            format!("{field}.datatype"),
+            format!("the input is {FP32}, not {datatype}"),
+        ));
+    }
+    let rows = match shape {
+        [rows, w] if *rows > 0 && usize::try_from(*w).ok() == Some(width) => {
+            usize::try_from(*rows).unwrap_or(usize::MAX)
+        }
+        _ => {
+            return Err(Failure::field(
+                format!("{field}.shape"),
+                format!("the input's shape is [rows, {width}], got {shape:?}"),
+            ));
+        }
+    };
+    if rows > max_rows {
+        return Err(Failure::field(
+            format!("{field}.shape"),
+            format!("{rows} rows is over the server's limit of {max_rows} (--max-infer-rows)"),
+        )
+        .with_status(StatusCode::PAYLOAD_TOO_LARGE));
+    }
+    Ok(rows)
+}
+
+/// The values of a binary tensor: `bytes` little-endian FP32, exactly `rows x width` of them.
+/// `field` names where the transport says how many bytes the tensor has.
+pub fn from_le_bytes(
+    field: &str,
+    bytes: &[u8],
+    rows: usize,
+    width: usize,
+) -> Result<Vec<f32>, Failure> {
+    let expected = rows.saturating_mul(width).saturating_mul(FP32_BYTES);
+    if bytes.len() != expected {
+        return Err(Failure::field(
+            field,
+            format!(
+                "{} bytes for shape [{rows}, {width}] of {FP32} ({expected} expected: rows x \
+                 width x {FP32_BYTES})",
+                bytes.len()
+            ),
+        ));
+    }
+    Ok(bytes
+        .chunks_exact(FP32_BYTES)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
+/// Checks the input's values: `rows x width` of them, each finite and within `MAX_INPUT`.
+/// `field` names them (`inputs[0].data`).
+pub fn check_values(field: &str, data: &[f32], rows: usize, width: usize) -> Result<(), Failure> {
+    if data.len() != rows * width {
+        return Err(Failure::field(
+            field,
+            format!(
+                "{} values for shape [{rows}, {width}] ({} expected)",
+                data.len(),
+                rows * width
+            ),
+        ));
+    }
+    if let Some(i) = data
+        .iter()
+        .position(|v| !v.is_finite() || v.abs() > MAX_INPUT)
+    {
+        return Err(Failure::field(
+            format!("{field}[{i}]"),
+            format!(
+                "{} is not a number in [-{MAX_INPUT:e}, {MAX_INPUT:e}] (encoded inputs are \
+                 standardised: a value this large is no pair's encoding)",
+                data[i]
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Runs the checked input through the model: `rows x 3` outputs. Nothing runs once the
+/// request was given up (`cancelled`).
+pub fn run(
+    state: &AppState,
+    model: &LoadedModel,
+    data: Vec<f32>,
+    cancelled: &AtomicBool,
+) -> Result<Vec<f32>, Failure> {
+    if cancelled.load(Ordering::Relaxed) {
+        return Err(state.metrics.guards.gave_up());
+    }
+    model.engine.run(data).map_err(|e| {
+        Failure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("inference failed: {e}"),
+        )
+    })
+}
+
+/// The output's values as little-endian bytes (a binary output).
+pub fn to_le_bytes(values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * FP32_BYTES);
+    for v in values {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_values_round_trip_and_their_size_is_checked() {
+        let values = [1.5f32, -2.25, 0.0, 3.0e-3, 7.0, -1.0];
+        let bytes = to_le_bytes(&values);
+        assert_eq!(bytes.len(), 24);
+        assert_eq!(from_le_bytes("f", &bytes, 2, 3).expect("fits"), values);
+        let short = from_le_bytes("inputs[0].parameters.binary_data_size", &bytes[..20], 2, 3)
+            .expect_err("5 values for 6");
+        assert_eq!(
+            short.field.as_deref(),
+            Some("inputs[0].parameters.binary_data_size")
+        );
+        assert!(short.error.contains("20 bytes") && short.error.contains("24 expected"));
+    }
+
+    #[test]
+    fn the_input_is_checked_before_its_values() {
+        let over = check_input("inputs[0]", INPUT, FP32, &[11, 4], 4, 10).expect_err("11 > 10");
+        assert_eq!(over.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(over.field.as_deref(), Some("inputs[0].shape"));
+        let name = check_input("inputs[0]", "x", FP32, &[1, 4], 4, 10).expect_err("name");
+        assert_eq!(name.field.as_deref(), Some("inputs[0].name"));
+        assert_eq!(check_input("inputs[0]", INPUT, FP32, &[3, 4], 4, 10), Ok(3));
+        let far = check_values("inputs[0].data", &[0.0, 2e6], 1, 2).expect_err("too large");
+        assert_eq!(far.field.as_deref(), Some("inputs[0].data[1]"));
+    }
+}

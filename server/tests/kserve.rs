@@ -1,0 +1,388 @@
+//! `POST /v2/models/{name}/infer` with the binary tensor data extension, in process: a binary
+//! input answered as the same tensor in JSON is, binary outputs where asked, the outputs those
+//! of `/v1/predict` for the same pairs, and every way a binary body can disagree with its JSON
+//! header refused with a 400 or 422 naming the field.
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use duet_core::api::PredictRequest;
+use duet_server::Config;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+#[path = "support/http.rs"]
+mod http;
+use http::{app_with, call, model_dir};
+
+const URI: &str = "/v2/models/default/infer";
+
+/// An answer: status, content type, `Inference-Header-Content-Length`, body.
+struct Answer {
+    status: StatusCode,
+    content_type: String,
+    header_length: Option<usize>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    /// The JSON body, or the JSON header of a binary body.
+    fn json(&self) -> Value {
+        let end = self.header_length.unwrap_or(self.body.len());
+        serde_json::from_slice(&self.body[..end])
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&self.body).into_owned()))
+    }
+
+    /// The bytes after the JSON header, as FP32 values.
+    fn binary_values(&self) -> Vec<f32> {
+        let start = self.header_length.expect("a binary answer");
+        self.body[start..]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    }
+
+    fn assert_error(&self, status: StatusCode, field: &str, says: &str) {
+        let body = self.json();
+        assert_eq!(self.status, status, "{body}");
+        assert_eq!(body["field"].as_str(), Some(field), "{body}");
+        let error = body["error"].as_str().expect("an error message");
+        assert!(error.contains(says), "`{error}` does not say `{says}`");
+    }
+}
+
+/// Posts `header` (JSON) then `binary` as one body; with `Inference-Header-Content-Length`
+/// set to `header_length`, by default the JSON's length, unless `None`.
+async fn post(
+    app: &Router,
+    header: &Value,
+    binary: &[u8],
+    header_length: Option<Option<String>>,
+) -> Answer {
+    let json = header.to_string();
+    let mut body = json.clone().into_bytes();
+    body.extend_from_slice(binary);
+    let mut request = Request::builder()
+        .method("POST")
+        .uri(URI)
+        .header("content-type", "application/octet-stream");
+    match header_length {
+        None => request = request.header("Inference-Header-Content-Length", json.len()),
+        Some(Some(v)) => request = request.header("Inference-Header-Content-Length", v),
+        Some(None) => {}
+    }
+    let response = app
+        .clone()
+        .oneshot(request.body(Body::from(body)).expect("request"))
+        .await
+        .expect("response");
+    let status = response.status();
+    let text = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let content_type = text("content-type").unwrap_or_default();
+    let header_length = text("inference-header-content-length").map(|v| v.parse().expect("n"));
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body")
+        .to_vec();
+    Answer {
+        status,
+        content_type,
+        header_length,
+        body,
+    }
+}
+
+fn bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// The binary input tensor's JSON header.
+fn binary_input(rows: usize, width: usize, size: usize) -> Value {
+    json!({"name": "pairs", "shape": [rows, width], "datatype": "FP32",
+           "parameters": {"binary_data_size": size}})
+}
+
+fn features(solo: f64, model: &str, batch: f64) -> Value {
+    json!({"solo_throughput": solo, "model": model, "batch_size": batch})
+}
+
+/// Three pairs with their jobs' features inline, on V100.
+fn pairs() -> Value {
+    json!({"gpu": "v100", "pairs": [
+        {"a": {"features": features(11.2, "ResNet-50", 64.0)},
+         "b": {"features": features(3.1, "Transformer", 32.0)}, "mode": "space"},
+        {"a": {"features": features(250.0, "A3C", 4.0)},
+         "b": {"features": features(0.8, "CycleGAN", 1.0)}, "mode": "space"},
+        {"a": {"features": features(40.0, "LM", 20.0)},
+         "b": {"features": features(7.5, "Recommendation", 2048.0)}, "mode": "space"},
+    ]})
+}
+
+#[tokio::test]
+async fn binary_tensors_in_and_out_match_json_and_v1_predict() {
+    let (app, state) = app_with(Config::new(model_dir()));
+    let model = state.model().expect("model");
+    let width = model.meta.spec.pair_width();
+    // The encoded tensor of three pairs: rows (a, b) then (b, a), as /v1/predict runs them.
+    let request: PredictRequest = serde_json::from_value(pairs()).expect("request");
+    let data =
+        duet_model::predict::encode(&model, &Default::default(), &request, None).expect("encoded");
+    let rows = data.len() / width;
+    assert_eq!(rows, 6);
+    // Binary in, binary out (what tritonclient sends by default).
+    let header = json!({"id": "b1", "inputs": [binary_input(rows, width, data.len() * 4)],
+                        "parameters": {"binary_data_output": true}});
+    let binary = post(&app, &header, &bytes(&data), None).await;
+    assert_eq!(binary.status, StatusCode::OK, "{}", binary.json());
+    assert_eq!(binary.content_type, "application/octet-stream");
+    let head = binary.json();
+    assert_eq!(head["id"], "b1");
+    assert_eq!(head["outputs"][0]["name"], "outputs");
+    assert_eq!(head["outputs"][0]["shape"], json!([rows, 3]));
+    assert_eq!(
+        head["outputs"][0]["parameters"]["binary_data_size"],
+        json!(rows * 3 * 4)
+    );
+    assert!(head["outputs"][0].get("data").is_none(), "{head}");
+    let outputs = binary.binary_values();
+    assert_eq!(outputs.len(), rows * 3);
+    // The same tensor in JSON, answered in JSON: the same values.
+    let body = json!({"inputs": [{"name": "pairs", "shape": [rows, width], "datatype": "FP32",
+                                   "data": data}]});
+    let (s, plain) = call(&app, "POST", URI, Some(body), None).await;
+    assert_eq!(s, StatusCode::OK, "{plain}");
+    let plain: Vec<f32> = serde_json::from_value(plain["outputs"][0]["data"].clone()).expect("f32");
+    assert_eq!(plain, outputs);
+    // Binary in, JSON out: the requested output says so.
+    let header = json!({"inputs": [binary_input(rows, width, data.len() * 4)],
+                        "outputs": [{"name": "outputs", "parameters": {"binary_data": false}}],
+                        "parameters": {"binary_data_output": true}});
+    let mixed = post(&app, &header, &bytes(&data), None).await;
+    assert_eq!(mixed.status, StatusCode::OK, "{}", mixed.json());
+    assert_eq!(mixed.content_type, "application/json");
+    assert_eq!(mixed.header_length, None);
+    let values: Vec<f32> =
+        serde_json::from_value(mixed.json()["outputs"][0]["data"].clone()).expect("f32");
+    assert_eq!(values, outputs);
+    // JSON in, binary out through the requested output alone.
+    let body = json!({"inputs": [{"name": "pairs", "shape": [rows, width], "datatype": "FP32",
+                                   "data": data}],
+                      "outputs": [{"name": "outputs", "parameters": {"binary_data": true}}]});
+    let out = post(&app, &body, &[], Some(None)).await;
+    assert_eq!(out.content_type, "application/octet-stream");
+    assert_eq!(out.binary_values(), outputs);
+    // The outputs are what /v1/predict answers: ln speed of a next to b, then of b next to a;
+    // the feasibility logits averaged over both rows.
+    let (s, predicted) = call(&app, "POST", "/v1/predict", Some(pairs()), None).await;
+    assert_eq!(s, StatusCode::OK, "{predicted}");
+    for (i, p) in predicted["predictions"]
+        .as_array()
+        .expect("predictions")
+        .iter()
+        .enumerate()
+    {
+        let (ab, ba) = (&outputs[6 * i..6 * i + 3], &outputs[6 * i + 3..6 * i + 6]);
+        #[allow(clippy::cast_possible_truncation)]
+        let single = |x: f64| x as f32;
+        let speed = |row: &[f32]| single(f64::from(row[0]).exp());
+        assert_eq!(p["speed_a"].as_f64().map(single), Some(speed(ab)), "{p}");
+        assert_eq!(p["speed_b"].as_f64().map(single), Some(speed(ba)), "{p}");
+        let logit = (f64::from(ab[2]) + f64::from(ba[2])) / 2.0;
+        let probability = single(1.0 / (1.0 + (-logit).exp()));
+        assert_eq!(
+            p["feasible_probability"].as_f64().map(single),
+            Some(probability)
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_binary_body_that_disagrees_with_its_header_is_refused_naming_the_field() {
+    let (app, state) = app_with(Config {
+        max_infer_rows: 10,
+        ..Config::new(model_dir())
+    });
+    let width = state.model().expect("model").meta.spec.pair_width();
+    let values: Vec<f32> = (0..2 * width).map(|i| (i % 5) as f32 / 5.0).collect();
+    let data = bytes(&values);
+    let size = data.len();
+    let request = |input: Value| json!({"inputs": [input]});
+    // The right request, for reference: answered.
+    let ok = post(&app, &request(binary_input(2, width, size)), &data, None).await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.json());
+    assert_eq!(ok.content_type, "application/json");
+
+    // binary_data_size that is not rows x width x 4.
+    post(
+        &app,
+        &request(binary_input(2, width, size - 4)),
+        &data[..size - 4],
+        None,
+    )
+    .await
+    .assert_error(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "inputs[0].parameters.binary_data_size",
+        &format!("{} expected", size),
+    );
+    // Fewer bytes after the header than binary_data_size.
+    post(
+        &app,
+        &request(binary_input(2, width, size)),
+        &data[..size - 8],
+        None,
+    )
+    .await
+    .assert_error(
+        StatusCode::BAD_REQUEST,
+        "inputs[0].parameters.binary_data_size",
+        &format!("the body has {} bytes after its JSON header", size - 8),
+    );
+    // Bytes that belong to no input.
+    let mut longer = data.clone();
+    longer.extend_from_slice(&[0; 8]);
+    post(&app, &request(binary_input(2, width, size)), &longer, None)
+        .await
+        .assert_error(
+            StatusCode::BAD_REQUEST,
+            "Inference-Header-Content-Length",
+            "8 bytes after the JSON header belong to no input",
+        );
+    // A header length past the body.
+    let header = request(binary_input(2, width, size));
+    let too_long = (header.to_string().len() + size + 1).to_string();
+    post(&app, &header, &data, Some(Some(too_long)))
+        .await
+        .assert_error(
+            StatusCode::BAD_REQUEST,
+            "Inference-Header-Content-Length",
+            "but the body has only",
+        );
+    // A header length that is no number.
+    post(&app, &header, &data, Some(Some("twelve".into())))
+        .await
+        .assert_error(
+            StatusCode::BAD_REQUEST,
+            "Inference-Header-Content-Length",
+            "not \"twelve\"",
+        );
+    // binary_data_size without the header that says where the JSON ends.
+    post(&app, &header, &[], Some(None)).await.assert_error(
+        StatusCode::BAD_REQUEST,
+        "Inference-Header-Content-Length",
+        "has no `Inference-Header-Content-Length` header",
+    );
+    // Neither data nor binary_data_size.
+    let bare = json!({"name": "pairs", "shape": [2, width], "datatype": "FP32"});
+    post(&app, &request(bare), &[], None).await.assert_error(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "inputs[0].data",
+        "missing",
+    );
+    // Both.
+    let both = json!({"name": "pairs", "shape": [2, width], "datatype": "FP32",
+                      "data": values, "parameters": {"binary_data_size": size}});
+    post(&app, &request(both), &data, None).await.assert_error(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "inputs[0].data",
+        "not both",
+    );
+    // binary_data_size that is no number of bytes.
+    let negative = json!({"name": "pairs", "shape": [2, width], "datatype": "FP32",
+                          "parameters": {"binary_data_size": -4}});
+    post(&app, &request(negative), &data, None)
+        .await
+        .assert_error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "inputs[0].parameters.binary_data_size",
+            "a number of bytes, not -4",
+        );
+    // Rows over --max-infer-rows: refused on the shape, before the bytes are read (only 8 of
+    // them follow here).
+    post(
+        &app,
+        &request(binary_input(11, width, 11 * width * 4)),
+        &[0; 8],
+        None,
+    )
+    .await
+    .assert_error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "inputs[0].shape",
+        "--max-infer-rows",
+    );
+    // A value no encoding produces, in binary as in JSON.
+    let mut far = values.clone();
+    far[3] = f32::INFINITY;
+    post(
+        &app,
+        &request(binary_input(2, width, size)),
+        &bytes(&far),
+        None,
+    )
+    .await
+    .assert_error(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "inputs[0].data[3]",
+        "is not a number in",
+    );
+    // Outputs the model does not have, and flags that are not true or false.
+    let unknown = json!({"inputs": [binary_input(2, width, size)],
+                         "outputs": [{"name": "probabilities"}]});
+    post(&app, &unknown, &data, None).await.assert_error(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "outputs[0].name",
+        "the model's output is `outputs`",
+    );
+    let flag = json!({"inputs": [binary_input(2, width, size)],
+                      "parameters": {"binary_data_output": "yes"}});
+    post(&app, &flag, &data, None).await.assert_error(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "parameters.binary_data_output",
+        "true or false",
+    );
+    // A binary body sent without its header is read as JSON, which it is not.
+    let answer = post(&app, &header, &data, Some(None)).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.json());
+}
+
+#[tokio::test]
+async fn the_document_describes_the_binary_form() {
+    let (app, _) = app_with(Config::new(model_dir()));
+    let (_, doc) = call(&app, "GET", "/openapi.json", None, None).await;
+    let infer = &doc["paths"]["/v2/models/{name}/infer"]["post"];
+    let description = infer["description"].as_str().expect("a description");
+    for words in [
+        "Inference-Header-Content-Length",
+        "binary_data_size",
+        "binary_data_output",
+    ] {
+        assert!(description.contains(words), "{description}");
+    }
+    let answered = &infer["responses"]["200"];
+    assert_eq!(
+        answered["content"]["application/octet-stream"]["schema"]["format"],
+        "binary"
+    );
+    assert!(answered["content"]["application/json"].is_object());
+    assert!(answered["headers"]["Inference-Header-Content-Length"].is_object());
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(
+        schemas["InferRequest"]["properties"]["parameters"]["properties"]["binary_data_output"]["type"],
+        "boolean"
+    );
+    assert_eq!(
+        schemas["InferRequestedOutput"]["properties"]["parameters"]["properties"]["binary_data"]["type"],
+        "boolean"
+    );
+    assert_eq!(
+        schemas["InferInput"]["required"],
+        json!(["name", "shape", "datatype", "data"])
+    );
+}
