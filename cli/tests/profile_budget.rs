@@ -14,37 +14,21 @@ fn duet() -> Command {
     Command::new(env!("CARGO_BIN_EXE_duet"))
 }
 
-/// Four quick workloads: ten pair settings in the cpu mode.
+#[path = "support/catalog.rs"]
+mod catalog;
+
+/// Four quick workloads (the shared three and a slower one): ten pair settings in the cpu mode.
 fn write_catalog(dir: &Path) -> PathBuf {
-    let path = dir.join("catalog.toml");
-    let text = r#"
-[[workload]]
-name = "mlp"
-kind = "train"
-builtin = "mlp"
-batch = 16
-width = 64
-
-[[workload]]
-name = "stream"
-kind = "infer"
-builtin = "stream"
-width = 64
-
-[[workload]]
-name = "ticker"
-kind = "infer"
-command = ["sh", "-c", "while true; do echo tick; sleep 0.005; done"]
-progress = "^tick$"
-
+    catalog::write_catalog(
+        dir,
+        r#"
 [[workload]]
 name = "slow-ticker"
 kind = "train"
 command = ["sh", "-c", "while true; do echo tick; sleep 0.02; done"]
 progress = "^tick$"
-"#;
-    std::fs::write(&path, text).expect("catalog");
-    path
+"#,
+    )
 }
 
 const QUICK: &[&str] = &[

@@ -12,33 +12,9 @@ fn duet() -> Command {
     Command::new(env!("CARGO_BIN_EXE_duet"))
 }
 
-fn write_catalog(dir: &Path, extra: &str) -> PathBuf {
-    let path = dir.join("catalog.toml");
-    let text = format!(
-        r#"
-[[workload]]
-name = "mlp"
-kind = "train"
-builtin = "mlp"
-batch = 16
-width = 64
-
-[[workload]]
-name = "stream"
-kind = "infer"
-builtin = "stream"
-width = 64
-
-[[workload]]
-name = "ticker"
-kind = "infer"
-command = ["sh", "-c", "while true; do echo tick; sleep 0.005; done"]
-progress = "^tick$"
-{extra}"#
-    );
-    std::fs::write(&path, text).expect("catalog");
-    path
-}
+#[path = "support/catalog.rs"]
+mod catalog;
+use catalog::write_catalog;
 
 fn profile(catalog: &Path, out: &Path, extra: &[&str]) -> Output {
     duet()
