@@ -3,9 +3,10 @@
 //! server's peak memory stays bounded and well-formed predictions are answered; sockets that
 //! never finish their header closed within the header timeout, descriptors bounded by the
 //! connection limit, probes answered throughout; overload shed 503 with `Retry-After` while
-//! `/healthz` stays fast. Counts and durations are scaled down from the production figures
-//! (16 clients for 30 s, 2,000 sockets, 64 connections) to keep each test short on a 2-core
-//! machine; the figures are in BENCHMARKS.md, "Under attack".
+//! `/healthz` stays fast and accepted requests keep their latency, and registrations through a
+//! second replica all reach the overloaded one. The counts are the production figures (16
+//! clients for 30 s, 2,000 sockets in 30 s, 64 connections); the figures are in BENCHMARKS.md,
+//! "Under attack".
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -16,7 +17,27 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod support;
-use support::Server;
+use support::{Server, TOKEN};
+
+#[path = "../../server/tests/support/pg.rs"]
+mod pg;
+
+/// Connections sending 10,000-pair requests in the overload test, and for how long.
+const CONNECTIONS: usize = 64;
+const LOADED_FOR: Duration = Duration::from_secs(15);
+/// Of them, those that retry 20 ms after a 503 whatever `Retry-After` says (the others wait as
+/// it says, as a scheduler's client library does): none in the test command, where the latency
+/// bound is asserted; `DUET_ABUSE_IMPATIENT=16` measures them (BENCHMARKS.md, "Under attack"):
+/// the bound is then reported, not asserted, since on one machine the clients' own CPU for
+/// resending their bodies slows the server's work.
+fn impatient() -> usize {
+    std::env::var("DUET_ABUSE_IMPATIENT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+/// Accepted requests' p99 under overload against the unloaded p99.
+const LATENCY_BOUND: f64 = 2.0;
 
 /// One test at a time: each loads the machine's two cores on its own, and its bounds (peak
 /// memory, probe latency) are its own server's.
@@ -37,6 +58,17 @@ fn peak_rss_mib(pid: u32) -> f64 {
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .expect("VmHWM");
     kib / 1024.0
+}
+
+/// CPU seconds (user and system) process `pid` has used.
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+    let after = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 =
+        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
+    ticks / 100.0
 }
 
 /// Open descriptors of process `pid`.
@@ -325,7 +357,7 @@ fn bodies_over_the_limits_are_refused_and_memory_stays_bounded() {
     let good = serde_json::from_slice::<Value>(&pairs_body(100, 0)).expect("json");
     let (mut answered, mut retried) = (0, 0);
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(12) {
+    while start.elapsed() < Duration::from_secs(30) {
         match agent
             .post(&server.url("/v1/predict"))
             .send_json(good.clone())
@@ -473,8 +505,8 @@ fn slow_headers_are_cut_off_and_probes_answer() {
     };
     std::thread::sleep(Duration::from_millis(300));
 
-    // 1,000 sockets in 15 s, each sending part of a header and then nothing.
-    let total = 1000;
+    // 2,000 sockets in 30 s, each sending part of a header and then nothing.
+    let total = 2000;
     let mut open: Vec<(TcpStream, Instant)> = Vec::new();
     let (mut closed, mut slowest_close) = (0, Duration::ZERO);
     let mut max_fds = 0;
@@ -556,18 +588,43 @@ fn slow_headers_are_cut_off_and_probes_answer() {
         probed > 50 && predicted > 50,
         "{probed} probes, {predicted} predictions"
     );
-    assert!(timeouts + refused >= 990.0, "{timeouts} + {refused}");
+    assert!(timeouts + refused >= 1990.0, "{timeouts} + {refused}");
+}
+
+/// A replica on the registry `dsn` (given through `--state-file`, as a Secret would), with the
+/// token, and `flags`.
+fn replica(dir: &std::path::Path, dsn: &str, flags: &[&str]) -> Server {
+    let state = dir.join("state");
+    std::fs::write(&state, format!("{dsn}\n")).expect("state file");
+    std::fs::write(dir.join("token"), format!("{TOKEN}\n")).expect("token");
+    let mut all: Vec<std::ffi::OsString> = vec![
+        "--state-file".into(),
+        state.into(),
+        "--token-file".into(),
+        dir.join("token").into(),
+    ];
+    all.extend(flags.iter().map(Into::into));
+    Server::start_with(&all)
 }
 
 #[test]
 fn overload_is_shed_with_retry_after_and_healthz_stays_fast() {
     let _alone = alone();
-    let server = Server::start_with(&[
-        "--max-inflight".into(),
-        "2".into(),
-        "--max-queue".into(),
-        "2".into(),
-    ]);
+    let limits = ["--max-inflight", "2", "--max-queue", "2"];
+    // Two replicas of one PostgreSQL registry where there is one: registrations go through the
+    // second while the first is overloaded, and none accepted may be lost on the first.
+    let db = pg::TestDatabase::create("overload");
+    let dirs = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let (server, writer) = match &db {
+        Some(db) => (
+            replica(dirs.0.path(), &db.dsn, &limits),
+            Some(replica(dirs.1.path(), &db.dsn, &[])),
+        ),
+        None => (Server::start_with(&limits.map(Into::into)), None),
+    };
     let pid = server.child.id();
     // Serialized once: the clients share the server's two cores.
     let body = pairs_body(10_000, 0);
@@ -593,7 +650,7 @@ fn overload_is_shed_with_retry_after_and_healthz_stays_fast() {
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(30))
         .build();
-    let mut unloaded: Vec<Duration> = (0..10)
+    let mut unloaded: Vec<Duration> = (0..20)
         .map(|_| predict(&agent).expect("unloaded"))
         .collect();
     unloaded.sort();
@@ -601,23 +658,60 @@ fn overload_is_shed_with_retry_after_and_healthz_stays_fast() {
     let stop = Arc::new(AtomicBool::new(false));
     let shed_seen = Arc::new(AtomicUsize::new(0));
     let accepted = Arc::new(Mutex::new(Vec::new()));
+    let written = Arc::new(Mutex::new(Vec::new()));
+    let cpu_before = (cpu_seconds(&pid.to_string()), cpu_seconds("self"));
+    let impatient = impatient();
     std::thread::scope(|scope| {
-        for _ in 0..16 {
+        for client in 0..CONNECTIONS {
             let (stop, shed_seen, accepted) = (stop.clone(), shed_seen.clone(), accepted.clone());
             let predict = &predict;
             scope.spawn(move || {
                 let agent = ureq::AgentBuilder::new()
                     .timeout(Duration::from_secs(30))
                     .build();
+                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (client as u64 + 1);
                 while !stop.load(Ordering::Relaxed) {
                     match predict(&agent) {
                         Ok(t) => accepted.lock().expect("accepted").push(t),
                         Err(_) => {
                             shed_seen.fetch_add(1, Ordering::Relaxed);
-                            // A client that ignores Retry-After, as an overloaded one would.
-                            std::thread::sleep(Duration::from_millis(20));
+                            std::thread::sleep(if client < impatient {
+                                // A client that ignores Retry-After, as an overloaded one would.
+                                Duration::from_millis(20)
+                            } else {
+                                // Retry-After, jittered (0.5 to 1.5 times), as a client
+                                // library's backoff does.
+                                x ^= x << 13;
+                                x ^= x >> 7;
+                                x ^= x << 17;
+                                Duration::from_millis(500 + x % 1000)
+                            });
                         }
                     }
+                }
+            });
+        }
+        // Registrations through the second replica, one after another.
+        if let Some(writer) = &writer {
+            let (stop, written) = (stop.clone(), written.clone());
+            scope.spawn(move || {
+                let agent = ureq::AgentBuilder::new()
+                    .timeout(Duration::from_secs(10))
+                    .build();
+                let mut k = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    k += 1;
+                    let id = format!("overload-{k}");
+                    let answer = agent
+                        .put(&writer.url(&format!("/v1/workloads/{id}")))
+                        .set("Authorization", &format!("Bearer {TOKEN}"))
+                        .send_json(serde_json::json!({"kind": "infer", "profiles": {"v100": {
+                            "solo_throughput": 10.0 + k as f64, "model": "ResNet-18",
+                            "batch_size": 32}}}));
+                    if answer.is_ok_and(|r| r.status() == 201) {
+                        written.lock().expect("written").push(id);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
                 }
             });
         }
@@ -627,7 +721,7 @@ fn overload_is_shed_with_retry_after_and_healthz_stays_fast() {
             .timeout(Duration::from_secs(5))
             .build();
         let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
+        while start.elapsed() < LOADED_FOR {
             let t = Instant::now();
             let r = prober.get(&server.url("/healthz")).call().expect("healthz");
             assert_eq!(r.status(), 200);
@@ -643,29 +737,69 @@ fn overload_is_shed_with_retry_after_and_healthz_stays_fast() {
         accepted.sort();
         let shed = shed_seen.load(Ordering::Relaxed);
         let peak = peak_rss_mib(pid);
+        let (calm, loaded) = (p(&unloaded, 0.99), p(&accepted, 0.99));
         eprintln!(
-            "unloaded 10,000 pairs p50 {:?} p99 {:?}; under 16 clients: {} accepted p50 {:?} \
-             p99 {:?}, {shed} shed; /healthz from outside p50 {:?} p99 {:?} max {:?} ({} \
-             probes); peak RSS {peak:.0} MiB",
+            "CPU over the load: server {:.1} s, clients {:.1} s",
+            cpu_seconds(&pid.to_string()) - cpu_before.0,
+            cpu_seconds("self") - cpu_before.1
+        );
+        eprintln!(
+            "unloaded 10,000 pairs p50 {:?} p99 {calm:?}; under {CONNECTIONS} connections \
+             ({impatient} ignoring Retry-After): {} accepted p50 {:?} p99 {loaded:?} ({:.2}x), {shed} shed; /healthz from outside p50 \
+             {:?} p99 {:?} max {:?} ({} probes); peak RSS {peak:.0} MiB",
             p(&unloaded, 0.5),
-            p(&unloaded, 0.99),
             accepted.len(),
             p(&accepted, 0.5),
-            p(&accepted, 0.99),
+            loaded.as_secs_f64() / calm.as_secs_f64(),
             p(&probes, 0.5),
             p(&probes, 0.99),
             probes.last(),
             probes.len()
         );
         assert!(shed > 0, "nothing shed");
-        assert!(!accepted.is_empty());
+        assert!(accepted.len() >= 20, "{} accepted", accepted.len());
         assert!(peak < 256.0, "peak RSS {peak:.0} MiB");
         assert!(
             p(&probes, 0.99) < Duration::from_millis(250),
             "/healthz p99 {:?}",
             p(&probes, 0.99)
         );
+        // An accepted request runs alone on the cores, after at most one other: its p99 stays
+        // within twice the unloaded one (with a margin for the clients sharing the cores).
+        if impatient == 0 {
+            assert!(
+                loaded.as_secs_f64() <= LATENCY_BOUND * calm.as_secs_f64(),
+                "accepted p99 {loaded:?} against {calm:?} unloaded"
+            );
+        }
     });
+    // Every registration the second replica accepted reached the overloaded one.
+    if writer.is_some() {
+        let written = written.lock().expect("written").clone();
+        assert!(written.len() >= 10, "{} registrations", written.len());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let missing = loop {
+            let list: Value = ureq::get(&server.url("/v1/workloads"))
+                .call()
+                .expect("workloads")
+                .into_json()
+                .expect("json");
+            let text = list.to_string();
+            let missing: Vec<&String> = written
+                .iter()
+                .filter(|id| !text.contains(&format!("\"{id}\"")))
+                .collect();
+            if missing.is_empty() || Instant::now() > deadline {
+                break missing.len();
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        eprintln!(
+            "{} registrations through the second replica, {missing} missing on the first",
+            written.len()
+        );
+        assert_eq!(missing, 0, "registrations lost");
+    }
     // The server's own count and histogram: every shed counted, /healthz under 50 ms at p99.
     let counted = server.metric("duet_requests_shed_total");
     assert!(

@@ -567,12 +567,12 @@ impl Now {
         let gauges = [
             (
                 "duet_work_in_flight",
-                "Requests whose model work runs now (at most --max-inflight).",
+                "Places of model work taken now (at most --max-inflight; a request split over every core takes one per core).",
                 s.work_in_flight as u64,
             ),
             (
                 "duet_work_waiting",
-                "Requests waiting for a place of work (at most --max-queue).",
+                "Places of model work waited for (at most --max-queue).",
                 s.work_waiting as u64,
             ),
             (

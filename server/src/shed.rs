@@ -1,9 +1,16 @@
 //! Load shedding: a bound on the model work in flight (predictions, KServe inference,
-//! observations, drift). A request takes one of `--max-inflight` places before its body is read;
-//! with none free it waits, one of at most `--max-queue`; beyond that it is answered 503 at once,
-//! with `Retry-After`. A place is held until the work ends, on whatever thread, so a request
-//! whose client timed out or went away still counts until its work stops, which it does at its
-//! next chunk: the request's `Work` is marked given up when its answer is no longer awaited.
+//! observations, drift). There are `--max-inflight` places of work, one per core by default. A
+//! request takes its places before its body is read: one, or, where its work may be split over
+//! every core (a body longer than `SMALL_BODY_BYTES`, whose length is declared or not), as many
+//! places as there are cores (at most all of them), given back down to what the parsed request
+//! needs (`Work::fit`). With too few free it waits, its places counted against `--max-queue`;
+//! beyond that it is answered 503 at once, with `Retry-After`. So a request that runs on every
+//! core runs alone: accepted work keeps its unloaded latency plus at most the queue's wait,
+//! rather than sharing the cores with every other admitted request.
+//!
+//! Places are held until the work ends, on whatever thread, so a request whose client timed
+//! out or went away still counts until its work stops, which it does at its next chunk: the
+//! request's `Work` is marked given up when its answer is no longer awaited.
 //!
 //! Also here: the counters of what the guards refused (shed requests, timeouts, panics, work
 //! given up, connections over the limit, headers too slow), rendered into `/metrics`.
@@ -47,34 +54,66 @@ impl Limiter {
         }
     }
 
-    /// Requests whose work runs now.
+    /// Places whose work runs now.
     pub fn running(&self) -> usize {
         self.max_running - self.running.available_permits()
     }
 
-    /// Requests waiting for a place.
+    /// Places waited for.
     pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)
     }
 
-    /// A place at once, or after waiting as one of at most `max_waiting`; `None`: shed.
-    async fn enter(&self) -> Option<OwnedSemaphorePermit> {
-        if let Ok(permit) = self.running.clone().try_acquire_owned() {
+    /// The places of work split over every core: one per core, at most all of them.
+    pub fn whole(&self) -> usize {
+        crate::state::cores().clamp(1, self.max_running)
+    }
+
+    /// The places of `units` pairs or rows of work, split over every core from `parallel_from`.
+    pub fn places_for(&self, units: usize, parallel_from: usize) -> usize {
+        if units >= parallel_from {
+            self.whole()
+        } else {
+            1
+        }
+    }
+
+    /// `places` at once, or after waiting with at most `max_waiting` places waited for in all;
+    /// `None`: shed. Waiters are served in order (the semaphore is fair), so a request of every
+    /// core is not passed over by single places.
+    async fn enter(&self, places: usize) -> Option<OwnedSemaphorePermit> {
+        let places = places.clamp(1, self.max_running);
+        let n = u32::try_from(places).unwrap_or(u32::MAX);
+        if let Ok(permit) = self.running.clone().try_acquire_many_owned(n) {
             return Some(permit);
         }
-        if self.waiting.fetch_add(1, Ordering::AcqRel) >= self.max_waiting {
-            self.waiting.fetch_sub(1, Ordering::AcqRel);
+        if self.waiting.fetch_add(places, Ordering::AcqRel) + places > self.max_waiting {
+            self.waiting.fetch_sub(places, Ordering::AcqRel);
             return None;
         }
-        // Leaves the queue however the wait ends (a place, or the request given up).
-        struct Waiting<'a>(&'a AtomicUsize);
+        // Leaves the queue however the wait ends (its places, or the request given up).
+        struct Waiting<'a>(&'a AtomicUsize, usize);
         impl Drop for Waiting<'_> {
             fn drop(&mut self) {
-                self.0.fetch_sub(1, Ordering::AcqRel);
+                self.0.fetch_sub(self.1, Ordering::AcqRel);
             }
         }
-        let _waiting = Waiting(&self.waiting);
-        self.running.clone().acquire_owned().await.ok()
+        let _waiting = Waiting(&self.waiting, places);
+        self.running.clone().acquire_many_owned(n).await.ok()
+    }
+}
+
+/// A body of at most this many bytes (declared) takes one place: a few hundred pairs at most,
+/// never split over the cores.
+pub const SMALL_BODY_BYTES: usize = crate::routes::predict::INLINE_BODY_BYTES;
+
+/// The body length a request declares: its `Content-Length`, none without one and without
+/// `Transfer-Encoding` (no body), unknown (`None`) when chunked.
+fn declared_length(headers: &axum::http::HeaderMap) -> Option<usize> {
+    match headers.get(header::CONTENT_LENGTH) {
+        Some(v) => v.to_str().ok()?.parse().ok(),
+        None if headers.contains_key(header::TRANSFER_ENCODING) => None,
+        None => Some(0),
     }
 }
 
@@ -108,11 +147,35 @@ pub struct Work(Arc<Place>);
 
 #[derive(Debug)]
 struct Place {
-    _permit: OwnedSemaphorePermit,
+    permit: std::sync::Mutex<OwnedSemaphorePermit>,
     given_up: AtomicBool,
 }
 
 impl Work {
+    /// Gives back the places beyond `places` (at least one is kept), once the request is
+    /// parsed and what its work needs is known.
+    pub fn fit(&self, places: usize) {
+        let mut permit = self
+            .0
+            .permit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let held = permit.num_permits();
+        let keep = places.max(1);
+        if held > keep {
+            drop(permit.split(held - keep));
+        }
+    }
+
+    /// Places held now.
+    pub fn places(&self) -> usize {
+        self.0
+            .permit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .num_permits()
+    }
+
     /// Set once nobody awaits the answer: work checks it between chunks.
     pub fn cancelled(&self) -> &AtomicBool {
         &self.0.given_up
@@ -164,10 +227,10 @@ pub async fn admit_unless_small(
     }
 }
 
-/// A place of model work for a request on `route`, or the 503 of a server at its limit
-/// (counted and logged here). The place is held while the returned `Work` or a clone lives.
-pub async fn take(state: &AppState, route: &str) -> Result<Work, Failure> {
-    let Some(permit) = state.limiter.enter().await else {
+/// `places` of model work for a request on `route`, or the 503 of a server at its limit
+/// (counted and logged here). They are held while the returned `Work` or a clone lives.
+pub async fn take(state: &AppState, route: &str, places: usize) -> Result<Work, Failure> {
+    let Some(permit) = state.limiter.enter(places).await else {
         state.metrics.guards.shed.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
             route,
@@ -178,7 +241,7 @@ pub async fn take(state: &AppState, route: &str) -> Result<Work, Failure> {
         let mut failure = Failure::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
-                "the server is at its limit of {} requests in flight and {} waiting \
+                "the server is at its limit of {} places of work in flight and {} waiting \
                  (--max-inflight, --max-queue); retry after {RETRY_AFTER_S} s",
                 state.limiter.max_running, state.limiter.max_waiting
             ),
@@ -187,12 +250,13 @@ pub async fn take(state: &AppState, route: &str) -> Result<Work, Failure> {
         return Err(failure);
     };
     Ok(Work(Arc::new(Place {
-        _permit: permit,
+        permit: std::sync::Mutex::new(permit),
         given_up: AtomicBool::new(false),
     })))
 }
 
-/// The middleware of the model routes: a place, or 503 with `Retry-After`.
+/// The middleware of the model routes: its places (one for a small declared body, every
+/// core's otherwise), or 503 with `Retry-After`.
 pub async fn admit(
     State(state): State<Arc<AppState>>,
     mut request: Request,
@@ -200,7 +264,11 @@ pub async fn admit(
 ) -> Response {
     let route = request.extensions().get::<MatchedPath>().cloned();
     let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    let work = match take(&state, route).await {
+    let places = match declared_length(request.headers()) {
+        Some(n) if n <= SMALL_BODY_BYTES => 1,
+        _ => state.limiter.whole(),
+    };
+    let work = match take(&state, route, places).await {
         Ok(work) => work,
         Err(failure) => {
             let mut response = failure.into_response();
@@ -278,20 +346,77 @@ mod tests {
     #[tokio::test]
     async fn places_then_a_queue_then_shed() {
         let limiter = Arc::new(Limiter::new(1, 1));
-        let first = limiter.enter().await.expect("a place");
+        let first = limiter.enter(1).await.expect("a place");
         assert_eq!((limiter.running(), limiter.waiting()), (1, 0));
         // The second waits; the third finds the queue full and is shed at once.
         let waiter = {
             let limiter = limiter.clone();
-            tokio::spawn(async move { limiter.enter().await.is_some() })
+            tokio::spawn(async move { limiter.enter(1).await.is_some() })
         };
         while limiter.waiting() == 0 {
             tokio::task::yield_now().await;
         }
-        assert!(limiter.enter().await.is_none());
+        assert!(limiter.enter(1).await.is_none());
         drop(first);
         assert!(waiter.await.expect("waiter"));
         assert_eq!((limiter.running(), limiter.waiting()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_request_of_every_core_runs_alone_and_waits_with_its_places() {
+        let limiter = Arc::new(Limiter::new(4, 4));
+        let small = limiter.enter(1).await.expect("one place");
+        // Four places cannot all be had while one is taken: the large request waits with
+        // four places counted, so a second large one finds the queue full.
+        let large = {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.enter(4).await.map(|p| p.num_permits()) })
+        };
+        while limiter.waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(limiter.waiting(), 4);
+        assert!(limiter.enter(4).await.is_none());
+        assert!(
+            limiter.enter(1).await.is_none(),
+            "the queue holds four places"
+        );
+        drop(small);
+        assert_eq!(large.await.expect("large"), Some(4));
+        // More places than there are: capped at all of them, never waiting for ever.
+        let all = limiter.enter(9).await.expect("all places");
+        assert_eq!(all.num_permits(), 4);
+    }
+
+    #[tokio::test]
+    async fn work_gives_back_the_places_it_does_not_need() {
+        let limiter = Limiter::new(2, 0);
+        let permit = limiter.enter(2).await.expect("two places");
+        let work = Work(Arc::new(Place {
+            permit: std::sync::Mutex::new(permit),
+            given_up: AtomicBool::new(false),
+        }));
+        assert_eq!((work.places(), limiter.running()), (2, 2));
+        work.fit(1);
+        assert_eq!((work.places(), limiter.running()), (1, 1));
+        work.fit(0);
+        assert_eq!(work.places(), 1, "one place is kept");
+        drop(work);
+        assert_eq!(limiter.running(), 0);
+    }
+
+    #[test]
+    fn a_body_declares_its_length_or_is_chunked() {
+        use axum::http::HeaderMap;
+        let mut h = HeaderMap::new();
+        assert_eq!(declared_length(&h), Some(0));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        assert_eq!(declared_length(&h), None);
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("700000"));
+        assert_eq!(declared_length(&h), Some(700_000));
     }
 
     #[tokio::test]

@@ -161,9 +161,11 @@ impl Config {
 /// Bytes of body allowed per pair by default (`Config::body_bytes_for`).
 pub const BODY_BYTES_PER_PAIR: usize = 256;
 
-/// The cores this process may use (its cgroup's CPU limit included).
+/// The cores this process may use (its cgroup's CPU limit included), read once: the standard
+/// library reads the cgroup's files on every call, tens of microseconds.
 pub fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
 }
 
 /// The loaded model and the registry encoded for it; swapped together on reload.

@@ -148,9 +148,16 @@ impl PredictorService for Predictor {
                 // A few pairs: answered at once, without a place, as on HTTP.
                 answer(state, &request, &AtomicBool::new(false))
             } else {
-                with_place(state, PREDICT, "prediction", move |state, cancelled| {
-                    answer(state, &request, cancelled)
-                })
+                let places = state
+                    .limiter
+                    .places_for(request.pairs.len(), crate::service::predict::PARALLEL_PAIRS);
+                with_place(
+                    state,
+                    PREDICT,
+                    "prediction",
+                    places,
+                    move |state, cancelled| answer(state, &request, cancelled),
+                )
                 .await
             }
         })

@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicBool;
 
 use duet_model::LoadedModel;
 use duet_model::onnx::{INPUT, OUTPUT};
+use prost::Message;
 use tonic::{Request, Response, Status};
 
 use super::proto::inference::grpc_inference_service_server::GrpcInferenceService;
@@ -161,9 +162,19 @@ impl GrpcInferenceService for Kserve {
                 &request.model_version,
                 "model_version",
             )?;
-            with_place(state, MODEL_INFER, "inference", move |state, cancelled| {
-                infer(state, &model, request, cancelled)
-            })
+            // Places as on HTTP: one for a small message, every core's for a large one.
+            let places = if request.encoded_len() <= crate::shed::SMALL_BODY_BYTES {
+                1
+            } else {
+                state.limiter.whole()
+            };
+            with_place(
+                state,
+                MODEL_INFER,
+                "inference",
+                places,
+                move |state, cancelled| infer(state, &model, request, cancelled),
+            )
             .await
         })
         .await

@@ -164,16 +164,17 @@ pub async fn call<T>(
     }
 }
 
-/// Runs `work` on a blocking thread with a place of model work (`crate::shed`), or the 503 of
-/// a server at its limit. The place is held until `work` ends; if the call is dropped first
+/// Runs `work` on a blocking thread with `places` of model work (`crate::shed`), or the 503 of
+/// a server at its limit. The places are held until `work` ends; if the call is dropped first
 /// (its client went away, its time ran out), `work` sees `cancelled` set.
 pub async fn with_place<T: Send + 'static>(
     state: &Arc<AppState>,
     method: &'static str,
     what: &'static str,
+    places: usize,
     work: impl FnOnce(&AppState, &std::sync::atomic::AtomicBool) -> Result<T, Failure> + Send + 'static,
 ) -> Result<T, Failure> {
-    let place = crate::shed::take(state, method).await?;
+    let place = crate::shed::take(state, method, places).await?;
     let guard = crate::shed::GiveUpOnDrop::new(place.clone());
     let worker = state.clone();
     let answer = tokio::task::spawn_blocking(move || work(&worker, place.cancelled()))

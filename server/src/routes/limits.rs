@@ -33,11 +33,11 @@ pub struct Limits {
     /// Most observations in one `/v1/observations` request (`--max-observations`); more are
     /// answered 413.
     pub max_observations: usize,
-    /// Requests whose model work (predict, infer, observations, drift) runs at once
-    /// (`--max-inflight`).
+    /// Places of model work (predict, infer, observations, drift) taken at once
+    /// (`--max-inflight`): one per request, one per core for a request split over the cores.
     pub max_inflight: usize,
-    /// Requests that may wait for a place of model work (`--max-queue`); beyond both, 503 at
-    /// once with `Retry-After`.
+    /// Places of model work that may be waited for (`--max-queue`); beyond both, 503 at once
+    /// with `Retry-After`.
     pub max_queue: usize,
     /// Seconds a request may take (`--request-timeout`); a slower one is answered 503.
     pub request_timeout_s: f64,

@@ -73,7 +73,17 @@ pub fn answer_until(
     cancelled: &AtomicBool,
 ) -> Result<Vec<u8>, Failure> {
     let request = parse_request(body, state.config.max_pairs)?;
-    let predicted = service::predict::<JsonItems>(state, &request, cancelled)?;
+    answer_request(state, &request, cancelled)
+}
+
+/// The JSON answer to a parsed prediction request, given up at its next chunk of pairs once
+/// `cancelled` is set.
+pub fn answer_request(
+    state: &AppState,
+    request: &PredictRequest,
+    cancelled: &AtomicBool,
+) -> Result<Vec<u8>, Failure> {
+    let predicted = service::predict::<JsonItems>(state, request, cancelled)?;
     let version = serde_json::to_string(&predicted.model_version)
         .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     let arrays = predicted.parts;
@@ -118,10 +128,18 @@ pub async fn predict_route(
             ));
         };
         let worker = state.clone();
-        // The work holds its place until it ends, even after its client is gone.
-        tokio::task::spawn_blocking(move || answer_until(&worker, &body, work.cancelled()))
-            .await
-            .map_err(|e| state.metrics.guards.join_failure(&e, "prediction"))??
+        // The work holds its places until it ends, even after its client is gone; those its
+        // pairs do not need are given back once they are counted.
+        tokio::task::spawn_blocking(move || {
+            let request = parse_request(&body, worker.config.max_pairs)?;
+            let places = worker
+                .limiter
+                .places_for(request.pairs.len(), service::PARALLEL_PAIRS);
+            work.fit(places);
+            answer_request(&worker, &request, work.cancelled())
+        })
+        .await
+        .map_err(|e| state.metrics.guards.join_failure(&e, "prediction"))??
     };
     Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response())
 }

@@ -82,7 +82,7 @@ pub fn predict<S: Sink>(
     // its own thread, a chunk of pairs at a time (the tensors of one chunk alive at once), and
     // the parts' sinks are joined in order.
     let parts = if n >= PARALLEL_PAIRS {
-        cores().min(n)
+        crate::state::cores().min(n)
     } else {
         1
     };
@@ -153,8 +153,4 @@ pub fn predict<S: Sink>(
 const CHUNK_PAIRS: usize = 2048;
 
 /// Requests with at least this many pairs are split over the cores.
-const PARALLEL_PAIRS: usize = 2048;
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
-}
+pub const PARALLEL_PAIRS: usize = 2048;
