@@ -73,7 +73,7 @@ pub struct Outcome {
 /// One entry of `choices.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "entry", rename_all = "lowercase")]
-enum Entry {
+pub(crate) enum Entry {
     /// A round's choices, before any of them is measured.
     Round {
         round: usize,
@@ -101,7 +101,7 @@ struct Sizes {
     selection: usize,
 }
 
-fn invalid(message: String) -> CampaignError {
+pub(crate) fn invalid(message: String) -> CampaignError {
     CampaignError::Invalid(message)
 }
 
@@ -215,13 +215,13 @@ fn plan(options: &BudgetOptions) -> String {
 }
 
 /// Each round's own seed.
-fn mix(seed: u64, stream: u64, n: u64) -> u64 {
+pub(crate) fn mix(seed: u64, stream: u64, n: u64) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
         ^ stream.wrapping_mul(0xBF58_476D_1CE4_E5B9)
         ^ n.wrapping_mul(0x94D0_49BB_1331_11EB)
 }
 
-fn tasks(campaign: &Campaign, settings: &[Setting]) -> Vec<Task> {
+pub(crate) fn tasks(campaign: &Campaign, settings: &[Setting]) -> Vec<Task> {
     let mut out = Vec::new();
     for s in settings {
         for repetition in 0..campaign.repetitions {
@@ -238,12 +238,12 @@ fn tasks(campaign: &Campaign, settings: &[Setting]) -> Vec<Task> {
     out
 }
 
-fn profiler(e: duet_profiler::campaign::CampaignError) -> CampaignError {
+pub(crate) fn profiler(e: duet_profiler::campaign::CampaignError) -> CampaignError {
     CampaignError::Invalid(e.0)
 }
 
 /// The entries of `choices.jsonl`; a last line cut short by a kill was never acted on.
-fn read_entries(path: &std::path::Path) -> Result<Vec<Entry>, CampaignError> {
+pub(crate) fn read_entries(path: &std::path::Path) -> Result<Vec<Entry>, CampaignError> {
     let Ok(text) = fs::read_to_string(path) else {
         return Ok(Vec::new());
     };
@@ -596,6 +596,7 @@ pub fn run(
         min_pairs: options.min_pairs,
         choices: chosen,
         audit,
+        onto: None,
     };
     let dataset = session
         .finish(&[(CAMPAIGN_FILE, record.to_json())], progress)

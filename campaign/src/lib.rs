@@ -7,6 +7,8 @@
 //!   and by a real campaign alike;
 //! - [`audit`]: a uniform sample of what selection never chose, the estimated MAPE on the
 //!   unmeasured settings and its 90% interval;
+//! - [`probes`]: new workloads onto an earlier dataset, each alone and with K co-runners
+//!   chosen by the same [`choose`];
 //! - [`record`]: the record of choices and audit kept with a dataset (`campaign.json`);
 //! - [`replay`]: a complete dataset as the oracle, the methods scored on a held-out test set,
 //!   and the probe curves of new workloads; [`report`] writes it.
@@ -16,6 +18,7 @@
 pub mod audit;
 pub mod budgeted;
 pub mod choose;
+pub mod probes;
 pub mod record;
 pub mod replay;
 pub mod report;

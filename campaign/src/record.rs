@@ -37,6 +37,22 @@ pub struct CampaignRecord {
     /// The audit at the end, where one was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<AuditRecord>,
+    /// New workloads probed onto an earlier dataset (`duet profile --onto`), where they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub onto: Option<OntoRecord>,
+}
+
+/// What `duet profile --onto DIR --probes K` measured: its new workloads, each alone and with
+/// `probes` co-runners of `dataset`; `choices` hold the probes, round `k` the `k`-th of each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OntoRecord {
+    /// The earlier dataset's folder, as given.
+    pub dataset: String,
+    pub probes: usize,
+    pub new_workloads: Vec<String>,
+    /// The co-runners' solo rows were measured again here (`--remeasure-solo`), not copied.
+    pub remeasured_solo: bool,
 }
 
 /// One chosen setting.
@@ -153,6 +169,12 @@ mod tests {
                     errors: vec![0.05, 0.02],
                 }],
                 estimate: crate::audit::estimate(&[vec![0.05, 0.02]], 10),
+            }),
+            onto: Some(OntoRecord {
+                dataset: "datasets/cpu-dev2c".into(),
+                probes: 3,
+                new_workloads: vec!["fresh".into()],
+                remeasured_solo: false,
             }),
         }
     }

@@ -408,12 +408,13 @@ pub struct ServeArgs {
     /// Most observations in one `POST /v1/observations` request.
     #[arg(long, default_value_t = 10_000)]
     pub max_observations: usize,
-    /// Requests whose model work (predict, infer, observations, drift) runs at once (default:
-    /// one per core).
+    /// Places of model work (predict, infer, observations, drift) taken at once (default: one
+    /// per core). A request takes one; one larger than 16 KiB, whose work may be split over
+    /// every core, takes one per core until it is parsed.
     #[arg(long)]
     pub max_inflight: Option<usize>,
-    /// Requests that may wait for a place of model work (default: one per core); beyond
-    /// these and --max-inflight, requests are answered 503 at once with Retry-After.
+    /// Places of model work that may be waited for (default: one per core); beyond these and
+    /// --max-inflight, requests are answered 503 at once with Retry-After.
     #[arg(long)]
     pub max_queue: Option<usize>,
     /// Seconds a connection has to send a request's whole header, from its opening or the end
@@ -521,6 +522,7 @@ pub enum WorkloadCommand {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("chooses").args(["budget", "onto"])))]
 pub struct ProfileArgs {
     /// The workload catalog (TOML).
     #[arg(long)]
@@ -593,9 +595,20 @@ pub struct ProfileArgs {
     /// rounds by the model fitted on what is measured; without it, every setting is measured.
     #[arg(long)]
     pub budget: Option<String>,
-    /// How a budgeted campaign chooses: uncertainty (the ensemble's disagreement, every
-    /// workload in a few pairs first) or random.
-    #[arg(long, default_value = "uncertainty", requires = "budget")]
+    /// New workloads onto this earlier dataset: the catalog's workloads that it lacks are
+    /// measured alone and with --probes co-runners each (workloads of both), chosen by the
+    /// model fitted on it; the dataset written merges with it (`duet dataset merge`).
+    #[arg(long, value_name = "DIR")]
+    pub onto: Option<PathBuf>,
+    /// Co-runners each new workload is measured with (--onto).
+    #[arg(long, default_value_t = duet_campaign::probes::DEFAULT_PROBES, requires = "onto")]
+    pub probes: usize,
+    /// Measure the co-runners alone again rather than copying their solo rows from --onto.
+    #[arg(long, requires = "onto")]
+    pub remeasure_solo: bool,
+    /// How a budgeted campaign (or --onto's probes) chooses: uncertainty (the ensemble's
+    /// disagreement, every workload in a few pairs first) or random.
+    #[arg(long, default_value = "uncertainty", requires = "chooses")]
     pub select: String,
     /// Pair settings per round after the first (default: what the budget leaves after the
     /// first round, over 4 rounds).
@@ -611,13 +624,13 @@ pub struct ProfileArgs {
     pub target_mape: Option<String>,
     /// Earlier datasets the budgeted campaign's model also learns from (repeatable); they must
     /// be in the campaign's modes.
-    #[arg(long, requires = "budget")]
+    #[arg(long, requires = "chooses")]
     pub prior: Vec<PathBuf>,
     /// Networks in the ensemble fitted between rounds.
-    #[arg(long, default_value_t = TrainConfig::default().ensemble, requires = "budget")]
+    #[arg(long, default_value_t = TrainConfig::default().ensemble, requires = "chooses")]
     pub ensemble: usize,
     /// Upper bound on training epochs of the fits between rounds.
-    #[arg(long, default_value_t = TrainConfig::default().max_epochs, requires = "budget")]
+    #[arg(long, default_value_t = TrainConfig::default().max_epochs, requires = "chooses")]
     pub max_epochs: usize,
 }
 

@@ -11,6 +11,7 @@ use duet_profiler::catalog::{Catalog, Source};
 use duet_profiler::process::{ITERATION_LINE, Launcher, Running};
 
 use duet_campaign::budgeted::{self, BudgetOptions};
+use duet_campaign::probes::{self, ProbeOptions};
 use duet_campaign::replay::Budget;
 use duet_campaign::{Select, choose::MIN_PAIRS};
 use duet_core::dataset::Dataset;
@@ -183,7 +184,35 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
         host: std::fs::read_to_string("/etc/hostname")
             .ok()
             .map(|h| h.trim().to_string()),
+        known_solos: Vec::new(),
     };
+    if let Some(dir) = &args.onto {
+        let onto = Dataset::read(dir).map_err(|e| anyhow!("--onto {}: {e}", dir.display()))?;
+        let options = ProbeOptions {
+            onto: (dir.clone(), onto),
+            probes: args.probes,
+            select: select(&args)?,
+            remeasure_solo: args.remeasure_solo,
+            priors: priors(&args)?,
+            config: fit_config(&args)?,
+            workers: workers(),
+        };
+        let outcome = probes::run(&campaign, &options, &mut crate::progress::Shown::stderr())?;
+        for line in probes::summary(&outcome) {
+            eprintln!("{line}");
+        }
+        eprintln!(
+            "wrote {} ({} workloads, {} pair settings; probes in {}); merge it with `duet \
+             dataset merge --out MERGED {} {}`",
+            args.out.display(),
+            outcome.dataset.workloads.len(),
+            outcome.dataset.pairs.len(),
+            duet_core::dataset::CAMPAIGN_FILE,
+            dir.display(),
+            args.out.display()
+        );
+        return Ok(());
+    }
     if let Some(budget) = &args.budget {
         let options = budget_options(&args, budget)?;
         let outcome = budgeted::run(&campaign, &options, &mut crate::progress::Shown::stderr())?;
@@ -214,10 +243,6 @@ fn budget_options(args: &ProfileArgs, budget: &str) -> Result<BudgetOptions> {
     let budget: Budget = budget
         .parse()
         .map_err(|e: String| anyhow!("--budget: {e}"))?;
-    let select: Select = args
-        .select
-        .parse()
-        .map_err(|e: String| anyhow!("--select: {e}"))?;
     let target_mape = match &args.target_mape {
         None => None,
         Some(text) => {
@@ -233,32 +258,49 @@ fn budget_options(args: &ProfileArgs, budget: &str) -> Result<BudgetOptions> {
             Some(value / 100.0)
         }
     };
+    Ok(BudgetOptions {
+        budget,
+        select: select(args)?,
+        round_size: args.round_size,
+        audit: args.audit,
+        target_mape,
+        priors: priors(args)?,
+        config: fit_config(args)?,
+        min_pairs: MIN_PAIRS,
+        workers: workers(),
+    })
+}
+
+fn select(args: &ProfileArgs) -> Result<Select> {
+    args.select
+        .parse()
+        .map_err(|e: String| anyhow!("--select: {e}"))
+}
+
+/// The recipe of the fits between rounds.
+fn fit_config(args: &ProfileArgs) -> Result<TrainConfig> {
     if args.ensemble == 0 || args.max_epochs == 0 {
         bail!("--ensemble and --max-epochs: at least 1");
     }
-    let priors = args
-        .prior
+    Ok(TrainConfig {
+        ensemble: args.ensemble,
+        max_epochs: args.max_epochs,
+        seed: args.seed,
+        ..TrainConfig::default()
+    })
+}
+
+fn priors(args: &ProfileArgs) -> Result<Vec<(std::path::PathBuf, Dataset)>> {
+    args.prior
         .iter()
         .map(|dir| {
             Dataset::read(dir)
                 .map(|d| (dir.clone(), d))
                 .map_err(|e| anyhow!("--prior {}: {e}", dir.display()))
         })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(BudgetOptions {
-        budget,
-        select,
-        round_size: args.round_size,
-        audit: args.audit,
-        target_mape,
-        priors,
-        config: TrainConfig {
-            ensemble: args.ensemble,
-            max_epochs: args.max_epochs,
-            seed: args.seed,
-            ..TrainConfig::default()
-        },
-        min_pairs: MIN_PAIRS,
-        workers: std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
-    })
+        .collect()
+}
+
+fn workers() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }

@@ -1,7 +1,9 @@
 //! Real budgeted campaigns on the CPU (`duet profile --budget`): every workload alone, a first
 //! round before any pair is known, the model fitted and a second and third round chosen by it,
 //! the audit, `campaign.json`; a campaign killed mid-round resumed with the same choices and
-//! nothing measured twice; and the flags' errors.
+//! nothing measured twice; and the flags' errors. And new workloads onto an earlier dataset
+//! (`--onto DIR --probes K`): measured alone and with K co-runners chosen by the model fitted on
+//! it, the co-runners' solo rows copied, the dataset merging with it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -366,4 +368,115 @@ fn err_mentions_modes(catalog: &Path, out: &Path, prior: &str) -> bool {
     let run = profile(catalog, out, &["--budget", "4", "--prior", prior]);
     let err = String::from_utf8_lossy(&run.stderr);
     err.contains("space") && err.contains("cpu")
+}
+
+#[test]
+fn new_workloads_are_probed_onto_an_earlier_dataset_and_merge_with_it() {
+    let dir = tempfile::tempdir().expect("tmp");
+    // The earlier dataset: the shared three workloads, every pair.
+    let first = dir.path().join("first");
+    std::fs::create_dir(&first).expect("dir");
+    let old_catalog = catalog::write_catalog(&first, "");
+    let old = dir.path().join("old");
+    let run = profile(&old_catalog, &old, &[]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let earlier = Dataset::read(&old).expect("earlier dataset");
+    assert_eq!(earlier.pairs.len(), 6);
+
+    // The catalog of the new campaign: the three again (the co-runners, with their commands)
+    // and one new workload.
+    let catalog = write_catalog(dir.path());
+    let out = dir.path().join("probed");
+    let old_arg = old.to_string_lossy().into_owned();
+    let flags = [
+        "--onto",
+        &old_arg,
+        "--probes",
+        "2",
+        "--ensemble",
+        "2",
+        "--max-epochs",
+        "30",
+    ];
+    let run = profile(&catalog, &out, &flags);
+    let log = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{log}");
+    assert!(log.contains("1 new workloads (slow-ticker)"), "{log}");
+    assert!(log.contains("round 1: fitted on 7 pair settings"), "{log}");
+    assert!(log.contains("slow-ticker: probed with"), "{log}");
+    assert!(log.contains("duet dataset merge"), "{log}");
+
+    let d = Dataset::read(&out).expect("probed dataset");
+    // The co-runners' solo rows are the earlier dataset's, untouched; the new one ran alone.
+    assert_eq!(d.workloads.len(), 4);
+    for w in &earlier.workloads {
+        assert_eq!(d.workload(&w.workload), Some(w), "{}", w.workload);
+    }
+    assert!(
+        d.workload("slow-ticker")
+            .is_some_and(|w| w.solo_throughput > 0.0)
+    );
+    // Two probes, each of the new workload with a different co-runner.
+    assert_eq!(d.pairs.len(), 2);
+    let partners: std::collections::BTreeSet<&str> = d
+        .pairs
+        .iter()
+        .map(|p| {
+            assert!(p.a == "slow-ticker" || p.b == "slow-ticker", "{p:?}");
+            if p.a == "slow-ticker" {
+                p.b.as_str()
+            } else {
+                p.a.as_str()
+            }
+        })
+        .collect();
+    assert_eq!(partners.len(), 2, "{partners:?}");
+    assert!(!partners.contains("slow-ticker"));
+    // The record: the probes by round, chosen by the model's score, and where they went.
+    let r = record(&out);
+    assert_eq!(
+        r["onto"]["new_workloads"],
+        serde_json::json!(["slow-ticker"])
+    );
+    assert_eq!(r["onto"]["probes"], 2);
+    let choices = r["choices"].as_array().expect("choices");
+    assert_eq!(choices.len(), 2, "{r}");
+    for (round, c) in choices.iter().enumerate() {
+        assert_eq!(c["round"], round, "{r}");
+        assert_eq!(c["rule"], "coverage", "{r}");
+        assert!(c["score"].as_f64().is_some(), "{r}");
+    }
+    assert!(r.get("audit").is_none(), "{r}");
+
+    // It merges with the earlier dataset under the shard rules.
+    let merged = dir.path().join("merged");
+    let run = duet()
+        .args(["dataset", "merge", "--out"])
+        .arg(&merged)
+        .arg(&old)
+        .arg(&out)
+        .output()
+        .expect("merge");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let m = Dataset::read(&merged).expect("merged");
+    assert_eq!((m.workloads.len(), m.pairs.len()), (4, 8));
+
+    // Nothing new, or no co-runner: refused before anything runs, naming the flag.
+    let again = dir.path().join("again");
+    let run = profile(&old_catalog, &again, &["--onto", &old_arg]);
+    let log = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success());
+    assert!(log.contains("already in --onto"), "{log}");
+    assert!(!again.exists());
+    let run = profile(&catalog, &again, &["--onto", &old_arg, "--budget", "3"]);
+    assert!(!run.status.success());
+    assert!(String::from_utf8_lossy(&run.stderr).contains("--budget"));
 }

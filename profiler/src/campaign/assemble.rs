@@ -44,6 +44,10 @@ impl Campaign {
         let (solo_process_names, pair_process_names) = (process_names(true), process_names(false));
         let mut workloads = Vec::new();
         for spec in &self.catalog.workloads {
+            if let Some(known) = self.known_solos.iter().find(|w| w.workload == spec.name) {
+                workloads.push(known.clone());
+                continue;
+            }
             let ok: Vec<&Record> = done
                 .values()
                 .filter(|r| {

@@ -156,6 +156,7 @@ impl Campaign {
                 Task::Solo { workload, .. } => Some(workload.as_str()),
                 Task::Pair { .. } => None,
             })
+            .chain(self.known_solos.iter().map(|w| w.workload.as_str()))
             .collect();
         let mut partial = self.clone();
         partial

@@ -82,6 +82,9 @@ pub struct Campaign {
     pub command_line: String,
     pub date: String,
     pub host: Option<String>,
+    /// Workloads of the catalog measured alone in an earlier dataset (`--onto`): their rows
+    /// are taken as they are, never measured again, and their pairs need no solo run here.
+    pub known_solos: Vec<duet_core::dataset::Workload>,
 }
 
 /// One measurement to make.
@@ -438,6 +441,7 @@ mod tests {
             command_line: "duet profile".into(),
             date: "2026-11-30".into(),
             host: None,
+            known_solos: Vec::new(),
         }
     }
 
