@@ -40,6 +40,41 @@ pub fn draw(population: usize, n: usize, seed: u64) -> Vec<usize> {
     order
 }
 
+/// The measurement noise of the audited settings: the mean relative standard error of their
+/// measured speeds, over the feasible directions whose pair and solo windows estimated one
+/// (`speed = pair rate / solo rate`, so the two relative errors add in quadrature). The
+/// model's error on the unmeasured settings cannot be told apart from this floor. `None` where
+/// no audited row carries standard errors (a dataset imported without them).
+pub fn measurement_noise(measured: &Dataset, audited: &[Setting]) -> Option<f64> {
+    let rows: HashMap<_, _> = measured
+        .pairs
+        .iter()
+        .map(|p| (Setting::of(p).key(), p))
+        .collect();
+    let mut errors = Vec::new();
+    for s in audited {
+        let Some(p) = rows.get(&s.key()).filter(|p| p.status == Status::Ok) else {
+            continue;
+        };
+        for (id, rate, se) in [
+            (&p.a, p.throughput_a, p.throughput_a_se),
+            (&p.b, p.throughput_b, p.throughput_b_se),
+        ] {
+            let Some(w) = measured.workload(id) else {
+                continue;
+            };
+            if let (Some(se), Some(solo_se)) = (se, w.solo_throughput_se)
+                && rate > 0.0
+                && w.solo_throughput > 0.0
+            {
+                errors.push(((se / rate).powi(2) + (solo_se / w.solo_throughput).powi(2)).sqrt());
+            }
+        }
+    }
+    #[allow(clippy::cast_precision_loss)]
+    (!errors.is_empty()).then(|| errors.iter().sum::<f64>() / errors.len() as f64)
+}
+
 /// The absolute percentage errors of speed of `scorer` (the model fitted on the chosen
 /// settings) on each audited setting, in its feasible directions, against what `measured` (the
 /// known datasets, the audited settings' rows included) holds. An audited setting that was not
@@ -176,6 +211,33 @@ pub fn t_90(df: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_measurement_noise_adds_pair_and_solo_errors_in_quadrature() {
+        let mut d = crate::testdata::synthetic(4, &[duet_core::dataset::Mode::Mps]);
+        let audited = vec![Setting::of(&d.pairs[0])];
+        // Rows without standard errors: no noise to report.
+        assert_eq!(measurement_noise(&d, &audited), None);
+        let (a, b) = (d.pairs[0].a.clone(), d.pairs[0].b.clone());
+        for w in &mut d.workloads {
+            w.solo_throughput_se = Some(0.04 * w.solo_throughput);
+        }
+        let p = &mut d.pairs[0];
+        p.throughput_a_se = Some(0.03 * p.throughput_a);
+        p.throughput_b_se = Some(0.03 * p.throughput_b);
+        let noise = measurement_noise(&d, &audited).expect("noise");
+        assert!((noise - 0.05).abs() < 1e-9, "{noise} ({a} + {b})");
+        // Settings that were not measured count for nothing.
+        let unmeasured = Setting::new(
+            "nobody",
+            "else",
+            "v100",
+            duet_core::dataset::Mode::Mps,
+            None,
+            None,
+        );
+        assert_eq!(measurement_noise(&d, &[unmeasured]), None);
+    }
 
     #[test]
     fn t_quantiles_match_the_tables() {

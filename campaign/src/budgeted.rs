@@ -576,6 +576,7 @@ pub fn run(
             None => vec![Vec::new(); candidates.len()],
         };
         let estimate = audit::estimate(&errors, sizes.grid - chosen.len());
+        let measurement_noise = audit::measurement_noise(&all, &audited);
         Some(AuditRecord {
             interval: audit::INTERVAL.to_string(),
             settings: audited
@@ -585,6 +586,7 @@ pub fn run(
                 .map(|(setting, errors)| AuditedSetting { setting, errors })
                 .collect(),
             estimate,
+            measurement_noise,
         })
     };
     let record = CampaignRecord {
@@ -661,6 +663,13 @@ pub fn summary(outcome: &Outcome) -> Vec<String> {
             "audit: {} settings, none feasible with a model to score; no estimate",
             a.settings.len()
         )),
+    }
+    if let Some(noise) = r.audit.as_ref().and_then(|a| a.measurement_noise) {
+        out.push(format!(
+            "audit: the audited speeds themselves are measured to {:.2}% (mean relative \
+             standard error of their windows): an error near this is the measurement's",
+            noise * 100.0
+        ));
     }
     out
 }

@@ -79,6 +79,10 @@ pub struct AuditRecord {
     /// None when no audited setting was feasible.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimate: Option<Estimate>,
+    /// The audited settings' own measurement noise, the mean relative standard error of their
+    /// speeds ([`crate::audit::measurement_noise`]); none where the rows carry no errors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measurement_noise: Option<f64>,
 }
 
 /// One audited setting and the model's error on it.
@@ -169,6 +173,7 @@ mod tests {
                     errors: vec![0.05, 0.02],
                 }],
                 estimate: crate::audit::estimate(&[vec![0.05, 0.02]], 10),
+                measurement_noise: Some(0.01),
             }),
             onto: Some(OntoRecord {
                 dataset: "datasets/cpu-dev2c".into(),

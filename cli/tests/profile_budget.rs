@@ -176,6 +176,15 @@ fn a_budgeted_campaign_chooses_measures_retrains_and_audits() {
         estimate["high"].as_f64().expect("high"),
     );
     assert!(low <= mape && mape <= high && mape > 0.0, "{estimate}");
+    // The audited speeds' own noise, from their windows' standard errors.
+    let noise = audit["measurement_noise"]
+        .as_f64()
+        .expect("measurement noise");
+    assert!(noise > 0.0 && noise < 0.5, "{audit}");
+    assert!(
+        log.contains("audited speeds themselves are measured to"),
+        "{log}"
+    );
     // Printed at the end.
     assert!(
         log.contains("chosen: 6 of 10 pair settings in 3 rounds by uncertainty (4 design"),
