@@ -3,11 +3,14 @@
 //! `/v1/predict` answers, with the same token, limits, errors (the field named) and metrics.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use duet_server::grpc::proto::duet::v1 as duet;
 use duet_server::grpc::proto::inference as kserve;
 use duet_server::{AppState, Config};
 use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -23,16 +26,20 @@ const TOKEN: &str = "grpc-token";
 /// The app on `config` (its model loaded) and gRPC on a free loopback port; the app, the
 /// state and a channel to the gRPC port.
 async fn served(config: Config) -> (axum::Router, Arc<AppState>, Channel) {
+    let (app, state, channel, _) = served_at(config).await;
+    (app, state, channel)
+}
+
+/// `served`, and the gRPC port's address.
+async fn served_at(config: Config) -> (axum::Router, Arc<AppState>, Channel, std::net::SocketAddr) {
     let (app, state) = app_with(config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a port");
     let addr = listener.local_addr().expect("addr");
-    let routes = duet_server::grpc::routes(&state);
+    let serving = state.clone();
     tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_routes(routes)
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+        duet_server::grpc::serve(serving, listener, std::future::pending())
             .await
             .expect("gRPC serves");
     });
@@ -41,7 +48,7 @@ async fn served(config: Config) -> (axum::Router, Arc<AppState>, Channel) {
         .connect()
         .await
         .expect("connected");
-    (app, state, channel)
+    (app, state, channel, addr)
 }
 
 /// `message` with the bearer token in its metadata.
@@ -423,4 +430,43 @@ async fn a_message_over_the_body_limit_is_refused_before_it_is_read() {
         .expect_err("over 2000 bytes");
     // tonic's own refusal, before the message is decoded: the limit is named by its value.
     assert_status(&refused, Code::OutOfRange, "the limit is: 2000 bytes");
+}
+
+#[tokio::test]
+async fn connections_over_the_limit_are_closed_at_once() {
+    let (_, state, channel, addr) = served_at(Config {
+        max_connections: 1,
+        ..Config::new(model_dir())
+    })
+    .await;
+    // The one place is the channel's: it is served.
+    let mut client = PredictorClient::new(channel);
+    let answer = client
+        .predict(authorized(duet::PredictRequest {
+            gpu: Some("v100".into()),
+            pairs: vec![pair(job("resnet-50-bs64"), job("transformer-bs32"))],
+        }))
+        .await
+        .expect("the first connection is served");
+    assert_eq!(answer.into_inner().predictions.len(), 1);
+    // A second connection is closed before it is read, and counted.
+    let refused = state
+        .metrics
+        .guards
+        .connections_refused
+        .load(Ordering::Relaxed);
+    let mut second = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buf))
+        .await
+        .expect("closed within 5 s");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert_eq!(
+        state
+            .metrics
+            .guards
+            .connections_refused
+            .load(Ordering::Relaxed),
+        refused + 1
+    );
 }

@@ -14,12 +14,16 @@ pub mod duet;
 pub mod kserve;
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
+use tonic::transport::server::Connected;
 use tonic::{Code, Request, Response, Status};
 
 use crate::error::Failure;
@@ -45,6 +49,13 @@ pub mod proto {
 }
 
 /// Both services on `listener` until `shutdown` resolves; then requests in flight finish.
+///
+/// The bounds of the HTTP listener, in HTTP/2's terms: at most `--max-connections` gRPC
+/// connections (one more is closed at once, counted in `duet_connections_refused_total`), at
+/// most as many concurrent calls per connection as there are places of work and queue (each
+/// call's message is read whole before its places are taken, so this bounds what one
+/// connection holds in memory), and HTTP/2 pings every `--idle-timeout` that close a
+/// connection whose peer stopped answering.
 pub async fn serve(
     state: Arc<AppState>,
     listener: tokio::net::TcpListener,
@@ -52,12 +63,121 @@ pub async fn serve(
 ) -> Result<(), String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(%addr, "serving gRPC");
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let streams = u32::try_from(state.config.max_inflight + state.config.max_queue)
+        .unwrap_or(u32::MAX)
+        .max(2);
+    let ping = state.config.idle_timeout.max(Duration::from_secs(1));
     Server::builder()
+        .max_concurrent_streams(streams)
+        .http2_keepalive_interval(Some(ping))
+        .http2_keepalive_timeout(Some(ping))
         .add_routes(routes(&state))
-        .serve_with_incoming_shutdown(incoming, shutdown)
+        .serve_with_incoming_shutdown(limited(&state, listener), shutdown)
         .await
         .map_err(|e| format!("gRPC: {e}"))
+}
+
+/// The connections accepted on `listener`, each holding one of `--max-connections` places
+/// until it closes; one over the limit is closed at once. Accepting stops when the server
+/// stops reading them.
+fn limited(
+    state: &Arc<AppState>,
+    listener: tokio::net::TcpListener,
+) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<Held>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let places = Arc::new(Semaphore::new(state.config.max_connections.max(1)));
+    let state = state.clone();
+    tokio::spawn(async move {
+        loop {
+            let stream = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a gRPC connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = tx.closed() => return,
+            };
+            let Ok(place) = places.clone().try_acquire_owned() else {
+                state
+                    .metrics
+                    .guards
+                    .connections_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("gRPC connection over --max-connections closed");
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            if tx
+                .send(Ok(Held {
+                    io: stream,
+                    _place: place,
+                }))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// A gRPC connection and its place under `--max-connections`.
+#[derive(Debug)]
+struct Held {
+    io: tokio::net::TcpStream,
+    _place: OwnedSemaphorePermit,
+}
+
+impl tokio::io::AsyncRead for Held {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Held {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+impl Connected for Held {
+    type ConnectInfo = <tokio::net::TcpStream as Connected>::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
 }
 
 /// Both services, each message at most `--max-body-bytes` (by default from `--max-pairs`), the
@@ -130,7 +250,7 @@ pub async fn call<T>(
                 .metrics
                 .guards
                 .timeouts
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                .fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 route = method,
                 limit_s = limit.as_secs_f64(),
