@@ -409,8 +409,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 10_000)]
     pub max_observations: usize,
     /// Places of model work (predict, infer, observations, drift) taken at once (default: one
-    /// per core). A request takes one; one larger than 16 KiB, whose work may be split over
-    /// every core, takes one per core until it is parsed.
+    /// per core). A request takes one; one of at least 256 KiB (or chunked), whose work is
+    /// split over every core, takes one per core.
     #[arg(long)]
     pub max_inflight: Option<usize>,
     /// Places of model work that may be waited for (default: one per core); beyond these and

@@ -1,9 +1,9 @@
 //! Load shedding: a bound on the model work in flight (predictions, KServe inference,
 //! observations, drift). There are `--max-inflight` places of work, one per core by default. A
-//! request takes its places before its body is read: one, or, where its work may be split over
-//! every core (a body longer than `SMALL_BODY_BYTES`, whose length is declared or not), as many
-//! places as there are cores (at most all of them), given back down to what the parsed request
-//! needs (`Work::fit`). With too few free it waits, its places counted against `--max-queue`;
+//! request takes its places before its body is read: one, or, where its work is split over
+//! every core (a body of at least `WHOLE_BODY_BYTES`, or chunked), as many places as there are
+//! cores (at most all of them), given back down to what the parsed request needs
+//! (`Work::fit`). With too few free it waits, its places counted against `--max-queue`;
 //! beyond that it is answered 503 at once, with `Retry-After`. So a request that runs on every
 //! core runs alone: accepted work keeps its unloaded latency plus at most the queue's wait,
 //! rather than sharing the cores with every other admitted request.
@@ -103,9 +103,12 @@ impl Limiter {
     }
 }
 
-/// A body of at most this many bytes (declared) takes one place: a few hundred pairs at most,
-/// never split over the cores.
-pub const SMALL_BODY_BYTES: usize = crate::routes::predict::INLINE_BODY_BYTES;
+/// A body declared at least this long (or chunked) takes one place per core before it is
+/// read: at 128 bytes a pair, twice a pair by workload id, it holds over 2,048 pairs, which are
+/// split over the cores. A shorter one takes one place, so that mid-sized requests (a few
+/// thousand pairs at most) are admitted as many at once as before; one of them that does hold
+/// 2,048 pairs or more still splits over the cores.
+pub const WHOLE_BODY_BYTES: usize = 256 * 1024;
 
 /// The body length a request declares: its `Content-Length`, none without one and without
 /// `Transfer-Encoding` (no body), unknown (`None`) when chunked.
@@ -255,8 +258,8 @@ pub async fn take(state: &AppState, route: &str, places: usize) -> Result<Work, 
     })))
 }
 
-/// The middleware of the model routes: its places (one for a small declared body, every
-/// core's otherwise), or 503 with `Retry-After`.
+/// The middleware of the model routes: its places (every core's for a body declared at least
+/// `WHOLE_BODY_BYTES` long or chunked, one otherwise), or 503 with `Retry-After`.
 pub async fn admit(
     State(state): State<Arc<AppState>>,
     mut request: Request,
@@ -265,7 +268,7 @@ pub async fn admit(
     let route = request.extensions().get::<MatchedPath>().cloned();
     let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
     let places = match declared_length(request.headers()) {
-        Some(n) if n <= SMALL_BODY_BYTES => 1,
+        Some(n) if n < WHOLE_BODY_BYTES => 1,
         _ => state.limiter.whole(),
     };
     let work = match take(&state, route, places).await {

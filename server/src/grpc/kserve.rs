@@ -162,11 +162,11 @@ impl GrpcInferenceService for Kserve {
                 &request.model_version,
                 "model_version",
             )?;
-            // Places as on HTTP: one for a small message, every core's for a large one.
-            let places = if request.encoded_len() <= crate::shed::SMALL_BODY_BYTES {
-                1
-            } else {
+            // Places as on HTTP: every core's for a large message, one otherwise.
+            let places = if request.encoded_len() >= crate::shed::WHOLE_BODY_BYTES {
                 state.limiter.whole()
+            } else {
+                1
             };
             with_place(
                 state,
