@@ -214,6 +214,87 @@ fn plan(options: &BudgetOptions) -> String {
     )
 }
 
+/// The measuring of a budgeted or probe campaign: the planned total and what was scheduled
+/// so far, for the `[n/total]` of the progress lines.
+pub(crate) struct Measuring {
+    scheduled: Vec<Task>,
+    total: usize,
+}
+
+impl Measuring {
+    pub(crate) fn new(total: usize) -> Measuring {
+        Measuring {
+            scheduled: Vec::new(),
+            total,
+        }
+    }
+
+    /// Measures what `batch` holds that the journal does not.
+    pub(crate) fn measure(
+        &mut self,
+        session: &mut Session<'_>,
+        batch: Vec<Task>,
+        progress: &mut dyn Progress,
+    ) -> Result<(), CampaignError> {
+        self.scheduled.extend(batch.iter().cloned());
+        let already = self.scheduled.iter().filter(|t| session.is_done(t)).count();
+        session
+            .measure(&batch, already, self.total, progress)
+            .map_err(profiler)
+    }
+}
+
+/// `choices.jsonl` in the campaign's journal folder, open for appending.
+pub(crate) struct Choices {
+    path: PathBuf,
+    file: fs::File,
+}
+
+impl Choices {
+    /// Opens (or creates) the file; the entries it already holds, for a resumed campaign.
+    pub(crate) fn open(campaign: &Campaign) -> Result<(Choices, Vec<Entry>), CampaignError> {
+        let path = campaign.journal_dir().join(CHOICES_FILE);
+        let entries = read_entries(&path)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| CampaignError::Io {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+        Ok((Choices { path, file }, entries))
+    }
+
+    /// Appends `entry`, synced before anything it names is measured.
+    pub(crate) fn append(&mut self, entry: &Entry) -> Result<(), CampaignError> {
+        let mut line = serde_json::to_string(entry).map_err(|e| invalid(e.to_string()))?;
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| CampaignError::Io {
+                path: self.path.clone(),
+                message: e.to_string(),
+            })
+    }
+}
+
+/// Every repetition of each of `workloads` alone.
+pub(crate) fn solo_tasks<'a>(
+    campaign: &Campaign,
+    workloads: impl Iterator<Item = &'a String> + Clone,
+) -> Vec<Task> {
+    (0..campaign.repetitions)
+        .flat_map(|repetition| {
+            workloads.clone().map(move |w| Task::Solo {
+                workload: w.clone(),
+                repetition,
+            })
+        })
+        .collect()
+}
+
 /// Each round's own seed.
 pub(crate) fn mix(seed: u64, stream: u64, n: u64) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
@@ -243,7 +324,7 @@ pub(crate) fn profiler(e: duet_profiler::campaign::CampaignError) -> CampaignErr
 }
 
 /// The entries of `choices.jsonl`; a last line cut short by a kill was never acted on.
-pub(crate) fn read_entries(path: &std::path::Path) -> Result<Vec<Entry>, CampaignError> {
+fn read_entries(path: &std::path::Path) -> Result<Vec<Entry>, CampaignError> {
     let Ok(text) = fs::read_to_string(path) else {
         return Ok(Vec::new());
     };
@@ -312,14 +393,13 @@ pub fn run(
         .max(1);
     let priors: Vec<Dataset> = options.priors.iter().map(|(_, d)| d.clone()).collect();
     let reps = campaign.repetitions as usize;
-    let solos: Vec<Task> = (0..campaign.repetitions)
-        .flat_map(|repetition| {
-            campaign.catalog.workloads.iter().map(move |w| Task::Solo {
-                workload: w.name.clone(),
-                repetition,
-            })
-        })
+    let names: Vec<String> = campaign
+        .catalog
+        .workloads
+        .iter()
+        .map(|w| w.name.clone())
         .collect();
+    let solos = solo_tasks(campaign, names.iter());
     let total = solos.len() + sizes.budget * reps;
     progress.line(&format!(
         "budget: {} of {} pair settings ({} chosen in rounds by {}, {} audited), every \
@@ -337,40 +417,10 @@ pub fn run(
         total: total as u64,
         unit: "settings",
     });
-    let mut scheduled: Vec<Task> = Vec::new();
-    let mut measure = |session: &mut Session<'_>,
-                       batch: Vec<Task>,
-                       progress: &mut dyn Progress|
-     -> Result<(), CampaignError> {
-        scheduled.extend(batch.iter().cloned());
-        let already = scheduled.iter().filter(|t| session.is_done(t)).count();
-        session
-            .measure(&batch, already, total, progress)
-            .map_err(profiler)
-    };
-    measure(&mut session, solos, progress)?;
+    let mut measuring = Measuring::new(total);
+    measuring.measure(&mut session, solos, progress)?;
     session.require_solos().map_err(profiler)?;
-
-    let path = campaign.journal_dir().join(CHOICES_FILE);
-    let entries = read_entries(&path)?;
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|e| CampaignError::Io {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-    let mut append = |entry: &Entry| -> Result<(), CampaignError> {
-        let mut line = serde_json::to_string(entry).map_err(|e| invalid(e.to_string()))?;
-        line.push('\n');
-        file.write_all(line.as_bytes())
-            .and_then(|()| file.sync_data())
-            .map_err(|e| CampaignError::Io {
-                path: path.clone(),
-                message: e.to_string(),
-            })
-    };
+    let (mut journal, entries) = Choices::open(campaign)?;
 
     let mut chosen: Vec<RecordedChoice> = Vec::new();
     let mut last: Option<(Vec<Setting>, Predicted)> = None;
@@ -388,7 +438,7 @@ pub fn run(
                     choices.len()
                 ));
                 let settings: Vec<Setting> = choices.iter().map(|c| c.setting.clone()).collect();
-                measure(&mut session, tasks(campaign, &settings), progress)?;
+                measuring.measure(&mut session, tasks(campaign, &settings), progress)?;
                 chosen.extend(choices);
                 last = Some((settings, predicted));
             }
@@ -481,7 +531,7 @@ pub fn run(
                 score: c.score,
             })
             .collect();
-        append(&Entry::Round {
+        journal.append(&Entry::Round {
             round,
             choices: choices.clone(),
             predicted: predicted.clone(),
@@ -507,7 +557,7 @@ pub fn run(
             ));
         }
         let settings: Vec<Setting> = choices.iter().map(|c| c.setting.clone()).collect();
-        measure(&mut session, tasks(campaign, &settings), progress)?;
+        measuring.measure(&mut session, tasks(campaign, &settings), progress)?;
         chosen.extend(choices);
         last = Some((settings, predicted));
         round += 1;
@@ -527,7 +577,7 @@ pub fn run(
             .into_iter()
             .map(|i| left[i].clone())
             .collect();
-            append(&Entry::Audit {
+            journal.append(&Entry::Audit {
                 settings: settings.clone(),
                 stopped: stopped.clone(),
             })?;
@@ -541,7 +591,7 @@ pub fn run(
             sizes.grid - chosen.len()
         ));
     }
-    measure(&mut session, tasks(campaign, &audited), progress)?;
+    measuring.measure(&mut session, tasks(campaign, &audited), progress)?;
     progress.event(Event::Step {
         done: scheduled_len(&chosen, &audited, campaign),
         now: "audit and dataset",

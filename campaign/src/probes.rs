@@ -14,21 +14,19 @@
 //! campaign, so a killed campaign resumes with the same probes.
 
 use std::collections::BTreeSet;
-use std::fs::OpenOptions;
-use std::io::Write;
 use std::path::PathBuf;
 
 use duet_core::dataset::{CAMPAIGN_FILE, Dataset, Mode};
 use duet_core::progress::{Event, Progress};
 use duet_model::network::TrainConfig;
-use duet_profiler::campaign::{Campaign, Session, Task};
+use duet_profiler::campaign::Campaign;
 
 use crate::CampaignError;
-use crate::budgeted::{CHOICES_FILE, Entry, invalid, mix, profiler, read_entries, tasks};
+use crate::budgeted::{Choices, Entry, Measuring, invalid, mix, profiler, solo_tasks, tasks};
 use crate::choose::{Select, choose_with};
 use crate::record::{CampaignRecord, FORMAT, OntoRecord, RecordedChoice};
 use crate::scoring::Scorer;
-use crate::settings::{Candidate, Setting, SettingKey};
+use crate::settings::{self, Candidate, Setting, SettingKey};
 
 /// The default K: every new workload in three measured pairs.
 pub const DEFAULT_PROBES: usize = 3;
@@ -162,12 +160,7 @@ fn candidates(
     for h in new {
         for c in known {
             for &mode in modes {
-                let at: Vec<Option<f64>> = if mode == Mode::Mps {
-                    shares.iter().map(|&s| Some(s)).collect()
-                } else {
-                    vec![None]
-                };
-                for share in at {
+                for share in settings::shares_of(mode, shares) {
                     out.push(Setting::new(h, c, gpu, mode, share, share));
                 }
             }
@@ -241,14 +234,7 @@ pub fn run(
     } else {
         new.iter().collect()
     };
-    let solos: Vec<Task> = (0..campaign.repetitions)
-        .flat_map(|repetition| {
-            alone.iter().map(move |w| Task::Solo {
-                workload: (*w).clone(),
-                repetition,
-            })
-        })
-        .collect();
+    let solos = solo_tasks(campaign, alone.iter().copied());
     let total = solos.len() + probes * new.len() * reps;
     progress.line(&format!(
         "onto {}: {} new workloads ({}), each alone and with {probes} of {} co-runners chosen \
@@ -269,18 +255,8 @@ pub fn run(
         total: total as u64,
         unit: "settings",
     });
-    let mut scheduled: Vec<Task> = Vec::new();
-    let mut measure = |session: &mut Session<'_>,
-                       batch: Vec<Task>,
-                       progress: &mut dyn Progress|
-     -> Result<(), CampaignError> {
-        scheduled.extend(batch.iter().cloned());
-        let already = scheduled.iter().filter(|t| session.is_done(t)).count();
-        session
-            .measure(&batch, already, total, progress)
-            .map_err(profiler)
-    };
-    measure(&mut session, solos, progress)?;
+    let mut measuring = Measuring::new(total);
+    measuring.measure(&mut session, solos, progress)?;
     session.require_solos().map_err(profiler)?;
     // The new rows must carry the earlier dataset's feature columns, or neither the model nor
     // `duet dataset merge` can use them together: checked before any probe is measured.
@@ -305,26 +281,7 @@ pub fn run(
         ))));
     }
 
-    let path = campaign.journal_dir().join(CHOICES_FILE);
-    let entries = read_entries(&path)?;
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|e| CampaignError::Io {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-    let mut append = |entry: &Entry| -> Result<(), CampaignError> {
-        let mut line = serde_json::to_string(entry).map_err(|e| invalid(e.to_string()))?;
-        line.push('\n');
-        file.write_all(line.as_bytes())
-            .and_then(|()| file.sync_data())
-            .map_err(|e| CampaignError::Io {
-                path: path.clone(),
-                message: e.to_string(),
-            })
-    };
+    let (mut journal, entries) = Choices::open(campaign)?;
     let mut chosen: Vec<RecordedChoice> = Vec::new();
     for entry in entries {
         if let Entry::Round { round, choices, .. } = entry {
@@ -333,7 +290,7 @@ pub fn run(
                 choices.len()
             ));
             let settings: Vec<Setting> = choices.iter().map(|c| c.setting.clone()).collect();
-            measure(&mut session, tasks(campaign, &settings), progress)?;
+            measuring.measure(&mut session, tasks(campaign, &settings), progress)?;
             chosen.extend(choices);
         }
     }
@@ -389,7 +346,7 @@ pub fn run(
                 score: c.score,
             })
             .collect();
-        append(&Entry::Round {
+        journal.append(&Entry::Round {
             round,
             choices: choices.clone(),
             predicted: vec![None; choices.len()],
@@ -413,7 +370,7 @@ pub fn run(
             ));
         }
         let settings: Vec<Setting> = choices.iter().map(|c| c.setting.clone()).collect();
-        measure(&mut session, tasks(campaign, &settings), progress)?;
+        measuring.measure(&mut session, tasks(campaign, &settings), progress)?;
         chosen.extend(choices);
         round += 1;
     }

@@ -130,18 +130,23 @@ pub fn grid(workloads: &[String], gpu: &str, modes: &[Mode], shares: &[f64]) -> 
     for (i, a) in workloads.iter().enumerate() {
         for b in &workloads[i..] {
             for &mode in modes {
-                let at: Vec<Option<f64>> = if mode == Mode::Mps {
-                    shares.iter().map(|&s| Some(s)).collect()
-                } else {
-                    vec![None]
-                };
-                for share in at {
+                for share in shares_of(mode, shares) {
                     out.push(Setting::new(a, b, gpu, mode, share, share));
                 }
             }
         }
     }
     out
+}
+
+/// The shares a setting in `mode` is measured at: each of `shares` for MPS (both clients at
+/// the same share), none for the other modes.
+pub fn shares_of(mode: Mode, shares: &[f64]) -> Vec<Option<f64>> {
+    if mode == Mode::Mps {
+        shares.iter().map(|&s| Some(s)).collect()
+    } else {
+        vec![None]
+    }
 }
 
 /// The distinct workloads of `settings`, sorted.
