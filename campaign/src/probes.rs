@@ -339,12 +339,7 @@ pub fn run(
         }
         let choices: Vec<RecordedChoice> = picks
             .into_iter()
-            .map(|c| RecordedChoice {
-                round,
-                setting: c.candidate.setting,
-                rule: c.rule,
-                score: c.score,
-            })
+            .map(|c| RecordedChoice::of(round, c))
             .collect();
         journal.append(&Entry::Round {
             round,
@@ -361,13 +356,7 @@ pub fn run(
             choices.len()
         ));
         for c in &choices {
-            progress.line(&format!(
-                "  {} by {}{}",
-                c.setting,
-                c.rule.as_str(),
-                c.score
-                    .map_or(String::new(), |s| format!(" (score {s:.4})"))
-            ));
+            progress.line(&c.line());
         }
         let settings: Vec<Setting> = choices.iter().map(|c| c.setting.clone()).collect();
         measuring.measure(&mut session, tasks(campaign, &settings), progress)?;

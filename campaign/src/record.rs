@@ -68,6 +68,29 @@ pub struct RecordedChoice {
     pub score: Option<f64>,
 }
 
+impl RecordedChoice {
+    /// `choice`, made in `round`.
+    pub fn of(round: usize, choice: crate::choose::Choice) -> RecordedChoice {
+        RecordedChoice {
+            round,
+            setting: choice.candidate.setting,
+            rule: choice.rule,
+            score: choice.score,
+        }
+    }
+
+    /// The progress line of a choice: the setting, its rule and score.
+    pub fn line(&self) -> String {
+        format!(
+            "  {} by {}{}",
+            self.setting,
+            self.rule.as_str(),
+            self.score
+                .map_or(String::new(), |s| format!(" (score {s:.4})"))
+        )
+    }
+}
+
 /// The audit: settings drawn uniformly from those selection never chose, measured at the end,
 /// never used to choose.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
