@@ -46,31 +46,13 @@ pub fn draw(population: usize, n: usize, seed: u64) -> Vec<usize> {
 /// model's error on the unmeasured settings cannot be told apart from this floor. `None` where
 /// no audited row carries standard errors (a dataset imported without them).
 pub fn measurement_noise(measured: &Dataset, audited: &[Setting]) -> Option<f64> {
-    let rows: HashMap<_, _> = measured
-        .pairs
+    let keys: std::collections::HashSet<_> = audited.iter().map(Setting::key).collect();
+    let errors: Vec<f64> = measured
+        .directed_speeds()
         .iter()
-        .map(|p| (Setting::of(p).key(), p))
+        .filter(|s| keys.contains(&Setting::of(s.pair).key()))
+        .filter_map(|s| s.relative_se)
         .collect();
-    let mut errors = Vec::new();
-    for s in audited {
-        let Some(p) = rows.get(&s.key()).filter(|p| p.status == Status::Ok) else {
-            continue;
-        };
-        for (id, rate, se) in [
-            (&p.a, p.throughput_a, p.throughput_a_se),
-            (&p.b, p.throughput_b, p.throughput_b_se),
-        ] {
-            let Some(w) = measured.workload(id) else {
-                continue;
-            };
-            if let (Some(se), Some(solo_se)) = (se, w.solo_throughput_se)
-                && rate > 0.0
-                && w.solo_throughput > 0.0
-            {
-                errors.push(((se / rate).powi(2) + (solo_se / w.solo_throughput).powi(2)).sqrt());
-            }
-        }
-    }
     #[allow(clippy::cast_precision_loss)]
     (!errors.is_empty()).then(|| errors.iter().sum::<f64>() / errors.len() as f64)
 }

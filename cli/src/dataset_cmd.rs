@@ -369,5 +369,16 @@ pub fn render(s: &Summary) -> String {
         out,
         "\nspeed = co-located throughput / solo throughput, both jobs of every ok pair ({speeds} values)"
     );
+    if let Some(e) = &s.speed_relative_se {
+        let _ = writeln!(
+            out,
+            "measured to a relative standard error of {:.2}% (median; p90 {:.2}%, max {:.2}%) in \
+             the {} speeds whose windows estimated one",
+            e.median * 100.0,
+            e.p90 * 100.0,
+            e.max * 100.0,
+            e.count
+        );
+    }
     out
 }

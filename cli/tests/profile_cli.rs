@@ -76,6 +76,17 @@ fn a_mini_campaign_measures_every_workload_and_pair() {
         "{log}"
     );
     validate(&out);
+    // Inspect says how precisely the speeds were measured (from the windows' errors).
+    let inspect = duet()
+        .args(["dataset", "inspect"])
+        .arg(&out)
+        .output()
+        .expect("inspect");
+    let text = String::from_utf8_lossy(&inspect.stdout);
+    assert!(
+        inspect.status.success() && text.contains("measured to a relative standard error of"),
+        "{text}"
+    );
     let d = Dataset::read(&out).expect("dataset");
     assert_eq!(d.workloads.len(), 3);
     assert_eq!(d.pairs.len(), 6, "3 workloads: 3 self-pairs and 3 others");

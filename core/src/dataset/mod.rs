@@ -55,6 +55,10 @@ pub struct DirectedSpeed<'a> {
     pub other: &'a str,
     /// Co-located throughput over solo throughput.
     pub speed: f64,
+    /// The speed's relative standard error, from the pair's and the solo run's windows (the
+    /// two relative errors in quadrature: speed is their ratio); none where either row lacks
+    /// its standard error.
+    pub relative_se: Option<f64>,
 }
 
 /// The sorted, distinct modes that `pairs` use: what `dataset.json` lists as `modes`.
@@ -231,11 +235,12 @@ impl Dataset {
     /// Both directions of every successful pair: the speed of `a` next to `b` and of `b` next
     /// to `a`. Infeasible and failed runs have no speed and are left out.
     pub fn directed_speeds(&self) -> Vec<DirectedSpeed<'_>> {
-        let solo: std::collections::HashMap<&str, f64> = self
+        let solo: std::collections::HashMap<&str, &Workload> = self
             .workloads
             .iter()
-            .map(|w| (w.workload.as_str(), w.solo_throughput))
+            .map(|w| (w.workload.as_str(), w))
             .collect();
+        let relative = |se: Option<f64>, rate: f64| se.filter(|_| rate > 0.0).map(|e| e / rate);
         let mut out = Vec::with_capacity(self.pairs.len() * 2);
         for pair in self.pairs.iter().filter(|p| p.status == Status::Ok) {
             let (Some(solo_a), Some(solo_b)) =
@@ -243,18 +248,37 @@ impl Dataset {
             else {
                 continue;
             };
-            out.push(DirectedSpeed {
-                pair,
-                job: &pair.a,
-                other: &pair.b,
-                speed: speed(pair.throughput_a, *solo_a),
-            });
-            out.push(DirectedSpeed {
-                pair,
-                job: &pair.b,
-                other: &pair.a,
-                speed: speed(pair.throughput_b, *solo_b),
-            });
+            for (job, other, rate, se, alone) in [
+                (
+                    &pair.a,
+                    &pair.b,
+                    pair.throughput_a,
+                    pair.throughput_a_se,
+                    solo_a,
+                ),
+                (
+                    &pair.b,
+                    &pair.a,
+                    pair.throughput_b,
+                    pair.throughput_b_se,
+                    solo_b,
+                ),
+            ] {
+                let relative_se = match (
+                    relative(se, rate),
+                    relative(alone.solo_throughput_se, alone.solo_throughput),
+                ) {
+                    (Some(x), Some(y)) => Some(x.hypot(y)),
+                    _ => None,
+                };
+                out.push(DirectedSpeed {
+                    pair,
+                    job,
+                    other,
+                    speed: speed(rate, alone.solo_throughput),
+                    relative_se,
+                });
+            }
         }
         out
     }

@@ -76,6 +76,10 @@ pub struct Summary {
     pub by_mode: Vec<ModeCounts>,
     /// Speeds of both jobs of every successful pair, all modes together.
     pub speed: Option<Quantiles>,
+    /// The relative standard errors of those speeds that have one (from their windows), all
+    /// modes together: how precisely the dataset measured them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speed_relative_se: Option<Quantiles>,
 }
 
 impl Summary {
@@ -113,6 +117,7 @@ impl Summary {
             *by_status.entry(p.status).or_insert(0) += 1;
         }
         let all: Vec<f64> = speeds.iter().map(|s| s.speed).collect();
+        let errors: Vec<f64> = speeds.iter().filter_map(|s| s.relative_se).collect();
         Summary {
             name: dataset.meta.name.clone(),
             gpu: dataset.meta.provenance.gpu.clone(),
@@ -132,13 +137,45 @@ impl Summary {
             by_status,
             by_mode,
             speed: Quantiles::of(&all),
+            speed_relative_se: Quantiles::of(&errors),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Quantiles;
+    use super::{Quantiles, Summary};
+    use crate::dataset::Dataset;
+
+    #[test]
+    fn the_speeds_relative_errors_come_from_pair_and_solo_windows() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/cpu-dev2c");
+        let mut d = Dataset::read(&dir).expect("a committed dataset");
+        for w in &mut d.workloads {
+            w.solo_throughput_se = None;
+        }
+        for p in &mut d.pairs {
+            p.throughput_a_se = None;
+            p.throughput_b_se = None;
+        }
+        // No errors recorded: none summarised.
+        assert_eq!(Summary::of(&d).speed_relative_se, None);
+        // 3% on every pair rate and 4% on every solo rate: 5% on every speed.
+        for w in &mut d.workloads {
+            w.solo_throughput_se = Some(0.04 * w.solo_throughput);
+        }
+        for p in &mut d.pairs {
+            p.throughput_a_se = Some(0.03 * p.throughput_a);
+            p.throughput_b_se = Some(0.03 * p.throughput_b);
+        }
+        let s = Summary::of(&d);
+        let e = s.speed_relative_se.expect("errors");
+        assert!(
+            (e.median - 0.05).abs() < 1e-9 && (e.max - 0.05).abs() < 1e-9,
+            "{e:?}"
+        );
+        assert_eq!(Some(e.count), s.speed.map(|q| q.count));
+    }
 
     #[test]
     fn quantiles_interpolate_between_order_statistics() {
