@@ -31,7 +31,7 @@ use crate::choose::{Rule, Select, choose_with};
 use crate::record::{AuditRecord, AuditedSetting, CampaignRecord, FORMAT, RecordedChoice};
 use crate::replay::Budget;
 use crate::scoring::{MIN_FEASIBLE_SETTINGS, Scorer};
-use crate::settings::{self, Candidate, Setting, SettingKey};
+use crate::settings::{self, Candidate, Setting, SettingKey, open_candidates};
 
 /// Rounds after the first that share the selection budget when `--round-size` is not given.
 pub const DEFAULT_ROUNDS: usize = 4;
@@ -476,15 +476,7 @@ pub fn run(
                 }
             }
         }
-        let taken: BTreeSet<SettingKey> = chosen.iter().map(|c| c.setting.key()).collect();
-        let candidates: Vec<Candidate> = grid
-            .iter()
-            .filter(|s| !taken.contains(&s.key()))
-            .map(|s| Candidate {
-                dataset: 0,
-                setting: s.clone(),
-            })
-            .collect();
+        let candidates = open_candidates(&grid, chosen.iter().map(|c| &c.setting));
         let k = if round == 0 { first } else { round_size }.min(sizes.selection - chosen.len());
         let known = [known];
         // One fit serves the choice and the next round's check of --target-mape.
@@ -603,13 +595,7 @@ pub fn run(
             false,
             options.workers,
         )?;
-        let candidates: Vec<Candidate> = audited
-            .iter()
-            .map(|s| Candidate {
-                dataset: 0,
-                setting: s.clone(),
-            })
-            .collect();
+        let candidates = Candidate::of_one(audited.iter().cloned());
         let errors = match &scorer {
             Some(s) => audit::errors(s, std::slice::from_ref(&all), &candidates),
             None => vec![Vec::new(); candidates.len()],

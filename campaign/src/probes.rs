@@ -13,7 +13,6 @@
 //! Choices are journalled in `choices.jsonl` before they are measured, as in a budgeted
 //! campaign, so a killed campaign resumes with the same probes.
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use duet_core::dataset::{CAMPAIGN_FILE, Dataset, Mode};
@@ -26,7 +25,7 @@ use crate::budgeted::{Choices, Entry, Measuring, invalid, mix, profiler, solo_ta
 use crate::choose::{Select, choose_with};
 use crate::record::{CampaignRecord, FORMAT, OntoRecord, RecordedChoice};
 use crate::scoring::Scorer;
-use crate::settings::{self, Candidate, Setting, SettingKey};
+use crate::settings::{self, Setting, open_candidates};
 
 /// The default K: every new workload in three measured pairs.
 pub const DEFAULT_PROBES: usize = 3;
@@ -301,15 +300,7 @@ pub fn run(
             return Err(profiler(session.stop_interrupted()));
         }
         let known_data = [combined(onto, &session.dataset().map_err(profiler)?)];
-        let taken: BTreeSet<SettingKey> = chosen.iter().map(|c| c.setting.key()).collect();
-        let open: Vec<Candidate> = grid
-            .iter()
-            .filter(|s| !taken.contains(&s.key()))
-            .map(|s| Candidate {
-                dataset: 0,
-                setting: s.clone(),
-            })
-            .collect();
+        let open = open_candidates(&grid, chosen.iter().map(|c| &c.setting));
         let scorer = if options.select == Select::Uncertainty {
             Scorer::fit(
                 &known_data,

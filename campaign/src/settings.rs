@@ -117,6 +117,28 @@ pub struct Candidate {
     pub setting: Setting,
 }
 
+impl Candidate {
+    /// Settings of the one dataset a campaign grows (dataset 0).
+    pub fn of_one(settings: impl IntoIterator<Item = Setting>) -> Vec<Candidate> {
+        settings
+            .into_iter()
+            .map(|setting| Candidate {
+                dataset: 0,
+                setting,
+            })
+            .collect()
+    }
+}
+
+/// The settings of `grid` not yet `taken`, as candidates of the one dataset a campaign grows.
+pub fn open_candidates<'a>(
+    grid: &[Setting],
+    taken: impl IntoIterator<Item = &'a Setting>,
+) -> Vec<Candidate> {
+    let taken: BTreeSet<SettingKey> = taken.into_iter().map(Setting::key).collect();
+    Candidate::of_one(grid.iter().filter(|s| !taken.contains(&s.key())).cloned())
+}
+
 /// Every setting `dataset` holds a row of, in row order.
 pub fn of_dataset(dataset: &Dataset) -> Vec<Setting> {
     dataset.pairs.iter().map(Setting::of).collect()

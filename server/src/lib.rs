@@ -23,6 +23,7 @@ pub mod shed;
 pub mod state;
 pub mod store;
 pub mod sync;
+pub mod tensor_json;
 
 use std::sync::Arc;
 

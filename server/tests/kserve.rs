@@ -1,7 +1,8 @@
 //! `POST /v2/models/{name}/infer` with the binary tensor data extension, in process: a binary
-//! input answered as the same tensor in JSON is, binary outputs where asked, the outputs those
-//! of `/v1/predict` for the same pairs, and every way a binary body can disagree with its JSON
-//! header refused with a 400 or 422 naming the field.
+//! input answered as the same tensor in JSON is (a large JSON tensor too, read on every core),
+//! binary outputs where asked, the outputs those of `/v1/predict` for the same pairs, and every
+//! way a binary body can disagree with its JSON header refused with a 400 or 422 naming the
+//! field.
 
 use axum::Router;
 use axum::body::Body;
@@ -200,6 +201,92 @@ async fn binary_tensors_in_and_out_match_json_and_v1_predict() {
             Some(probability)
         );
     }
+}
+
+/// A JSON tensor large enough to be read on every core (`tensor_json`): the same outputs as
+/// the same values in binary, to the bit; a value deep inside it that is not a number still
+/// refused by serde's words, naming its index.
+#[tokio::test]
+async fn a_large_json_tensor_reads_as_its_binary_twin() {
+    let (app, state) = app_with(Config::new(model_dir()));
+    let width = state.model().expect("model").meta.spec.pair_width();
+    let rows = 2_000;
+    let mut rng = duet_core::rng::Rng::new(9);
+    #[allow(clippy::cast_possible_truncation)]
+    let data: Vec<f32> = (0..rows * width)
+        .map(|_| ((rng.unit() - 0.5) * 6.0) as f32)
+        .collect();
+    // As tritonclient writes FP32 in JSON: each value widened, its shortest f64 text.
+    let text: Vec<String> = data.iter().map(|v| f64::from(*v).to_string()).collect();
+    let json_body = |values: &[String]| {
+        format!(
+            r#"{{"inputs": [{{"name": "pairs", "shape": [{rows}, {width}], "datatype": "FP32", "data": [{}]}}]}}"#,
+            values.join(", ")
+        )
+    };
+    let body = json_body(&text);
+    assert!(body.len() > duet_server::tensor_json::SPLIT_BYTES * 4);
+    let send = |body: String| {
+        let app = app.clone();
+        async move {
+            let response = app
+                .oneshot(
+                    Request::builder()
+                        .method("POST")
+                        .uri(URI)
+                        .header("content-type", "application/json")
+                        .body(Body::from(body))
+                        .expect("request"),
+                )
+                .await
+                .expect("response");
+            let status = response.status();
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .expect("body");
+            (
+                status,
+                serde_json::from_slice::<Value>(&bytes).expect("JSON answer"),
+            )
+        }
+    };
+    let (status, answer) = send(body).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let from_json: Vec<f32> =
+        serde_json::from_value(answer["outputs"][0]["data"].clone()).expect("f32");
+    let header = json!({"inputs": [binary_input(rows, width, data.len() * 4)],
+                        "parameters": {"binary_data_output": true}});
+    let binary = post(&app, &header, &bytes(&data), None).await;
+    assert_eq!(binary.status, StatusCode::OK, "{}", binary.json());
+    assert_eq!(from_json.len(), rows * 3);
+    assert_eq!(from_json, binary.binary_values());
+    // Two thirds in, a string: serde's refusal, with its place.
+    let mut spoiled = text.clone();
+    let at = spoiled.len() * 2 / 3;
+    spoiled[at] = "\"x\"".into();
+    let (status, answer) = send(json_body(&spoiled)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(
+        answer["field"].as_str(),
+        Some(format!("inputs[0].data[{at}]").as_str()),
+        "{answer}"
+    );
+    // Too large a number for FP32: serde's refusal too.
+    let mut far = text;
+    far[at] = "1e39".into();
+    let (status, answer) = send(json_body(&far)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("number out of range")),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["field"].as_str(),
+        Some(format!("inputs[0].data[{at}]").as_str()),
+        "{answer}"
+    );
 }
 
 #[tokio::test]

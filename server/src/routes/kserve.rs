@@ -377,6 +377,24 @@ fn input_values(
     Ok(data)
 }
 
+/// The request's JSON: its tensors' values lifted out of the bytes where they are plain numbers
+/// (`crate::tensor_json`, the fast path of a large tensor), the rest by serde; any body the
+/// lifting steps aside for, or that serde then refuses, is parsed whole by serde, so a refusal
+/// is what it always was.
+pub fn parse_request(json: &[u8], budget: usize) -> Result<InferRequest, Refused> {
+    if let Some(lifted) = crate::tensor_json::lift(json, budget, crate::state::cores())
+        && let Ok(mut request) = crate::bounded::parse::<InferRequest>(&lifted.json, budget)
+    {
+        for (i, values) in lifted.data {
+            if let Some(input) = request.inputs.get_mut(i) {
+                input.data = Some(values);
+            }
+        }
+        return Ok(request);
+    }
+    crate::bounded::parse(json, budget)
+}
+
 /// Runs the model on the request in `body`: its answer in JSON, or in binary where asked.
 fn answer(
     state: &AppState,
@@ -390,7 +408,7 @@ fn answer(
     let (json, binary) = split(body, header_length)?;
     // Every tensor's values count: more than the rows limit allows ends the parse there.
     let budget = max_rows.saturating_mul(width);
-    let request: InferRequest = match crate::bounded::parse(json, budget) {
+    let request: InferRequest = match parse_request(json, budget) {
         Ok(r) => r,
         Err(Refused::OverLimit) => {
             return Err(Failure::field(

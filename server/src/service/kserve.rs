@@ -149,7 +149,7 @@ pub fn from_le_bytes(
     }
     Ok(bytes
         .chunks_exact(FP32_BYTES)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap_or_default()))
         .collect())
 }
 
@@ -165,6 +165,11 @@ pub fn check_values(field: &str, data: &[f32], rows: usize, width: usize) -> Res
                 rows * width
             ),
         ));
+    }
+    // One pass that vectorises (a NaN or an infinity fails `<=` too), then the first offender
+    // looked for only where there is one.
+    if data.iter().fold(true, |ok, v| ok & (v.abs() <= MAX_INPUT)) {
+        return Ok(());
     }
     if let Some(i) = data
         .iter()
