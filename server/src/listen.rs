@@ -52,19 +52,9 @@ pub async fn serve(
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    // Out of descriptors or a connection reset before it was taken: go on
-                    // after a pause, as hyper's own accept loops do.
-                    tracing::warn!(error = %e, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            stream = accept(&listener, "HTTP") => stream,
             () = &mut shutdown => break,
         };
-        let _ = stream.set_nodelay(true);
         let connection = Connection {
             app: app.clone(),
             state: state.clone(),
@@ -121,6 +111,24 @@ async fn is_probe(stream: &TcpStream) -> bool {
     tokio::time::timeout(PROBE_WAIT, look)
         .await
         .unwrap_or(false)
+}
+
+/// The next connection on `listener`, Nagle's algorithm off. An accept that fails (out of
+/// descriptors, a connection reset before it was taken) is logged and tried again after a
+/// pause, as hyper's own accept loops do. Cancel-safe: a caller may stop waiting at any time.
+pub(crate) async fn accept(listener: &TcpListener, transport: &'static str) -> TcpStream {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                return stream;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, transport, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
 }
 
 /// One accepted connection and what serving it needs.

@@ -90,14 +90,7 @@ fn limited(
     tokio::spawn(async move {
         loop {
             let stream = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accepting a gRPC connection failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
+                stream = crate::listen::accept(&listener, "gRPC") => stream,
                 () = tx.closed() => return,
             };
             let Ok(place) = places.clone().try_acquire_owned() else {
@@ -109,7 +102,6 @@ fn limited(
                 tracing::debug!("gRPC connection over --max-connections closed");
                 continue;
             };
-            let _ = stream.set_nodelay(true);
             if tx
                 .send(Ok(Held {
                     io: stream,
