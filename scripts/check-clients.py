@@ -2,7 +2,7 @@
 against /v1/predict for the same pairs:
 
 - tritonclient.http with its defaults (the binary tensor data extension, in and out) and with
-  `binary_data=False` (JSON both ways);
+  `binary_data=False` (JSON both ways), the server's metadata, and the model by its version;
 - tritonclient.grpc (raw_input_contents, its default) where --grpc is given;
 - a client generated from proto/duet.proto by grpcio-tools (into --work) where --grpc is given.
 
@@ -135,22 +135,29 @@ from tritonclient.utils import InferenceServerException
 http = httpclient.InferenceServerClient(url=args.http)
 
 
-@check("tritonclient.http: live, ready, model ready, metadata")
+@check("tritonclient.http: live, ready, model ready, server and model metadata, by version too")
 def _():
     assert http.is_server_live()
     assert http.is_server_ready()
     assert http.is_model_ready(MODEL, headers=dict(AUTH))
+    server = http.get_server_metadata()
+    assert server["name"] == "duet" and "binary_tensor_data" in server["extensions"], server
     meta = http.get_model_metadata(MODEL, headers=dict(AUTH))
     assert meta["inputs"][0]["name"] == "pairs", meta
     assert meta["inputs"][0]["shape"] == [-1, INPUTS.shape[1]], meta
     assert meta["outputs"][0] == {"name": "outputs", "datatype": "FP32", "shape": [-1, 3]}, meta
+    version = meta["versions"][0]
+    assert http.is_model_ready(MODEL, model_version=version, headers=dict(AUTH))
+    assert http.get_model_metadata(MODEL, model_version=version, headers=dict(AUTH)) == meta
+    assert not http.is_model_ready(MODEL, model_version="0", headers=dict(AUTH))
 
 
-def http_infer(binary):
+def http_infer(binary, version=""):
     tensor = httpclient.InferInput("pairs", list(INPUTS.shape), "FP32")
     tensor.set_data_from_numpy(INPUTS, binary_data=binary)
     outputs = None if binary else [httpclient.InferRequestedOutput("outputs", binary_data=False)]
-    return http.infer(MODEL, [tensor], outputs=outputs, request_id="c1", headers=dict(AUTH))
+    return http.infer(MODEL, [tensor], model_version=version, outputs=outputs, request_id="c1",
+                      headers=dict(AUTH))
 
 
 HTTP_OUTPUTS = {}
@@ -175,6 +182,20 @@ def _():
     HTTP_OUTPUTS["json"] = result.as_numpy("outputs")
     same_as_predict(HTTP_OUTPUTS["json"], "http json")
     assert np.array_equal(HTTP_OUTPUTS["json"], HTTP_OUTPUTS["binary"])
+
+
+@check("tritonclient.http, the model's version named (model_version) = unnamed; another refused")
+def _():
+    version = http.get_model_metadata(MODEL, headers=dict(AUTH))["versions"][0]
+    for binary in (True, False):
+        result = http_infer(binary=binary, version=version)
+        assert result.get_response()["model_version"] == version
+        assert np.array_equal(result.as_numpy("outputs"), HTTP_OUTPUTS["binary"])
+    try:
+        http_infer(binary=True, version="0")
+        raise AssertionError("answered for a version this server does not serve")
+    except InferenceServerException as e:
+        assert "no version `0`" in str(e), str(e)
 
 
 @check("tritonclient.http: a wrong tensor and a missing token are refused, naming why")
@@ -224,6 +245,9 @@ if args.grpc:
         outputs = result.as_numpy("outputs")
         same_as_predict(outputs, "grpc")
         assert "binary" not in HTTP_OUTPUTS or np.array_equal(outputs, HTTP_OUTPUTS["binary"])
+        version = result.get_response().model_version
+        named = triton.infer(MODEL, [tensor], model_version=version, headers=dict(METADATA))
+        assert np.array_equal(named.as_numpy("outputs"), outputs)
 
     @check("tritonclient.grpc: a wrong tensor and a missing token are refused, naming why")
     def _():

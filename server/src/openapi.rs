@@ -44,11 +44,15 @@ pub fn routes() -> Router<Arc<AppState>> {
         crate::routes::limits::limits,
         crate::routes::observations::post_observations,
         crate::routes::observations::drift,
+        crate::routes::kserve::server_metadata,
         crate::routes::kserve::live,
         crate::routes::kserve::ready,
         crate::routes::kserve::metadata,
         crate::routes::kserve::model_ready,
         crate::routes::kserve::infer,
+        crate::routes::kserve::version_metadata,
+        crate::routes::kserve::version_ready,
+        crate::routes::kserve::version_infer,
     ),
     components(schemas(
         duet_core::api::PredictRequest,
@@ -123,6 +127,34 @@ fn schema_ref(name: &str) -> Value {
 
 /// The parts of the document the loaded model and the flags decide.
 fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
+    if let Some(model) = model {
+        // A KServe path names the served model and, where it has one, its version; any
+        // other is a 404.
+        let name = model.meta.name.clone();
+        let version = model.version().to_string();
+        if let Some(paths) = doc["paths"].as_object_mut() {
+            for (_, item) in paths
+                .iter_mut()
+                .filter(|(p, _)| p.starts_with("/v2/models/"))
+            {
+                for operation in item
+                    .as_object_mut()
+                    .into_iter()
+                    .flat_map(|o| o.values_mut())
+                {
+                    for p in operation["parameters"].as_array_mut().into_iter().flatten() {
+                        let (value, what) = match p["name"].as_str() {
+                            Some("name") => (&name, "the served model's name"),
+                            Some("version") => (&version, "the served model's version"),
+                            _ => continue,
+                        };
+                        p["schema"] =
+                            json!({"type": "string", "enum": [value], "description": what});
+                    }
+                }
+            }
+        }
+    }
     let schemas = &mut doc["components"]["schemas"];
     let features = model.map_or_else(
         || json!({"type": "object", "additionalProperties": feature_value()}),
@@ -250,12 +282,17 @@ fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
         "binary_data_output",
         "true: every output's values as raw little-endian bytes after the answer's JSON header",
     );
-    let answered = &mut doc["paths"]["/v2/models/{name}/infer"]["post"]["responses"]["200"];
-    answered["content"]["application/octet-stream"]["schema"] = json!({
-        "type": "string", "format": "binary",
-        "description": "the answer's JSON header (Inference-Header-Content-Length bytes, \
-                        outputs with parameters.binary_data_size), then their values as \
-                        little-endian FP32"});
+    for path in [
+        "/v2/models/{name}/infer",
+        "/v2/models/{name}/versions/{version}/infer",
+    ] {
+        let answered = &mut doc["paths"][path]["post"]["responses"]["200"];
+        answered["content"]["application/octet-stream"]["schema"] = json!({
+            "type": "string", "format": "binary",
+            "description": "the answer's JSON header (Inference-Header-Content-Length bytes, \
+                            outputs with parameters.binary_data_size), then their values as \
+                            little-endian FP32"});
+    }
     let schemas = &mut doc["components"]["schemas"];
     schemas["InferRequestedOutput"]["properties"]["name"] =
         json!({"type": "string", "const": duet_model::onnx::OUTPUT});

@@ -578,6 +578,10 @@ async fn health_models_metrics_and_openapi() {
         "/v2/models/{name}/infer",
         "/v2/models/{name}",
         "/v2/health/ready",
+        "/v2",
+        "/v2/models/{name}/versions/{version}",
+        "/v2/models/{name}/versions/{version}/ready",
+        "/v2/models/{name}/versions/{version}/infer",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} missing");
     }
@@ -651,6 +655,53 @@ async fn kserve_v2_aliases_run_the_same_model() {
         Some("name"),
         "no model `other`",
     );
+    // The server's metadata, as GET /v2 states it in the protocol.
+    let (s, server) = call(&app, "GET", "/v2", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(server["name"], "duet");
+    assert_eq!(server["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(server["extensions"], json!(["binary_tensor_data"]));
+    // The served version by name: the same metadata, readiness and answer; another: 404.
+    let version = meta["versions"][0].as_str().expect("a version").to_string();
+    assert_eq!(version, model.version().to_string());
+    let at = |rest: &str| format!("/v2/models/default/versions/{version}{rest}");
+    let (s, versioned) = call(&app, "GET", &at(""), None, None).await;
+    assert_eq!((s, &versioned), (StatusCode::OK, &meta));
+    let (s, ready) = call(&app, "GET", &at("/ready"), None, None).await;
+    assert_eq!((s, ready["ready"].as_bool()), (StatusCode::OK, Some(true)));
+    let body = json!({"inputs": [{"name": "pairs", "shape": [2, width], "datatype": "FP32", "data": data}]});
+    let (s, out) = call(&app, "POST", &at("/infer"), Some(body.clone()), None).await;
+    assert_eq!(s, StatusCode::OK, "{out}");
+    let again: Vec<f32> =
+        serde_json::from_value(out["outputs"][0]["data"].clone()).expect("floats");
+    assert_eq!(again, expected);
+    assert_eq!(out["model_version"], version.as_str());
+    // The document names the served model and version on every KServe model path.
+    let (_, doc) = call(&app, "GET", "/openapi.json", None, None).await;
+    let parameters =
+        &doc["paths"]["/v2/models/{name}/versions/{version}/infer"]["post"]["parameters"];
+    let schema_of = |name: &str| {
+        parameters
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["name"] == name))
+            .map(|p| p["schema"]["enum"].clone())
+    };
+    assert_eq!(schema_of("name"), Some(json!(["default"])));
+    assert_eq!(schema_of("version"), Some(json!([version])));
+    for (method, rest, body) in [
+        ("GET", "", None),
+        ("GET", "/ready", None),
+        ("POST", "/infer", Some(body)),
+    ] {
+        let uri = format!("/v2/models/default/versions/0{rest}");
+        let other = call(&app, method, &uri, body, None).await;
+        assert_error(
+            &other,
+            StatusCode::NOT_FOUND,
+            Some("version"),
+            "no version `0` of model `default`",
+        );
+    }
 }
 
 #[tokio::test]

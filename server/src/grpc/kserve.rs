@@ -52,19 +52,7 @@ fn named(
     version: &str,
     field: &str,
 ) -> Result<Arc<LoadedModel>, Failure> {
-    let model = service::named(state, name)?;
-    if version.is_empty() || version == model.version() {
-        Ok(model)
-    } else {
-        Err(Failure::field(
-            field,
-            format!(
-                "no version `{version}` of model `{name}`; this server serves version `{}`",
-                model.version()
-            ),
-        )
-        .with_status(axum::http::StatusCode::NOT_FOUND))
-    }
+    service::named_version(state, name, (!version.is_empty()).then_some(version), field)
 }
 
 fn metadata(t: TensorSpec) -> TensorMetadata {
@@ -120,8 +108,8 @@ impl GrpcInferenceService for Kserve {
     ) -> Result<Response<ServerMetadataResponse>, Status> {
         call(&self.state, SERVER_METADATA, async {
             Ok(ServerMetadataResponse {
-                name: "duet".into(),
-                version: env!("CARGO_PKG_VERSION").into(),
+                name: service::SERVER_NAME.into(),
+                version: service::SERVER_VERSION.into(),
                 extensions: service::EXTENSIONS.iter().map(|e| (*e).into()).collect(),
             })
         })

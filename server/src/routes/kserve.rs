@@ -23,7 +23,7 @@ use serde_json::Value;
 use crate::auth::authorize_read;
 use crate::bounded::Refused;
 use crate::error::{Failure, body_failure};
-use crate::service::kserve::{self as service, FP32, FP32_BYTES, named};
+use crate::service::kserve::{self as service, FP32, FP32_BYTES};
 use crate::shed::Work;
 use crate::state::{AppState, not_ready};
 
@@ -39,17 +39,58 @@ pub struct ModelName {
     pub name: String,
 }
 
+/// The path parameters naming a model and one of its versions.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ModelVersion {
+    /// The served model's name (`GET /v1/models`).
+    pub name: String,
+    /// The served model's version (`versions` in its metadata); another is a 404.
+    pub version: String,
+}
+
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
+        .route("/v2", get(server_metadata))
         .route("/v2/health/live", get(live))
         .route("/v2/health/ready", get(ready))
         .route("/v2/models/{name}", get(metadata))
         .route("/v2/models/{name}/ready", get(model_ready))
+        .route(
+            "/v2/models/{name}/versions/{version}",
+            get(version_metadata),
+        )
+        .route(
+            "/v2/models/{name}/versions/{version}/ready",
+            get(version_ready),
+        )
 }
 
 /// `infer`, which runs the model: behind the limit of work in flight.
 pub fn infer_routes() -> Router<Arc<AppState>> {
-    Router::new().route("/v2/models/{name}/infer", post(infer))
+    Router::new()
+        .route("/v2/models/{name}/infer", post(infer))
+        .route(
+            "/v2/models/{name}/versions/{version}/infer",
+            post(version_infer),
+        )
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ServerMetadata {
+    pub name: String,
+    pub version: String,
+    /// The protocol's extensions this server speaks.
+    pub extensions: Vec<String>,
+}
+
+#[utoipa::path(get, path = "/v2", tag = "kserve", responses((status = 200, body = ServerMetadata)))]
+pub async fn server_metadata() -> Json<ServerMetadata> {
+    Json(ServerMetadata {
+        name: service::SERVER_NAME.into(),
+        version: service::SERVER_VERSION.into(),
+        extensions: service::EXTENSIONS.iter().map(|e| (*e).into()).collect(),
+    })
 }
 
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -115,8 +156,30 @@ pub async fn metadata(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Json<ModelMetadata>, Failure> {
-    authorize_read(&state, &headers)?;
-    let model = named(&state, &name)?;
+    model_metadata(&state, &headers, &name, None)
+}
+
+#[utoipa::path(get, path = "/v2/models/{name}/versions/{version}", tag = "kserve", params(ModelVersion), responses(
+    (status = 200, body = ModelMetadata),
+    (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token"),
+    (status = 404, body = duet_core::api::ApiError, description = "no model of that name, or not that version"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet")))]
+pub async fn version_metadata(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path((name, version)): Path<(String, String)>,
+) -> Result<Json<ModelMetadata>, Failure> {
+    model_metadata(&state, &headers, &name, Some(&version))
+}
+
+fn model_metadata(
+    state: &AppState,
+    headers: &HeaderMap,
+    name: &str,
+    version: Option<&str>,
+) -> Result<Json<ModelMetadata>, Failure> {
+    authorize_read(state, headers)?;
+    let model = service::named_version(state, name, version, "version")?;
     Ok(Json(ModelMetadata {
         name: model.meta.name.clone(),
         versions: vec![model.version().to_string()],
@@ -134,10 +197,29 @@ pub async fn model_ready(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
 ) -> Result<Json<Ready>, Failure> {
+    ready_version(&state, &name, None)
+}
+
+#[utoipa::path(get, path = "/v2/models/{name}/versions/{version}/ready", tag = "kserve", params(ModelVersion), responses(
+    (status = 200, body = Ready),
+    (status = 404, body = duet_core::api::ApiError, description = "no model of that name, or not that version"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet")))]
+pub async fn version_ready(
+    State(state): State<Arc<AppState>>,
+    Path((name, version)): Path<(String, String)>,
+) -> Result<Json<Ready>, Failure> {
+    ready_version(&state, &name, Some(&version))
+}
+
+fn ready_version(
+    state: &AppState,
+    name: &str,
+    version: Option<&str>,
+) -> Result<Json<Ready>, Failure> {
     if !state.is_ready() {
         return Err(not_ready());
     }
-    named(&state, &name)?;
+    service::named_version(state, name, version, "version")?;
     Ok(Json(Ready { ready: true }))
 }
 
@@ -522,8 +604,45 @@ pub async fn infer(
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Failure> {
+    infer_version(state, work, headers, &name, None, body).await
+}
+
+/// `infer` on a version of the model: the served one's (`versions` in its metadata), else 404;
+/// the rest as `/v2/models/{name}/infer`.
+#[utoipa::path(post, path = "/v2/models/{name}/versions/{version}/infer", tag = "kserve", params(ModelVersion),
+    request_body = InferRequest, responses(
+    (status = 200, description = "the outputs: JSON, or a JSON header and the outputs' bytes where the request asked for binary outputs",
+        content(
+            (InferResponse = "application/json"),
+            (Vec<u8> = "application/octet-stream"),
+        ),
+        headers(("Inference-Header-Content-Length" = u64, description = "with a binary answer: the length of its JSON header"))),
+    (status = 400, body = duet_core::api::ApiError, description = "malformed JSON, or a binary body that does not match its header"),
+    (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token"),
+    (status = 404, body = duet_core::api::ApiError, description = "no model of that name, or not that version"),
+    (status = 413, body = duet_core::api::ApiError, description = "over the body or rows limit"),
+    (status = 422, body = duet_core::api::ApiError, description = "a tensor the model cannot take (name, type, shape, data length or binary size, a non-finite value)"),
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, over the time limit, or over the limit of work in flight and waiting (`Retry-After` says when to retry)")))]
+pub async fn version_infer(
+    State(state): State<Arc<AppState>>,
+    Extension(work): Extension<Work>,
+    headers: HeaderMap,
+    Path((name, version)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Failure> {
+    infer_version(state, work, headers, &name, Some(&version), body).await
+}
+
+async fn infer_version(
+    state: Arc<AppState>,
+    work: Work,
+    headers: HeaderMap,
+    name: &str,
+    version: Option<&str>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, Failure> {
     authorize_read(&state, &headers)?;
-    let model = named(&state, &name)?;
+    let model = service::named_version(&state, name, version, "version")?;
     let header_length = header_length(&headers)?;
     let body = body.map_err(|e| body_failure(&e, state.config.max_body_bytes))?;
     let worker = state.clone();

@@ -51,6 +51,34 @@ pub fn named(state: &AppState, name: &str) -> Result<Arc<LoadedModel>, Failure> 
     }
 }
 
+/// The model `name` names at `version` (`None`: whichever version is served), or 404 naming
+/// `field` for another version.
+pub fn named_version(
+    state: &AppState,
+    name: &str,
+    version: Option<&str>,
+    field: &str,
+) -> Result<Arc<LoadedModel>, Failure> {
+    let model = named(state, name)?;
+    match version {
+        Some(v) if v != model.version() => Err(Failure::field(
+            field,
+            format!(
+                "no version `{v}` of model `{name}`; this server serves version `{}`",
+                model.version()
+            ),
+        )
+        .with_status(StatusCode::NOT_FOUND)),
+        _ => Ok(model),
+    }
+}
+
+/// The server's name in the protocol's server metadata.
+pub const SERVER_NAME: &str = "duet";
+
+/// The server's version in the protocol's server metadata.
+pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// A tensor's name, datatype and shape, as the model's metadata states them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TensorSpec {
