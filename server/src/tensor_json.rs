@@ -4,9 +4,9 @@
 //! `float_roundtrip`) and the bounded array's visitor, some 70 ns a value, and a 10,000-row
 //! tensor holds 830,000 values: about 60 ms of a request whose forward pass takes 3. [`lift`]
 //! walks the body once, checking its JSON grammar, and reads each `inputs[i].data` array of
-//! plain numbers itself, every value by the standard library's f32 parse (correctly rounded to
-//! f32, where serde's f64 parse rounds twice); serde then reads the rest of the body, those
-//! arrays emptied, a few hundred bytes.
+//! plain numbers itself, each value rounded once to the nearest f32 as its digits are read
+//! (`float`; serde's f64 parse, narrowed, rounds twice); serde then reads the rest of the
+//! body, those arrays emptied, a few hundred bytes.
 //!
 //! A large array (256 KiB of body or more, the size at which a request takes a place of work on
 //! every core, `crate::shed`) is read by one thread per core, each from a comma near its share
