@@ -282,17 +282,17 @@ fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
         "binary_data_output",
         "true: every output's values as raw little-endian bytes after the answer's JSON header",
     );
-    for path in [
-        "/v2/models/{name}/infer",
-        "/v2/models/{name}/versions/{version}/infer",
-    ] {
-        let answered = &mut doc["paths"][path]["post"]["responses"]["200"];
-        answered["content"]["application/octet-stream"]["schema"] = json!({
-            "type": "string", "format": "binary",
-            "description": "the answer's JSON header (Inference-Header-Content-Length bytes, \
-                            outputs with parameters.binary_data_size), then their values as \
-                            little-endian FP32"});
-    }
+    let plain = &mut doc["paths"]["/v2/models/{name}/infer"]["post"]["responses"];
+    plain["200"]["content"]["application/octet-stream"]["schema"] = json!({
+        "type": "string", "format": "binary",
+        "description": "the answer's JSON header (Inference-Header-Content-Length bytes, \
+                        outputs with parameters.binary_data_size), then their values as \
+                        little-endian FP32"});
+    // A version's infer answers as the plain one does, and 404 for another version too.
+    let mut answers = plain.clone();
+    let versioned = &mut doc["paths"]["/v2/models/{name}/versions/{version}/infer"]["post"];
+    answers["404"] = versioned["responses"]["404"].take();
+    versioned["responses"] = answers;
     let schemas = &mut doc["components"]["schemas"];
     schemas["InferRequestedOutput"]["properties"]["name"] =
         json!({"type": "string", "const": duet_model::onnx::OUTPUT});

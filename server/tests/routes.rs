@@ -688,6 +688,21 @@ async fn kserve_v2_aliases_run_the_same_model() {
     };
     assert_eq!(schema_of("name"), Some(json!(["default"])));
     assert_eq!(schema_of("version"), Some(json!([version])));
+    // Its answers are the plain infer's, a 404 for another version too.
+    let answers = |path: &str| doc["paths"][path]["post"]["responses"].clone();
+    let (plain, versioned) = (
+        answers("/v2/models/{name}/infer"),
+        answers("/v2/models/{name}/versions/{version}/infer"),
+    );
+    for status in ["200", "400", "401", "413", "422", "503"] {
+        assert_eq!(plain[status], versioned[status], "{status}");
+    }
+    assert!(
+        versioned["404"]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("version")),
+        "{versioned}"
+    );
     for (method, rest, body) in [
         ("GET", "", None),
         ("GET", "/ready", None),

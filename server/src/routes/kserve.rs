@@ -608,21 +608,11 @@ pub async fn infer(
 }
 
 /// `infer` on a version of the model: the served one's (`versions` in its metadata), else 404;
-/// the rest as `/v2/models/{name}/infer`.
+/// the rest as `/v2/models/{name}/infer`, whose answers the document gives this path too
+/// (`crate::openapi`).
 #[utoipa::path(post, path = "/v2/models/{name}/versions/{version}/infer", tag = "kserve", params(ModelVersion),
     request_body = InferRequest, responses(
-    (status = 200, description = "the outputs: JSON, or a JSON header and the outputs' bytes where the request asked for binary outputs",
-        content(
-            (InferResponse = "application/json"),
-            (Vec<u8> = "application/octet-stream"),
-        ),
-        headers(("Inference-Header-Content-Length" = u64, description = "with a binary answer: the length of its JSON header"))),
-    (status = 400, body = duet_core::api::ApiError, description = "malformed JSON, or a binary body that does not match its header"),
-    (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token"),
-    (status = 404, body = duet_core::api::ApiError, description = "no model of that name, or not that version"),
-    (status = 413, body = duet_core::api::ApiError, description = "over the body or rows limit"),
-    (status = 422, body = duet_core::api::ApiError, description = "a tensor the model cannot take (name, type, shape, data length or binary size, a non-finite value)"),
-    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, over the time limit, or over the limit of work in flight and waiting (`Retry-After` says when to retry)")))]
+    (status = 404, body = duet_core::api::ApiError, description = "no model of that name, or not that version")))]
 pub async fn version_infer(
     State(state): State<Arc<AppState>>,
     Extension(work): Extension<Work>,
