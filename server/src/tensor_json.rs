@@ -51,12 +51,6 @@ pub fn lift(body: &[u8], budget: usize, threads: usize) -> Option<Lifted> {
     if scan.at != body.len() {
         return None;
     }
-    if scan.data.is_empty() {
-        return Some(Lifted {
-            json: body.to_vec(),
-            data: Vec::new(),
-        });
-    }
     scan.json.extend_from_slice(&body[scan.copied..]);
     Some(Lifted {
         json: scan.json,
@@ -95,9 +89,7 @@ impl<'a> Scan<'a> {
     }
 
     fn whitespace(&mut self) {
-        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
-            self.at += 1;
-        }
+        self.at = skip_whitespace(self.bytes, self.at);
     }
 
     fn eat(&mut self, byte: u8) -> Option<()> {
@@ -114,7 +106,7 @@ impl<'a> Scan<'a> {
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
             b'n' => self.literal(b"null"),
-            b'-' | b'0'..=b'9' => self.number().map(|_| ()),
+            b'-' | b'0'..=b'9' => float(self.bytes, self.at).map(|(_, end)| self.at = end),
             _ => None,
         }
     }
@@ -156,35 +148,6 @@ impl<'a> Scan<'a> {
                 _ => self.at += 1,
             }
         }
-    }
-
-    /// A number in JSON's grammar; its bytes.
-    fn number(&mut self) -> Option<&'a [u8]> {
-        let start = self.at;
-        let digits = |s: &mut Self| {
-            let from = s.at;
-            while let Some(b'0'..=b'9') = s.peek() {
-                s.at += 1;
-            }
-            s.at > from
-        };
-        let _ = self.eat(b'-');
-        if self.eat(b'0').is_none() && !digits(self) {
-            return None;
-        }
-        if self.eat(b'.').is_some() && !digits(self) {
-            return None;
-        }
-        if let Some(b'e' | b'E') = self.peek() {
-            self.at += 1;
-            if let Some(b'+' | b'-') = self.peek() {
-                self.at += 1;
-            }
-            if !digits(self) {
-                return None;
-            }
-        }
-        Some(&self.bytes[start..self.at])
     }
 
     fn object(&mut self, place: Place, depth: usize) -> Option<()> {
@@ -275,9 +238,6 @@ impl<'a> Scan<'a> {
         };
         self.left = self.left.checked_sub(values.len())?;
         self.at = end;
-        if self.json.capacity() == 0 {
-            self.json.reserve(self.bytes.len().min(64 * 1024));
-        }
         self.json.extend_from_slice(&self.bytes[self.copied..start]);
         self.json.extend_from_slice(b"[]");
         self.copied = self.at;
