@@ -13,6 +13,11 @@
 //! selectable setting. Probe curves hold a workload (or every workload of one value of a
 //! categorical feature, a family) out of the known settings and add K probes each, chosen by
 //! the same scoring or at random, scoring its other settings.
+//!
+//! Earlier datasets (`priors`, a real campaign's `--prior`) join every fit as more to learn
+//! from, never as candidates; one holding a setting of the oracle is refused (it would hold the
+//! answers), and a probe curve's held-out workloads leave them too (a new job is in no earlier
+//! dataset). With priors the first round is scored by their model rather than by the design.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -123,6 +128,9 @@ pub struct ReplayOptions {
     pub max_probes: usize,
     /// A categorical workload feature whose values are held out as families in the probe curve.
     pub group_by: Option<String>,
+    /// Earlier datasets every fit also learns from (`--prior`, as in a real campaign): never
+    /// candidates, never scored, and holding none of the oracle's settings.
+    pub priors: Vec<(PathBuf, Dataset)>,
     pub workers: usize,
     /// The command line, for the report.
     pub command: Option<String>,
@@ -145,6 +153,7 @@ impl ReplayOptions {
             probe_units: 0,
             max_probes: 5,
             group_by: None,
+            priors: Vec::new(),
             workers: std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
             command: None,
             date: duet_core::timestamp::today(),
@@ -180,6 +189,24 @@ pub struct DataInfo {
     pub gpus: Vec<String>,
     pub workloads: usize,
     pub settings: usize,
+}
+
+impl DataInfo {
+    fn of((path, d): &(PathBuf, Dataset)) -> DataInfo {
+        DataInfo {
+            name: d.meta.name.clone(),
+            path: path.display().to_string(),
+            gpus: d
+                .pairs
+                .iter()
+                .map(|p| p.gpu.clone())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+            workloads: d.workloads.len(),
+            settings: d.pairs.len(),
+        }
+    }
 }
 
 /// One method at one budget in one seed.
@@ -278,6 +305,9 @@ pub struct Replay {
     pub command: Option<String>,
     pub date: String,
     pub data: Vec<DataInfo>,
+    /// The earlier datasets every fit also learned from (`--prior`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub priors: Vec<DataInfo>,
     pub settings: usize,
     /// Settings in each seed's test set.
     pub test: usize,
@@ -639,22 +669,8 @@ pub fn replay(
         format: FORMAT.to_string(),
         command: options.command.clone(),
         date: options.date.clone(),
-        data: data
-            .iter()
-            .map(|(path, d)| DataInfo {
-                name: d.meta.name.clone(),
-                path: path.display().to_string(),
-                gpus: d
-                    .pairs
-                    .iter()
-                    .map(|p| p.gpu.clone())
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect(),
-                workloads: d.workloads.len(),
-                settings: d.pairs.len(),
-            })
-            .collect(),
+        data: data.iter().map(DataInfo::of).collect(),
+        priors: options.priors.iter().map(DataInfo::of).collect(),
         settings: n,
         test: test_n,
         selectable,
@@ -733,6 +749,39 @@ fn check(data: &[(PathBuf, Dataset)], options: &ReplayOptions) -> Result<(), Cam
     }
     if options.rounds == 0 {
         return invalid("--rounds: at least 1".into());
+    }
+    let oracle_settings: BTreeMap<SettingKey, &PathBuf> = data
+        .iter()
+        .flat_map(|(path, d)| d.pairs.iter().map(move |p| (Setting::of(p).key(), path)))
+        .collect();
+    let modes: BTreeSet<_> = data
+        .iter()
+        .flat_map(|(_, d)| d.pairs.iter().map(|p| p.mode))
+        .collect();
+    for (dir, prior) in &options.priors {
+        if let Some((p, path)) = prior
+            .pairs
+            .iter()
+            .find_map(|p| oracle_settings.get(&Setting::of(p).key()).map(|d| (p, d)))
+        {
+            return invalid(format!(
+                "--prior {}: it holds setting {} of --data {}; a prior that holds the oracle's \
+                 settings hands the replay the answers it is judged on (give an earlier \
+                 dataset of other devices, modes or workloads)",
+                dir.display(),
+                Setting::of(p),
+                path.display()
+            ));
+        }
+        if let Some(p) = prior.pairs.iter().find(|p| !modes.contains(&p.mode)) {
+            return invalid(format!(
+                "--prior {}: its pairs are measured in {} but --data holds no pair in that \
+                 mode; an earlier dataset must be in the replayed modes (as with `duet \
+                 profile --prior`)",
+                dir.display(),
+                p.mode
+            ));
+        }
     }
     for (path, d) in data {
         let feasible = d.pairs.iter().filter(|p| p.status == Status::Ok).count();
@@ -813,10 +862,11 @@ fn run_seed(
         seed,
         ..options.config.clone()
     };
+    let priors: Vec<Dataset> = options.priors.iter().map(|(_, d)| d.clone()).collect();
     let fit = |chosen: &[usize], calibrated: bool| {
         Scorer::fit(
             &oracle.known(&world, chosen),
-            &[],
+            &priors,
             &config,
             calibrated,
             options.workers,
@@ -839,7 +889,7 @@ fn run_seed(
         let (picks, picked) = select_run(
             oracle,
             options,
-            &world,
+            (&world, &priors),
             &config,
             seed,
             select,
@@ -1017,7 +1067,7 @@ fn run_seed(
 fn select_run(
     oracle: &Oracle,
     options: &ReplayOptions,
-    world: &[Dataset],
+    (world, priors): (&[Dataset], &[Dataset]),
     config: &TrainConfig,
     seed: u64,
     select: Select,
@@ -1055,7 +1105,13 @@ fn select_run(
             config: config.clone(),
             workers: options.workers,
         };
-        let picks = choose(&known, &[], &oracle.candidates(&left), k, &choose_options)?;
+        let picks = choose(
+            &known,
+            priors,
+            &oracle.candidates(&left),
+            k,
+            &choose_options,
+        )?;
         if picks.is_empty() {
             break;
         }
@@ -1073,6 +1129,28 @@ fn select_run(
         round += 1;
     }
     Ok((out, chosen))
+}
+
+/// `d` without the workloads of `held`: their solo rows and every pair with one of them.
+fn without_workloads(d: &Dataset, held: &BTreeSet<String>) -> Dataset {
+    let pairs: Vec<_> = d
+        .pairs
+        .iter()
+        .filter(|p| !held.contains(&p.a) && !held.contains(&p.b))
+        .cloned()
+        .collect();
+    let mut meta = d.meta.clone();
+    meta.modes = modes_present(&pairs);
+    Dataset {
+        meta,
+        workloads: d
+            .workloads
+            .iter()
+            .filter(|w| !held.contains(&w.workload))
+            .cloned()
+            .collect(),
+        pairs,
+    }
 }
 
 /// A held-out unit's probe curves: every setting of `held` leaves the known ones; each held
@@ -1117,12 +1195,18 @@ fn probe(
         v
     };
     let all_candidates = oracle.candidates(&all);
+    // A new job is in no earlier dataset either: the held workloads leave the priors too.
+    let priors: Vec<Dataset> = options
+        .priors
+        .iter()
+        .map(|(_, d)| without_workloads(d, held))
+        .collect();
     let fit = |probes: &[usize]| {
         let mut rows = base.clone();
         rows.extend(probes);
         Scorer::fit(
             &oracle.known(world, &rows),
-            &[],
+            &priors,
             config,
             false,
             options.workers,
@@ -1317,6 +1401,74 @@ mod tests {
         // The same seeds replay the same.
         let again = replay(&data, &options, &mut Lines(|_: &str| {})).expect("replayed");
         assert_eq!(again.curves, r.curves);
+    }
+
+    /// `d` as measured on another device, `gpu`.
+    fn on_device(d: &Dataset, gpu: &str) -> Dataset {
+        let mut d = d.clone();
+        d.meta.name = format!("synthetic-{gpu}");
+        d.meta.provenance.gpu = gpu.to_string();
+        for p in &mut d.pairs {
+            p.gpu = gpu.to_string();
+        }
+        d
+    }
+
+    #[test]
+    fn a_prior_joins_every_fit_scores_the_first_round_and_never_holds_the_answers() {
+        let d = synthetic(6, &[Mode::Space]);
+        let data = vec![(PathBuf::from("synthetic"), d.clone())];
+        let mut options = ReplayOptions::new(vec![Budget::Settings(12)], vec![7]);
+        options.config = quick();
+        options.workers = 1;
+        options.rounds = 2;
+        options.audit = 3;
+        options.probe_units = 1;
+        options.max_probes = 1;
+        // The oracle's own settings as a prior are refused, by name.
+        options.priors = vec![(PathBuf::from("same"), d.clone())];
+        let e = replay(&data, &options, &mut Lines(|_: &str| {})).expect_err("refused");
+        assert!(
+            e.to_string().contains("--prior same: it holds setting"),
+            "{e}"
+        );
+        // A prior in a mode the oracle lacks is refused too.
+        options.priors = vec![(
+            PathBuf::from("mps"),
+            on_device(&synthetic(6, &[Mode::Mps]), "h"),
+        )];
+        let e = replay(&data, &options, &mut Lines(|_: &str| {})).expect_err("refused");
+        assert!(e.to_string().contains("--prior mps"), "{e}");
+        // Another device's measurements of the same workloads: no design round (the prior's
+        // model scores it), reported, and a probe curve's held workload is not in it.
+        options.priors = vec![(PathBuf::from("other"), on_device(&d, "h"))];
+        let r = replay(&data, &options, &mut Lines(|_: &str| {})).expect("replayed");
+        assert_eq!(r.priors.len(), 1);
+        assert_eq!(r.priors[0].gpus, ["h"]);
+        let uncertainty = r
+            .choices
+            .iter()
+            .find(|c| c.select == Select::Uncertainty)
+            .expect("choices");
+        assert!(
+            uncertainty.choices.iter().all(|c| c.rule != Rule::Design),
+            "{:?}",
+            uncertainty.choices
+        );
+        assert!(uncertainty.choices.iter().all(|c| c.setting.gpu == "g"));
+        assert!(crate::report::markdown(&r).contains("`synthetic-h` (h, 21 settings)"));
+        let held: BTreeSet<String> = BTreeSet::from(["w1".to_string()]);
+        let without = without_workloads(&on_device(&d, "h"), &held);
+        assert_eq!((without.workloads.len(), without.pairs.len()), (5, 15));
+        // Without the prior, the same replay starts with the design.
+        options.priors.clear();
+        let plain = replay(&data, &options, &mut Lines(|_: &str| {})).expect("replayed");
+        let first = plain
+            .choices
+            .iter()
+            .find(|c| c.select == Select::Uncertainty)
+            .expect("choices");
+        assert_eq!(first.choices[0].rule, Rule::Design);
     }
 
     #[test]

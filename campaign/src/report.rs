@@ -132,6 +132,25 @@ pub fn markdown(r: &Replay) -> String {
         r.config.max_epochs,
         r.config.patience,
     );
+    if !r.priors.is_empty() {
+        let _ = writeln!(
+            md,
+            "Every fit also learned from the earlier dataset{} {} (`--prior`: never candidates, \
+             never scored; a probe curve's held-out workloads leave them too), and the first \
+             round is scored by their model.\n",
+            if r.priors.len() > 1 { "s" } else { "" },
+            r.priors
+                .iter()
+                .map(|p| format!(
+                    "`{}` ({}, {} settings)",
+                    p.name,
+                    p.gpus.join(", "),
+                    p.settings
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     budget_section(&mut md, r);
     audit_section(&mut md, r);
     probe_section(&mut md, r);

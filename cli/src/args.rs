@@ -111,6 +111,10 @@ pub struct ReplayArgs {
     /// feature (for example `model`).
     #[arg(long, value_name = "FEATURE")]
     pub group_by: Option<String>,
+    /// An earlier dataset every fit also learns from, as `duet profile --prior` (repeatable;
+    /// never a candidate; it must hold none of the --data settings).
+    #[arg(long, value_name = "DIR")]
+    pub prior: Vec<PathBuf>,
     /// Hidden layer widths of every fit, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = TrainConfig::default().hidden)]
     pub hidden: Vec<usize>,

@@ -62,16 +62,18 @@ pub fn options(args: &ReplayArgs, command: Option<String>) -> Result<ReplayOptio
 
 fn replay_cmd(args: ReplayArgs) -> Result<()> {
     duet_core::atomic::refuse_existing(&args.out, |p, m| anyhow!("{}: {m}", p.display()))?;
-    let options = options(&args, Some(crate::train_cmd::command_line()))?;
-    let data = args
-        .data
-        .iter()
-        .map(|dir| {
-            Dataset::read(dir)
-                .with_context(|| format!("--data {}", dir.display()))
-                .map(|d| (dir.clone(), d))
-        })
-        .collect::<Result<Vec<(PathBuf, Dataset)>>>()?;
+    let mut options = options(&args, Some(crate::train_cmd::command_line()))?;
+    let read = |flag: &str, dirs: &[PathBuf]| {
+        dirs.iter()
+            .map(|dir| {
+                Dataset::read(dir)
+                    .with_context(|| format!("{flag} {}", dir.display()))
+                    .map(|d| (dir.clone(), d))
+            })
+            .collect::<Result<Vec<(PathBuf, Dataset)>>>()
+    };
+    let data = read("--data", &args.data)?;
+    options.priors = read("--prior", &args.prior)?;
     let result = replay::replay(&data, &options, &mut crate::progress::Shown::stderr())?;
     duet_campaign::report::write(&result, &args.out)?;
     summary(&result);
