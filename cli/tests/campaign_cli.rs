@@ -322,6 +322,20 @@ fn bad_replays_are_refused_by_name() {
     let result = replay(&[&missing], &out, &["--budget", "25%"]);
     let err = String::from_utf8_lossy(&result.stderr);
     assert!(!result.status.success() && err.contains("nowhere"), "{err}");
+    // A prior that holds the replayed settings would hand the replay its answers; one that
+    // cannot be read is named by its flag.
+    for (prior, expected) in [
+        (
+            s(&data).to_string(),
+            format!("--prior {}: it holds setting", s(&data)),
+        ),
+        (s(&missing).to_string(), format!("--prior {}", s(&missing))),
+    ] {
+        let result = replay(&[&data], &out, &["--budget", "25%", "--prior", &prior]);
+        let err = String::from_utf8_lossy(&result.stderr);
+        assert!(!result.status.success() && err.contains(&expected), "{err}");
+        assert!(!out.exists(), "a refused prior left a report");
+    }
     // A report folder is never overwritten.
     fs::create_dir(&out).expect("mkdir");
     let result = replay(&[&data], &out, &["--budget", "25%"]);
