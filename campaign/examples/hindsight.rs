@@ -13,11 +13,11 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use duet_campaign::audit::draw;
-use duet_campaign::scoring::{Prediction, Scorer};
+use duet_campaign::audit::{draw, errors};
+use duet_campaign::scoring::Scorer;
 use duet_campaign::settings::{Candidate, Setting};
-use duet_core::dataset::{Dataset, Status, modes_present, speed};
-use duet_model::accuracy::{Metrics, Scored, mean_of, sd_of};
+use duet_core::dataset::{Dataset, modes_present};
+use duet_model::accuracy::{mean_of, sd_of};
 use duet_model::network::TrainConfig;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -119,36 +119,11 @@ fn fit(
     Scorer::fit(&[known], &[], config, false, workers)?.ok_or_else(|| "too few settings".into())
 }
 
-/// MAPE of speed of `scorer` on the settings `rows` of `data`.
+/// MAPE of speed of `scorer` on the settings `rows` of `data` (the audit's errors, every
+/// feasible direction of every setting, averaged).
 fn score(data: &Dataset, scorer: &Scorer, rows: &[usize]) -> f64 {
-    let settings: Vec<Setting> = rows.iter().map(|&r| Setting::of(&data.pairs[r])).collect();
-    let predictions: Vec<Prediction> = scorer.predict(&Candidate::of_one(settings));
-    let solo = |id: &str| data.workload(id).map(|w| w.solo_throughput);
-    let mut scored: Vec<Scored> = Vec::new();
-    for (&r, p) in rows.iter().zip(&predictions) {
-        let pair = &data.pairs[r];
-        let (Some(sa), Some(sb)) = (solo(&pair.a), solo(&pair.b)) else {
-            continue;
-        };
-        let speeds = match pair.status {
-            Status::Ok => [
-                Some(speed(pair.throughput_a, sa)),
-                Some(speed(pair.throughput_b, sb)),
-            ],
-            Status::Oom => [None, None],
-            Status::Crash | Status::Timeout => continue,
-        };
-        // The prediction is in the setting's order (`a <= b`).
-        let speeds = if pair.a <= pair.b {
-            speeds
-        } else {
-            [speeds[1], speeds[0]]
-        };
-        for (direction, s) in p.directions.iter().zip(speeds) {
-            scored.push(direction.scored(s));
-        }
-    }
-    Metrics::of(&scored).mape_speed
+    let candidates = Candidate::of_one(rows.iter().map(|&r| Setting::of(&data.pairs[r])));
+    mean_of(&errors(scorer, std::slice::from_ref(data), &candidates).concat())
 }
 
 /// Test MAPE of the fit on `train`.
