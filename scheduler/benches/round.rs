@@ -65,6 +65,7 @@ fn cluster(ids: &[String]) -> Cluster {
             weight: 1.0,
             slo: None,
             memory_mib: None,
+            share: None,
         })
         .collect();
     Cluster {

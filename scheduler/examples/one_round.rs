@@ -31,6 +31,7 @@ fn main() -> anyhow::Result<()> {
         weight: 1.0,
         slo: None,
         memory_mib: None,
+        share: None,
     };
     let waiting = |id, workload: &str, slo: Option<f64>| Waiting {
         id,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use duet_core::api::{
     ApiError, ObservationBatch, ObservationsAnswer, PredictRequest, PredictResponse,
+    RegisteredWorkload,
 };
 use serde::Serialize;
 
@@ -16,6 +17,8 @@ use serde::Serialize;
 pub struct PredictClient {
     url: String,
     observations_url: String,
+    workloads_url: String,
+    models_url: String,
     agent: ureq::Agent,
     token: Option<String>,
     attempts: u32,
@@ -28,6 +31,8 @@ impl PredictClient {
         PredictClient {
             url: format!("{}/v1/predict", base.trim_end_matches('/')),
             observations_url: format!("{}/v1/observations", base.trim_end_matches('/')),
+            workloads_url: format!("{}/v1/workloads", base.trim_end_matches('/')),
+            models_url: format!("{}/v1/models", base.trim_end_matches('/')),
             agent: ureq::AgentBuilder::new().timeout(timeout).build(),
             token,
             attempts: 1,
@@ -65,6 +70,41 @@ impl PredictClient {
             Ok(answer) => Ok(answer),
             // A 422 about the request as a whole (no observations, say) is an error body.
             Err(_) => bail!("{url} answered 422: {}", ApiError::describe(&text)),
+        }
+    }
+
+    /// Every registered workload with its profiles (`GET /v1/workloads`), one attempt: what the
+    /// server can predict for by id.
+    pub fn workloads(&self) -> Result<Vec<RegisteredWorkload>> {
+        self.get(&self.workloads_url)
+    }
+
+    /// The serving model's `model.json` (`GET /v1/models`), one attempt.
+    pub fn model_meta(&self) -> Result<serde_json::Value> {
+        let mut models: Vec<serde_json::Value> = self.get(&self.models_url)?;
+        if models.is_empty() {
+            bail!("{}: no model", self.models_url);
+        }
+        Ok(models.swap_remove(0)["meta"].take())
+    }
+
+    fn get<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<T> {
+        let mut call = self.agent.get(url);
+        if let Some(token) = &self.token {
+            call = call.set("Authorization", &format!("Bearer {token}"));
+        }
+        match call.call() {
+            Ok(response) => {
+                let text = response
+                    .into_string()
+                    .with_context(|| format!("{url}: cannot read the answer"))?;
+                serde_json::from_str(&text).with_context(|| format!("{url}: unexpected answer"))
+            }
+            Err(ureq::Error::Status(code, response)) => {
+                let message = ApiError::describe(&response.into_string().unwrap_or_default());
+                bail!("{url} answered {code}: {message}")
+            }
+            Err(e) => bail!("{url}: {e}"),
         }
     }
 

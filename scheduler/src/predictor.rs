@@ -7,9 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
-use duet_core::api::{JobRef, PairQuery, PredictRequest, WorkloadBody};
+use duet_core::api::{Features, JobRef, PairQuery, PredictRequest, WorkloadBody};
 use duet_core::dataset::{Dataset, Mode, Status, speed};
-use duet_model::{EngineKind, LoadedModel, Registry, predict};
+pub use duet_model::EngineKind;
+use duet_model::{LoadedModel, Registry, predict};
 
 use crate::client::PredictClient;
 
@@ -77,6 +78,25 @@ pub trait Predictor: std::fmt::Debug {
     /// Whether its slowdowns are the measured ones (the oracle), not predictions.
     fn is_measured(&self) -> bool {
         false
+    }
+
+    /// One outlook per query, in order, for pairs on the devices given with them: one call per
+    /// device here; a source that takes a device per pair (the server) answers in one.
+    fn predict_on(&mut self, queries: &[(&str, Query<'_>)]) -> Result<Vec<Outlook>> {
+        let mut by_device: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, (device, _)) in queries.iter().enumerate() {
+            by_device.entry(device).or_default().push(i);
+        }
+        let mut out = vec![None; queries.len()];
+        for (device, indices) in by_device {
+            let asked: Vec<Query<'_>> = indices.iter().map(|&i| queries[i].1).collect();
+            for (i, o) in indices.into_iter().zip(self.predict(device, &asked)?) {
+                out[i] = Some(o);
+            }
+        }
+        out.into_iter()
+            .map(|o| o.ok_or_else(|| anyhow!("the predictor answered fewer pairs than asked")))
+            .collect()
     }
 }
 
@@ -218,14 +238,31 @@ impl Predictor for Oracle {
     }
 }
 
-fn request(gpu: &str, queries: &[Query<'_>]) -> PredictRequest {
+/// Jobs a predictor is given by their features rather than a registered id: id -> device ->
+/// features (`solo_throughput` included).
+pub type InlineJobs = HashMap<String, BTreeMap<String, Features>>;
+
+/// Job `id` as a request names it on device `gpu`: by its features where `inline` has them
+/// for that device, else by its registered id.
+pub fn job_ref(id: &str, gpu: &str, inline: &InlineJobs) -> JobRef {
+    match inline.get(id).and_then(|profiles| profiles.get(gpu)) {
+        Some(features) => JobRef {
+            workload: None,
+            features: Some(features.clone()),
+        },
+        None => JobRef::workload(id),
+    }
+}
+
+fn request(gpu: &str, queries: &[Query<'_>], inline: &InlineJobs) -> PredictRequest {
+    let job = |id: &str| job_ref(id, gpu, inline);
     PredictRequest {
         gpu: Some(gpu.to_string()),
         pairs: queries
             .iter()
             .map(|q| PairQuery {
-                a: JobRef::workload(q.a),
-                b: JobRef::workload(q.b),
+                a: job(q.a),
+                b: job(q.b),
                 mode: q.sharing.mode,
                 share_a: q.sharing.share_a,
                 share_b: q.sharing.share_b,
@@ -235,17 +272,21 @@ fn request(gpu: &str, queries: &[Query<'_>]) -> PredictRequest {
     }
 }
 
-fn outlooks(predictions: &[duet_core::api::Prediction]) -> Vec<Outlook> {
-    predictions
-        .iter()
-        .map(|p| Outlook {
+impl Outlook {
+    /// What a server's prediction says of a pair.
+    pub fn of(p: &duet_core::api::Prediction) -> Outlook {
+        Outlook {
             feasible: p.feasible,
             speed_a: f64::from(p.speed_a),
             speed_b: f64::from(p.speed_b),
             safe_speed_a: 1.0 / f64::from(p.slowdown_a_p90),
             safe_speed_b: 1.0 / f64::from(p.slowdown_b_p90),
-        })
-        .collect()
+        }
+    }
+}
+
+fn outlooks(predictions: &[duet_core::api::Prediction]) -> Vec<Outlook> {
+    predictions.iter().map(Outlook::of).collect()
 }
 
 /// duet's model loaded in this process: the server's own engine and registry, without HTTP.
@@ -287,7 +328,7 @@ impl Predictor for ModelPredictor {
         if queries.is_empty() {
             return Ok(Vec::new());
         }
-        let request = request(gpu, queries);
+        let request = request(gpu, queries, &InlineJobs::new());
         let predictions = predict::predict(&self.model, &self.registry, &request, None)
             .map_err(|e| anyhow!("model {}: {e}", self.model.dir.display()))?;
         Ok(outlooks(&predictions))
@@ -301,6 +342,8 @@ pub struct HttpPredictor {
     client: PredictClient,
     /// `/v1/predict` calls made (each with its retries).
     pub calls: u64,
+    /// Jobs sent by their features (a query names them by these ids).
+    pub inline: InlineJobs,
 }
 
 impl HttpPredictor {
@@ -310,7 +353,22 @@ impl HttpPredictor {
             client: PredictClient::new(base, token, timeout)
                 .with_retries(5, Duration::from_millis(100)),
             calls: 0,
+            inline: InlineJobs::new(),
         }
+    }
+
+    /// A predictor that posts with `client` (its retry policy as it is).
+    pub fn from_client(client: PredictClient) -> HttpPredictor {
+        HttpPredictor {
+            client,
+            calls: 0,
+            inline: InlineJobs::new(),
+        }
+    }
+
+    /// The client it posts with.
+    pub fn client(&self) -> &PredictClient {
+        &self.client
     }
 
     /// Changes the retry policy: `attempts` tries, waiting `first_backoff`, then twice that ...
@@ -333,7 +391,41 @@ impl Predictor for HttpPredictor {
         self.calls += 1;
         let answer = self
             .client
-            .predict(&request(gpu, queries))
+            .predict(&request(gpu, queries, &self.inline))
+            .map_err(|e| anyhow!("predictor {e:#}"))?;
+        if answer.predictions.len() != queries.len() {
+            bail!(
+                "predictor {} answered {} predictions for {} pairs",
+                self.client.url(),
+                answer.predictions.len(),
+                queries.len()
+            );
+        }
+        Ok(outlooks(&answer.predictions))
+    }
+
+    fn predict_on(&mut self, queries: &[(&str, Query<'_>)]) -> Result<Vec<Outlook>> {
+        if queries.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.calls += 1;
+        let body = PredictRequest {
+            gpu: None,
+            pairs: queries
+                .iter()
+                .map(|(device, q)| PairQuery {
+                    a: job_ref(q.a, device, &self.inline),
+                    b: job_ref(q.b, device, &self.inline),
+                    mode: q.sharing.mode,
+                    share_a: q.sharing.share_a,
+                    share_b: q.sharing.share_b,
+                    gpu: Some((*device).to_string()),
+                })
+                .collect(),
+        };
+        let answer = self
+            .client
+            .predict(&body)
             .map_err(|e| anyhow!("predictor {e:#}"))?;
         if answer.predictions.len() != queries.len() {
             bail!(

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
+use duet_core::dataset::Mode;
+
 use crate::predictor::{Outlook, Predictor, Query, Sharing};
 
 /// A job waiting to be placed.
@@ -49,6 +51,9 @@ pub struct Resident {
     pub weight: f64,
     pub slo: Option<f64>,
     pub memory_mib: Option<f64>,
+    /// Its MPS active-thread share where it was started with one: a running process keeps its
+    /// share, so only sharings that leave it this share are offered beside it.
+    pub share: Option<f64>,
 }
 
 /// The free GPUs of one node (a job of several GPUs takes them on one node).
@@ -129,7 +134,7 @@ pub struct RoundStats {
 }
 
 /// What decides the value of a pair beside a resident.
-type GroupKey<'a> = (&'a str, u64, Option<u64>, Option<u64>);
+type GroupKey<'a> = (&'a str, u64, Option<u64>, Option<u64>, Option<u64>);
 
 fn group_key(r: &Resident) -> GroupKey<'_> {
     (
@@ -137,7 +142,120 @@ fn group_key(r: &Resident) -> GroupKey<'_> {
         r.weight.to_bits(),
         r.slo.map(f64::to_bits),
         r.memory_mib.map(f64::to_bits),
+        r.share.map(f64::to_bits),
     )
+}
+
+/// Whether `sharing` (newcomer `a`, resident `b`) leaves the resident the share it runs with
+/// (only MPS has shares).
+pub fn keeps_resident_share(resident: &Resident, sharing: Sharing) -> bool {
+    sharing.mode != Mode::Mps
+        || resident
+            .share
+            .is_none_or(|share| sharing.share_b == Some(share))
+}
+
+/// Why the loop does not offer a share beside a resident.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Refusal {
+    /// Both footprints are known and exceed the GPU's memory.
+    Memory { need_mib: f64, capacity_mib: f64 },
+    /// The predictor expects the pair to fail (out of memory, say).
+    Infeasible,
+    /// The newcomer's conservative (p10) speed is below its objective.
+    Objective { speed: f64, objective: f64 },
+    /// The resident's conservative speed is below its objective.
+    ResidentObjective { speed: f64, objective: f64 },
+    /// Together they do less weighted work than the resident alone (or less than `min_gain`).
+    Loses { gain: f64 },
+    /// Waiting for a whole GPU is expected to cost the newcomer less than pairing costs both.
+    WaitIsShorter { wait_s: f64, cost_s: f64 },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Memory {
+                need_mib,
+                capacity_mib,
+            } => write!(
+                f,
+                "needs {need_mib:.0} MiB together, the GPU has {capacity_mib:.0} MiB"
+            ),
+            Refusal::Infeasible => f.write_str("predicted to fail together (infeasible)"),
+            Refusal::Objective { speed, objective } => write!(
+                f,
+                "breaks this pod's objective {objective} (p90 speed {speed:.2})"
+            ),
+            Refusal::ResidentObjective { speed, objective } => write!(
+                f,
+                "breaks the resident's objective {objective} (p90 speed {speed:.2})"
+            ),
+            Refusal::Loses { gain } => write!(
+                f,
+                "the pair adds {gain:.2} of a job's weighted throughput, not more than the resident alone"
+            ),
+            Refusal::WaitIsShorter { wait_s, cost_s } => write!(
+                f,
+                "waiting for a free GPU (about {wait_s:.0} s) costs less than pairing ({cost_s:.0} s)"
+            ),
+        }
+    }
+}
+
+/// What placing `job` (`position`-th in line) beside `resident` is worth under outlook `o`
+/// (`a` the newcomer, `b` the resident): the weighted speed it buys minus what the resident
+/// loses, or why the loop does not offer it.
+pub fn value_beside(
+    job: &Waiting,
+    resident: &Resident,
+    o: &Outlook,
+    position: usize,
+    config: &PricingConfig,
+) -> Result<f64, Refusal> {
+    if let (Some(capacity), Some(a), Some(b)) =
+        (config.gpu_memory_mib, job.memory_mib, resident.memory_mib)
+        && a + b > capacity
+    {
+        return Err(Refusal::Memory {
+            need_mib: a + b,
+            capacity_mib: capacity,
+        });
+    }
+    if !o.feasible || o.speed_a <= 0.0 || o.speed_b <= 0.0 {
+        return Err(Refusal::Infeasible);
+    }
+    if let Some(objective) = job.slo.filter(|m| o.safe_speed_a < *m) {
+        return Err(Refusal::Objective {
+            speed: o.safe_speed_a,
+            objective,
+        });
+    }
+    if let Some(objective) = resident.slo.filter(|m| o.safe_speed_b < *m) {
+        return Err(Refusal::ResidentObjective {
+            speed: o.safe_speed_b,
+            objective,
+        });
+    }
+    // Waiting for a whole GPU takes the newcomer about its place in line over the rate GPUs
+    // come free; paired, a typical job takes 1/s_j of its length and delays the resident by
+    // (1 - s_r)/s_j of it.
+    if let Some(q) = config.queue
+        && q.releases_per_s > 0.0
+    {
+        #[allow(clippy::cast_precision_loss)]
+        let wait_s = (position + 1) as f64 / q.releases_per_s;
+        let cost_s = q.typical_runtime * ((2.0 - o.speed_b.min(1.0)) / o.speed_a - 1.0);
+        if wait_s <= cost_s {
+            return Err(Refusal::WaitIsShorter { wait_s, cost_s });
+        }
+    }
+    let loss = resident.weight * (1.0 - o.speed_b.min(1.0));
+    let gain = job.priority * o.speed_a - loss;
+    if gain <= config.min_gain * resident.weight {
+        return Err(Refusal::Loses { gain });
+    }
+    Ok(job.weight * o.speed_a - loss)
 }
 
 /// One pricing round: decisions for `waiting` (in priority order) over the free GPUs and the
@@ -219,46 +337,20 @@ pub fn round(
     // The best sharing of each (job, group), by value, among the shapes that keep objectives.
     let best_beside =
         |position: usize, job: &Waiting, resident: &Resident| -> Option<(f64, usize, Outlook)> {
-            if let (Some(capacity), Some(a), Some(b)) =
-                (config.gpu_memory_mib, job.memory_mib, resident.memory_mib)
-                && a + b > capacity
-            {
-                return None;
-            }
             let mut best: Option<(f64, usize, Outlook)> = None;
-            for s in 0..sharings.len() {
+            for (s, sharing) in sharings.iter().enumerate() {
+                if !keeps_resident_share(resident, *sharing) {
+                    continue;
+                }
                 let Some(&q) =
                     query_of.get(&(job.workload.as_str(), resident.workload.as_str(), s))
                 else {
                     continue;
                 };
                 let o = outlooks[q];
-                if !o.feasible || o.speed_a <= 0.0 || o.speed_b <= 0.0 {
+                let Ok(value) = value_beside(job, resident, &o, position, config) else {
                     continue;
-                }
-                if job.slo.is_some_and(|m| o.safe_speed_a < m)
-                    || resident.slo.is_some_and(|m| o.safe_speed_b < m)
-                {
-                    continue;
-                }
-                // Waiting for a whole GPU takes the newcomer about its place in line over the rate
-                // GPUs come free; paired, a typical job takes 1/s_j of its length and delays the
-                // resident by (1 - s_r)/s_j of it.
-                if let Some(q) = config.queue
-                    && q.releases_per_s > 0.0
-                {
-                    #[allow(clippy::cast_precision_loss)]
-                    let wait = (position + 1) as f64 / q.releases_per_s;
-                    let cost = q.typical_runtime * ((2.0 - o.speed_b.min(1.0)) / o.speed_a - 1.0);
-                    if wait <= cost {
-                        continue;
-                    }
-                }
-                let loss = resident.weight * (1.0 - o.speed_b.min(1.0));
-                if job.priority * o.speed_a - loss <= config.min_gain * resident.weight {
-                    continue;
-                }
-                let value = job.weight * o.speed_a - loss;
+                };
                 if best.as_ref().is_none_or(|(v, _, _)| value > *v) {
                     best = Some((value, s, o));
                 }
@@ -360,7 +452,6 @@ pub fn round(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use duet_core::dataset::Mode;
 
     /// A predictor from a fixed table: (a, b) -> (speed a, speed b, safe a, safe b).
     #[derive(Debug)]
@@ -416,6 +507,7 @@ mod tests {
             weight: 1.0,
             slo: None,
             memory_mib: None,
+            share: None,
         }
     }
 

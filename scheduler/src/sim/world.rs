@@ -428,6 +428,7 @@ impl<'a> World<'a> {
                     weight: self.weight(r, None),
                     slo: self.jobs[r].inference.then_some(self.settings.slo),
                     memory_mib: self.jobs[r].memory_mib,
+                    share: None,
                 }),
                 _ => None,
             })
