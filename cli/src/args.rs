@@ -61,6 +61,68 @@ pub enum Command {
         #[command(subcommand)]
         command: CampaignCommand,
     },
+    /// Serve the stock kube-scheduler's extender calls (filter, prioritize, bind) with duet's
+    /// prices, from watches of the cluster and one /v1/predict call per scheduling call.
+    Extender(ExtenderArgs),
+    /// Schedule the pods of schedulerName `duet`: the pricing round over every pending pod at
+    /// once, bound with duet's annotations; a pod it cannot place gets an Event saying why.
+    Schedule(ScheduleArgs),
+}
+
+/// What both Kubernetes commands need: the cluster, the mapping and the duet server.
+#[derive(Debug, clap::Args)]
+pub struct KubeArgs {
+    /// The duet server that predicts (`duet serve`).
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub predictor: String,
+    /// File holding the bearer token of a server that protects reads (also `DUET_TOKEN`).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// The mapping file: node labels to duet's device names and ways of sharing (README, "duet
+    /// on Kubernetes"; deploy/k8s/devices.toml is the shipped one).
+    #[arg(long, default_value = "deploy/k8s/devices.toml")]
+    pub devices: PathBuf,
+    /// The kubeconfig to reach the API server (default: KUBECONFIG, ~/.kube/config, or the
+    /// pod's service account).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// How long one /v1/predict call may take, seconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub predict_timeout: f64,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExtenderArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// Address the extender listens on (its urlPrefix in the KubeSchedulerConfiguration).
+    #[arg(long, default_value = "127.0.0.1:8090")]
+    pub listen: String,
+    /// Largest extender call body, bytes (node lists are large without nodeCacheCapable).
+    #[arg(long, default_value_t = 64 << 20)]
+    pub max_body_bytes: usize,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ScheduleArgs {
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// The schedulerName of the pods it schedules.
+    #[arg(long, default_value = "duet")]
+    pub name: String,
+    /// Seconds between looks at the pending pods.
+    #[arg(long, default_value_t = 1.0)]
+    pub interval: f64,
+    /// One scheduling step (rounds until none places a pod), then exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Also plan each step one pod at a time in arrival order and print the predicted weighted
+    /// throughput of both (costs a second planning).
+    #[arg(long)]
+    pub compare: bool,
+    /// Serve /healthz, /readyz and /metrics on this address.
+    #[arg(long)]
+    pub listen: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

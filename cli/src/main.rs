@@ -4,6 +4,7 @@ mod args;
 mod campaign_cmd;
 mod dataset_cmd;
 mod evaluate_cmd;
+mod kube_cmd;
 mod model_cmd;
 mod observe_cmd;
 mod predict_cmd;
@@ -32,6 +33,8 @@ fn main() -> ExitCode {
         args::Command::Train(args) => train_cmd::run(args),
         args::Command::Evaluate { model, data, json } => evaluate_cmd::run(&model, &data, json),
         args::Command::Campaign { command } => campaign_cmd::run(command),
+        args::Command::Extender(args) => kube_cmd::extender(args),
+        args::Command::Schedule(args) => kube_cmd::schedule(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -20,9 +20,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "duet-campaign",
         &["duet-core", "duet-model", "duet-trainer", "duet-profiler"],
     ),
+    // The Kubernetes side prices through the scheduler crate's loop and client.
+    ("duet-kube", &["duet-core", "duet-scheduler"]),
     (
         "duet-cli",
         &[
+            "duet-kube",
             "duet-core",
             "duet-model",
             "duet-trainer",
@@ -106,4 +109,51 @@ fn every_crate_depends_only_on_the_duet_crates_the_architecture_allows() {
         "edges the architecture does not allow: {}",
         wrong.join(", ")
     );
+}
+
+/// The crates `krate` builds with (normal dependencies, every depth), by name.
+fn third_party(krate: &str) -> BTreeSet<String> {
+    let root = PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("..");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "tree",
+            "--offline",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "-p",
+            krate,
+        ])
+        .current_dir(&root)
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn the_kubernetes_client_stays_out_of_the_server_and_the_model() {
+    for krate in ["duet-server", "duet-model", "duet-scheduler"] {
+        let deps = third_party(krate);
+        assert!(deps.contains("serde"), "{krate}: {deps:?}");
+        for kubernetes in ["kube", "kube-client", "kube-runtime", "k8s-openapi"] {
+            assert!(
+                !deps.contains(kubernetes),
+                "{krate} builds with {kubernetes}"
+            );
+        }
+    }
+    assert!(third_party("duet-kube").contains("kube-client"));
 }

@@ -1,0 +1,96 @@
+//! `duet extender` and `duet schedule`.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use duet_kube::devices::DeviceMap;
+use duet_kube::extender::ExtenderConfig;
+use duet_kube::schedule::ScheduleConfig;
+use duet_kube::watch::View;
+use duet_scheduler::pricing::PricingConfig;
+
+use crate::args::{ExtenderArgs, KubeArgs, ScheduleArgs};
+use crate::serve_cmd::read_token;
+
+fn address(flag: &str, addr: &str) -> Result<SocketAddr> {
+    addr.to_socket_addrs()
+        .with_context(|| format!("{flag} {addr}"))?
+        .next()
+        .with_context(|| format!("{flag} {addr}: no address"))
+}
+
+fn seconds(flag: &str, value: f64) -> Result<Duration> {
+    if !(value.is_finite() && value > 0.0 && value <= 3600.0) {
+        bail!("{flag} must be a number of seconds above 0 and at most 3600");
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+fn logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("the async runtime")
+}
+
+/// The mapping and the server's token, checked before anything starts.
+fn common(args: &KubeArgs) -> Result<(View, Option<String>, Duration)> {
+    let map = DeviceMap::read(&args.devices)?;
+    let token = read_token(args.token_file.as_deref())?;
+    let timeout = seconds("--predict-timeout", args.predict_timeout)?;
+    Ok((View::new(map), token, timeout))
+}
+
+pub fn extender(args: ExtenderArgs) -> Result<()> {
+    let (view, token, predict_timeout) = common(&args.kube)?;
+    let config = ExtenderConfig {
+        listen: address("--listen", &args.listen)?,
+        predictor: args.kube.predictor.clone(),
+        token,
+        predict_timeout,
+        max_body_bytes: args.max_body_bytes,
+    };
+    logs();
+    runtime()?.block_on(async {
+        let kube = duet_kube::client(args.kube.kubeconfig.as_deref()).await?;
+        duet_kube::extender::serve(config, view, kube).await
+    })
+}
+
+pub fn schedule(args: ScheduleArgs) -> Result<()> {
+    let (view, token, predict_timeout) = common(&args.kube)?;
+    if args.name.trim().is_empty() {
+        bail!("--name: empty");
+    }
+    let config = ScheduleConfig {
+        name: args.name.clone(),
+        predictor: args.kube.predictor.clone(),
+        token,
+        predict_timeout,
+        interval: seconds("--interval", args.interval)?,
+        once: args.once,
+        compare: args.compare,
+        listen: args
+            .listen
+            .as_deref()
+            .map(|l| address("--listen", l))
+            .transpose()?,
+        pricing: PricingConfig::default(),
+    };
+    logs();
+    runtime()?.block_on(async {
+        let kube = duet_kube::client(args.kube.kubeconfig.as_deref()).await?;
+        duet_kube::schedule::run(config, view, kube).await
+    })
+}

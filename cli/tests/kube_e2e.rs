@@ -1,0 +1,846 @@
+//! duet on a real Kubernetes control plane: etcd, kube-apiserver and the stock kube-scheduler
+//! (scripts/kube-testbed.sh builds them), `duet serve` on the shipped model, `duet extender`
+//! configured into the kube-scheduler by deploy/k8s/kube-scheduling.yaml, and `duet schedule`,
+//! both acting as the service account of deploy/k8s/kube-rbac.yaml (its ClusterRole is all
+//! they may do). Node objects stand in for GPU nodes (no kubelet).
+//!
+//! One control plane, the cases in order: malformed extender bodies; a pod lands on the node
+//! `duet predict` ranks best, and the decision flips with the residents; an objective broken
+//! everywhere leaves the pod Pending with duet's reason; a pod duet does not know scores
+//! neutral; with the extender stopped pods still schedule; `duet schedule` binds a batch
+//! (compared with one pod at a time), explains what it leaves, never over-fills a GPU, and
+//! a second run reads the first one's placements from the API server; with the API server down
+//! the extender answers from its cache and says it is stale, and the scheduler waits, then binds.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Event, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
+
+mod support;
+use support::{Server, duet, free_port};
+
+#[path = "support/kube.rs"]
+mod plane;
+use plane::{ControlPlane, Process, create_node, runtime};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Every document of a YAML file, as JSON values.
+fn yaml_documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("manifest");
+    serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The KubeSchedulerConfiguration of deploy/k8s/kube-scheduling.yaml, pointed at this control
+/// plane and this extender, without leader election.
+fn scheduler_config(kubeconfig: &Path, extender: &str) -> String {
+    let docs = yaml_documents(&root().join("deploy/k8s/kube-scheduling.yaml"));
+    let map = docs
+        .iter()
+        .find(|d| d["metadata"]["name"] == "duet-kube-scheduler-config")
+        .expect("the KubeSchedulerConfiguration's ConfigMap");
+    let text = map["data"]["scheduler-config.yaml"]
+        .as_str()
+        .expect("scheduler-config.yaml");
+    let mut config: Value = serde_saphyr::from_str(text).expect("the configuration");
+    config["clientConnection"]["kubeconfig"] = json!(kubeconfig);
+    config["leaderElection"] = json!({"leaderElect": false});
+    config["extenders"][0]["urlPrefix"] = json!(extender);
+    serde_json::to_string_pretty(&config).expect("json")
+}
+
+#[test]
+fn the_shipped_mapping_is_the_one_the_manifests_mount() {
+    let docs = yaml_documents(&root().join("deploy/k8s/kube-scheduling.yaml"));
+    let map = docs
+        .iter()
+        .find(|d| d["metadata"]["name"] == "duet-devices")
+        .expect("the duet-devices ConfigMap");
+    let file = std::fs::read_to_string(root().join("deploy/k8s/devices.toml")).expect("file");
+    assert_eq!(map["data"]["devices.toml"].as_str(), Some(file.as_str()));
+    duet_kube::devices::DeviceMap::parse(&file).expect("the shipped mapping is valid");
+}
+
+/// Creates deploy/k8s/kube-rbac.yaml's objects.
+async fn apply_rbac(admin: &Client) {
+    for doc in yaml_documents(&root().join("deploy/k8s/kube-rbac.yaml")) {
+        let pp = PostParams::default();
+        match doc["kind"].as_str() {
+            Some("ServiceAccount") => {
+                let sa: ServiceAccount = serde_json::from_value(doc).expect("sa");
+                Api::<ServiceAccount>::namespaced(admin.clone(), "default")
+                    .create(&pp, &sa)
+                    .await
+                    .expect("service account");
+            }
+            Some("ClusterRole") => {
+                let role: ClusterRole = serde_json::from_value(doc).expect("role");
+                Api::<ClusterRole>::all(admin.clone())
+                    .create(&pp, &role)
+                    .await
+                    .expect("cluster role");
+            }
+            Some("ClusterRoleBinding") => {
+                let binding: ClusterRoleBinding = serde_json::from_value(doc).expect("binding");
+                Api::<ClusterRoleBinding>::all(admin.clone())
+                    .create(&pp, &binding)
+                    .await
+                    .expect("cluster role binding");
+            }
+            other => panic!("kube-rbac.yaml: unexpected kind {other:?}"),
+        }
+    }
+}
+
+/// A pod asking for `gpus` GPUs: pending for `scheduler`, or bound to `node` at creation (a
+/// resident), with `annotations` and a node selector on `pool`.
+fn pod_spec(
+    name: &str,
+    scheduler: &str,
+    node: Option<&str>,
+    gpus: u32,
+    pool: &str,
+    annotations: &[(&str, &str)],
+) -> Pod {
+    let annotations: BTreeMap<&str, &str> = annotations.iter().copied().collect();
+    let mut spec = json!({
+        "schedulerName": scheduler,
+        "nodeSelector": {"duet-e2e/pool": pool},
+        "containers": [{"name": "job", "image": "registry.invalid/job:1",
+            "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]
+    });
+    if let Some(node) = node {
+        spec["nodeName"] = json!(node);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+        "spec": spec
+    }))
+    .expect("pod")
+}
+
+async fn create(pods: &Api<Pod>, pod: Pod) {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("pod {name}: {e}"));
+}
+
+/// Deletes every pod of the namespace at once (no kubelet to wait for).
+async fn delete_all(pods: &Api<Pod>) {
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    let _ = pods
+        .delete_collection(&now, &ListParams::default())
+        .await
+        .expect("delete pods");
+    for _ in 0..100 {
+        if pods
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("pods not deleted");
+}
+
+/// The node `name` is bound to, within `within`.
+async fn bound_node(pods: &Api<Pod>, name: &str, within: Duration) -> Option<String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let pod = pods.get(name).await.expect("pod");
+        if let Some(node) = pod.spec.and_then(|s| s.node_name) {
+            return Some(node);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The messages of the Events about pod `name`.
+async fn events(client: &Client, name: &str) -> Vec<String> {
+    Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .filter_map(|e| e.message)
+        .collect()
+}
+
+/// Waits for an Event about `name` whose message contains every one of `words`.
+async fn event_saying(client: &Client, name: &str, words: &[&str], within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let messages = events(client, name).await;
+        if let Some(m) = messages
+            .iter()
+            .find(|m| words.iter().all(|w| m.contains(w)))
+        {
+            return m.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Event about {name} saying {words:?}; its Events: {messages:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// `duet predict`'s value of the newcomer `a` beside resident `b` (the pricing loop's rule at
+/// equal weights: a's speed minus what b loses).
+fn predicted_value(server: &Server, a: &str, b: &str) -> f64 {
+    let out = duet()
+        .args(["predict", "--server", &server.base, "--gpu", "v100"])
+        .args(["--mode", "space", "--json", &format!("{a},{b}")])
+        .output()
+        .expect("duet predict");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let p = &answer["predictions"][0];
+    let (sa, sb) = (
+        p["speed_a"].as_f64().expect("speed_a"),
+        p["speed_b"].as_f64().expect("speed_b"),
+    );
+    sa - (1.0 - sb.min(1.0))
+}
+
+fn start_extender(plane: &ControlPlane, server: &Server, port: u16) -> Process {
+    Process::spawn(
+        duet()
+            .args(["extender", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--predictor", &server.base])
+            .arg("--devices")
+            .arg(root().join("deploy/k8s/devices.toml"))
+            .arg("--kubeconfig")
+            .arg(plane.kubeconfig("duet"))
+            .env("RUST_LOG", "info"),
+        plane
+            .dir
+            .path()
+            .join(format!("extender-{}.log", free_port())),
+    )
+}
+
+/// GET `url`: status and body (0 where nothing answers).
+fn get(url: &str) -> (u16, String) {
+    match ureq::get(url).timeout(Duration::from_secs(5)).call() {
+        Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+        Err(_) => (0, String::new()),
+    }
+}
+
+fn post(url: &str, body: &str) -> (u16, String) {
+    match ureq::post(url)
+        .timeout(Duration::from_secs(10))
+        .set("Content-Type", "application/json")
+        .send_string(body)
+    {
+        Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+        Err(e) => panic!("{url}: {e}"),
+    }
+}
+
+fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool, log: impl Fn() -> String) {
+    let deadline = Instant::now() + within;
+    while !ok() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}, within {within:?}:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The GPUs of each node in `pool` as the bound pods' annotations say, and each pod's request.
+/// Fails where a GPU holds more than two pods, a pod of several GPUs shares one, or a node's
+/// pods ask for more than it advertises.
+async fn check_capacity(client: &Client, nodes: &[(&str, u32)]) {
+    let pods = Api::<Pod>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("pods")
+        .items;
+    for (node, gpus) in nodes {
+        let mut on_gpu: BTreeMap<u32, Vec<(String, u32)>> = BTreeMap::new();
+        let mut asked = 0;
+        for pod in &pods {
+            let spec = pod.spec.as_ref().expect("spec");
+            if spec.node_name.as_deref() != Some(*node) {
+                continue;
+            }
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let request: u32 = spec.containers[0]
+                .resources
+                .as_ref()
+                .and_then(|r| r.limits.as_ref())
+                .and_then(|l| l.get("nvidia.com/gpu"))
+                .map_or(0, |q| q.0.parse().expect("count"));
+            asked += request;
+            let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+            let gpus_of_pod = annotations
+                .get("duet.io/gpu")
+                .unwrap_or_else(|| panic!("{name} on {node} carries no duet.io/gpu"));
+            for g in gpus_of_pod.split(',') {
+                let g: u32 = g.parse().expect("index");
+                assert!(g < *gpus, "{name}: GPU {g} of a node of {gpus}");
+                on_gpu.entry(g).or_default().push((name.clone(), request));
+            }
+        }
+        assert!(
+            asked <= gpus * 2,
+            "{node}: {asked} GPUs asked of {}",
+            gpus * 2
+        );
+        for (g, holders) in on_gpu {
+            assert!(holders.len() <= 2, "{node} GPU {g}: {holders:?}");
+            if holders.len() == 2 {
+                assert!(
+                    holders.iter().all(|(_, r)| *r == 1),
+                    "{node} GPU {g} shared with a pod of several GPUs: {holders:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[allow(clippy::too_many_lines)]
+fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
+    let started = Instant::now();
+    let Some(mut plane) = ControlPlane::start() else {
+        return;
+    };
+    eprintln!(
+        "control plane ready in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let rt = runtime();
+    let admin = rt.block_on(plane.client("admin")).expect("admin client");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    rt.block_on(apply_rbac(&admin));
+    let server = Server::start_with(&[]);
+    let ext_port = free_port();
+    let ext = |path: &str| format!("http://127.0.0.1:{ext_port}{path}");
+    let mut extender = start_extender(&plane, &server, ext_port);
+    wait_for(
+        "the extender is ready",
+        Duration::from_secs(60),
+        || get(&ext("/readyz")).0 == 200,
+        || extender.tail(20),
+    );
+    let kube_scheduler =
+        plane.start_scheduler(&scheduler_config(&plane.kubeconfig("scheduler"), &ext("")));
+    rt.block_on(async {
+        for node in ["flip-a", "flip-b"] {
+            create_node(
+                &admin,
+                node,
+                "Tesla-V100-SXM2-16GB",
+                1,
+                2,
+                "time-slicing",
+                &[("duet-e2e/pool", "flip")],
+            )
+            .await;
+        }
+    });
+
+    // Malformed extender bodies: a 400 naming the field.
+    for (body, field) in [
+        (
+            r#"{"Pod": {"metadata": {"name": 7}}, "NodeNames": ["flip-a"]}"#,
+            "Pod.metadata.name",
+        ),
+        (r#"{"NodeNames": ["flip-a"]}"#, "Pod"),
+        (r#"{"Pod": {"metadata": {"name": "p"}}}"#, "NodeNames"),
+    ] {
+        for verb in ["/filter", "/prioritize"] {
+            let (status, answer) = post(&ext(verb), body);
+            let answer: Value = serde_json::from_str(&answer).expect("json");
+            assert_eq!(
+                (status, answer["field"].as_str()),
+                (400, Some(field)),
+                "{verb} {body}: {answer}"
+            );
+        }
+    }
+    let (status, answer) = post(&ext("/bind"), r#"{"PodName": "p"}"#);
+    assert_eq!(status, 400, "{answer}");
+
+    // A pod lands on the node duet predict ranks best; swapping the residents flips it.
+    let (x, y, newcomer) = ("recommendation-bs512", "resnet-50-bs128", "resnet-18-bs16");
+    let (value_x, value_y) = (
+        predicted_value(&server, newcomer, x),
+        predicted_value(&server, newcomer, y),
+    );
+    assert!(
+        value_x > value_y + 0.1 && value_y > 0.0,
+        "{value_x} {value_y}"
+    );
+    for (round, (on_a, on_b)) in [(x, y), (y, x)].into_iter().enumerate() {
+        let best = if on_a == x { "flip-a" } else { "flip-b" };
+        rt.block_on(async {
+            for (node, workload) in [("flip-a", on_a), ("flip-b", on_b)] {
+                create(
+                    &pods,
+                    pod_spec(
+                        &format!("resident-{node}"),
+                        "default-scheduler",
+                        Some(node),
+                        1,
+                        "flip",
+                        &[("duet.io/workload", workload), ("duet.io/gpu", "0")],
+                    ),
+                )
+                .await;
+            }
+        });
+        // The extender's view has both residents once its scores differ.
+        let probe = serde_json::to_string(&json!({
+            "Pod": pod_spec("probe", "default-scheduler", None, 1, "flip",
+                &[("duet.io/workload", newcomer)]),
+            "NodeNames": ["flip-a", "flip-b"]
+        }))
+        .expect("json");
+        wait_for(
+            "the extender sees both residents",
+            Duration::from_secs(10),
+            || {
+                let (_, answer) = post(&ext("/prioritize"), &probe);
+                let scores: Vec<Value> = serde_json::from_str(&answer).unwrap_or_default();
+                scores.len() == 2 && scores[0]["Score"] != scores[1]["Score"]
+            },
+            || extender.tail(20),
+        );
+        let name = format!("newcomer-{round}");
+        rt.block_on(create(
+            &pods,
+            pod_spec(
+                &name,
+                "default-scheduler",
+                None,
+                1,
+                "flip",
+                &[("duet.io/workload", newcomer)],
+            ),
+        ));
+        let node = rt.block_on(bound_node(&pods, &name, Duration::from_secs(30)));
+        assert_eq!(
+            node.as_deref(),
+            Some(best),
+            "round {round}: residents {on_a} on flip-a, {on_b} on flip-b; values beside {x} \
+             {value_x:.3}, beside {y} {value_y:.3}\nkube-scheduler:\n{}\nextender:\n{}",
+            kube_scheduler.tail(30),
+            extender.tail(20)
+        );
+        let placed = rt.block_on(pods.get(&name)).expect("pod");
+        let annotations = placed.metadata.annotations.unwrap_or_default();
+        assert_eq!(
+            annotations.get("duet.io/gpu").map(String::as_str),
+            Some("0")
+        );
+        assert_eq!(
+            annotations.get("duet.io/sharing").map(String::as_str),
+            Some("space")
+        );
+        assert_eq!(
+            annotations.get("duet.io/beside").map(String::as_str),
+            Some(format!("default/resident-{best}").as_str())
+        );
+        eprintln!("round {round}: residents {on_a} / {on_b}: the newcomer went to {best}");
+        rt.block_on(delete_all(&pods));
+    }
+
+    // An objective the p90 breaks everywhere: Pending, with duet's reason in an Event.
+    rt.block_on(async {
+        for (node, workload) in [("flip-a", x), ("flip-b", y)] {
+            create(
+                &pods,
+                pod_spec(
+                    &format!("resident-{node}"),
+                    "default-scheduler",
+                    Some(node),
+                    1,
+                    "flip",
+                    &[("duet.io/workload", workload), ("duet.io/gpu", "0")],
+                ),
+            )
+            .await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        create(
+            &pods,
+            pod_spec(
+                "strict",
+                "default-scheduler",
+                None,
+                1,
+                "flip",
+                &[
+                    ("duet.io/workload", newcomer),
+                    ("duet.io/objective", "0.99"),
+                ],
+            ),
+        )
+        .await;
+        let message = event_saying(
+            &admin,
+            "strict",
+            &["duet:", "objective 0.99"],
+            Duration::from_secs(30),
+        )
+        .await;
+        eprintln!("strict: {message}");
+        assert_eq!(
+            bound_node(&pods, "strict", Duration::from_secs(1)).await,
+            None
+        );
+        delete_all(&pods).await;
+    });
+
+    // A pod duet does not know scores neutral and is counted; it schedules.
+    rt.block_on(async {
+        create(
+            &pods,
+            pod_spec(
+                "stranger",
+                "default-scheduler",
+                None,
+                1,
+                "flip",
+                &[("duet.io/workload", "nobody-registered-this")],
+            ),
+        )
+        .await;
+        assert!(
+            bound_node(&pods, "stranger", Duration::from_secs(30))
+                .await
+                .is_some()
+        );
+    });
+    let probe = serde_json::to_string(&json!({
+        "Pod": pod_spec("probe", "default-scheduler", None, 1, "flip", &[]),
+        "NodeNames": ["flip-a", "flip-b"]
+    }))
+    .expect("json");
+    let (_, answer) = post(&ext("/prioritize"), &probe);
+    let scores: Vec<Value> = serde_json::from_str(&answer).expect("json");
+    assert!(scores.iter().all(|s| s["Score"] == 5), "{answer}");
+    let (_, metrics) = get(&ext("/metrics"));
+    let counted = |reason: &str| -> f64 {
+        let series = format!("duet_kube_unknown_pods_total{{reason=\"{reason}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&series)?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(
+        counted("not_registered") >= 1.0 && counted("unannotated") >= 1.0,
+        "{metrics}"
+    );
+    rt.block_on(delete_all(&pods));
+
+    // The extender stopped: pods still schedule through the stock scheduler.
+    extender.kill();
+    rt.block_on(async {
+        create(
+            &pods,
+            pod_spec(
+                "without-duet",
+                "default-scheduler",
+                None,
+                1,
+                "flip",
+                &[("duet.io/workload", newcomer)],
+            ),
+        )
+        .await;
+        let node = bound_node(&pods, "without-duet", Duration::from_secs(30)).await;
+        assert!(
+            node.is_some(),
+            "not scheduled without duet:\n{}",
+            kube_scheduler.tail(30)
+        );
+        delete_all(&pods).await;
+    });
+    let extender = start_extender(&plane, &server, ext_port);
+    wait_for(
+        "the extender is ready again",
+        Duration::from_secs(60),
+        || get(&ext("/readyz")).0 == 200,
+        || extender.tail(20),
+    );
+
+    // duet schedule on a batch: every pod bound or explained, no GPU over capacity, and the
+    // batch worth at least binding the same pods one at a time.
+    let batch_nodes = [("batch-a", 2), ("batch-b", 2), ("batch-c", 1)];
+    rt.block_on(async {
+        for (node, gpus) in batch_nodes {
+            create_node(
+                &admin,
+                node,
+                "Tesla-V100-SXM2-16GB",
+                gpus,
+                2,
+                "time-slicing",
+                &[("duet-e2e/pool", "batch")],
+            )
+            .await;
+        }
+        for (name, node, gpu, workload) in [
+            ("r1", "batch-a", "0", "resnet-50-bs128"),
+            ("r2", "batch-b", "0", x),
+            ("r3", "batch-b", "1", "transformer-bs16"),
+            ("r4", "batch-b", "1", "transformer-bs16"),
+        ] {
+            create(
+                &pods,
+                pod_spec(
+                    name,
+                    "default-scheduler",
+                    Some(node),
+                    1,
+                    "batch",
+                    &[("duet.io/workload", workload), ("duet.io/gpu", gpu)],
+                ),
+            )
+            .await;
+        }
+        for (name, gpus, annotations) in [
+            ("b1", 1, vec![("duet.io/workload", newcomer)]),
+            ("b2", 1, vec![("duet.io/workload", "lm-bs80")]),
+            ("b3", 1, vec![("duet.io/workload", "mystery-job")]),
+            (
+                "b4",
+                1,
+                vec![
+                    ("duet.io/workload", "resnet-18-bs64"),
+                    ("duet.io/priority", "3"),
+                    ("duet.io/objective", "0.95"),
+                ],
+            ),
+            (
+                "b5",
+                1,
+                vec![
+                    ("duet.io/workload", newcomer),
+                    ("duet.io/objective", "0.99"),
+                ],
+            ),
+            (
+                "b6",
+                2,
+                vec![
+                    ("duet.io/workload", "transformer-bs32"),
+                    ("duet.io/priority", "2"),
+                ],
+            ),
+        ] {
+            create(
+                &pods,
+                pod_spec(name, "duet", None, gpus, "batch", &annotations),
+            )
+            .await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let schedule_once = |log: &str| {
+        let out = duet()
+            .args([
+                "schedule",
+                "--once",
+                "--compare",
+                "--predictor",
+                &server.base,
+            ])
+            .arg("--devices")
+            .arg(root().join("deploy/k8s/devices.toml"))
+            .arg("--kubeconfig")
+            .arg(plane.kubeconfig("duet"))
+            .output()
+            .expect("duet schedule");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        std::fs::write(plane.dir.path().join(log), &stderr).expect("log");
+        assert!(out.status.success(), "duet schedule: {stdout}\n{stderr}");
+        eprintln!("{stdout}");
+        (stdout, stderr)
+    };
+    let took = Instant::now();
+    let (stdout, stderr) = schedule_once("schedule-1.log");
+    eprintln!(
+        "duet schedule --once --compare: {:.1} s",
+        took.elapsed().as_secs_f64()
+    );
+    let value = |label: &str| -> f64 {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(label))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no `{label}` line in {stdout}\n{stderr}"))
+    };
+    let (batch, alone) = (value("batch"), value("one at a time"));
+    // The heavy pod that arrived after two light ones gets a free GPU only in the batch.
+    assert!(
+        batch > alone,
+        "batch {batch} is worth no more than one at a time {alone}"
+    );
+    rt.block_on(async {
+        let mut waiting = Vec::new();
+        for name in ["b1", "b2", "b3", "b4", "b5", "b6"] {
+            if bound_node(&pods, name, Duration::ZERO).await.is_none() {
+                let message = event_saying(&admin, name, &["duet:"], Duration::from_secs(10)).await;
+                waiting.push((name, message));
+            }
+        }
+        eprintln!("left pending with a reason: {waiting:#?}");
+        let reason = |n: &str| {
+            waiting
+                .iter()
+                .find(|(m, _)| *m == n)
+                .map(|(_, r)| r.clone())
+        };
+        assert!(
+            reason("b5").is_some_and(|r| r.contains("objective 0.99")),
+            "{waiting:?}"
+        );
+        assert!(
+            reason("b6").is_some_and(|r| r.contains("needs 2 free GPUs")),
+            "{waiting:?}"
+        );
+        assert!(
+            bound_node(&pods, "b4", Duration::ZERO).await.is_some(),
+            "the heaviest pod got a GPU: {stdout}"
+        );
+        check_capacity(&admin, &batch_nodes).await;
+    });
+    // A second scheduler run (a restart) reads where the first put every pod.
+    rt.block_on(create(
+        &pods,
+        pod_spec(
+            "b7",
+            "duet",
+            None,
+            1,
+            "batch",
+            &[("duet.io/workload", newcomer)],
+        ),
+    ));
+    schedule_once("schedule-2.log");
+    rt.block_on(check_capacity(&admin, &batch_nodes));
+
+    // The API server down: the extender answers from its cache and says it is stale; the
+    // scheduler waits, and binds once the API server is back.
+    let sched_port = free_port();
+    let mut scheduler = Process::spawn(
+        duet()
+            .args(["schedule", "--interval", "0.5", "--predictor", &server.base])
+            .args(["--listen", &format!("127.0.0.1:{sched_port}")])
+            .arg("--devices")
+            .arg(root().join("deploy/k8s/devices.toml"))
+            .arg("--kubeconfig")
+            .arg(plane.kubeconfig("duet")),
+        plane.dir.path().join("schedule-3.log"),
+    );
+    let sched = |path: &str| format!("http://127.0.0.1:{sched_port}{path}");
+    wait_for(
+        "duet schedule is ready",
+        Duration::from_secs(30),
+        || get(&sched("/readyz")).0 == 200,
+        || scheduler.tail(20),
+    );
+    plane.stop_apiserver();
+    wait_for(
+        "the extender says it is stale",
+        Duration::from_secs(20),
+        || {
+            let (status, body) = get(&ext("/readyz"));
+            status == 503 && body.contains("stale")
+        },
+        || extender.tail(20),
+    );
+    wait_for(
+        "duet schedule says it is stale",
+        Duration::from_secs(20),
+        || {
+            let (status, body) = get(&sched("/readyz"));
+            status == 503 && body.contains("stale")
+        },
+        || scheduler.tail(20),
+    );
+    let probe = serde_json::to_string(&json!({
+        "Pod": pod_spec("probe", "default-scheduler", None, 1, "batch",
+            &[("duet.io/workload", newcomer)]),
+        "NodeNames": ["batch-a", "batch-b", "batch-c"]
+    }))
+    .expect("json");
+    let (status, answer) = post(&ext("/prioritize"), &probe);
+    let scores: Vec<Value> = serde_json::from_str(&answer).unwrap_or_default();
+    assert_eq!((status, scores.len()), (200, 3), "{answer}");
+    assert!(
+        scheduler.running(),
+        "duet schedule exited:\n{}",
+        scheduler.tail(20)
+    );
+    plane.restart_apiserver();
+    rt.block_on(async {
+        let admin = plane.client("admin").await.expect("client");
+        let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+        create(
+            &pods,
+            pod_spec(
+                "after-outage",
+                "duet",
+                None,
+                1,
+                "flip",
+                &[("duet.io/workload", newcomer)],
+            ),
+        )
+        .await;
+        let node = bound_node(&pods, "after-outage", Duration::from_secs(30)).await;
+        assert!(
+            node.is_some(),
+            "not bound after the outage:\n{}",
+            scheduler.tail(30)
+        );
+    });
+    wait_for(
+        "the extender is current again",
+        Duration::from_secs(20),
+        || get(&ext("/readyz")).0 == 200,
+        || extender.tail(20),
+    );
+    scheduler.kill();
+    eprintln!("the whole run: {:.1} s", started.elapsed().as_secs_f64());
+}

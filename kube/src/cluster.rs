@@ -1,0 +1,490 @@
+//! duet's own view of the cluster, kept by the watches (`watch.rs`): the GPU nodes as the
+//! mapping reads them, the pods that ask for GPUs with what their annotations say, and which
+//! GPU of its node each bound pod holds.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use crate::contract::{self, AnnotationError, Assignment, JobSpec};
+use crate::devices::{DeviceMap, NodeInfo};
+
+/// What duet knows of one pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodInfo {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// The node it is bound to.
+    pub node: Option<String>,
+    pub scheduler: String,
+    /// GPUs it asks for (the mapping's resource).
+    pub gpus: u32,
+    /// What its annotations say it is; an unreadable annotation makes it one duet does not know.
+    pub job: Result<JobSpec, AnnotationError>,
+    /// Where duet put it (bound pods), where its annotations record it.
+    pub assignment: Option<Assignment>,
+    /// Creation time, nanoseconds since the epoch: the order pods arrived in.
+    pub created_ns: i128,
+    /// Succeeded or failed: it holds no GPU any more.
+    pub finished: bool,
+    /// Being deleted.
+    pub deleting: bool,
+    /// Its node selector.
+    pub node_selector: BTreeMap<String, String>,
+    /// Its tolerations: key (empty: every key), operator (`Exists`, `Equal`), value, effect
+    /// (empty: every effect).
+    pub tolerations: Vec<(String, String, String, String)>,
+}
+
+impl PodInfo {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Whether its node selector and tolerations let it onto `node` (what `duet schedule`
+    /// judges besides GPUs; the stock scheduler judges the extender's pods itself).
+    pub fn may_run_on(&self, node: &NodeInfo) -> bool {
+        self.node_selector
+            .iter()
+            .all(|(k, v)| node.labels.get(k) == Some(v))
+            && node.taints.iter().all(|(key, value, effect)| {
+                self.tolerations.iter().any(|(k, op, v, e)| {
+                    (e.is_empty() || e == effect)
+                        && ((k.is_empty() && op == "Exists")
+                            || (k == key && (op == "Exists" || v == value)))
+                })
+            })
+    }
+
+    /// Reads a pod (`resource`: the extended resource GPUs are asked for by).
+    pub fn read(pod: &Pod, resource: &str) -> PodInfo {
+        let empty = BTreeMap::new();
+        let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+        let spec = pod.spec.as_ref();
+        let asked = |c: &Container| -> u32 {
+            let r = c.resources.as_ref();
+            r.and_then(|r| r.limits.as_ref().and_then(|l| l.get(resource)))
+                .or_else(|| r.and_then(|r| r.requests.as_ref().and_then(|l| l.get(resource))))
+                .and_then(|q| q.0.trim().parse::<u32>().ok())
+                .unwrap_or(0)
+        };
+        let containers: u32 = spec.map_or(0, |s| s.containers.iter().map(asked).sum());
+        let init = spec
+            .and_then(|s| s.init_containers.as_ref())
+            .map_or(0, |cs| cs.iter().map(asked).max().unwrap_or(0));
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        PodInfo {
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            namespace: pod
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            node: spec
+                .and_then(|s| s.node_name.clone())
+                .filter(|n| !n.is_empty()),
+            scheduler: spec
+                .and_then(|s| s.scheduler_name.clone())
+                .unwrap_or_else(|| "default-scheduler".into()),
+            gpus: containers.max(init),
+            job: contract::job_of(annotations),
+            assignment: contract::assignment_of(annotations).ok().flatten(),
+            created_ns: pod
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0, |t| t.0.as_nanosecond()),
+            finished: matches!(phase, Some("Succeeded" | "Failed")),
+            deleting: pod.metadata.deletion_timestamp.is_some(),
+            node_selector: spec
+                .and_then(|s| s.node_selector.clone())
+                .unwrap_or_default(),
+            tolerations: spec
+                .and_then(|s| s.tolerations.as_ref())
+                .map(|ts| {
+                    ts.iter()
+                        .map(|t| {
+                            (
+                                t.key.clone().unwrap_or_default(),
+                                t.operator.clone().unwrap_or_else(|| "Equal".into()),
+                                t.value.clone().unwrap_or_default(),
+                                t.effect.clone().unwrap_or_default(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// How one GPU of a node is used.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GpuUse {
+    Free,
+    /// One pod of one GPU: it may take a neighbour.
+    Alone {
+        pod: String,
+    },
+    /// Two pods, or a pod of several GPUs, or pods duet cannot place on a GPU: closed.
+    Full,
+}
+
+/// A pod bound by this process that the watch has not shown bound yet.
+#[derive(Debug, Clone)]
+struct Assumed {
+    pod: PodInfo,
+    at: Instant,
+}
+
+/// How long a binding this process made stands in for the watch.
+const ASSUMED_FOR: Duration = Duration::from_secs(60);
+
+/// The cluster as the watches last saw it.
+#[derive(Debug, Clone, Default)]
+pub struct Cluster {
+    nodes: BTreeMap<String, NodeInfo>,
+    pods: HashMap<String, PodInfo>,
+    by_node: HashMap<String, BTreeSet<String>>,
+    assumed: HashMap<String, Assumed>,
+}
+
+impl Cluster {
+    pub fn nodes(&self) -> impl Iterator<Item = &NodeInfo> {
+        self.nodes.values()
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeInfo> {
+        self.nodes.get(name)
+    }
+
+    pub fn pod(&self, uid: &str) -> Option<&PodInfo> {
+        self.pods
+            .get(uid)
+            .or_else(|| self.assumed.get(uid).map(|a| &a.pod))
+    }
+
+    pub fn apply_node(&mut self, node: NodeInfo) {
+        self.nodes.insert(node.name.clone(), node);
+    }
+
+    pub fn remove_node(&mut self, name: &str) {
+        self.nodes.remove(name);
+    }
+
+    /// Replaces every node (a watch's full list).
+    pub fn replace_nodes(&mut self, nodes: Vec<NodeInfo>) {
+        self.nodes = nodes.into_iter().map(|n| (n.name.clone(), n)).collect();
+    }
+
+    pub fn apply_pod(&mut self, pod: PodInfo) {
+        self.unindex(&pod.uid);
+        if pod.node.is_some() {
+            self.assumed.remove(&pod.uid);
+        }
+        if let Some(node) = &pod.node {
+            self.by_node
+                .entry(node.clone())
+                .or_default()
+                .insert(pod.uid.clone());
+        }
+        self.pods.insert(pod.uid.clone(), pod);
+    }
+
+    pub fn remove_pod(&mut self, uid: &str) {
+        self.unindex(uid);
+        self.pods.remove(uid);
+        self.assumed.remove(uid);
+    }
+
+    /// Replaces every pod (a watch's full list).
+    pub fn replace_pods(&mut self, pods: Vec<PodInfo>) {
+        self.pods.clear();
+        self.by_node.clear();
+        for pod in pods {
+            self.apply_pod(pod);
+        }
+    }
+
+    fn unindex(&mut self, uid: &str) {
+        if let Some(node) = self.pods.get(uid).and_then(|p| p.node.clone())
+            && let Some(set) = self.by_node.get_mut(&node)
+        {
+            set.remove(uid);
+            if set.is_empty() {
+                self.by_node.remove(&node);
+            }
+        }
+    }
+
+    /// Records a binding this process made, until the watch shows it.
+    pub fn assume(&mut self, mut pod: PodInfo, node: &str, assignment: Assignment) {
+        pod.node = Some(node.to_string());
+        pod.assignment = Some(assignment);
+        self.assumed.insert(
+            pod.uid.clone(),
+            Assumed {
+                pod,
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// Pods waiting for scheduler `name`, in the order they arrived.
+    pub fn pending(&self, name: &str) -> Vec<&PodInfo> {
+        let mut pending: Vec<&PodInfo> = self
+            .pods
+            .values()
+            .filter(|p| {
+                p.scheduler == name
+                    && p.node.is_none()
+                    && !p.deleting
+                    && !p.finished
+                    && !self.assumed.contains_key(&p.uid)
+            })
+            .collect();
+        pending.sort_by(|a, b| {
+            (a.created_ns, &a.namespace, &a.name).cmp(&(b.created_ns, &b.namespace, &b.name))
+        });
+        pending
+    }
+
+    /// The pods holding GPUs of `node`: bound and not finished, and the bindings assumed.
+    pub fn on_node(&self, node: &str) -> Vec<&PodInfo> {
+        let now = Instant::now();
+        let mut pods: Vec<&PodInfo> = self
+            .by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|uid| self.pods.get(uid))
+            .chain(
+                self.assumed
+                    .values()
+                    .filter(|a| a.pod.node.as_deref() == Some(node) && now - a.at < ASSUMED_FOR)
+                    .map(|a| &a.pod),
+            )
+            .filter(|p| !p.finished && p.gpus > 0)
+            .collect();
+        pods.sort_by(|a, b| (a.created_ns, &a.uid).cmp(&(b.created_ns, &b.uid)));
+        pods.dedup_by(|a, b| a.uid == b.uid);
+        pods
+    }
+
+    /// How each GPU of `node` is used. Pods duet placed hold the GPUs their annotations name;
+    /// others (placed before duet, or by another scheduler) take the free GPUs first, in the
+    /// order they arrived, and close any GPU duet cannot tell they are on.
+    pub fn gpus_of(&self, node: &NodeInfo) -> Vec<GpuUse> {
+        let n = node.gpus as usize;
+        let mut holders: Vec<Vec<(&PodInfo, bool)>> = vec![Vec::new(); n];
+        let mut unplaced = Vec::new();
+        for pod in self.on_node(&node.name) {
+            match &pod.assignment {
+                Some(a)
+                    if a.gpus.len() == pod.gpus as usize
+                        && a.gpus.iter().all(|g| (*g as usize) < n) =>
+                {
+                    for g in &a.gpus {
+                        holders[*g as usize].push((pod, pod.gpus == 1));
+                    }
+                }
+                _ => unplaced.push(pod),
+            }
+        }
+        let mut closed = vec![false; n];
+        for pod in unplaced {
+            let mut need = pod.gpus as usize;
+            for (g, h) in holders.iter_mut().enumerate() {
+                if need == 0 {
+                    break;
+                }
+                if h.is_empty() && !closed[g] {
+                    h.push((pod, pod.gpus == 1));
+                    need -= 1;
+                }
+            }
+            // Not enough free GPUs: it shares some duet cannot tell; close every one in use.
+            if need > 0 {
+                for (g, h) in holders.iter().enumerate() {
+                    if !h.is_empty() {
+                        closed[g] = true;
+                    }
+                }
+            }
+        }
+        holders
+            .iter()
+            .zip(closed)
+            .map(|(h, closed)| match h.as_slice() {
+                _ if closed => GpuUse::Full,
+                [] => GpuUse::Free,
+                [(pod, true)] => GpuUse::Alone {
+                    pod: pod.uid.clone(),
+                },
+                _ => GpuUse::Full,
+            })
+            .collect()
+    }
+}
+
+/// Reads every pod of a list through the mapping's resource.
+pub fn read_pods(pods: &[Pod], map: &DeviceMap) -> Vec<PodInfo> {
+    pods.iter()
+        .map(|p| PodInfo::read(p, &map.resource))
+        .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::contract::Identity;
+
+    pub(crate) fn node(name: &str, gpus: u32) -> NodeInfo {
+        NodeInfo {
+            name: name.into(),
+            product: Some("Tesla-V100".into()),
+            device: Some("v100".into()),
+            gpus,
+            memory_mib: None,
+            strategy: "mps".into(),
+            schedulable: true,
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+        }
+    }
+
+    pub(crate) fn pod(uid: &str, node: Option<&str>, gpus: u32, workload: &str) -> PodInfo {
+        PodInfo {
+            uid: uid.into(),
+            namespace: "ns".into(),
+            name: uid.into(),
+            node: node.map(str::to_string),
+            scheduler: "duet".into(),
+            gpus,
+            job: Ok(JobSpec {
+                identity: Identity::Workload(workload.into()),
+                ..JobSpec::unknown()
+            }),
+            assignment: None,
+            created_ns: 0,
+            finished: false,
+            deleting: false,
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+        }
+    }
+
+    fn on(mut p: PodInfo, gpus: &[u32]) -> PodInfo {
+        p.assignment = Some(Assignment {
+            gpus: gpus.to_vec(),
+            sharing: None,
+            mps_share: None,
+        });
+        p
+    }
+
+    #[test]
+    fn gpus_are_read_from_annotations_and_others_fill_the_free_ones() {
+        let mut c = Cluster::default();
+        c.apply_node(node("a", 4));
+        c.apply_pod(on(pod("p1", Some("a"), 1, "w"), &[2]));
+        c.apply_pod(on(pod("p2", Some("a"), 1, "w"), &[2]));
+        c.apply_pod(on(pod("p3", Some("a"), 1, "w"), &[3]));
+        // Placed by someone else: the lowest free GPU.
+        c.apply_pod(pod("p4", Some("a"), 1, "w"));
+        let uses = c.gpus_of(c.node("a").expect("node"));
+        assert_eq!(
+            uses,
+            vec![
+                GpuUse::Alone { pod: "p4".into() },
+                GpuUse::Free,
+                GpuUse::Full,
+                GpuUse::Alone { pod: "p3".into() },
+            ]
+        );
+        // A pod of two GPUs closes both; one that cannot fit closes every GPU in use.
+        c.apply_pod(pod("p5", Some("a"), 2, "w"));
+        let uses = c.gpus_of(c.node("a").expect("node"));
+        assert!(uses.iter().all(|u| *u == GpuUse::Full), "{uses:?}");
+        c.remove_pod("p5");
+        let mut done = pod("p6", Some("a"), 1, "w");
+        done.finished = true;
+        c.apply_pod(done);
+        assert_eq!(c.gpus_of(c.node("a").expect("node"))[1], GpuUse::Free);
+    }
+
+    #[test]
+    fn a_binding_made_here_counts_until_the_watch_shows_it() {
+        let mut c = Cluster::default();
+        c.apply_node(node("a", 1));
+        let waiting = pod("p", None, 1, "w");
+        c.apply_pod(waiting.clone());
+        assert_eq!(c.pending("duet").len(), 1);
+        c.assume(
+            waiting.clone(),
+            "a",
+            Assignment {
+                gpus: vec![0],
+                sharing: None,
+                mps_share: None,
+            },
+        );
+        assert!(c.pending("duet").is_empty());
+        assert_eq!(
+            c.gpus_of(c.node("a").expect("node")),
+            vec![GpuUse::Alone { pod: "p".into() }]
+        );
+        // The watch shows it bound: one pod, not two.
+        c.apply_pod(on(pod("p", Some("a"), 1, "w"), &[0]));
+        assert_eq!(c.on_node("a").len(), 1);
+        c.remove_pod("p");
+        assert_eq!(c.gpus_of(c.node("a").expect("node")), vec![GpuUse::Free]);
+    }
+
+    #[test]
+    fn a_node_selector_and_taints_decide_where_a_pod_may_run() {
+        let mut n = node("a", 1);
+        n.labels.insert("pool".into(), "gpu".into());
+        let mut p = pod("p", None, 1, "w");
+        assert!(p.may_run_on(&n));
+        p.node_selector.insert("pool".into(), "cpu".into());
+        assert!(!p.may_run_on(&n));
+        p.node_selector.insert("pool".into(), "gpu".into());
+        n.taints
+            .push(("dedicated".into(), "ml".into(), "NoSchedule".into()));
+        assert!(!p.may_run_on(&n));
+        p.tolerations.push((
+            "dedicated".into(),
+            "Equal".into(),
+            "ml".into(),
+            String::new(),
+        ));
+        assert!(p.may_run_on(&n));
+        p.tolerations = vec![(
+            String::new(),
+            "Exists".into(),
+            String::new(),
+            "NoExecute".into(),
+        )];
+        assert!(!p.may_run_on(&n));
+    }
+
+    #[test]
+    fn pending_pods_come_in_the_order_they_arrived() {
+        let mut c = Cluster::default();
+        for (uid, t) in [("late", 30), ("early", 10), ("mid", 20)] {
+            let mut p = pod(uid, None, 1, "w");
+            p.created_ns = t;
+            c.apply_pod(p);
+        }
+        let mut other = pod("other", None, 1, "w");
+        other.scheduler = "default-scheduler".into();
+        c.apply_pod(other);
+        let order: Vec<&str> = c.pending("duet").iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(order, ["early", "mid", "late"]);
+    }
+}

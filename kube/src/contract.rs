@@ -1,0 +1,322 @@
+//! The annotations contract between a pod, duet and a device plugin (README, "duet on
+//! Kubernetes").
+//!
+//! A pod says what it is: `duet.io/workload` (a workload the server has registered) or
+//! `duet.io/profiles` (its features inline, per device), and optionally `duet.io/objective`,
+//! `duet.io/priority` and `duet.io/memory-mib`. duet says where it put it, on the binding itself
+//! (the API server merges a binding's annotations into the pod when it binds): `duet.io/gpu`,
+//! `duet.io/sharing`, `duet.io/mps-share`, and for information `duet.io/beside` and
+//! `duet.io/predicted-speed`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use duet_core::api::{FeatureInput, Features};
+use duet_core::dataset::Mode;
+
+/// A registered workload's id.
+pub const WORKLOAD: &str = "duet.io/workload";
+/// The pod's features inline: a JSON object, device -> features (`solo_throughput` included).
+pub const PROFILES: &str = "duet.io/profiles";
+/// The least speed (co-located over alone, in (0, 1]) the pod must keep, judged on the p90.
+pub const OBJECTIVE: &str = "duet.io/objective";
+/// Its weight in the pricing loop, > 0 (default 1).
+pub const PRIORITY: &str = "duet.io/priority";
+/// Device memory it holds, MiB: a share is offered only where both footprints fit the GPU.
+pub const MEMORY: &str = "duet.io/memory-mib";
+/// Written by duet: the GPUs of the node it was given, by index (`3`, or `0,1`).
+pub const GPU: &str = "duet.io/gpu";
+/// Written by duet: `exclusive`, or the duet mode it shares its GPU in (`timeslice`, `mps`,
+/// `space`).
+pub const SHARING: &str = "duet.io/sharing";
+/// Written by duet under MPS: the active-thread percentage to start it with.
+pub const MPS_SHARE: &str = "duet.io/mps-share";
+/// Written by duet: the pod it shares its GPU with, `namespace/name`.
+pub const BESIDE: &str = "duet.io/beside";
+/// Written by duet: the speed the model predicted for it where it was placed.
+pub const PREDICTED_SPEED: &str = "duet.io/predicted-speed";
+
+/// An annotation duet cannot read: the pod is then one duet does not know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnotationError {
+    pub annotation: &'static str,
+    pub message: String,
+}
+
+impl fmt::Display for AnnotationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "annotation {}: {}", self.annotation, self.message)
+    }
+}
+
+impl std::error::Error for AnnotationError {}
+
+fn bad(annotation: &'static str, message: impl Into<String>) -> AnnotationError {
+    AnnotationError {
+        annotation,
+        message: message.into(),
+    }
+}
+
+/// What a pod is, to duet.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Identity {
+    /// A workload registered with the server.
+    Workload(String),
+    /// Its features inline: device -> features.
+    Inline(BTreeMap<String, Features>),
+    /// Neither annotation: a pod duet does not know.
+    Unannotated,
+}
+
+/// What a pod asks of duet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    pub identity: Identity,
+    pub objective: Option<f64>,
+    pub priority: f64,
+    pub memory_mib: Option<f64>,
+}
+
+impl JobSpec {
+    /// A pod without duet's annotations (or with ones duet cannot read).
+    pub fn unknown() -> JobSpec {
+        JobSpec {
+            identity: Identity::Unannotated,
+            objective: None,
+            priority: 1.0,
+            memory_mib: None,
+        }
+    }
+}
+
+fn number(
+    annotations: &BTreeMap<String, String>,
+    name: &'static str,
+    valid: impl Fn(f64) -> bool,
+    expected: &str,
+) -> Result<Option<f64>, AnnotationError> {
+    let Some(text) = annotations.get(name) else {
+        return Ok(None);
+    };
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && valid(v) => Ok(Some(v)),
+        _ => Err(bad(name, format!("`{text}` is not {expected}"))),
+    }
+}
+
+/// The job a pod's annotations describe; an error names the first annotation duet cannot read.
+pub fn job_of(annotations: &BTreeMap<String, String>) -> Result<JobSpec, AnnotationError> {
+    let identity = match (annotations.get(WORKLOAD), annotations.get(PROFILES)) {
+        (Some(_), Some(_)) => {
+            return Err(bad(
+                PROFILES,
+                format!("give {WORKLOAD} or {PROFILES}, not both"),
+            ));
+        }
+        (Some(id), None) if id.trim().is_empty() => return Err(bad(WORKLOAD, "empty")),
+        (Some(id), None) => Identity::Workload(id.trim().to_string()),
+        (None, Some(text)) => Identity::Inline(profiles(text)?),
+        (None, None) => Identity::Unannotated,
+    };
+    Ok(JobSpec {
+        identity,
+        objective: number(
+            annotations,
+            OBJECTIVE,
+            |v| v > 0.0 && v <= 1.0,
+            "a speed in (0, 1]",
+        )?,
+        priority: number(annotations, PRIORITY, |v| v > 0.0, "a weight > 0")?.unwrap_or(1.0),
+        memory_mib: number(annotations, MEMORY, |v| v > 0.0, "a size in MiB > 0")?,
+    })
+}
+
+fn profiles(text: &str) -> Result<BTreeMap<String, Features>, AnnotationError> {
+    let profiles: BTreeMap<String, Features> = serde_json::from_str(text).map_err(|e| {
+        bad(
+            PROFILES,
+            format!("not a JSON object of device -> features: {e}"),
+        )
+    })?;
+    if profiles.is_empty() {
+        return Err(bad(PROFILES, "no device"));
+    }
+    for (device, features) in &profiles {
+        match features.get("solo_throughput") {
+            Some(FeatureInput::Number(v)) if *v > 0.0 => {}
+            _ => {
+                return Err(bad(
+                    PROFILES,
+                    format!("device {device}: solo_throughput must be a number > 0"),
+                ));
+            }
+        }
+    }
+    Ok(profiles)
+}
+
+/// Where duet put a pod: the node's GPUs by index and how it shares them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assignment {
+    pub gpus: Vec<u32>,
+    /// The mode it shares its GPU in; `None`: alone (exclusive).
+    pub sharing: Option<Mode>,
+    /// Its MPS active-thread percentage, where it was given one.
+    pub mps_share: Option<f64>,
+}
+
+/// The assignment a bound pod's annotations record; `None` where duet did not place it.
+pub fn assignment_of(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<Assignment>, AnnotationError> {
+    let Some(text) = annotations.get(GPU) else {
+        return Ok(None);
+    };
+    let mut gpus = Vec::new();
+    for part in text.split(',') {
+        let index = part
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| bad(GPU, format!("`{text}` is not a list of GPU indices")))?;
+        if gpus.contains(&index) {
+            return Err(bad(GPU, format!("`{text}` names GPU {index} twice")));
+        }
+        gpus.push(index);
+    }
+    let sharing = match annotations.get(SHARING).map(String::as_str) {
+        None | Some("exclusive") => None,
+        Some(mode) => Some(
+            mode.parse::<Mode>()
+                .map_err(|e| bad(SHARING, format!("{e} or exclusive")))?,
+        ),
+    };
+    let mps_share = number(
+        annotations,
+        MPS_SHARE,
+        |v| v > 0.0 && v <= 100.0,
+        "a percentage in (0, 100]",
+    )?;
+    Ok(Some(Assignment {
+        gpus,
+        sharing,
+        mps_share,
+    }))
+}
+
+/// The annotations that record `assignment` (and, beside a resident, who and how fast).
+pub fn assignment_annotations(
+    assignment: &Assignment,
+    beside: Option<&str>,
+    predicted_speed: Option<f64>,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let gpus: Vec<String> = assignment.gpus.iter().map(u32::to_string).collect();
+    out.insert(GPU.to_string(), gpus.join(","));
+    out.insert(
+        SHARING.to_string(),
+        assignment
+            .sharing
+            .map_or("exclusive", Mode::as_str)
+            .to_string(),
+    );
+    if let Some(share) = assignment.mps_share {
+        out.insert(MPS_SHARE.to_string(), format!("{share}"));
+    }
+    if let Some(beside) = beside {
+        out.insert(BESIDE.to_string(), beside.to_string());
+    }
+    if let Some(speed) = predicted_speed {
+        out.insert(PREDICTED_SPEED.to_string(), format!("{speed:.3}"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_pod_says_what_it_is_by_id_or_inline() {
+        let job = job_of(&annotations(&[
+            (WORKLOAD, "resnet-50-bs64"),
+            (OBJECTIVE, "0.8"),
+            (PRIORITY, "2"),
+            (MEMORY, "12000"),
+        ]))
+        .expect("valid");
+        assert_eq!(job.identity, Identity::Workload("resnet-50-bs64".into()));
+        assert_eq!(
+            (job.objective, job.priority, job.memory_mib),
+            (Some(0.8), 2.0, Some(12000.0))
+        );
+        let job = job_of(&annotations(&[(
+            PROFILES,
+            r#"{"v100": {"solo_throughput": 12.5, "model": "ResNet-50", "batch_size": 64}}"#,
+        )]))
+        .expect("valid");
+        let Identity::Inline(profiles) = job.identity else {
+            panic!("{job:?}")
+        };
+        assert_eq!(
+            profiles["v100"]["solo_throughput"],
+            FeatureInput::Number(12.5)
+        );
+        assert_eq!(job_of(&BTreeMap::new()), Ok(JobSpec::unknown()));
+    }
+
+    #[test]
+    fn an_unreadable_annotation_is_named() {
+        for (pairs, named) in [
+            (vec![(OBJECTIVE, "1.5")], OBJECTIVE),
+            (vec![(OBJECTIVE, "fast")], OBJECTIVE),
+            (vec![(PRIORITY, "0")], PRIORITY),
+            (vec![(MEMORY, "-1")], MEMORY),
+            (vec![(WORKLOAD, " ")], WORKLOAD),
+            (vec![(WORKLOAD, "a"), (PROFILES, "{}")], PROFILES),
+            (vec![(PROFILES, "[1]")], PROFILES),
+            (vec![(PROFILES, r#"{"v100": {"model": "x"}}"#)], PROFILES),
+        ] {
+            let e = job_of(&annotations(&pairs)).expect_err("must fail");
+            assert_eq!(e.annotation, named, "{pairs:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn an_assignment_reads_back_what_duet_wrote() {
+        let assignment = Assignment {
+            gpus: vec![3],
+            sharing: Some(Mode::Mps),
+            mps_share: Some(50.0),
+        };
+        let written = assignment_annotations(&assignment, Some("ns/resident"), Some(0.8123));
+        assert_eq!(written[GPU], "3");
+        assert_eq!(written[SHARING], "mps");
+        assert_eq!(written[PREDICTED_SPEED], "0.812");
+        assert_eq!(assignment_of(&written), Ok(Some(assignment)));
+        let whole = Assignment {
+            gpus: vec![0, 1],
+            sharing: None,
+            mps_share: None,
+        };
+        assert_eq!(
+            assignment_of(&assignment_annotations(&whole, None, None)),
+            Ok(Some(whole))
+        );
+        assert_eq!(assignment_of(&BTreeMap::new()), Ok(None));
+        for bad in ["x", "1,1", "-1"] {
+            let e = assignment_of(&annotations(&[(GPU, bad)])).expect_err("must fail");
+            assert_eq!(e.annotation, GPU);
+        }
+        let e =
+            assignment_of(&annotations(&[(GPU, "0"), (SHARING, "shared")])).expect_err("must fail");
+        assert_eq!(e.annotation, SHARING);
+    }
+}

@@ -1,0 +1,147 @@
+//! `/metrics` of the extender and the scheduler (OpenMetrics, through `prometheus-client`).
+
+use prometheus_client::encoding::text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::known::Unknown;
+use crate::watch::Freshness;
+
+type Labels = Vec<(String, String)>;
+
+/// Every series the Kubernetes side reports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Extender calls by verb and outcome (`ok`, `bad_request`, `unavailable`).
+    pub requests: Family<Labels, Counter>,
+    /// Their time, by verb.
+    pub seconds: Family<Labels, Histogram>,
+    /// Pods duet does not know, by why (each time one is judged).
+    pub unknown_pods: Family<Labels, Counter>,
+    /// Bindings made, by shape (`whole`, `beside`, `unjudged`), and ones the API server refused.
+    pub bound: Family<Labels, Counter>,
+    pub bind_failures: Counter,
+    /// Scheduling rounds, pods left pending after the last one.
+    pub rounds: Counter,
+    pub unplaced: Gauge,
+    /// 1 while the view of the cluster is stale (the API server unreachable), else 0.
+    pub stale: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        let mut registry = Registry::default();
+        let requests = Family::<Labels, Counter>::default();
+        let seconds = Family::<Labels, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0])
+        });
+        let unknown_pods = Family::<Labels, Counter>::default();
+        let bound = Family::<Labels, Counter>::default();
+        let bind_failures = Counter::default();
+        let rounds = Counter::default();
+        let unplaced = Gauge::default();
+        let stale = Gauge::default();
+        registry.register(
+            "duet_extender_requests",
+            "kube-scheduler extender calls, by verb and outcome",
+            requests.clone(),
+        );
+        registry.register(
+            "duet_extender_request_seconds",
+            "time to answer an extender call, by verb",
+            seconds.clone(),
+        );
+        registry.register(
+            "duet_kube_unknown_pods",
+            "pods judged that duet does not know (neutral score), by reason",
+            unknown_pods.clone(),
+        );
+        registry.register(
+            "duet_kube_bound",
+            "pods bound by duet, by shape",
+            bound.clone(),
+        );
+        registry.register(
+            "duet_kube_bind_failures",
+            "bindings the API server refused or could not take",
+            bind_failures.clone(),
+        );
+        registry.register(
+            "duet_schedule_rounds",
+            "pricing rounds of duet schedule",
+            rounds.clone(),
+        );
+        registry.register(
+            "duet_schedule_unplaced",
+            "pods of duet schedule left pending by its last round",
+            unplaced.clone(),
+        );
+        registry.register(
+            "duet_kube_view_stale",
+            "1 while duet's view of the cluster is stale (the API server does not answer)",
+            stale.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            seconds,
+            unknown_pods,
+            bound,
+            bind_failures,
+            rounds,
+            unplaced,
+            stale,
+        }
+    }
+}
+
+fn label(name: &str, value: &str) -> Labels {
+    vec![(name.to_string(), value.to_string())]
+}
+
+impl Metrics {
+    pub fn request(&self, verb: &str, outcome: &str, seconds: f64) {
+        self.requests
+            .get_or_create(&vec![
+                ("verb".to_string(), verb.to_string()),
+                ("outcome".to_string(), outcome.to_string()),
+            ])
+            .inc();
+        self.seconds
+            .get_or_create(&label("verb", verb))
+            .observe(seconds);
+    }
+
+    pub fn unknown(&self, why: &Unknown) {
+        let reason = match why {
+            Unknown::Unannotated => "unannotated",
+            Unknown::Unreadable(_) => "unreadable",
+            Unknown::NotRegistered { .. } => "not_registered",
+            Unknown::NoProfile { .. } => "no_profile",
+        };
+        self.unknown_pods
+            .get_or_create(&label("reason", reason))
+            .inc();
+    }
+
+    pub fn bound(&self, shape: &str) {
+        self.bound.get_or_create(&label("shape", shape)).inc();
+    }
+
+    /// The OpenMetrics text, with the view's freshness as of now.
+    pub fn render(&self, freshness: &Freshness) -> String {
+        self.stale
+            .set(i64::from(matches!(freshness, Freshness::Stale { .. })));
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// The content type of `render`'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -1,0 +1,598 @@
+//! What one pending pod can have on each candidate node, and what it is worth by the pricing
+//! loop's own rule (`duet_scheduler::pricing::value_beside`): a whole free GPU is worth the pod's
+//! weight; a share beside a resident is worth the weighted speed it buys minus what the
+//! resident loses, and is not offered where it breaks either pod's objective on the p90, does
+//! not fit the GPU's memory, or adds nothing. Every pair of one call goes to the predictor in
+//! one request.
+//!
+//! It runs in three steps so that no lock is held while the predictor answers: `survey` reads
+//! the cluster, `Survey::queries` are predicted, `Survey::verdicts` judges.
+
+use std::collections::HashMap;
+
+use anyhow::Result;
+use duet_scheduler::predictor::{InlineJobs, Outlook, Predictor, Query, Sharing, SharingKey};
+use duet_scheduler::pricing::{self, PricingConfig, Resident, Waiting};
+
+use crate::cluster::{Cluster, GpuUse, PodInfo};
+use crate::contract::{Assignment, JobSpec};
+use crate::devices::DeviceMap;
+use crate::known::{self, Known, Unknown};
+
+/// Where a pod goes on a node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shape {
+    /// These GPUs, alone.
+    Whole {
+        gpus: Vec<u32>,
+        /// The MPS share it is started with, where the node's strategy gives one.
+        mps_share: Option<f64>,
+    },
+    /// Beside the resident of `gpu`.
+    Beside {
+        gpu: u32,
+        /// The resident, `namespace/name`.
+        resident: String,
+        sharing: Sharing,
+        speed: f64,
+        resident_speed: f64,
+    },
+}
+
+impl Shape {
+    /// How the pod's annotations record it.
+    pub fn assignment(&self) -> Assignment {
+        match self {
+            Shape::Whole { gpus, mps_share } => Assignment {
+                gpus: gpus.clone(),
+                sharing: None,
+                mps_share: *mps_share,
+            },
+            Shape::Beside { gpu, sharing, .. } => Assignment {
+                gpus: vec![*gpu],
+                sharing: Some(sharing.mode),
+                mps_share: sharing.share_a,
+            },
+        }
+    }
+}
+
+/// What duet says of one node for the pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// duet cannot judge (a pod or a device it does not know): it passes the filter with the
+    /// middle score.
+    Neutral(String),
+    /// The best shape there; `value` is in units of the pod's weight (a whole GPU: 1).
+    Fits { value: f64, shape: Shape },
+    /// Nothing there for the pod, and why.
+    Fails(String),
+}
+
+impl Verdict {
+    /// The extender's score, 0 to 10: ten times the value in units of the pod's weight (a
+    /// whole GPU scores 10), 5 where duet cannot judge, 0 where nothing fits.
+    pub fn score(&self) -> i64 {
+        match self {
+            Verdict::Neutral(_) => 5,
+            #[allow(clippy::cast_possible_truncation)]
+            Verdict::Fits { value, .. } => (value * 10.0).round().clamp(0.0, 10.0) as i64,
+            Verdict::Fails(_) => 0,
+        }
+    }
+}
+
+/// A share beside one resident under one sharing, waiting for its prediction.
+#[derive(Debug, Clone)]
+struct Option_ {
+    gpu: u32,
+    resident: Resident,
+    resident_name: String,
+    sharing: Sharing,
+    query: usize,
+}
+
+#[derive(Debug, Clone)]
+enum NodeSurvey {
+    Neutral(String),
+    Judged {
+        gpus: u32,
+        free: Vec<u32>,
+        whole_share: Option<f64>,
+        memory_mib: Option<f64>,
+        options: Vec<Option_>,
+        /// Why GPUs with a resident offer nothing, before any prediction.
+        closed: Vec<String>,
+    },
+}
+
+/// One pod's candidate nodes, read from the cluster.
+#[derive(Debug, Clone)]
+pub struct Survey {
+    job: Waiting,
+    nodes: Vec<(String, NodeSurvey)>,
+    queries: Vec<(String, String, String, Sharing)>,
+    /// The inline features its queries name.
+    pub inline: InlineJobs,
+    /// Why duet does not know the pod, on the first device where it does not.
+    pub unknown: Option<Unknown>,
+}
+
+/// The pricing loop's view of a pod's request.
+pub fn waiting(pod: &PodInfo, key: String) -> Waiting {
+    let job = pod.job.clone().unwrap_or_else(|_| JobSpec::unknown());
+    Waiting {
+        id: 0,
+        workload: key,
+        gpus: pod.gpus.max(1),
+        weight: job.priority,
+        priority: job.priority,
+        slo: job.objective,
+        memory_mib: job.memory_mib,
+    }
+}
+
+/// The pricing loop's view of a resident that may take a neighbour.
+pub fn resident(pod: &PodInfo, gpu: usize, key: String) -> Resident {
+    let job = pod.job.clone().unwrap_or_else(|_| JobSpec::unknown());
+    Resident {
+        gpu,
+        workload: key,
+        weight: job.priority,
+        slo: job.objective,
+        memory_mib: job.memory_mib,
+        share: pod.assignment.as_ref().and_then(|a| a.mps_share),
+    }
+}
+
+/// Reads what `pod` could have on each of `nodes`.
+pub fn survey(
+    cluster: &Cluster,
+    map: &DeviceMap,
+    known: &Known,
+    pod: &PodInfo,
+    nodes: &[String],
+) -> Survey {
+    let mut out = Survey {
+        job: waiting(pod, String::new()),
+        nodes: Vec::with_capacity(nodes.len()),
+        queries: Vec::new(),
+        inline: known::inline_jobs([pod]),
+        unknown: None,
+    };
+    let mut query_of: HashMap<(String, String, SharingKey), usize> = HashMap::new();
+    let mut residents_inline = Vec::new();
+    for name in nodes {
+        let Some(node) = cluster.node(name) else {
+            out.nodes.push((
+                name.clone(),
+                NodeSurvey::Neutral("not in duet's view of the cluster yet".into()),
+            ));
+            continue;
+        };
+        let Some(device) = node.device.as_deref() else {
+            let what = node.product.as_deref().map_or_else(
+                || format!("no {} label", map.labels.product),
+                |p| format!("GPU product {p} is not in the device mapping"),
+            );
+            out.nodes.push((name.clone(), NodeSurvey::Neutral(what)));
+            continue;
+        };
+        let key = match known.key(pod, device) {
+            Ok(key) => key,
+            Err(why) => {
+                let text = format!("duet does not know this pod on {device}: {why}");
+                out.unknown.get_or_insert(why);
+                out.nodes.push((name.clone(), NodeSurvey::Neutral(text)));
+                continue;
+            }
+        };
+        out.job.workload.clone_from(&key);
+        let Some(strategy) = map.strategy(&node.strategy) else {
+            out.nodes.push((
+                name.clone(),
+                NodeSurvey::Neutral(format!(
+                    "sharing strategy {} is not in the device mapping",
+                    node.strategy
+                )),
+            ));
+            continue;
+        };
+        let uses = cluster.gpus_of(node);
+        #[allow(clippy::cast_possible_truncation)]
+        let free: Vec<u32> = uses
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| **u == GpuUse::Free)
+            .map(|(g, _)| g as u32)
+            .collect();
+        let sharings = known.sharings(strategy);
+        let mut options = Vec::new();
+        let mut closed = Vec::new();
+        if pod.gpus <= 1 {
+            for (g, u) in uses.iter().enumerate() {
+                let GpuUse::Alone { pod: uid } = u else {
+                    continue;
+                };
+                let Some(r) = cluster.pod(uid) else { continue };
+                let r_key = match known.key(r, device) {
+                    Ok(k) => k,
+                    Err(why) => {
+                        closed.push(format!("GPU {g}: beside {}, {why}", r.key()));
+                        continue;
+                    }
+                };
+                residents_inline.push(r.clone());
+                let resident = resident(r, g, r_key.clone());
+                let mut offered = false;
+                for sharing in &sharings {
+                    if !pricing::keeps_resident_share(&resident, *sharing) {
+                        continue;
+                    }
+                    offered = true;
+                    let q = *query_of
+                        .entry((key.clone(), r_key.clone(), sharing.key()))
+                        .or_insert_with(|| {
+                            out.queries.push((
+                                device.to_string(),
+                                key.clone(),
+                                r_key.clone(),
+                                *sharing,
+                            ));
+                            out.queries.len() - 1
+                        });
+                    #[allow(clippy::cast_possible_truncation)]
+                    options.push(Option_ {
+                        gpu: g as u32,
+                        resident: resident.clone(),
+                        resident_name: r.key(),
+                        sharing: *sharing,
+                        query: q,
+                    });
+                }
+                if !offered {
+                    closed.push(if strategy.sharings.is_empty() {
+                        format!(
+                            "GPU {g}: held by {}, and strategy {} shares no GPU",
+                            r.key(),
+                            node.strategy
+                        )
+                    } else if sharings.is_empty() {
+                        format!(
+                            "GPU {g}: held by {}, and the model predicts none of strategy {}'s modes (it knows {})",
+                            r.key(),
+                            node.strategy,
+                            known.modes()
+                        )
+                    } else {
+                        format!(
+                            "GPU {g}: held by {}, whose MPS share no sharing of strategy {} keeps",
+                            r.key(),
+                            node.strategy
+                        )
+                    });
+                }
+            }
+        }
+        out.nodes.push((
+            name.clone(),
+            NodeSurvey::Judged {
+                gpus: node.gpus,
+                free,
+                whole_share: strategy.whole_share,
+                memory_mib: node.memory_mib,
+                options,
+                closed,
+            },
+        ));
+    }
+    out.inline.extend(known::inline_jobs(&residents_inline));
+    out
+}
+
+impl Survey {
+    /// How many pairs it asks the predictor about.
+    pub fn query_count(&self) -> usize {
+        self.queries.len()
+    }
+
+    /// Its pairs: device, the pod's id, the resident's id, the sharing.
+    pub fn owned_queries(&self) -> Vec<(String, String, String, Sharing)> {
+        self.queries.clone()
+    }
+
+    /// Its pairs' outlooks, in one predictor call (none where it has no pair).
+    pub fn predict(&self, predictor: &mut dyn Predictor) -> Result<Vec<Outlook>> {
+        let queries: Vec<(&str, Query<'_>)> = self
+            .queries
+            .iter()
+            .map(|(device, a, b, sharing)| {
+                (
+                    device.as_str(),
+                    Query {
+                        a,
+                        b,
+                        sharing: *sharing,
+                    },
+                )
+            })
+            .collect();
+        predictor.predict_on(&queries)
+    }
+
+    /// Each node's verdict, given the outlooks of `queries` in order.
+    pub fn verdicts(&self, outlooks: &[Outlook]) -> Vec<(String, Verdict)> {
+        self.nodes
+            .iter()
+            .map(|(name, survey)| (name.clone(), self.verdict(survey, outlooks)))
+            .collect()
+    }
+
+    fn verdict(&self, survey: &NodeSurvey, outlooks: &[Outlook]) -> Verdict {
+        let NodeSurvey::Judged {
+            gpus,
+            free,
+            whole_share,
+            memory_mib,
+            options,
+            closed,
+        } = survey
+        else {
+            let NodeSurvey::Neutral(why) = survey else {
+                unreachable!()
+            };
+            return Verdict::Neutral(why.clone());
+        };
+        let job = &self.job;
+        let need = job.gpus as usize;
+        let mut best: Option<(f64, Shape)> = None;
+        if free.len() >= need {
+            best = Some((
+                1.0,
+                Shape::Whole {
+                    gpus: free[..need].to_vec(),
+                    mps_share: *whole_share,
+                },
+            ));
+        }
+        let config = PricingConfig {
+            gpu_memory_mib: *memory_mib,
+            ..PricingConfig::default()
+        };
+        let mut refusals = closed.clone();
+        for o in options {
+            let Some(outlook) = outlooks.get(o.query) else {
+                continue;
+            };
+            match pricing::value_beside(job, &o.resident, outlook, 0, &config) {
+                Ok(value) => {
+                    let value = value / job.weight;
+                    if best.as_ref().is_none_or(|(v, _)| value > *v) {
+                        best = Some((
+                            value,
+                            Shape::Beside {
+                                gpu: o.gpu,
+                                resident: o.resident_name.clone(),
+                                sharing: o.sharing,
+                                speed: outlook.speed_a,
+                                resident_speed: outlook.speed_b,
+                            },
+                        ));
+                    }
+                }
+                Err(refusal) => refusals.push(format!(
+                    "GPU {} beside {} ({}): {refusal}",
+                    o.gpu,
+                    o.resident_name,
+                    describe(o.sharing)
+                )),
+            }
+        }
+        match best {
+            Some((value, shape)) => Verdict::Fits { value, shape },
+            None => {
+                let mut why = if need > 1 {
+                    format!("needs {need} free GPUs, {} of {gpus} free", free.len())
+                } else {
+                    format!("no free GPU of {gpus}")
+                };
+                if need == 1 {
+                    let full = gpus.saturating_sub(u32::try_from(free.len()).unwrap_or(0));
+                    let judged = refusals.len();
+                    if judged == 0 && full > 0 {
+                        why.push_str("; every GPU holds two pods or one of several GPUs");
+                    }
+                    for r in refusals.iter().take(3) {
+                        why.push_str("; ");
+                        why.push_str(r);
+                    }
+                    if refusals.len() > 3 {
+                        why.push_str(&format!("; and {} more", refusals.len() - 3));
+                    }
+                }
+                Verdict::Fails(why)
+            }
+        }
+    }
+}
+
+/// A sharing in words: `space`, `mps 30%/70%`.
+pub fn describe(sharing: Sharing) -> String {
+    match (sharing.share_a, sharing.share_b) {
+        (Some(a), Some(b)) => format!("{} {a}%/{b}%", sharing.mode),
+        _ => sharing.mode.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::tests::{node, pod};
+    use crate::contract::Identity;
+
+    /// Speeds by (a, b): the newcomer's and the resident's, and their p10s.
+    #[derive(Debug)]
+    struct Table(HashMap<(String, String), [f64; 4]>, usize);
+
+    impl Predictor for Table {
+        fn describe(&self) -> String {
+            "table".into()
+        }
+        fn predict(&mut self, _gpu: &str, queries: &[Query<'_>]) -> Result<Vec<Outlook>> {
+            self.1 += 1;
+            Ok(queries
+                .iter()
+                .map(|q| {
+                    let [a, b, sa, sb] = self.0[&(q.a.to_string(), q.b.to_string())];
+                    Outlook {
+                        feasible: true,
+                        speed_a: a,
+                        speed_b: b,
+                        safe_speed_a: sa,
+                        safe_speed_b: sb,
+                    }
+                })
+                .collect())
+        }
+    }
+
+    fn map() -> DeviceMap {
+        DeviceMap::parse(
+            "[[device]]\nmatch = \"V100\"\ndevice = \"v100\"\n[[strategy]]\nname = \"mps\"\nsharings = [{ mode = \"space\" }]",
+        )
+        .expect("valid")
+    }
+
+    fn on(mut p: PodInfo, gpu: u32) -> PodInfo {
+        p.assignment = Some(Assignment {
+            gpus: vec![gpu],
+            sharing: None,
+            mps_share: None,
+        });
+        p
+    }
+
+    fn judge(
+        cluster: &Cluster,
+        known: &Known,
+        p: &PodInfo,
+        table: &mut Table,
+    ) -> Vec<(String, Verdict)> {
+        let nodes: Vec<String> = cluster.nodes().map(|n| n.name.clone()).collect();
+        let s = survey(cluster, &map(), known, p, &nodes);
+        let outlooks = s.predict(table).expect("predict");
+        s.verdicts(&outlooks)
+    }
+
+    #[test]
+    fn a_free_gpu_scores_ten_and_a_share_what_the_pair_adds() {
+        let mut c = Cluster::default();
+        c.apply_node(node("free", 1));
+        c.apply_node(node("good", 1));
+        c.apply_node(node("bad", 1));
+        c.apply_pod(on(pod("r1", Some("good"), 1, "x"), 0));
+        c.apply_pod(on(pod("r2", Some("bad"), 1, "y"), 0));
+        let known = Known::of(&[("w", &["v100"]), ("x", &["v100"]), ("y", &["v100"])]);
+        let mut table = Table(
+            [
+                (("w".into(), "x".into()), [0.9, 0.8, 0.85, 0.75]),
+                (("w".into(), "y".into()), [0.5, 0.4, 0.45, 0.35]),
+            ]
+            .into_iter()
+            .collect(),
+            0,
+        );
+        let v = judge(&c, &known, &pod("p", None, 1, "w"), &mut table);
+        assert_eq!(table.1, 1, "one predictor call");
+        let score = |n: &str| v.iter().find(|(m, _)| m == n).expect("node").1.score();
+        assert_eq!(score("free"), 10);
+        assert_eq!(score("good"), 7); // 0.9 - (1 - 0.8)
+        assert_eq!(score("bad"), 0);
+        let Verdict::Fails(why) = &v.iter().find(|(m, _)| m == "bad").expect("node").1 else {
+            panic!("{v:?}")
+        };
+        assert!(
+            why.contains("beside ns/r2") && why.contains("adds"),
+            "{why}"
+        );
+        // An objective the p90 breaks fails the node, naming the objective.
+        let mut strict = pod("q", None, 1, "w");
+        strict.job = Ok(JobSpec {
+            identity: Identity::Workload("w".into()),
+            objective: Some(0.88),
+            ..JobSpec::unknown()
+        });
+        let v = judge(&c, &known, &strict, &mut table);
+        let Verdict::Fails(why) = &v.iter().find(|(m, _)| m == "good").expect("node").1 else {
+            panic!("{v:?}")
+        };
+        assert!(why.contains("objective 0.88"), "{why}");
+    }
+
+    #[test]
+    fn an_unknown_pod_or_device_is_neutral() {
+        let mut c = Cluster::default();
+        c.apply_node(node("a", 1));
+        let mut other = node("b", 1);
+        other.device = None;
+        other.product = Some("Radeon".into());
+        c.apply_node(other);
+        let known = Known::of(&[("w", &["v100"])]);
+        let mut table = Table(HashMap::new(), 0);
+        let v = judge(&c, &known, &pod("p", None, 1, "nobody"), &mut table);
+        assert!(v.iter().all(|(_, v)| v.score() == 5), "{v:?}");
+        let v = judge(&c, &known, &pod("p", None, 1, "w"), &mut table);
+        assert_eq!(v[0].1.score(), 10);
+        let Verdict::Neutral(why) = &v[1].1 else {
+            panic!("{v:?}")
+        };
+        assert!(why.contains("Radeon"), "{why}");
+        assert_eq!(table.1, 0, "no pair, no call");
+    }
+
+    #[test]
+    fn a_resident_duet_does_not_know_takes_no_neighbour() {
+        let mut c = Cluster::default();
+        c.apply_node(node("a", 2));
+        c.apply_pod(on(pod("r", Some("a"), 1, "mystery"), 0));
+        c.apply_pod(on(pod("s", Some("a"), 1, "w"), 1));
+        c.apply_pod(on(pod("t", Some("a"), 1, "w"), 1));
+        let known = Known::of(&[("w", &["v100"])]);
+        let v = judge(
+            &c,
+            &known,
+            &pod("p", None, 1, "w"),
+            &mut Table(HashMap::new(), 0),
+        );
+        let Verdict::Fails(why) = &v[0].1 else {
+            panic!("{v:?}")
+        };
+        assert!(why.contains("no free GPU of 2"), "{why}");
+        assert!(why.contains("ns/r") && why.contains("mystery"), "{why}");
+    }
+
+    #[test]
+    fn a_pod_of_several_gpus_needs_them_free() {
+        let mut c = Cluster::default();
+        c.apply_node(node("a", 4));
+        c.apply_pod(on(pod("r", Some("a"), 1, "w"), 0));
+        let known = Known::of(&[("w", &["v100"])]);
+        let mut table = Table(HashMap::new(), 0);
+        let v = judge(&c, &known, &pod("p", None, 3, "w"), &mut table);
+        assert_eq!(
+            v[0].1,
+            Verdict::Fits {
+                value: 1.0,
+                shape: Shape::Whole {
+                    gpus: vec![1, 2, 3],
+                    mps_share: None
+                }
+            }
+        );
+        let v = judge(&c, &known, &pod("p", None, 4, "w"), &mut table);
+        assert_eq!(
+            v[0].1,
+            Verdict::Fails("needs 4 free GPUs, 3 of 4 free".into())
+        );
+    }
+}

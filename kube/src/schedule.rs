@@ -1,0 +1,761 @@
+//! `duet schedule`: a second scheduler (`schedulerName: duet`) that prices every pending duet pod
+//! at once. Each pass runs the pricing loop's round (`duet_scheduler::pricing::round`) over the
+//! pending pods for each group of alike nodes (device, sharing strategy, GPU memory), binds what
+//! it decided through the pods' `binding` subresource with duet's annotations, and runs again
+//! while rounds still place pods (a pod placed alone this pass may take a neighbour in the
+//! next). A pod it cannot place stays Pending with an Event that says why. Its state is the API
+//! server's: a restarted scheduler reads where every pod is from the pods' annotations.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use duet_scheduler::client::PredictClient;
+use duet_scheduler::predictor::{HttpPredictor, Outlook, Predictor, Query};
+use duet_scheduler::pricing::{self, FreeNode, Placement, PricingConfig, Waiting};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+use crate::bind::{self, BindError};
+use crate::cluster::{Cluster, GpuUse, PodInfo};
+use crate::contract;
+use crate::devices::{DeviceMap, NodeInfo};
+use crate::extender::{Probed, probe_routes};
+use crate::known::{self, Known, REFRESH};
+use crate::metrics::Metrics;
+use crate::placement::{self, Shape, Verdict};
+use crate::watch::{Freshness, View};
+
+/// The most passes of one scheduling step (each pass: a round per group of nodes).
+pub const MAX_PASSES: usize = 16;
+
+/// One pod bound by a plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bound {
+    /// The pod's UID.
+    pub pod: String,
+    pub node: String,
+    pub shape: Shape,
+    /// What it adds to the cluster's predicted weighted throughput: its weight alone, or its
+    /// weighted speed minus what the resident loses.
+    pub value: f64,
+}
+
+/// What one scheduling step decides.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    pub bound: Vec<Bound>,
+    /// Pods left pending (UIDs).
+    pub unplaced: Vec<String>,
+    /// Rounds run and pairs asked of the predictor.
+    pub rounds: usize,
+    pub queries: usize,
+}
+
+impl Plan {
+    /// The predicted weighted throughput it adds.
+    pub fn value(&self) -> f64 {
+        self.bound.iter().map(|b| b.value).sum()
+    }
+}
+
+/// A predictor that never asks about a pod duet does not know: such a pair is infeasible, so
+/// the loop gives that pod a whole GPU or nothing.
+struct KnownOnly<'a> {
+    inner: &'a mut dyn Predictor,
+    keys: &'a HashSet<String>,
+    asked: usize,
+}
+
+impl std::fmt::Debug for KnownOnly<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KnownOnly")
+    }
+}
+
+impl Predictor for KnownOnly<'_> {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn predict(&mut self, gpu: &str, queries: &[Query<'_>]) -> Result<Vec<Outlook>> {
+        let closed = Outlook {
+            feasible: false,
+            speed_a: 0.0,
+            speed_b: 0.0,
+            safe_speed_a: 0.0,
+            safe_speed_b: 0.0,
+        };
+        let asked: Vec<usize> = (0..queries.len())
+            .filter(|&i| self.keys.contains(queries[i].a) && self.keys.contains(queries[i].b))
+            .collect();
+        let mut out = vec![closed; queries.len()];
+        if asked.is_empty() {
+            return Ok(out);
+        }
+        let subset: Vec<Query<'_>> = asked.iter().map(|&i| queries[i]).collect();
+        self.asked += subset.len();
+        for (i, o) in asked.into_iter().zip(self.inner.predict(gpu, &subset)?) {
+            out[i] = o;
+        }
+        Ok(out)
+    }
+}
+
+/// Nodes that price alike: device, sharing strategy, GPU memory.
+type GroupKey = (String, String, Option<u64>);
+
+/// One step over `pending` (in arrival order): rounds until none places a pod.
+pub fn plan(
+    cluster: &Cluster,
+    map: &DeviceMap,
+    known: &Known,
+    pending: &[PodInfo],
+    predictor: &mut dyn Predictor,
+    config: &PricingConfig,
+) -> Result<Plan> {
+    let mut local = cluster.clone();
+    let mut groups: BTreeMap<GroupKey, Vec<String>> = BTreeMap::new();
+    for node in cluster.nodes() {
+        if let Some(device) = &node.device
+            && node.schedulable
+            && node.gpus > 0
+            && map.strategy(&node.strategy).is_some()
+        {
+            groups
+                .entry((
+                    device.clone(),
+                    node.strategy.clone(),
+                    node.memory_mib.map(f64::to_bits),
+                ))
+                .or_default()
+                .push(node.name.clone());
+        }
+    }
+    let mut out = Plan::default();
+    let mut remaining: Vec<usize> = (0..pending.len())
+        .filter(|&i| pending[i].gpus > 0)
+        .collect();
+    for _ in 0..MAX_PASSES {
+        let mut placed_any = false;
+        for (group, nodes) in &groups {
+            // Pods alike in where they may run (node selector, tolerations) bid together.
+            let mut classes: Vec<(Vec<String>, Vec<usize>)> = Vec::new();
+            for &i in &remaining {
+                let eligible: Vec<String> = nodes
+                    .iter()
+                    .filter(|n| local.node(n).is_some_and(|n| pending[i].may_run_on(n)))
+                    .cloned()
+                    .collect();
+                if eligible.is_empty() {
+                    continue;
+                }
+                match classes.iter_mut().find(|(e, _)| *e == eligible) {
+                    Some((_, members)) => members.push(i),
+                    None => classes.push((eligible, vec![i])),
+                }
+            }
+            for (eligible, members) in classes {
+                let placed = round_on(
+                    &mut local, map, known, pending, &members, group, &eligible, predictor, config,
+                    &mut out,
+                )?;
+                if !placed.is_empty() {
+                    placed_any = true;
+                    remaining.retain(|i| !placed.contains(i));
+                }
+            }
+        }
+        if !placed_any || remaining.is_empty() {
+            break;
+        }
+    }
+    out.unplaced = remaining.iter().map(|&i| pending[i].uid.clone()).collect();
+    Ok(out)
+}
+
+/// One pricing round for the pods `members` of `pending` over `nodes` (one group); what it
+/// binds goes into `out` and `local`. Returns the pods it placed.
+#[allow(clippy::too_many_arguments)]
+fn round_on(
+    local: &mut Cluster,
+    map: &DeviceMap,
+    known: &Known,
+    pending: &[PodInfo],
+    members: &[usize],
+    (device, strategy, memory): &GroupKey,
+    nodes: &[String],
+    predictor: &mut dyn Predictor,
+    config: &PricingConfig,
+    out: &mut Plan,
+) -> Result<Vec<usize>> {
+    let sharings = map
+        .strategy(strategy)
+        .map(|s| known.sharings(s))
+        .unwrap_or_default();
+    let whole_share = map.strategy(strategy).and_then(|s| s.whole_share);
+    // The GPUs of these nodes, numbered for the round.
+    let mut gpu_at: Vec<(usize, u32)> = Vec::new();
+    let mut free = Vec::new();
+    let mut residents = Vec::new();
+    let mut keys: HashSet<String> = HashSet::new();
+    let mut resident_pods: HashMap<usize, PodInfo> = HashMap::new();
+    for (n, name) in nodes.iter().enumerate() {
+        let Some(node) = local.node(name) else {
+            continue;
+        };
+        let mut node_free = Vec::new();
+        for (g, used) in local.gpus_of(node).into_iter().enumerate() {
+            let index = gpu_at.len();
+            #[allow(clippy::cast_possible_truncation)]
+            gpu_at.push((n, g as u32));
+            match used {
+                GpuUse::Free => node_free.push(index),
+                GpuUse::Alone { pod } => {
+                    let Some(r) = local.pod(&pod) else { continue };
+                    if let Ok(key) = known.key(r, device) {
+                        keys.insert(key.clone());
+                        residents.push(placement::resident(r, index, key));
+                        resident_pods.insert(index, r.clone());
+                    }
+                }
+                GpuUse::Full => {}
+            }
+        }
+        if !node_free.is_empty() {
+            free.push(FreeNode { gpus: node_free });
+        }
+    }
+    if free.is_empty() && residents.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Waiting, by weight and then arrival.
+    let mut order = members.to_vec();
+    order.sort_by(|&a, &b| {
+        let w = |i: usize| pending[i].job.as_ref().map_or(1.0, |j| j.priority);
+        w(b).total_cmp(&w(a)).then(a.cmp(&b))
+    });
+    let waiting: Vec<Waiting> = order
+        .iter()
+        .map(|&i| {
+            let pod = &pending[i];
+            let key = match known.key(pod, device) {
+                Ok(key) => {
+                    keys.insert(key.clone());
+                    key
+                }
+                Err(_) => format!("unknown:{}", pod.uid),
+            };
+            Waiting {
+                id: i,
+                ..placement::waiting(pod, key)
+            }
+        })
+        .collect();
+    let mut guarded = KnownOnly {
+        inner: predictor,
+        keys: &keys,
+        asked: 0,
+    };
+    let config = PricingConfig {
+        gpu_memory_mib: memory.map(f64::from_bits),
+        ..config.clone()
+    };
+    let (decisions, _) = pricing::round(
+        device,
+        &waiting,
+        &free,
+        &residents,
+        &sharings,
+        &mut guarded,
+        &config,
+    )?;
+    out.rounds += 1;
+    out.queries += guarded.asked;
+    let mut placed = Vec::new();
+    for d in decisions {
+        let pod = &pending[d.job];
+        let weight = pod.job.as_ref().map_or(1.0, |j| j.priority);
+        let (node, shape, value) = match d.placement {
+            Placement::Whole { gpus } => {
+                let Some(&(n, _)) = gpus.first().and_then(|g| gpu_at.get(*g)) else {
+                    continue;
+                };
+                let locals = gpus.iter().map(|g| gpu_at[*g].1).collect();
+                (
+                    nodes[n].clone(),
+                    Shape::Whole {
+                        gpus: locals,
+                        mps_share: whole_share,
+                    },
+                    weight,
+                )
+            }
+            Placement::Beside {
+                gpu,
+                sharing,
+                speed,
+                resident_speed,
+            } => {
+                let (n, g) = gpu_at[gpu];
+                let Some(r) = resident_pods.get(&gpu) else {
+                    continue;
+                };
+                let r_weight = r.job.as_ref().map_or(1.0, |j| j.priority);
+                (
+                    nodes[n].clone(),
+                    Shape::Beside {
+                        gpu: g,
+                        resident: r.key(),
+                        sharing,
+                        speed,
+                        resident_speed,
+                    },
+                    weight * speed - r_weight * (1.0 - resident_speed.min(1.0)),
+                )
+            }
+        };
+        local.assume(pod.clone(), &node, shape.assignment());
+        placed.push(d.job);
+        out.bound.push(Bound {
+            pod: pod.uid.clone(),
+            node,
+            shape,
+            value,
+        });
+    }
+    Ok(placed)
+}
+
+/// The same pods bound one at a time in the order they arrived, each by a round of its own on
+/// the cluster the ones before it left: what an extender, seeing one pod at a time, can do.
+pub fn plan_one_at_a_time(
+    cluster: &Cluster,
+    map: &DeviceMap,
+    known: &Known,
+    pending: &[PodInfo],
+    predictor: &mut dyn Predictor,
+    config: &PricingConfig,
+) -> Result<Plan> {
+    let mut local = cluster.clone();
+    let mut out = Plan::default();
+    for pod in pending {
+        let step = plan(
+            &local,
+            map,
+            known,
+            std::slice::from_ref(pod),
+            predictor,
+            config,
+        )?;
+        for b in &step.bound {
+            local.assume(pod.clone(), &b.node, b.shape.assignment());
+        }
+        out.rounds += step.rounds;
+        out.queries += step.queries;
+        out.bound.extend(step.bound);
+        out.unplaced.extend(step.unplaced);
+    }
+    Ok(out)
+}
+
+/// Why each of `pods` found no place on the cluster a plan left (`after`), in one predictor
+/// call: the nodes' reasons, or that the places it could have had went to pods of more value.
+pub fn explain(
+    after: &Cluster,
+    map: &DeviceMap,
+    known: &Known,
+    pods: &[PodInfo],
+    predictor: &mut dyn Predictor,
+) -> Result<Vec<String>> {
+    let gpu_nodes: Vec<&NodeInfo> = after
+        .nodes()
+        .filter(|n| n.schedulable && n.gpus > 0)
+        .collect();
+    let eligible: Vec<Vec<String>> = pods
+        .iter()
+        .map(|p| {
+            gpu_nodes
+                .iter()
+                .filter(|n| p.may_run_on(n))
+                .map(|n| n.name.clone())
+                .collect()
+        })
+        .collect();
+    let surveys: Vec<placement::Survey> = pods
+        .iter()
+        .zip(&eligible)
+        .map(|(p, nodes)| placement::survey(after, map, known, p, nodes))
+        .collect();
+    let mut inline = known::inline_jobs(pods);
+    for s in &surveys {
+        inline.extend(s.inline.clone());
+    }
+    let mut all = Vec::new();
+    let mut spans = Vec::new();
+    for s in &surveys {
+        let start = all.len();
+        all.extend(s.owned_queries());
+        spans.push(start..all.len());
+    }
+    let queries: Vec<(&str, Query<'_>)> = all
+        .iter()
+        .map(|(device, a, b, sharing)| {
+            (
+                device.as_str(),
+                Query {
+                    a,
+                    b,
+                    sharing: *sharing,
+                },
+            )
+        })
+        .collect();
+    let outlooks = predictor.predict_on(&queries)?;
+    Ok(surveys
+        .iter()
+        .zip(spans)
+        .zip(pods.iter().zip(&eligible))
+        .map(|((s, span), (pod, nodes))| {
+            let excluded = gpu_nodes.len() - nodes.len();
+            let mut why = match &s.unknown {
+                // duet gives a pod it does not know whole GPUs only.
+                Some(unknown) => {
+                    let free: usize = nodes
+                        .iter()
+                        .filter_map(|n| after.node(n))
+                        .map(|n| {
+                            after
+                                .gpus_of(n)
+                                .iter()
+                                .filter(|u| **u == GpuUse::Free)
+                                .count()
+                        })
+                        .max()
+                        .unwrap_or(0);
+                    format!(
+                        "duet: {unknown}, so it takes only whole free GPUs: it asks for {}, and the most free on one of the {} nodes it may run on is {free}",
+                        pod.gpus,
+                        nodes.len()
+                    )
+                }
+                None => summarise(&s.verdicts(&outlooks[span]), nodes.len()),
+            };
+            if excluded > 0 {
+                why.push_str(&format!(
+                    "; {excluded} other GPU nodes excluded by its node selector or their taints"
+                ));
+            }
+            why
+        })
+        .collect())
+}
+
+fn summarise(verdicts: &[(String, Verdict)], nodes: usize) -> String {
+    let fits = verdicts
+        .iter()
+        .filter(|(_, v)| matches!(v, Verdict::Fits { .. }))
+        .count();
+    if fits > 0 {
+        return format!(
+            "duet: {fits} of {nodes} nodes could take it, and their places went to pods of more value this round; it waits for the next"
+        );
+    }
+    let mut out = format!("duet: 0/{nodes} nodes fit");
+    let mut shown = 0;
+    for (name, v) in verdicts {
+        let why = match v {
+            Verdict::Fails(why) | Verdict::Neutral(why) => why,
+            Verdict::Fits { .. } => continue,
+        };
+        if shown == 3 {
+            out.push_str(&format!("; and {} more", verdicts.len() - 3));
+            break;
+        }
+        out.push_str(&format!("; {name}: {why}"));
+        shown += 1;
+    }
+    out
+}
+
+/// `duet schedule`'s settings.
+#[derive(Debug, Clone)]
+pub struct ScheduleConfig {
+    /// The `schedulerName` of the pods it schedules.
+    pub name: String,
+    pub predictor: String,
+    pub token: Option<String>,
+    pub predict_timeout: Duration,
+    /// How often it looks for pending pods.
+    pub interval: Duration,
+    /// One step, then exit.
+    pub once: bool,
+    /// Also plan each step one pod at a time in arrival order, and print both.
+    pub compare: bool,
+    /// `/healthz`, `/readyz`, `/metrics`.
+    pub listen: Option<SocketAddr>,
+    pub pricing: PricingConfig,
+}
+
+/// What the scheduler's probes read.
+#[derive(Debug)]
+struct Scheduler {
+    view: View,
+    metrics: Metrics,
+}
+
+impl Probed for Scheduler {
+    fn view(&self) -> &View {
+        &self.view
+    }
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}
+
+/// Runs the scheduler until SIGTERM or Ctrl-C (or after one step with `once`).
+pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()> {
+    view.spawn_watches(&kube);
+    let state = Arc::new(Scheduler {
+        view: view.clone(),
+        metrics: Metrics::default(),
+    });
+    if let Some(listen) = config.listen {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("--listen {listen}"))?;
+        let routes = probe_routes::<Scheduler>().with_state(state.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, routes).await;
+        });
+    }
+    let client = PredictClient::new(
+        &config.predictor,
+        config.token.clone(),
+        config.predict_timeout,
+    )
+    .with_retries(3, Duration::from_millis(200));
+    let recorder = Recorder::new(
+        kube.clone(),
+        Reporter {
+            controller: "duet-scheduler".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    let mut told: HashMap<String, String> = HashMap::new();
+    let mut known = Known::default();
+    let shutdown = crate::shutdown_signal();
+    tokio::pin!(shutdown);
+    tracing::info!(
+        "duet schedule: pods of schedulerName {}, predicting with {}",
+        config.name,
+        config.predictor
+    );
+    loop {
+        match view.health.freshness() {
+            Freshness::Current => {}
+            Freshness::Syncing => {
+                tokio::select! {
+                    () = &mut shutdown => return Ok(()),
+                    () = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                }
+            }
+            Freshness::Stale { for_s, error } => {
+                tracing::warn!(
+                    "the API server has not answered for {for_s:.0} s ({error}); waiting"
+                );
+                tokio::select! {
+                    () = &mut shutdown => return Ok(()),
+                    () = tokio::time::sleep(config.interval) => continue,
+                }
+            }
+        }
+        let step = step(
+            &config,
+            &view,
+            &client,
+            &kube,
+            &recorder,
+            &mut known,
+            &mut told,
+            &state.metrics,
+        )
+        .await;
+        match step {
+            Ok(()) => {}
+            Err(e) if config.once => return Err(e),
+            Err(e) => tracing::warn!("scheduling step: {e:#}; trying again"),
+        }
+        if config.once {
+            return Ok(());
+        }
+        tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            () = tokio::time::sleep(config.interval) => {}
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn step(
+    config: &ScheduleConfig,
+    view: &View,
+    client: &PredictClient,
+    kube: &Client,
+    recorder: &Recorder,
+    known: &mut Known,
+    told: &mut HashMap<String, String>,
+    metrics: &Metrics,
+) -> Result<()> {
+    let (cluster, pending): (Cluster, Vec<PodInfo>) = {
+        let c = view.read();
+        let pending = c.pending(&config.name).into_iter().cloned().collect();
+        (c.clone(), pending)
+    };
+    if pending.is_empty() {
+        metrics.unplaced.set(0);
+        return Ok(());
+    }
+    let missing = pending.iter().any(|p| {
+        matches!(p.job.as_ref().map(|j| &j.identity), Ok(contract::Identity::Workload(id)) if !known.has_any(id))
+    });
+    if known.older_than(REFRESH) || (missing && known.older_than(Duration::from_secs(2))) {
+        let c = client.clone();
+        match tokio::task::spawn_blocking(move || Known::fetch(&c)).await? {
+            Ok(k) => *known = k,
+            Err(e) if known.is_empty() => bail!("workload catalogue: {e:#}"),
+            Err(e) => tracing::warn!("workload catalogue: {e:#}; using the last one"),
+        }
+    }
+    let started = Instant::now();
+    let map = view.map.clone();
+    let k = known.clone();
+    let c = client.clone();
+    let compare = config.compare;
+    let pricing = config.pricing.clone();
+    let (plan, alone, reasons) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let mut predictor = HttpPredictor::from_client(c);
+        predictor.inline = known::inline_jobs(&pending);
+        for p in cluster.nodes().flat_map(|n| cluster.on_node(&n.name)) {
+            predictor.inline.extend(known::inline_jobs([p]));
+        }
+        let batch = plan(&cluster, &map, &k, &pending, &mut predictor, &pricing)?;
+        let alone = if compare {
+            Some(plan_one_at_a_time(
+                &cluster,
+                &map,
+                &k,
+                &pending,
+                &mut predictor,
+                &pricing,
+            )?)
+        } else {
+            None
+        };
+        let mut after = cluster.clone();
+        for b in &batch.bound {
+            if let Some(p) = pending.iter().find(|p| p.uid == b.pod) {
+                after.assume(p.clone(), &b.node, b.shape.assignment());
+            }
+        }
+        let unplaced: Vec<PodInfo> = pending
+            .iter()
+            .filter(|p| batch.unplaced.contains(&p.uid))
+            .cloned()
+            .collect();
+        let reasons = explain(&after, &map, &k, &unplaced, &mut predictor)?;
+        Ok((
+            batch,
+            alone,
+            unplaced.into_iter().zip(reasons).collect::<Vec<_>>(),
+        ))
+    })
+    .await??;
+    metrics.rounds.inc_by(plan.rounds as u64);
+    let planned = started.elapsed();
+    let mut bound = 0;
+    for b in &plan.bound {
+        let Some(pod) = view.read().pod(&b.pod).cloned() else {
+            continue;
+        };
+        let (beside, speed) = match &b.shape {
+            Shape::Beside {
+                resident, speed, ..
+            } => (Some(resident.as_str()), Some(*speed)),
+            Shape::Whole { .. } => (None, None),
+        };
+        let annotations = contract::assignment_annotations(&b.shape.assignment(), beside, speed);
+        match bind::bind(kube, &pod, &b.node, annotations).await {
+            Ok(()) => {
+                view.write().assume(pod, &b.node, b.shape.assignment());
+                metrics.bound(match b.shape {
+                    Shape::Whole { .. } => "whole",
+                    Shape::Beside { .. } => "beside",
+                });
+                told.remove(&b.pod);
+                bound += 1;
+            }
+            Err(e @ BindError::Refused { .. }) => {
+                metrics.bind_failures.inc();
+                tracing::warn!("{e}");
+            }
+            Err(e @ BindError::Unreachable { .. }) => {
+                metrics.bind_failures.inc();
+                tracing::warn!("{e}; the rest of this step waits for the next");
+                break;
+            }
+        }
+    }
+    #[allow(clippy::cast_possible_wrap)]
+    metrics.unplaced.set(reasons.len() as i64);
+    for (pod, why) in &reasons {
+        if told.get(&pod.uid) == Some(why) {
+            continue;
+        }
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
+            uid: Some(pod.uid.clone()),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "FailedScheduling".into(),
+            note: Some(why.chars().take(1000).collect()),
+            action: "Scheduling".into(),
+            secondary: None,
+        };
+        match recorder.publish(&event, &reference).await {
+            Ok(()) => {
+                told.insert(pod.uid.clone(), why.clone());
+            }
+            Err(e) => tracing::warn!("event for {}: {e}", pod.key()),
+        }
+    }
+    tracing::info!(
+        "step: {} pending, {bound} bound, {} left ({} rounds, {} pairs predicted, planned in {:.1} ms)",
+        bound + reasons.len(),
+        reasons.len(),
+        plan.rounds,
+        plan.queries,
+        planned.as_secs_f64() * 1e3
+    );
+    if let Some(alone) = alone {
+        println!(
+            "batch (one pricing round over every pending pod): {} bound, predicted weighted throughput added {:.3}",
+            plan.bound.len(),
+            plan.value()
+        );
+        println!(
+            "one at a time in arrival order:                     {} bound, predicted weighted throughput added {:.3}",
+            alone.bound.len(),
+            alone.value()
+        );
+    }
+    Ok(())
+}
