@@ -2,9 +2,29 @@
 # (an administrator's URL; each test creates and drops a database of its own in it).
 #   - DUET_TEST_PG already set: used as it is;
 #   - PostgreSQL answering on 127.0.0.1:5432: user postgres there;
-#   - else PostgreSQL's programs installed (initdb, pg_ctl): a throwaway cluster on a temporary
-#     folder and a free port, stopped and removed when the tests end;
-#   - else, under CI=true, a failure; elsewhere the PostgreSQL tests skip with a message.
+#   - else PostgreSQL's programs (initdb, pg_ctl; installed first from Debian's package
+#     `postgresql` where they are missing): a throwaway cluster on a temporary folder and a free
+#     port, stopped and removed when the tests end;
+#   - where they cannot be installed: a failure that names the package (DUET_TEST_PG_SKIP=1 lets
+#     the PostgreSQL tests skip instead, for a machine that cannot install packages).
+
+# Installs Debian's `postgresql` package (as root, or through sudo without a password) and prints
+# its programs' folder; fails quietly where it cannot.
+duet_pg_install() {
+  local sudo=()
+  command -v apt-get >/dev/null 2>&1 || return 1
+  if [ "$(id -u)" != 0 ]; then
+    sudo -n true 2>/dev/null || return 1
+    sudo=(sudo -n)
+  fi
+  echo "PostgreSQL is not installed: installing Debian's package postgresql" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  if ! "${sudo[@]}" apt-get install -y -q --no-install-recommends postgresql >&2; then
+    "${sudo[@]}" apt-get update -q >&2 || return 1
+    "${sudo[@]}" apt-get install -y -q --no-install-recommends postgresql >&2 || return 1
+  fi
+  duet_pg_bin
+}
 
 duet_pg_answers() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
@@ -25,7 +45,7 @@ if [ -n "${DUET_TEST_PG:-}" ]; then
 elif duet_pg_answers 127.0.0.1 5432; then
   export DUET_TEST_PG="postgres://postgres@127.0.0.1:5432/postgres"
   echo "PostgreSQL for the tests: the server on 127.0.0.1:5432" >&2
-elif DUET_PG_BIN="$(duet_pg_bin)"; then
+elif DUET_PG_BIN="$(duet_pg_bin || duet_pg_install)"; then
   DUET_PG_DIR="$(mktemp -d)"
   DUET_PG_PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   DUET_PG_RUN=()
@@ -47,9 +67,9 @@ elif DUET_PG_BIN="$(duet_pg_bin)"; then
   trap duet_pg_stop EXIT
   export DUET_TEST_PG="postgres://postgres@127.0.0.1:$DUET_PG_PORT/postgres"
   echo "PostgreSQL for the tests: a throwaway cluster on port $DUET_PG_PORT" >&2
-elif [ "${CI:-}" = true ]; then
-  echo "error: CI=true and no PostgreSQL: none answers on 127.0.0.1:5432 and initdb/pg_ctl are not installed" >&2
-  exit 1
+elif [ "${DUET_TEST_PG_SKIP:-}" = 1 ]; then
+  echo "warning: no PostgreSQL and DUET_TEST_PG_SKIP=1: the shared-registry tests skip" >&2
 else
-  echo "warning: no PostgreSQL (none on 127.0.0.1:5432, no initdb): the shared-registry tests skip" >&2
+  echo "error: no PostgreSQL for the shared-registry tests: none answers on 127.0.0.1:5432, initdb/pg_ctl are not installed, and Debian's package \`postgresql\` could not be installed (apt-get install postgresql as root, or set DUET_TEST_PG)" >&2
+  exit 1
 fi

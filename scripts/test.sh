@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs duet's whole test suite: sets up the Python environment (ONNX Runtime for the ONNX
 # agreement tests, the notebooks' packages, the contract and manifest checkers) and PostgreSQL
-# (the machine's, else a throwaway cluster), runs the Rust tests of every crate, then checks the
-# API contract against the real server, validates the Kubernetes manifests offline and executes
-# the notebooks. Each step prints a line when it starts and its time when it ends.
+# (the machine's, else a throwaway cluster, installing Debian's package where it is missing) and
+# the real Kubernetes programs the Kubernetes tests run, runs the Rust tests of every crate, then
+# checks the API contract against the real server, validates the Kubernetes manifests offline and
+# executes the notebooks. Each step prints a line when it starts and its time when it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/steps.sh
@@ -11,6 +12,12 @@ eval "$(scripts/python-env.sh test)"
 # PostgreSQL for the shared registry's tests (DUET_TEST_PG): the machine's, else a throwaway one.
 step "finding PostgreSQL for the shared registry's tests"
 source scripts/postgres-env.sh
+step_done
+# The real Kubernetes programs (etcd, kube-apiserver, kube-scheduler) for the Kubernetes tests:
+# built once from the Go module proxy into $HOME/.cache/duet-kube, found there afterwards.
+step "the Kubernetes programs for the Kubernetes tests (scripts/kube-testbed.sh)"
+DUET_KUBE_BIN="$(scripts/kube-testbed.sh)"
+export DUET_KUBE_BIN
 step_done
 # One build for every README command and CI (scripts/duet and scripts/serve.sh use the same).
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/duet-target}"

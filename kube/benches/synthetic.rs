@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use duet_core::dataset::Mode;
 use duet_core::rng::Rng;
 use duet_kube::cluster::{Cluster, PodInfo};
 use duet_kube::contract::{Assignment, Identity, JobSpec};
@@ -35,7 +36,8 @@ pub fn workloads() -> Vec<String> {
 
 pub fn known(ids: &[String]) -> Known {
     let entries: Vec<(&str, &[&str])> = ids.iter().map(|i| (i.as_str(), &["v100"][..])).collect();
-    Known::of(&entries)
+    // The shipped model predicts `space` alone (Gavel's measurements).
+    Known::of(&entries).with_modes([Mode::Space])
 }
 
 fn pod(uid: String, node: Option<String>, workload: String, rng: &mut Rng) -> PodInfo {

@@ -127,6 +127,13 @@ impl Known {
             .unwrap_or_default()
     }
 
+    /// The same catalogue for a model that predicts only `modes`.
+    #[must_use]
+    pub fn with_modes(mut self, modes: impl IntoIterator<Item = Mode>) -> Known {
+        self.modes = modes.into_iter().collect();
+        self
+    }
+
     /// The modes the model predicts, in words.
     pub fn modes(&self) -> String {
         let modes: Vec<&str> = self.modes.iter().map(|m| m.as_str()).collect();
