@@ -464,6 +464,16 @@ pub struct ServeArgs {
     /// read.
     #[arg(long)]
     pub max_body_bytes: Option<usize>,
+    /// Largest body of a workload registration or a reload, bytes; a larger one is answered
+    /// 413 before it is read (after the token, which is checked first).
+    #[arg(long, default_value_t = duet_server::state::MAX_WRITE_BODY_BYTES)]
+    pub max_write_body_bytes: usize,
+    /// Bytes of request bodies the server holds at once, HTTP and gRPC together, with what
+    /// gRPC messages decode into (default: four --max-body-bytes bodies, at least 64 MiB). A
+    /// body is read before it takes a place of model work; one that would pass this budget is
+    /// answered 503 with Retry-After.
+    #[arg(long)]
+    pub max_inflight_body_bytes: Option<usize>,
     /// Most pairs in one prediction request (counted while the body is parsed).
     #[arg(long, default_value_t = 100_000)]
     pub max_pairs: usize,
@@ -475,8 +485,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 10_000)]
     pub max_observations: usize,
     /// Places of model work (predict, infer, observations, drift) taken at once (default: one
-    /// per core). A request takes one; one of at least 256 KiB (or chunked), whose work is
-    /// split over every core, takes one per core.
+    /// per core), once its body is read. A request takes one; one of at least 256 KiB, whose
+    /// work is split over every core, takes one per core.
     #[arg(long)]
     pub max_inflight: Option<usize>,
     /// Places of model work that may be waited for (default: one per core); beyond these and

@@ -83,6 +83,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         ("--max-observations", Some(args.max_observations)),
         ("--max-inflight", args.max_inflight),
         ("--max-connections", Some(args.max_connections)),
+        ("--max-write-body-bytes", Some(args.max_write_body_bytes)),
+        ("--max-inflight-body-bytes", args.max_inflight_body_bytes),
     ] {
         if n == Some(0) {
             bail!("{flag} must be at least 1");
@@ -113,15 +115,20 @@ pub fn run(args: ServeArgs) -> Result<()> {
     } else {
         subscriber.init();
     }
+    let max_body_bytes = args
+        .max_body_bytes
+        .unwrap_or_else(|| Config::body_bytes_for(args.max_pairs));
     let config = Config {
         engine,
         state: read_state(args.state.as_deref(), args.state_file.as_deref())?,
         token: read_token(args.token_file.as_deref())?.map(duet_server::auth::Token::from),
         protect_reads: args.protect_reads,
         gpu: args.gpu,
-        max_body_bytes: args
-            .max_body_bytes
-            .unwrap_or_else(|| Config::body_bytes_for(args.max_pairs)),
+        max_body_bytes,
+        max_write_body_bytes: args.max_write_body_bytes,
+        max_inflight_body_bytes: args
+            .max_inflight_body_bytes
+            .unwrap_or_else(|| Config::inflight_body_bytes_for(max_body_bytes)),
         max_pairs: args.max_pairs,
         max_infer_rows: args
             .max_infer_rows

@@ -2,8 +2,12 @@
 //! under `--protect-reads` (health, readiness and metrics stay open).
 
 use std::fmt;
+use std::sync::Arc;
 
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 
 use crate::error::Failure;
 use crate::state::AppState;
@@ -69,6 +73,53 @@ pub fn authorize(state: &AppState, headers: &HeaderMap, write: bool) -> Result<(
         )
         .with_status(StatusCode::UNAUTHORIZED)),
     }
+}
+
+/// Middleware of routes that only read: the token (under `--protect-reads`) is checked from the
+/// headers, before a byte of the body is read.
+pub async fn require_read(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match authorize_read(&state, request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(failure) => failure.into_response(),
+    }
+}
+
+/// Middleware of routes that read with GET and HEAD and write with any other method: the token
+/// the method needs is checked from the headers, before a byte of the body is read.
+pub async fn require_by_method(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let write = !matches!(*request.method(), Method::GET | Method::HEAD);
+    match authorize(&state, request.headers(), write) {
+        Ok(()) => next.run(request).await,
+        Err(failure) => failure.into_response(),
+    }
+}
+
+/// Middleware of the registry's writes and reloads: a body declared longer than
+/// `--max-write-body-bytes` is answered 413 before it is read (one without a length is cut off
+/// where it passes the limit, by the route's `DefaultBodyLimit`).
+pub async fn write_body_limit(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let limit = state.config.max_write_body_bytes;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return crate::intake::too_large(limit, "--max-write-body-bytes").into_response();
+    }
+    next.run(request).await
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

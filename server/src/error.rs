@@ -114,14 +114,9 @@ pub(crate) fn parse_json_tracked<T: serde::de::DeserializeOwned>(
 }
 
 /// A body that could not be read: too large (413) or broken.
-pub fn body_failure(e: &BytesRejection, limit: usize) -> Failure {
+pub fn body_failure(e: &BytesRejection, limit: usize, flag: &str) -> Failure {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        Failure::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "the body is larger than the server's limit of {limit} bytes (--max-body-bytes)"
-            ),
-        )
+        crate::intake::too_large(limit, flag)
     } else if stalled(e) {
         Failure::new(
             StatusCode::REQUEST_TIMEOUT,

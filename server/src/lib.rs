@@ -12,6 +12,7 @@ pub mod bounded;
 pub mod drift;
 pub mod error;
 pub mod grpc;
+pub mod intake;
 pub mod lifecycle;
 pub mod listen;
 pub mod metrics;

@@ -339,6 +339,10 @@ pub struct Scrape {
     pub draining: bool,
     pub work_in_flight: usize,
     pub work_waiting: usize,
+    /// Bytes of request bodies held now, and bodies refused for the budget
+    /// (`--max-inflight-body-bytes`).
+    pub body_bytes_in_flight: usize,
+    pub bodies_refused: u64,
 }
 
 impl Scrape {
@@ -366,6 +370,8 @@ impl Scrape {
             draining: state.lifecycle.draining(),
             work_in_flight: state.limiter.running(),
             work_waiting: state.limiter.waiting(),
+            body_bytes_in_flight: state.body_budget.in_flight(),
+            bodies_refused: state.body_budget.refused.load(Ordering::Relaxed),
         })
     }
 }
@@ -560,6 +566,11 @@ impl Now {
                 "Connections closed for not sending a request's header within --header-timeout.",
                 header_timeouts,
             ),
+            (
+                "duet_bodies_refused",
+                "Requests answered 503 because the bytes of request bodies in flight would pass --max-inflight-body-bytes.",
+                s.bodies_refused,
+            ),
         ];
         for (name, help, value) in counters {
             constant(e, name, help, None, &ConstCounter::new(value))?;
@@ -574,6 +585,11 @@ impl Now {
                 "duet_work_waiting",
                 "Places of model work waited for (at most --max-queue).",
                 s.work_waiting as u64,
+            ),
+            (
+                "duet_body_bytes_in_flight",
+                "Bytes of request bodies held now, with what gRPC messages decode into (at most --max-inflight-body-bytes).",
+                s.body_bytes_in_flight as u64,
             ),
             (
                 "duet_connections_open",

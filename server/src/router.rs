@@ -15,7 +15,7 @@ use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::error::Failure;
 use crate::state::AppState;
-use crate::{openapi, routes, shed};
+use crate::{auth, openapi, routes, shed};
 
 /// The whole app with its middleware.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -25,20 +25,41 @@ pub fn router(state: Arc<AppState>) -> Router {
     let admitted = |routes: Router<Arc<AppState>>| {
         routes.route_layer(middleware::from_fn_with_state(state.clone(), shed::admit))
     };
+    // Where a route takes a body, the token is checked from the headers before a byte of it is
+    // read (the outermost route layer runs first); the handlers check it again, as they do on
+    // the routes without a body.
+    let reads = |routes: Router<Arc<AppState>>| {
+        routes.route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_read,
+        ))
+    };
+    let by_method = |routes: Router<Arc<AppState>>| {
+        routes.route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_by_method,
+        ))
+    };
+    // Registrations and reloads are small: their own body limit, checked before the body.
+    let small_writes = |routes: Router<Arc<AppState>>| {
+        routes
+            .route_layer(DefaultBodyLimit::max(state.config.max_write_body_bytes))
+            .route_layer(middleware::from_fn_with_state(
+                state.clone(),
+                auth::write_body_limit,
+            ))
+    };
     Router::new()
         .merge(routes::health::routes())
-        .merge(
-            routes::predict::routes().route_layer(middleware::from_fn_with_state(
-                state.clone(),
-                shed::admit_unless_small,
-            )),
-        )
-        .merge(routes::workloads::routes())
-        .merge(routes::models::routes())
-        .merge(admitted(routes::observations::routes()))
+        .merge(reads(routes::predict::routes().route_layer(
+            middleware::from_fn_with_state(state.clone(), shed::admit_unless_small),
+        )))
+        .merge(by_method(small_writes(routes::workloads::routes())))
+        .merge(by_method(small_writes(routes::models::routes())))
+        .merge(by_method(admitted(routes::observations::routes())))
         .merge(routes::limits::routes())
         .merge(routes::kserve::routes())
-        .merge(admitted(routes::kserve::infer_routes()))
+        .merge(reads(admitted(routes::kserve::infer_routes())))
         .merge(openapi::routes())
         .fallback(fallback)
         // A body that stops arriving for --idle-timeout is cut off (the innermost layer: it

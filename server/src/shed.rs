@@ -1,8 +1,9 @@
 //! Load shedding: a bound on the model work in flight (predictions, KServe inference,
 //! observations, drift). There are `--max-inflight` places of work, one per core by default. A
-//! request takes its places before its body is read: one, or, where its work is split over
-//! every core (a body of at least `WHOLE_BODY_BYTES`, or chunked), as many places as there are
-//! cores (at most all of them), given back down to what the parsed request needs
+//! request takes its places once its body is in memory (`crate::intake`, under the server's
+//! budget of body bytes in flight): one, or, where its work is split over every core (a body of
+//! at least `WHOLE_BODY_BYTES`), as many places as there are cores (at most all of them),
+//! given back down to what the parsed request needs
 //! (`Work::fit`). With too few free it waits, its places counted against `--max-queue`;
 //! beyond that it is answered 503 at once, with `Retry-After`. So a request that runs on every
 //! core runs alone: accepted work keeps its unloaded latency plus at most the queue's wait,
@@ -17,10 +18,8 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::task::Poll;
-use std::time::Duration;
 
-use axum::body::{Body, Bytes, HttpBody};
+use axum::body::Body;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -103,46 +102,11 @@ impl Limiter {
     }
 }
 
-/// A body declared at least this long (or chunked) takes one place per core before it is
-/// read: at 128 bytes a pair, twice a pair by workload id, it holds over 2,048 pairs, which are
-/// split over the cores. A shorter one takes one place, so that mid-sized requests (a few
+/// A body at least this long takes one place per core once it is read: at 128 bytes a pair,
+/// twice a pair by workload id, it holds over 2,048 pairs, which are split over the cores. A shorter one takes one place, so that mid-sized requests (a few
 /// thousand pairs at most) are admitted as many at once as before; one of them that does hold
 /// 2,048 pairs or more still splits over the cores.
 pub const WHOLE_BODY_BYTES: usize = 256 * 1024;
-
-/// The body length a request declares: its `Content-Length`, none without one and without
-/// `Transfer-Encoding` (no body), unknown (`None`) when chunked.
-fn declared_length(headers: &axum::http::HeaderMap) -> Option<usize> {
-    match headers.get(header::CONTENT_LENGTH) {
-        Some(v) => v.to_str().ok()?.parse().ok(),
-        None if headers.contains_key(header::TRANSFER_ENCODING) => None,
-        None => Some(0),
-    }
-}
-
-/// Longest a shed request's body is read for, before its answer.
-const DRAIN_FOR: Duration = Duration::from_secs(2);
-
-/// Reads and drops `body`, at most `limit` bytes and `DRAIN_FOR`.
-async fn drain(body: Body, limit: usize) {
-    let mut body = std::pin::pin!(body);
-    let mut read = 0usize;
-    let all = std::future::poll_fn(|cx| {
-        loop {
-            match body.as_mut().poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    read += frame.data_ref().map_or(0, Bytes::len);
-                    if read > limit {
-                        return Poll::Ready(());
-                    }
-                }
-                Poll::Ready(_) => return Poll::Ready(()),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-    });
-    let _ = tokio::time::timeout(DRAIN_FOR, all).await;
-}
 
 /// One admitted request's place, shared by its handler and the threads doing its work.
 #[derive(Debug, Clone)]
@@ -258,36 +222,52 @@ pub async fn take(state: &AppState, route: &str, places: usize) -> Result<Work, 
     })))
 }
 
-/// The middleware of the model routes: its places (every core's for a body declared at least
-/// `WHOLE_BODY_BYTES` long or chunked, one otherwise), or 503 with `Retry-After`.
-pub async fn admit(
-    State(state): State<Arc<AppState>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+/// The middleware of the model routes. The body is read first (`crate::intake`: under
+/// `--max-body-bytes` and the server's budget of body bytes in flight), so a slow sender holds
+/// bytes, never a place; then the request takes its places (every core's for a body of at least
+/// `WHOLE_BODY_BYTES`, one otherwise), or is answered 503 with `Retry-After`.
+pub async fn admit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().cloned();
     let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    let places = match declared_length(request.headers()) {
-        Some(n) if n < WHOLE_BODY_BYTES => 1,
-        _ => state.limiter.whole(),
+    let (parts, body) = request.into_parts();
+    let (bytes, held) = match crate::intake::read(
+        body,
+        state.config.max_body_bytes,
+        "--max-body-bytes",
+        &state.body_budget,
+    )
+    .await
+    {
+        Ok(read) => read,
+        Err(failure) => return shed_response(failure),
+    };
+    let places = if bytes.len() < WHOLE_BODY_BYTES {
+        1
+    } else {
+        state.limiter.whole()
     };
     let work = match take(&state, route, places).await {
         Ok(work) => work,
-        Err(failure) => {
-            let mut response = failure.into_response();
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
-            // Read to its end (never kept) so that the client, still sending, hears the
-            // answer rather than a reset, as a proxy's lingering close does.
-            drain(request.into_body(), state.config.max_body_bytes).await;
-            return response;
-        }
+        Err(failure) => return shed_response(failure),
     };
+    let mut request = Request::from_parts(parts, Body::from(bytes));
     request.extensions_mut().insert(work.clone());
     let guard = GiveUpOnDrop::new(work);
     let response = next.run(request).await;
     guard.answered();
+    drop(held);
+    response
+}
+
+/// A refusal's answer; a 503 asks the client to retry after `RETRY_AFTER_S`.
+fn shed_response(failure: Failure) -> Response {
+    let unavailable = failure.status == StatusCode::SERVICE_UNAVAILABLE;
+    let mut response = failure.into_response();
+    if unavailable {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
+    }
     response
 }
 
@@ -406,20 +386,6 @@ mod tests {
         assert_eq!(work.places(), 1, "one place is kept");
         drop(work);
         assert_eq!(limiter.running(), 0);
-    }
-
-    #[test]
-    fn a_body_declares_its_length_or_is_chunked() {
-        use axum::http::HeaderMap;
-        let mut h = HeaderMap::new();
-        assert_eq!(declared_length(&h), Some(0));
-        h.insert(
-            header::TRANSFER_ENCODING,
-            HeaderValue::from_static("chunked"),
-        );
-        assert_eq!(declared_length(&h), None);
-        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("700000"));
-        assert_eq!(declared_length(&h), Some(700_000));
     }
 
     #[tokio::test]

@@ -36,6 +36,11 @@ pub struct Config {
     pub gpu: Option<String>,
     /// Largest request body (`--max-body-bytes`); by default `body_bytes_for(max_pairs)`.
     pub max_body_bytes: usize,
+    /// Largest body of a registration or a reload (`--max-write-body-bytes`).
+    pub max_write_body_bytes: usize,
+    /// Bytes of request bodies held at once by the whole server, HTTP and gRPC, and what gRPC
+    /// messages decode into (`--max-inflight-body-bytes`); beyond it, 503.
+    pub max_inflight_body_bytes: usize,
     pub max_pairs: usize,
     /// Rows of one KServe `infer` request (`--max-infer-rows`; a pair is two rows).
     pub max_infer_rows: usize,
@@ -71,6 +76,10 @@ impl Config {
             protect_reads: false,
             gpu: None,
             max_body_bytes: Config::body_bytes_for(100_000),
+            max_write_body_bytes: MAX_WRITE_BODY_BYTES,
+            max_inflight_body_bytes: Config::inflight_body_bytes_for(Config::body_bytes_for(
+                100_000,
+            )),
             max_pairs: 100_000,
             max_infer_rows: 200_000,
             max_observations: 10_000,
@@ -92,6 +101,12 @@ impl Config {
         max_pairs
             .saturating_mul(BODY_BYTES_PER_PAIR)
             .saturating_add(64 * 1024)
+    }
+
+    /// The default budget of body bytes in flight for `max_body_bytes`: four of the largest
+    /// bodies, and never under 64 MiB.
+    pub fn inflight_body_bytes_for(max_body_bytes: usize) -> usize {
+        max_body_bytes.saturating_mul(4).max(64 << 20)
     }
 
     /// The model repository: `model_repo`, else the folder that holds `model`.
@@ -161,6 +176,9 @@ impl Config {
 /// Bytes of body allowed per pair by default (`Config::body_bytes_for`).
 pub const BODY_BYTES_PER_PAIR: usize = 256;
 
+/// The default `--max-write-body-bytes`: a registration holds one workload's profiles.
+pub const MAX_WRITE_BODY_BYTES: usize = 1 << 20;
+
 /// The cores this process may use (its cgroup's CPU limit included), read once: the standard
 /// library reads the cgroup's files on every call, tens of microseconds.
 pub fn cores() -> usize {
@@ -198,6 +216,8 @@ pub struct AppState {
     pub serving: ArcSwapOption<Serving>,
     /// The places of model work in flight and waiting (`--max-inflight`, `--max-queue`).
     pub limiter: crate::shed::Limiter,
+    /// The bytes of request bodies in flight (`--max-inflight-body-bytes`).
+    pub body_budget: crate::intake::BodyBudget,
     pub store: RegistryStore,
     /// Where the registry stands against the store.
     pub sync: SyncStatus,
@@ -221,6 +241,7 @@ impl AppState {
         Ok(Arc::new(AppState {
             model_dir: RwLock::new(config.model.clone()),
             limiter: crate::shed::Limiter::new(config.max_inflight, config.max_queue),
+            body_budget: crate::intake::BodyBudget::new(config.max_inflight_body_bytes),
             config,
             serving: ArcSwapOption::empty(),
             store,

@@ -428,8 +428,12 @@ async fn a_message_over_the_body_limit_is_refused_before_it_is_read() {
         })
         .await
         .expect_err("over 2000 bytes");
-    // tonic's own refusal, before the message is decoded: the limit is named by its value.
-    assert_status(&refused, Code::OutOfRange, "the limit is: 2000 bytes");
+    // Refused as it arrives, before it is decoded, naming the flag as HTTP does.
+    assert_status(
+        &refused,
+        Code::ResourceExhausted,
+        "the server's limit of 2000 bytes (--max-body-bytes)",
+    );
 }
 
 #[tokio::test]

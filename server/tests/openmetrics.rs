@@ -22,7 +22,7 @@ use http::{call, model_dir};
 const TOKEN: &str = "scraper-token";
 
 /// Every family as OpenMetrics names it, its type, and its series' label names.
-const FAMILIES: [(&str, &str, &[&str]); 30] = [
+const FAMILIES: [(&str, &str, &[&str]); 32] = [
     ("duet_requests", "counter", &["route", "status"]),
     ("duet_request_duration_seconds", "histogram", &["route"]),
     ("duet_predict_pairs", "histogram", &[]),
@@ -50,8 +50,10 @@ const FAMILIES: [(&str, &str, &[&str]); 30] = [
     ("duet_work_given_up", "counter", &[]),
     ("duet_connections_refused", "counter", &[]),
     ("duet_header_timeouts", "counter", &[]),
+    ("duet_bodies_refused", "counter", &[]),
     ("duet_work_in_flight", "gauge", &[]),
     ("duet_work_waiting", "gauge", &[]),
+    ("duet_body_bytes_in_flight", "gauge", &[]),
     ("duet_connections_open", "gauge", &[]),
 ];
 

@@ -19,7 +19,7 @@ use crate::error::Failure;
 use crate::routes::predict::INLINE_BODY_BYTES;
 use crate::service::predict::{over_pairs, predict};
 
-const PREDICT: &str = "/duet.v1.Predictor/Predict";
+pub(crate) const PREDICT: &str = "/duet.v1.Predictor/Predict";
 
 /// `duet.v1.Predictor` on the server's state.
 #[derive(Debug, Clone)]

@@ -26,12 +26,12 @@ use crate::service::kserve::{self as service, FP32, TensorSpec};
 use crate::state::{AppState, not_ready};
 
 /// The service's methods, as the metrics name them.
-const SERVER_LIVE: &str = "/inference.GRPCInferenceService/ServerLive";
-const SERVER_READY: &str = "/inference.GRPCInferenceService/ServerReady";
-const MODEL_READY: &str = "/inference.GRPCInferenceService/ModelReady";
-const SERVER_METADATA: &str = "/inference.GRPCInferenceService/ServerMetadata";
-const MODEL_METADATA: &str = "/inference.GRPCInferenceService/ModelMetadata";
-const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+pub(crate) const SERVER_LIVE: &str = "/inference.GRPCInferenceService/ServerLive";
+pub(crate) const SERVER_READY: &str = "/inference.GRPCInferenceService/ServerReady";
+pub(crate) const MODEL_READY: &str = "/inference.GRPCInferenceService/ModelReady";
+pub(crate) const SERVER_METADATA: &str = "/inference.GRPCInferenceService/ServerMetadata";
+pub(crate) const MODEL_METADATA: &str = "/inference.GRPCInferenceService/ModelMetadata";
+pub(crate) const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
 
 /// `inference.GRPCInferenceService` on the server's state.
 #[derive(Debug, Clone)]

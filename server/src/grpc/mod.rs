@@ -11,7 +11,9 @@
 //! compiler.
 
 pub mod duet;
+pub mod intake;
 pub mod kserve;
+pub mod scan;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -53,8 +55,8 @@ pub mod proto {
 /// The bounds of the HTTP listener, in HTTP/2's terms: at most `--max-connections` gRPC
 /// connections (one more is closed at once, counted in `duet_connections_refused_total`), at
 /// most as many concurrent calls per connection as there are places of work and queue (each
-/// call's message is read whole before its places are taken, so this bounds what one
-/// connection holds in memory), and HTTP/2 pings every `--idle-timeout` that close a
+/// call's message is read whole, under the server's budget of body bytes in flight, before its
+/// places are taken), and HTTP/2 pings every `--idle-timeout` that close a
 /// connection whose peer stopped answering.
 pub async fn serve(
     state: Arc<AppState>,
@@ -172,8 +174,9 @@ impl Connected for Held {
     }
 }
 
-/// Both services, each message at most `--max-body-bytes` (by default from `--max-pairs`), the
-/// bound an HTTP body has.
+/// Both services behind the guards that come before a message is decoded (`intake`), each
+/// message at most `--max-body-bytes` (by default from `--max-pairs`), the bound an HTTP body
+/// has.
 pub fn routes(state: &Arc<AppState>) -> tonic::service::Routes {
     let limit = state.config.max_body_bytes;
     let kserve = proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer::new(
@@ -184,7 +187,14 @@ pub fn routes(state: &Arc<AppState>) -> tonic::service::Routes {
         state.clone(),
     ))
     .max_decoding_message_size(limit);
-    tonic::service::Routes::new(kserve).add_service(duet)
+    let router = tonic::service::Routes::new(kserve)
+        .add_service(duet)
+        .into_axum_router()
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            intake::intake,
+        ));
+    tonic::service::Routes::from(router)
 }
 
 /// A failure as a gRPC status: its HTTP status mapped to the nearest code, its field named in

@@ -634,7 +634,8 @@ async fn infer_version(
     authorize_read(&state, &headers)?;
     let model = service::named_version(&state, name, version, "version")?;
     let header_length = header_length(&headers)?;
-    let body = body.map_err(|e| body_failure(&e, state.config.max_body_bytes))?;
+    let body =
+        body.map_err(|e| body_failure(&e, state.config.max_body_bytes, "--max-body-bytes"))?;
     let worker = state.clone();
     tokio::task::spawn_blocking(move || {
         answer(&worker, &model, &body, header_length, work.cancelled())

@@ -24,6 +24,11 @@ pub struct Limits {
     /// `--max-pairs` and 64 KiB); a larger body is answered 413, before it is read when its
     /// length is declared.
     pub max_body_bytes: usize,
+    /// Largest body of a workload registration or a reload (`--max-write-body-bytes`).
+    pub max_write_body_bytes: usize,
+    /// Bytes of request bodies the server holds at once (`--max-inflight-body-bytes`); a body
+    /// that would pass it is answered 503 with `Retry-After`.
+    pub max_inflight_body_bytes: usize,
     /// Most pairs in one `/v1/predict` request (`--max-pairs`); more are answered 413, counted
     /// while the body is parsed.
     pub max_pairs: usize,
@@ -63,6 +68,8 @@ pub async fn limits(
     let c = &state.config;
     Ok(Json(Limits {
         max_body_bytes: c.max_body_bytes,
+        max_write_body_bytes: c.max_write_body_bytes,
+        max_inflight_body_bytes: c.max_inflight_body_bytes,
         max_pairs: c.max_pairs,
         max_infer_rows: c.max_infer_rows,
         max_observations: c.max_observations,

@@ -75,7 +75,7 @@ duet_core::object_only!(ReloadRequest);
     (status = 401, body = duet_core::api::ApiError, description = "no or a wrong token"),
     (status = 404, body = duet_core::api::ApiError, description = "no model of that name in the repository"),
     (status = 409, body = duet_core::api::ApiError, description = "another model is being loaded (named); a request for the model being loaded waits for that load and gets its outcome"),
-    (status = 413, body = duet_core::api::ApiError, description = "over the body limit"),
+    (status = 413, body = duet_core::api::ApiError, description = "over the body limit of writes (--max-write-body-bytes)"),
     (status = 422, body = duet_core::api::ApiError, description = "not a model name, or the model was refused (the old one serves)"),
     (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or over the time limit")))]
 pub async fn reload_route(
@@ -84,7 +84,13 @@ pub async fn reload_route(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Health>, Failure> {
     authorize_write(&state, &headers)?;
-    let body = body.map_err(|e| body_failure(&e, state.config.max_body_bytes))?;
+    let body = body.map_err(|e| {
+        body_failure(
+            &e,
+            state.config.max_write_body_bytes,
+            "--max-write-body-bytes",
+        )
+    })?;
     // No body, `null` and `{}` all mean "read the serving model's folder again".
     let request: ReloadRequest = if body.iter().all(u8::is_ascii_whitespace) {
         ReloadRequest::default()

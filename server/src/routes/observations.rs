@@ -65,7 +65,8 @@ pub async fn post_observations(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Failure> {
     authorize_write(&state, &headers)?;
-    let body = body.map_err(|e| body_failure(&e, state.config.max_body_bytes))?;
+    let body =
+        body.map_err(|e| body_failure(&e, state.config.max_body_bytes, "--max-body-bytes"))?;
     let max = state.config.max_observations;
     let batch: Batch = match crate::bounded::parse(&body, max) {
         Ok(batch) => batch,

@@ -116,7 +116,8 @@ pub async fn predict_route(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Failure> {
     authorize_read(&state, &headers)?;
-    let body = body.map_err(|e| body_failure(&e, state.config.max_body_bytes))?;
+    let body =
+        body.map_err(|e| body_failure(&e, state.config.max_body_bytes, "--max-body-bytes"))?;
     let bytes = if body.len() <= INLINE_BODY_BYTES {
         answer(&state, &body)?
     } else {

@@ -72,7 +72,7 @@ pub async fn get_workload(
     (status = 201, body = RegisteredWorkload, description = "registered"),
     (status = 400, body = duet_core::api::ApiError, description = "malformed JSON"),
     (status = 401, body = duet_core::api::ApiError, description = "no or a wrong token"),
-    (status = 413, body = duet_core::api::ApiError, description = "over the body limit"),
+    (status = 413, body = duet_core::api::ApiError, description = "over the body limit of writes (--max-write-body-bytes)"),
     (status = 422, body = duet_core::api::ApiError, description = "an id or a profile the model cannot use"),
     (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or the registry database cannot be reached (the message names it)")))]
 pub async fn put_workload(
@@ -82,7 +82,13 @@ pub async fn put_workload(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Failure> {
     authorize_write(&state, &headers)?;
-    let body = body.map_err(|e| body_failure(&e, state.config.max_body_bytes))?;
+    let body = body.map_err(|e| {
+        body_failure(
+            &e,
+            state.config.max_write_body_bytes,
+            "--max-write-body-bytes",
+        )
+    })?;
     let body: WorkloadBody = parse_json(&body)?;
     let (created, registered) = state.put_workload(&id, body).await?;
     tracing::info!(workload = %id, created, "workload registered");

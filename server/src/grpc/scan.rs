@@ -1,0 +1,471 @@
+//! A gRPC message's protobuf bytes walked before prost decodes them, allocating nothing: what
+//! they would decode into (an upper bound, in bytes) and how many entries its counted fields
+//! hold. Protobuf lets two bytes on the wire (an empty entry of a repeated field) become a
+//! struct of a hundred bytes or more, so a message is judged by what it decodes into, not only
+//! by its length (`super::intake`).
+//!
+//! Each message type the services take is described by a `Schema`: its fields' numbers and
+//! kinds, and its struct's size as prost lays it out. Fields the schema does not list are
+//! unknown to prost too, which skips them without allocating.
+
+use std::collections::HashMap;
+use std::mem::size_of;
+
+use super::proto::duet::v1 as duet;
+use super::proto::inference;
+use super::proto::inference::model_infer_request as infer;
+
+/// A message type: its struct's size and its fields.
+#[derive(Debug)]
+pub struct Schema {
+    pub name: &'static str,
+    /// The struct's own bytes (an entry of a map: its key, its value and the table's share).
+    pub size: usize,
+    pub fields: &'static [Field],
+}
+
+#[derive(Debug)]
+pub struct Field {
+    pub number: u32,
+    pub kind: Kind,
+    /// An entry is a new element (a repeated field or a map), not a field merged into its
+    /// struct.
+    pub repeated: bool,
+    /// Counted for the caller (`Scan::counts`), by this name.
+    pub counted: Option<&'static str>,
+}
+
+#[derive(Debug)]
+pub enum Kind {
+    Message(&'static Schema),
+    /// A string or bytes: its bytes on the heap (`Vec`, `String`; a `Bytes` shares the
+    /// message's buffer, counted as a copy to stay an upper bound).
+    Bytes,
+    /// A number of `width` bytes in memory, one per value on the wire (packed or not): a varint
+    /// (`fixed` 0) or a value of `fixed` bytes.
+    Scalar {
+        width: usize,
+        fixed: usize,
+    },
+}
+
+/// What a message decodes into.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// Bytes it would take in memory at most (its structs, their heap, a vector's growth).
+    pub decoded_bytes: usize,
+    /// Entries of the counted fields, by name.
+    pub counts: HashMap<&'static str, usize>,
+}
+
+/// Why a message cannot be decoded at all: where the wire format breaks.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Malformed(pub String);
+
+/// A vector's growth may leave it at twice its length.
+const GROWTH: usize = 2;
+/// What a hash table adds per entry (control bytes, spare capacity).
+const TABLE: usize = 16;
+
+const fn field(number: u32, kind: Kind) -> Field {
+    Field {
+        number,
+        kind,
+        repeated: false,
+        counted: None,
+    }
+}
+
+const fn repeated(number: u32, kind: Kind) -> Field {
+    Field {
+        number,
+        kind,
+        repeated: true,
+        counted: None,
+    }
+}
+
+const fn counted(number: u32, kind: Kind, name: &'static str) -> Field {
+    Field {
+        number,
+        kind,
+        repeated: true,
+        counted: Some(name),
+    }
+}
+
+const fn map_entry<V>(name: &'static str, value: &'static [Field]) -> Schema {
+    Schema {
+        name,
+        size: size_of::<(String, V)>() + TABLE,
+        fields: value,
+    }
+}
+
+// duet.v1.Predictor/Predict
+static FEATURE_VALUE: Schema = Schema {
+    name: "FeatureValue",
+    size: 0,
+    fields: &[
+        field(1, Kind::Scalar { width: 0, fixed: 8 }),
+        field(2, Kind::Bytes),
+    ],
+};
+static FEATURES_ENTRY: Schema = map_entry::<duet::FeatureValue>(
+    "Features.ValuesEntry",
+    &[
+        field(1, Kind::Bytes),
+        field(2, Kind::Message(&FEATURE_VALUE)),
+    ],
+);
+static FEATURES: Schema = Schema {
+    name: "Features",
+    size: 0,
+    fields: &[counted(1, Kind::Message(&FEATURES_ENTRY), "features")],
+};
+static JOB: Schema = Schema {
+    name: "Job",
+    size: 0,
+    fields: &[field(1, Kind::Bytes), field(2, Kind::Message(&FEATURES))],
+};
+static PAIR: Schema = Schema {
+    name: "Pair",
+    size: size_of::<duet::Pair>(),
+    fields: &[
+        field(1, Kind::Message(&JOB)),
+        field(2, Kind::Message(&JOB)),
+        field(3, Kind::Bytes),
+        field(6, Kind::Bytes),
+    ],
+};
+/// `duet.v1.PredictRequest`: `pairs` counted.
+pub static PREDICT_REQUEST: Schema = Schema {
+    name: "PredictRequest",
+    size: size_of::<duet::PredictRequest>(),
+    fields: &[
+        field(1, Kind::Bytes),
+        counted(2, Kind::Message(&PAIR), "pairs"),
+    ],
+};
+
+// inference.GRPCInferenceService/ModelInfer
+static PARAMETER: Schema = Schema {
+    name: "InferParameter",
+    size: 0,
+    fields: &[field(3, Kind::Bytes)],
+};
+static PARAMETERS_ENTRY: Schema = map_entry::<inference::InferParameter>(
+    "ParametersEntry",
+    &[field(1, Kind::Bytes), field(2, Kind::Message(&PARAMETER))],
+);
+static CONTENTS: Schema = Schema {
+    name: "InferTensorContents",
+    size: 0,
+    fields: &[
+        repeated(1, Kind::Scalar { width: 1, fixed: 0 }),
+        repeated(2, Kind::Scalar { width: 4, fixed: 0 }),
+        repeated(3, Kind::Scalar { width: 8, fixed: 0 }),
+        repeated(4, Kind::Scalar { width: 4, fixed: 0 }),
+        repeated(5, Kind::Scalar { width: 8, fixed: 0 }),
+        repeated(6, Kind::Scalar { width: 4, fixed: 4 }),
+        repeated(7, Kind::Scalar { width: 8, fixed: 8 }),
+        repeated(8, Kind::Bytes),
+    ],
+};
+static INPUT: Schema = Schema {
+    name: "InferInputTensor",
+    size: size_of::<infer::InferInputTensor>(),
+    fields: &[
+        field(1, Kind::Bytes),
+        field(2, Kind::Bytes),
+        repeated(3, Kind::Scalar { width: 8, fixed: 0 }),
+        repeated(4, Kind::Message(&PARAMETERS_ENTRY)),
+        field(5, Kind::Message(&CONTENTS)),
+    ],
+};
+static OUTPUT: Schema = Schema {
+    name: "InferRequestedOutputTensor",
+    size: size_of::<infer::InferRequestedOutputTensor>(),
+    fields: &[
+        field(1, Kind::Bytes),
+        repeated(2, Kind::Message(&PARAMETERS_ENTRY)),
+    ],
+};
+/// `inference.ModelInferRequest`.
+pub static MODEL_INFER_REQUEST: Schema = Schema {
+    name: "ModelInferRequest",
+    size: size_of::<inference::ModelInferRequest>(),
+    fields: &[
+        field(1, Kind::Bytes),
+        field(2, Kind::Bytes),
+        field(3, Kind::Bytes),
+        repeated(4, Kind::Message(&PARAMETERS_ENTRY)),
+        counted(5, Kind::Message(&INPUT), "inputs"),
+        repeated(6, Kind::Message(&OUTPUT)),
+        repeated(7, Kind::Bytes),
+    ],
+};
+/// A request of a model's name and version (`ModelReady`, `ModelMetadata`).
+pub static MODEL_NAME_REQUEST: Schema = Schema {
+    name: "ModelMetadataRequest",
+    size: size_of::<inference::ModelMetadataRequest>(),
+    fields: &[field(1, Kind::Bytes), field(2, Kind::Bytes)],
+};
+/// A request without fields (`ServerLive`, `ServerReady`, `ServerMetadata`): every field is
+/// unknown and skipped.
+pub static EMPTY_REQUEST: Schema = Schema {
+    name: "Empty",
+    size: 0,
+    fields: &[],
+};
+
+/// Walks `bytes` as a message of `schema`.
+pub fn scan(schema: &Schema, bytes: &[u8]) -> Result<Scan, Malformed> {
+    let mut out = Scan {
+        decoded_bytes: schema.size,
+        counts: HashMap::new(),
+    };
+    walk(schema, bytes, 0, &mut out)?;
+    Ok(out)
+}
+
+/// Deeper than this, prost refuses a message too (its recursion limit is 100).
+const MAX_DEPTH: usize = 32;
+
+fn walk(schema: &Schema, mut bytes: &[u8], depth: usize, out: &mut Scan) -> Result<(), Malformed> {
+    if depth > MAX_DEPTH {
+        return Err(Malformed(format!("{}: nested too deep", schema.name)));
+    }
+    let add = |out: &mut Scan, n: usize| {
+        out.decoded_bytes = out.decoded_bytes.saturating_add(n);
+    };
+    while !bytes.is_empty() {
+        let key = varint(&mut bytes).ok_or_else(|| truncated(schema))?;
+        let number = u32::try_from(key >> 3).map_err(|_| truncated(schema))?;
+        let wire = key & 7;
+        if number == 0 {
+            return Err(Malformed(format!("{}: field number 0", schema.name)));
+        }
+        let field = schema.fields.iter().find(|f| f.number == number);
+        if let Some(name) = field.and_then(|f| f.counted) {
+            *out.counts.entry(name).or_insert(0) += 1;
+        }
+        match wire {
+            0 => {
+                varint(&mut bytes).ok_or_else(|| truncated(schema))?;
+                if let Some(Field {
+                    kind: Kind::Scalar { width, .. },
+                    repeated: true,
+                    ..
+                }) = field
+                {
+                    add(out, width * GROWTH);
+                }
+            }
+            1 | 5 => {
+                let n = if wire == 1 { 8 } else { 4 };
+                if bytes.len() < n {
+                    return Err(truncated(schema));
+                }
+                bytes = &bytes[n..];
+                if let Some(Field {
+                    kind: Kind::Scalar { width, .. },
+                    repeated: true,
+                    ..
+                }) = field
+                {
+                    add(out, width * GROWTH);
+                }
+            }
+            2 => {
+                let len = varint(&mut bytes).ok_or_else(|| truncated(schema))?;
+                let len = usize::try_from(len)
+                    .ok()
+                    .filter(|&l| l <= bytes.len())
+                    .ok_or_else(|| truncated(schema))?;
+                let (inner, rest) = bytes.split_at(len);
+                bytes = rest;
+                match field {
+                    None => {}
+                    Some(f) => match f.kind {
+                        Kind::Message(child) => {
+                            if f.repeated {
+                                add(out, child.size * GROWTH);
+                            }
+                            walk(child, inner, depth + 1, out)?;
+                        }
+                        Kind::Bytes => {
+                            let header = if f.repeated {
+                                size_of::<Vec<u8>>() * GROWTH
+                            } else {
+                                0
+                            };
+                            add(out, header + len);
+                        }
+                        // Packed: one value per varint (a byte under 0x80 ends one), or per
+                        // fixed-width value.
+                        Kind::Scalar { width, fixed } => {
+                            let values = if fixed == 0 {
+                                inner.iter().filter(|&&b| b < 0x80).count()
+                            } else {
+                                len.div_ceil(fixed)
+                            };
+                            add(out, values * width * GROWTH);
+                        }
+                    },
+                }
+            }
+            _ => {
+                return Err(Malformed(format!(
+                    "{}: field {number} has wire type {wire}, which duet does not accept",
+                    schema.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn truncated(schema: &Schema) -> Malformed {
+    Malformed(format!("{}: the message ends inside a field", schema.name))
+}
+
+/// A base-128 varint, at most ten bytes.
+fn varint(bytes: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for (i, &b) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            *bytes = &bytes[i + 1..];
+            return Some(value);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use super::*;
+
+    fn pair(a: &str, b: &str) -> duet::Pair {
+        duet::Pair {
+            a: Some(duet::Job {
+                job: Some(duet::job::Job::Workload(a.into())),
+            }),
+            b: Some(duet::Job {
+                job: Some(duet::job::Job::Workload(b.into())),
+            }),
+            mode: "space".into(),
+            share_a: None,
+            share_b: None,
+            gpu: Some("v100".into()),
+        }
+    }
+
+    #[test]
+    fn a_predict_request_counts_its_pairs_and_bounds_its_memory() {
+        let request = duet::PredictRequest {
+            gpu: None,
+            pairs: (0..100)
+                .map(|i| pair(&format!("w{i}"), "resnet-50-bs64"))
+                .collect(),
+        };
+        let bytes = request.encode_to_vec();
+        let s = scan(&PREDICT_REQUEST, &bytes).expect("scan");
+        assert_eq!(s.counts["pairs"], 100);
+        let decoded = size_of::<duet::PredictRequest>() + 100 * size_of::<duet::Pair>();
+        assert!(
+            s.decoded_bytes >= decoded,
+            "{} < {decoded}",
+            s.decoded_bytes
+        );
+        assert!(s.decoded_bytes < 4 * decoded, "{}", s.decoded_bytes);
+    }
+
+    #[test]
+    fn empty_entries_cost_their_structs_not_their_bytes() {
+        // 1,000 empty pairs: two bytes each on the wire.
+        let bytes: Vec<u8> = std::iter::repeat_n([0x12u8, 0x00], 1000)
+            .flatten()
+            .collect();
+        let s = scan(&PREDICT_REQUEST, &bytes).expect("scan");
+        assert_eq!(s.counts["pairs"], 1000);
+        assert!(s.decoded_bytes >= 1000 * size_of::<duet::Pair>());
+        let decoded = duet::PredictRequest::decode(&bytes[..]).expect("prost decodes it");
+        assert_eq!(decoded.pairs.len(), 1000);
+        // Empty inputs of ModelInfer alike.
+        let bytes: Vec<u8> = std::iter::repeat_n([0x2au8, 0x00], 1000)
+            .flatten()
+            .collect();
+        let s = scan(&MODEL_INFER_REQUEST, &bytes).expect("scan");
+        assert_eq!(s.counts["inputs"], 1000);
+        assert!(s.decoded_bytes >= 1000 * size_of::<infer::InferInputTensor>());
+    }
+
+    #[test]
+    fn features_inline_and_unknown_fields() {
+        let mut values = HashMap::new();
+        for k in 0..20 {
+            values.insert(
+                format!("feature_{k}"),
+                duet::FeatureValue {
+                    value: Some(duet::feature_value::Value::Number(1.0)),
+                },
+            );
+        }
+        let mut p = pair("a", "b");
+        p.a = Some(duet::Job {
+            job: Some(duet::job::Job::Features(duet::Features { values })),
+        });
+        let mut bytes = duet::PredictRequest {
+            gpu: None,
+            pairs: vec![p],
+        }
+        .encode_to_vec();
+        // An unknown field (99, bytes) is skipped, as prost skips it.
+        bytes.extend_from_slice(&[0x9a, 0x06, 0x03, b'x', b'y', b'z']);
+        let s = scan(&PREDICT_REQUEST, &bytes).expect("scan");
+        assert_eq!(s.counts["pairs"], 1);
+        assert_eq!(s.counts["features"], 20);
+        assert!(duet::PredictRequest::decode(&bytes[..]).is_ok());
+    }
+
+    #[test]
+    fn broken_wire_is_refused() {
+        // A length past the end, a truncated varint, a group, field number 0.
+        for bytes in [
+            &[0x12u8, 0x05, 0x00][..],
+            &[0x12, 0x80][..],
+            &[0x13][..],
+            &[0x02, 0x00][..],
+        ] {
+            let e = scan(&PREDICT_REQUEST, bytes).expect_err("malformed");
+            assert!(e.0.contains("PredictRequest"), "{}", e.0);
+        }
+    }
+
+    #[test]
+    fn packed_numbers_count_their_values() {
+        let contents = inference::InferTensorContents {
+            fp32_contents: vec![1.0; 1000],
+            int64_contents: vec![1; 100],
+            ..Default::default()
+        };
+        let request = inference::ModelInferRequest {
+            inputs: vec![infer::InferInputTensor {
+                name: "x".into(),
+                datatype: "FP32".into(),
+                shape: vec![100, 10],
+                parameters: HashMap::new(),
+                contents: Some(contents),
+            }],
+            ..Default::default()
+        };
+        let bytes = request.encode_to_vec();
+        let s = scan(&MODEL_INFER_REQUEST, &bytes).expect("scan");
+        assert!(s.decoded_bytes >= 4000 + 800, "{}", s.decoded_bytes);
+        assert!(s.decoded_bytes < 40_000, "{}", s.decoded_bytes);
+    }
+}
