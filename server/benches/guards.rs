@@ -73,9 +73,14 @@ fn bench(c: &mut Criterion) {
         group.bench_function("guarded", |b| {
             b.iter(|| {
                 runtime.block_on(async {
-                    let work = take(&state, "/v1/predict", state.limiter.whole())
-                        .await
-                        .expect("a place");
+                    let work = take(
+                        &state.limiter,
+                        &state.metrics.guards,
+                        "/v1/predict",
+                        state.limiter.whole(),
+                    )
+                    .await
+                    .expect("a place");
                     let guard = GiveUpOnDrop::new(work.clone());
                     let request =
                         parse_request(black_box(&body), state.config.max_pairs).expect("parse");
@@ -97,9 +102,14 @@ fn bench(c: &mut Criterion) {
     c.bench_function("guards_alone", |b| {
         b.iter(|| {
             runtime.block_on(async {
-                let work = take(&state, "/v1/predict", state.limiter.whole())
-                    .await
-                    .expect("a place");
+                let work = take(
+                    &state.limiter,
+                    &state.metrics.guards,
+                    "/v1/predict",
+                    state.limiter.whole(),
+                )
+                .await
+                .expect("a place");
                 let guard = GiveUpOnDrop::new(work.clone());
                 work.fit(state.limiter.places_for(black_box(1), PARALLEL_PAIRS));
                 black_box(work.cancelled().load(std::sync::atomic::Ordering::Relaxed));

@@ -9,8 +9,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::error::Failure;
-use crate::state::AppState;
+use crate::error::{Failure, too_large};
 
 /// The bearer token: its `Debug` never shows it (a `Config` in a log line or a panic message
 /// names no secret).
@@ -45,44 +44,66 @@ impl fmt::Debug for Token {
     }
 }
 
-/// Whether `headers` carry the configured token (`false` when none is configured): what
-/// unlocks the detail of `/readyz`.
-pub fn has_token(state: &AppState, headers: &HeaderMap) -> bool {
-    state.config.token.is_some() && authorize(state, headers, true).is_ok()
+/// Who may do what: the token (where one is configured) and whether reads need it too.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    pub token: Option<Token>,
+    /// `--protect-reads`: every read but health, readiness and metrics needs the token.
+    pub protect_reads: bool,
+    /// `--max-write-body-bytes`: the largest body of a registration or a reload.
+    pub max_write_body_bytes: usize,
 }
 
-/// Checks the bearer token where one is configured.
-pub fn authorize(state: &AppState, headers: &HeaderMap, write: bool) -> Result<(), Failure> {
-    let Some(token) = &state.config.token else {
-        return Ok(());
-    };
-    if !write && !state.config.protect_reads {
-        return Ok(());
+impl Access {
+    /// Whether `headers` carry the configured token (`false` when none is configured): what
+    /// unlocks the detail of `/readyz`.
+    pub fn has_token(&self, headers: &HeaderMap) -> bool {
+        self.token.is_some() && self.check(headers, true).is_ok()
     }
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(g) if constant_time_eq(g.as_bytes(), token.expose().as_bytes()) => Ok(()),
-        Some(_) => Err(Failure::field("Authorization", "wrong bearer token")
+
+    /// Authorisation for read endpoints.
+    pub fn read(&self, headers: &HeaderMap) -> Result<(), Failure> {
+        self.check(headers, false)
+    }
+
+    /// Authorisation for write endpoints.
+    pub fn write(&self, headers: &HeaderMap) -> Result<(), Failure> {
+        self.check(headers, true)
+    }
+
+    /// Checks the bearer token where one is configured.
+    pub fn check(&self, headers: &HeaderMap, write: bool) -> Result<(), Failure> {
+        let Some(token) = &self.token else {
+            return Ok(());
+        };
+        if !write && !self.protect_reads {
+            return Ok(());
+        }
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match given {
+            Some(g) if constant_time_eq(g.as_bytes(), token.expose().as_bytes()) => Ok(()),
+            Some(_) => Err(Failure::field("Authorization", "wrong bearer token")
+                .with_status(StatusCode::UNAUTHORIZED)),
+            None => Err(Failure::field(
+                "Authorization",
+                "this endpoint needs `Authorization: Bearer <token>`",
+            )
             .with_status(StatusCode::UNAUTHORIZED)),
-        None => Err(Failure::field(
-            "Authorization",
-            "this endpoint needs `Authorization: Bearer <token>`",
-        )
-        .with_status(StatusCode::UNAUTHORIZED)),
+        }
     }
 }
 
 /// Middleware of routes that only read: the token (under `--protect-reads`) is checked from the
 /// headers, before a byte of the body is read.
 pub async fn require_read(
-    State(state): State<Arc<AppState>>,
+    State(access): State<Arc<Access>>,
     request: Request,
     next: Next,
 ) -> Response {
-    match authorize_read(&state, request.headers()) {
+    match access.read(request.headers()) {
         Ok(()) => next.run(request).await,
         Err(failure) => failure.into_response(),
     }
@@ -91,12 +112,12 @@ pub async fn require_read(
 /// Middleware of routes that read with GET and HEAD and write with any other method: the token
 /// the method needs is checked from the headers, before a byte of the body is read.
 pub async fn require_by_method(
-    State(state): State<Arc<AppState>>,
+    State(access): State<Arc<Access>>,
     request: Request,
     next: Next,
 ) -> Response {
     let write = !matches!(*request.method(), Method::GET | Method::HEAD);
-    match authorize(&state, request.headers(), write) {
+    match access.check(request.headers(), write) {
         Ok(()) => next.run(request).await,
         Err(failure) => failure.into_response(),
     }
@@ -106,34 +127,24 @@ pub async fn require_by_method(
 /// `--max-write-body-bytes` is answered 413 before it is read (one without a length is cut off
 /// where it passes the limit, by the route's `DefaultBodyLimit`).
 pub async fn write_body_limit(
-    State(state): State<Arc<AppState>>,
+    State(access): State<Arc<Access>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let limit = state.config.max_write_body_bytes;
+    let limit = access.max_write_body_bytes;
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
-        return crate::intake::too_large(limit, "--max-write-body-bytes").into_response();
+        return too_large(limit, "--max-write-body-bytes").into_response();
     }
     next.run(request).await
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Authorisation for read endpoints.
-pub fn authorize_read(state: &AppState, headers: &HeaderMap) -> Result<(), Failure> {
-    authorize(state, headers, false)
-}
-
-/// Authorisation for write endpoints.
-pub fn authorize_write(state: &AppState, headers: &HeaderMap) -> Result<(), Failure> {
-    authorize(state, headers, true)
 }
 
 #[cfg(test)]
@@ -145,11 +156,11 @@ mod tests {
         let token = Token::from("s3cret-token");
         assert_eq!(format!("{token:?}"), "Token(redacted)");
         assert_eq!(token.expose(), "s3cret-token");
-        let config = crate::Config {
+        let access = super::Access {
             token: Some(token),
-            ..crate::Config::new("models/default".into())
+            ..super::Access::default()
         };
-        let debug = format!("{config:?}");
+        let debug = format!("{access:?}");
         assert!(!debug.contains("s3cret"), "{debug}");
         assert!(debug.contains("Token(redacted)"), "{debug}");
     }

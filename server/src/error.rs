@@ -7,6 +7,14 @@ use axum::response::{IntoResponse, Response};
 use duet_core::api::ApiError;
 use duet_model::{ErrorKind, ModelError};
 
+/// Seconds a client refused for the server's load is asked to wait (`Retry-After`).
+pub const RETRY_AFTER_S: u64 = 1;
+
+/// A response whose event was already logged (and counted) where it happened: the request log
+/// does not repeat it.
+#[derive(Debug, Clone, Copy)]
+pub struct Logged;
+
 /// A failed request: what went wrong and the request field to blame, where there is one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Failure {
@@ -74,7 +82,7 @@ impl IntoResponse for Failure {
     fn into_response(self) -> Response {
         let mut response = (self.status, Json(self.body())).into_response();
         if self.logged {
-            response.extensions_mut().insert(crate::shed::Logged);
+            response.extensions_mut().insert(Logged);
         }
         response
     }
@@ -113,10 +121,18 @@ pub(crate) fn parse_json_tracked<T: serde::de::DeserializeOwned>(
     Ok(value)
 }
 
+/// The answer to a body longer than `limit` (`flag` names the limit).
+pub fn too_large(limit: usize, flag: &str) -> Failure {
+    Failure::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the body is larger than the server's limit of {limit} bytes ({flag})"),
+    )
+}
+
 /// A body that could not be read: too large (413) or broken.
 pub fn body_failure(e: &BytesRejection, limit: usize, flag: &str) -> Failure {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        crate::intake::too_large(limit, flag)
+        too_large(limit, flag)
     } else if stalled(e) {
         Failure::new(
             StatusCode::REQUEST_TIMEOUT,

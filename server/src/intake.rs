@@ -13,7 +13,7 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::http::StatusCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::error::Failure;
+use crate::error::{Failure, RETRY_AFTER_S, too_large};
 
 /// The bytes in flight, for the whole server.
 #[derive(Debug)]
@@ -78,8 +78,7 @@ impl BodyBudget {
                     format!(
                         "the server holds its limit of {} bytes of request bodies in flight \
                          (--max-inflight-body-bytes); retry after {} s",
-                        self.max,
-                        crate::shed::RETRY_AFTER_S
+                        self.max, RETRY_AFTER_S
                     ),
                 );
                 failure.logged = true;
@@ -87,14 +86,6 @@ impl BodyBudget {
             }
         }
     }
-}
-
-/// The answer to a body longer than `limit` (`flag` names the limit).
-pub fn too_large(limit: usize, flag: &str) -> Failure {
-    Failure::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        format!("the body is larger than the server's limit of {limit} bytes ({flag})"),
-    )
 }
 
 /// Reads `body` whole, at most `limit` bytes (413 naming `flag` past it), each frame's bytes

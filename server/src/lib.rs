@@ -77,7 +77,7 @@ pub async fn serve_with_grpc(
             }
         };
         tokio::select! {
-            () = terminated() => lifecycle::drain(&drainer, drain, terminated()).await,
+            () = terminated() => lifecycle::drain(&drainer.lifecycle, drain, terminated()).await,
             () = failed => {}
         }
         let _ = stop_tx.send(true);

@@ -15,8 +15,6 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use crate::error::Failure;
-use crate::state::AppState;
-use crate::store::Change;
 
 /// The sibling of the configured model, in the model repository, that serves when the
 /// configured model cannot be loaded at start: the model the retraining CronJob replaced.
@@ -28,8 +26,7 @@ type Outcome = Option<Result<String, Failure>>;
 /// A reload under way: the folder it loads, the name requests see, and its outcome once known.
 #[derive(Debug)]
 struct InFlight {
-    dir: PathBuf,
-    /// `dir` resolved (a `current` link to its target), to compare requests.
+    /// The folder resolved (a `current` link to its target), to compare requests.
     resolved: PathBuf,
     name: String,
     done: tokio::sync::watch::Receiver<Outcome>,
@@ -76,82 +73,24 @@ impl Lifecycle {
     }
 }
 
-/// A folder with its links resolved, for comparing two requests; itself where it cannot be.
-fn resolved(dir: &Path) -> PathBuf {
-    std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())
-}
-
-/// How a request names a model folder: its name in the repository (the folder's name).
-fn model_name(dir: &Path) -> String {
-    dir.file_name().map_or_else(
-        || dir.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    )
-}
-
-impl AppState {
-    /// The folder a reload that names no model reads: the configured model while `previous`
-    /// serves in its place (so that a fixed `current` is picked up), else the serving model's.
-    pub fn reload_target(&self) -> PathBuf {
-        if self.lifecycle.fallback().is_some() {
-            return self.config.model.clone();
-        }
-        self.model()
-            .map_or_else(|_| self.config.model.clone(), |m| m.dir.clone())
-    }
-
-    /// The repository's `previous` model, if there is one other than the configured model.
-    pub(crate) fn previous_model(&self) -> Option<PathBuf> {
-        let previous = self.config.repository().join(PREVIOUS);
-        let usable = previous.join(duet_model::artifact::MODEL_JSON).is_file()
-            && resolved(&previous) != resolved(&self.config.model);
-        usable.then_some(previous)
-    }
-
-    /// After the configured model failed its first load: serves the repository's `previous`
-    /// model instead, when there is one, and says so in `/readyz` (degraded) rather than
-    /// stopping the server; without one, or when it fails too, the server does not start.
-    pub(crate) async fn load_previous(
+impl Lifecycle {
+    /// Runs `load` of `dir` single-flight for the load's whole duration, whoever waits for it:
+    /// the load runs in a task of its own, so a request that gives up (its time limit, a
+    /// client gone) leaves it running and holding the slot. A request for the same folder
+    /// meanwhile waits for that load and gets its outcome; one for another folder is refused
+    /// 409, naming the model being loaded.
+    pub async fn single_flight<F, L>(
         self: &Arc<Self>,
-        failed: Failure,
-        initial: Vec<Change>,
-    ) -> Result<String, Failure> {
-        let Some(previous) = self.previous_model() else {
-            return Err(failed);
-        };
-        tracing::error!(
-            model = %self.config.model.display(),
-            error = %failed.error,
-            previous = %previous.display(),
-            "the configured model cannot be loaded; serving the model repository's previous model"
-        );
-        // Marked before the swap, so that /readyz never calls the fallback plainly ready.
-        self.lifecycle.set_fallback(Some(failed.error.clone()));
-        match self.load_blocking(Some(previous), initial).await {
-            Ok(version) => Ok(version),
-            Err(second) => {
-                self.lifecycle.set_fallback(None);
-                Err(Failure::new(
-                    failed.status,
-                    format!(
-                        "{}; the model repository's `{PREVIOUS}` model cannot be loaded either: {}",
-                        failed.error, second.error
-                    ),
-                ))
-            }
-        }
-    }
-
-    /// Loads `dir` (the reload target when `None`) and swaps it in, single-flight for the
-    /// load's whole duration, whoever waits for it: the load runs in a task of its own, so a
-    /// request that gives up (its time limit, a client gone) leaves it running and holding the
-    /// slot. A request for the same folder meanwhile waits for that load and gets its outcome;
-    /// one for another folder is refused 409, naming the model being loaded.
-    pub async fn reload(self: &Arc<Self>, dir: Option<PathBuf>) -> Result<String, Failure> {
-        let dir = dir.unwrap_or_else(|| self.reload_target());
+        dir: PathBuf,
+        load: L,
+    ) -> Result<String, Failure>
+    where
+        L: FnOnce(PathBuf) -> F,
+        F: Future<Output = Result<String, Failure>> + Send + 'static,
+    {
         let key = resolved(&dir);
         let mut done = {
-            let mut slot = self.lifecycle.reload.lock().map_err(|_| {
+            let mut slot = self.reload.lock().map_err(|_| {
                 Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "reload lock poisoned")
             })?;
             match slot.as_ref() {
@@ -172,11 +111,19 @@ impl AppState {
                     *slot = Some(InFlight {
                         resolved: key,
                         name: model_name(&dir),
-                        dir: dir.clone(),
                         done: rx.clone(),
                     });
-                    let state = self.clone();
-                    tokio::spawn(async move { state.run_reload(tx).await });
+                    let loading = load(dir);
+                    let lifecycle = self.clone();
+                    tokio::spawn(async move {
+                        let result = loading.await;
+                        // The slot is freed and the outcome published together.
+                        let mut slot = lifecycle.reload.lock();
+                        if let Ok(slot) = slot.as_mut() {
+                            **slot = None;
+                        }
+                        let _ = tx.send(Some(result));
+                    });
                     rx
                 }
             }
@@ -198,53 +145,30 @@ impl AppState {
             ))
         })
     }
+}
 
-    /// The load of the reload in the slot: after the first load (never beside it), counted and
-    /// logged; the slot is freed and the outcome published together.
-    async fn run_reload(self: Arc<Self>, tx: tokio::sync::watch::Sender<Outcome>) {
-        let dir = match self.lifecycle.reload.lock() {
-            Ok(slot) => slot.as_ref().map(|f| f.dir.clone()),
-            Err(_) => None,
-        };
-        let result = match dir {
-            Some(dir) => {
-                let _first = self.reloading.lock().await;
-                let result = self.load_blocking(Some(dir), Vec::new()).await;
-                // A model a reload chose serves now: the fallback is over.
-                if result.is_ok() {
-                    self.lifecycle.set_fallback(None);
-                }
-                result
-            }
-            None => Err(Failure::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "reload lock poisoned",
-            )),
-        };
-        self.metrics.reload(result.is_ok());
-        match &result {
-            Ok(version) => tracing::info!(version = %version, "model reloaded"),
-            Err(f) => {
-                tracing::error!(error = %f.error, "model reload failed; the previous model keeps serving");
-            }
-        }
-        let mut slot = self.lifecycle.reload.lock();
-        if let Ok(slot) = slot.as_mut() {
-            **slot = None;
-        }
-        let _ = tx.send(Some(result));
-    }
+/// A folder with its links resolved, for comparing two requests; itself where it cannot be.
+pub fn resolved(dir: &Path) -> PathBuf {
+    std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// How a request names a model folder: its name in the repository (the folder's name).
+fn model_name(dir: &Path) -> String {
+    dir.file_name().map_or_else(
+        || dir.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// While draining, every answer asks its client to close the connection, so that keep-alive
 /// clients reconnect (to another replica) instead of sending on a connection about to close.
 pub async fn close_when_draining(
-    State(state): State<Arc<AppState>>,
+    State(lifecycle): State<Arc<Lifecycle>>,
     request: Request,
     next: Next,
 ) -> Response {
     let mut response = next.run(request).await;
-    if state.lifecycle.draining() {
+    if lifecycle.draining() {
         response
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -255,8 +179,8 @@ pub async fn close_when_draining(
 /// The drain after SIGTERM: `/readyz` answers 503 at once (the Service stops routing here),
 /// requests keep being served for `drain`, then the listener closes and in-flight requests
 /// finish. A second SIGTERM or Ctrl-C cuts the wait short.
-pub async fn drain(state: &AppState, drain: Duration, again: impl Future<Output = ()>) {
-    state.lifecycle.start_draining();
+pub async fn drain(lifecycle: &Lifecycle, drain: Duration, again: impl Future<Output = ()>) {
+    lifecycle.start_draining();
     tracing::info!(
         drain_s = drain.as_secs_f64(),
         "shutting down: /readyz answers 503; closing the listener after the drain (--drain-seconds)"

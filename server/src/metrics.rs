@@ -25,9 +25,6 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Metric, Registry, Unit};
 
-use crate::error::Failure;
-use crate::state::AppState;
-
 /// The two text formats of `/metrics`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -343,42 +340,6 @@ pub struct Scrape {
     /// (`--max-inflight-body-bytes`).
     pub body_bytes_in_flight: usize,
     pub bodies_refused: u64,
-}
-
-impl Scrape {
-    /// Reads it from the server now.
-    pub fn of(state: &AppState) -> Result<Scrape, Failure> {
-        let (model_version, engine, workloads) = match state.read()?.as_ref() {
-            Some(s) => (
-                s.model.version().to_string(),
-                s.model.engine.kind().as_str(),
-                s.registry.len(),
-            ),
-            None => (String::new(), state.config.engine.as_str(), 0),
-        };
-        Ok(Scrape {
-            model_version,
-            engine,
-            workloads,
-            drift: state.drift.tallies(),
-            store: state.store.kind(),
-            sequence: state.sync.seq(),
-            last_sync_age_s: state.sync.last_sync_age(),
-            database_errors: state.sync.errors(),
-            degraded: state.sync.degraded().is_some(),
-            fallback: state.lifecycle.fallback().is_some(),
-            draining: state.lifecycle.draining(),
-            work_in_flight: state.limiter.running(),
-            work_waiting: state.limiter.waiting(),
-            body_bytes_in_flight: state.body_budget.in_flight(),
-            bodies_refused: state.body_budget.refused.load(Ordering::Relaxed),
-        })
-    }
-}
-
-/// The text of `/metrics` for `state`, in `format`.
-pub fn scrape(state: &AppState, format: Format) -> Result<String, Failure> {
-    Ok(state.metrics.render(Scrape::of(state)?, format))
 }
 
 /// The scrape-time part of the exposition, for one scrape.

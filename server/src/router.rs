@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
@@ -13,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
-use crate::error::Failure;
+use crate::error::{Failure, Logged};
 use crate::state::AppState;
 use crate::{auth, openapi, routes, shed};
 
@@ -23,20 +24,20 @@ pub fn router(state: Arc<AppState>) -> Router {
     let panics = state.clone();
     // The routes that run the model hold one of the limited places of work while they run.
     let admitted = |routes: Router<Arc<AppState>>| {
-        routes.route_layer(middleware::from_fn_with_state(state.clone(), shed::admit))
+        routes.route_layer(middleware::from_fn_with_state(state.clone(), admit))
     };
     // Where a route takes a body, the token is checked from the headers before a byte of it is
     // read (the outermost route layer runs first); the handlers check it again, as they do on
     // the routes without a body.
     let reads = |routes: Router<Arc<AppState>>| {
         routes.route_layer(middleware::from_fn_with_state(
-            state.clone(),
+            state.access.clone(),
             auth::require_read,
         ))
     };
     let by_method = |routes: Router<Arc<AppState>>| {
         routes.route_layer(middleware::from_fn_with_state(
-            state.clone(),
+            state.access.clone(),
             auth::require_by_method,
         ))
     };
@@ -45,14 +46,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         routes
             .route_layer(DefaultBodyLimit::max(state.config.max_write_body_bytes))
             .route_layer(middleware::from_fn_with_state(
-                state.clone(),
+                state.access.clone(),
                 auth::write_body_limit,
             ))
     };
     Router::new()
         .merge(routes::health::routes())
         .merge(reads(routes::predict::routes().route_layer(
-            middleware::from_fn_with_state(state.clone(), shed::admit_unless_small),
+            middleware::from_fn_with_state(state.clone(), admit_unless_small),
         )))
         .merge(by_method(small_writes(routes::workloads::routes())))
         .merge(by_method(small_writes(routes::models::routes())))
@@ -73,11 +74,66 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         // While draining, every answer asks its client to close the connection.
         .layer(middleware::from_fn_with_state(
-            state.clone(),
+            state.lifecycle.clone(),
             crate::lifecycle::close_when_draining,
         ))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
+}
+
+/// The middleware of `/v1/predict`: a request whose declared body is at most
+/// `INLINE_BODY_BYTES` (a few dozen pairs) is answered at once on the async worker that reads
+/// it, without a place: its work is bounded by the workers themselves, and a flood of large
+/// requests never sheds the small ones. Any other is admitted (`admit`).
+async fn admit_unless_small(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let small = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_some_and(|n| n <= routes::predict::INLINE_BODY_BYTES);
+    if small {
+        next.run(request).await
+    } else {
+        admit(State(state), request, next).await
+    }
+}
+
+/// The middleware of the model routes. The body is read first (`crate::intake`: under
+/// `--max-body-bytes` and the server's budget of body bytes in flight), so a slow sender holds
+/// bytes, never a place; then the request takes its places (`shed::places_for_body`), or is
+/// answered 503 with `Retry-After`.
+async fn admit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    let (parts, body) = request.into_parts();
+    let (bytes, held) = match crate::intake::read(
+        body,
+        state.config.max_body_bytes,
+        "--max-body-bytes",
+        &state.body_budget,
+    )
+    .await
+    {
+        Ok(read) => read,
+        Err(failure) => return shed::shed_response(failure),
+    };
+    let places = shed::places_for_body(&state.limiter, bytes.len());
+    let work = match shed::take(&state.limiter, &state.metrics.guards, route, places).await {
+        Ok(work) => work,
+        Err(failure) => return shed::shed_response(failure),
+    };
+    let mut request = Request::from_parts(parts, Body::from(bytes));
+    request.extensions_mut().insert(work.clone());
+    let guard = shed::GiveUpOnDrop::new(work);
+    let response = next.run(request).await;
+    guard.answered();
+    drop(held);
+    response
 }
 
 /// A handler's panic, caught: counted and logged once, answered 500.
@@ -91,7 +147,7 @@ fn panicked(state: &AppState, panic: &(dyn std::any::Any + Send)) -> Response {
     state.metrics.guards.panics.fetch_add(1, Ordering::Relaxed);
     let mut response =
         Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response();
-    response.extensions_mut().insert(shed::Logged);
+    response.extensions_mut().insert(Logged);
     response
 }
 
@@ -108,7 +164,7 @@ async fn observe(State(state): State<Arc<AppState>>, request: Request, next: Nex
     state
         .metrics
         .request(&route, status.as_u16(), start.elapsed().as_secs_f64());
-    if status.is_server_error() && response.extensions().get::<shed::Logged>().is_none() {
+    if status.is_server_error() && response.extensions().get::<Logged>().is_none() {
         tracing::warn!(route = %route, status = status.as_u16(), "request failed");
     }
     response
@@ -167,7 +223,7 @@ async fn time_limit(State(state): State<Arc<AppState>>, request: Request, next: 
                 ),
             )
             .into_response();
-            response.extensions_mut().insert(shed::Logged);
+            response.extensions_mut().insert(Logged);
             response
         }
     }

@@ -19,19 +19,18 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use axum::body::Body;
-
-use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::error::Failure;
-use crate::state::AppState;
+use crate::error::{Failure, RETRY_AFTER_S};
 
-/// Seconds a shed client is asked to wait (`Retry-After`).
-pub const RETRY_AFTER_S: u64 = 1;
+/// The cores this process may use (its cgroup's CPU limit included), read once: the standard
+/// library reads the cgroup's files on every call, tens of microseconds.
+pub fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
+}
 
 /// The places of model work: running and waiting.
 #[derive(Debug)]
@@ -65,7 +64,7 @@ impl Limiter {
 
     /// The places of work split over every core: one per core, at most all of them.
     pub fn whole(&self) -> usize {
-        crate::state::cores().clamp(1, self.max_running)
+        cores().clamp(1, self.max_running)
     }
 
     /// The places of `units` pairs or rows of work, split over every core from `parallel_from`.
@@ -172,37 +171,21 @@ impl Drop for GiveUpOnDrop {
     }
 }
 
-/// The middleware of `/v1/predict`: a request whose declared body is at most `small_bytes`
-/// (a few dozen pairs) is answered at once on the async worker that reads it, without a place:
-/// its work is bounded by the workers themselves, and a flood of large requests never sheds
-/// the small ones. Any other takes a place (`admit`).
-pub async fn admit_unless_small(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let small = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-        .is_some_and(|n| n <= crate::routes::predict::INLINE_BODY_BYTES);
-    if small {
-        next.run(request).await
-    } else {
-        admit(State(state), request, next).await
-    }
-}
-
 /// `places` of model work for a request on `route`, or the 503 of a server at its limit
-/// (counted and logged here). They are held while the returned `Work` or a clone lives.
-pub async fn take(state: &AppState, route: &str, places: usize) -> Result<Work, Failure> {
-    let Some(permit) = state.limiter.enter(places).await else {
-        state.metrics.guards.shed.fetch_add(1, Ordering::Relaxed);
+/// (counted in `counters` and logged here). They are held while the returned `Work` or a clone
+/// lives.
+pub async fn take(
+    limiter: &Limiter,
+    counters: &Counters,
+    route: &str,
+    places: usize,
+) -> Result<Work, Failure> {
+    let Some(permit) = limiter.enter(places).await else {
+        counters.shed.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
             route,
-            running = state.limiter.max_running,
-            waiting = state.limiter.max_waiting,
+            running = limiter.max_running,
+            waiting = limiter.max_waiting,
             "request shed: the server is at its limit of work in flight"
         );
         let mut failure = Failure::new(
@@ -210,7 +193,7 @@ pub async fn take(state: &AppState, route: &str, places: usize) -> Result<Work, 
             format!(
                 "the server is at its limit of {} places of work in flight and {} waiting \
                  (--max-inflight, --max-queue); retry after {RETRY_AFTER_S} s",
-                state.limiter.max_running, state.limiter.max_waiting
+                limiter.max_running, limiter.max_waiting
             ),
         );
         failure.logged = true;
@@ -222,45 +205,18 @@ pub async fn take(state: &AppState, route: &str, places: usize) -> Result<Work, 
     })))
 }
 
-/// The middleware of the model routes. The body is read first (`crate::intake`: under
-/// `--max-body-bytes` and the server's budget of body bytes in flight), so a slow sender holds
-/// bytes, never a place; then the request takes its places (every core's for a body of at least
-/// `WHOLE_BODY_BYTES`, one otherwise), or is answered 503 with `Retry-After`.
-pub async fn admit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    let route = request.extensions().get::<MatchedPath>().cloned();
-    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    let (parts, body) = request.into_parts();
-    let (bytes, held) = match crate::intake::read(
-        body,
-        state.config.max_body_bytes,
-        "--max-body-bytes",
-        &state.body_budget,
-    )
-    .await
-    {
-        Ok(read) => read,
-        Err(failure) => return shed_response(failure),
-    };
-    let places = if bytes.len() < WHOLE_BODY_BYTES {
+/// The places a body of `bytes` takes once it is read: every core's from `WHOLE_BODY_BYTES`,
+/// else one.
+pub fn places_for_body(limiter: &Limiter, bytes: usize) -> usize {
+    if bytes < WHOLE_BODY_BYTES {
         1
     } else {
-        state.limiter.whole()
-    };
-    let work = match take(&state, route, places).await {
-        Ok(work) => work,
-        Err(failure) => return shed_response(failure),
-    };
-    let mut request = Request::from_parts(parts, Body::from(bytes));
-    request.extensions_mut().insert(work.clone());
-    let guard = GiveUpOnDrop::new(work);
-    let response = next.run(request).await;
-    guard.answered();
-    drop(held);
-    response
+        limiter.whole()
+    }
 }
 
 /// A refusal's answer; a 503 asks the client to retry after `RETRY_AFTER_S`.
-fn shed_response(failure: Failure) -> Response {
+pub fn shed_response(failure: Failure) -> Response {
     let unavailable = failure.status == StatusCode::SERVICE_UNAVAILABLE;
     let mut response = failure.into_response();
     if unavailable {
@@ -270,11 +226,6 @@ fn shed_response(failure: Failure) -> Response {
     }
     response
 }
-
-/// A response whose event was already logged (and counted) where it happened: the request log
-/// does not repeat it.
-#[derive(Debug, Clone, Copy)]
-pub struct Logged;
 
 /// What the guards refused or stopped, for `/metrics` (`metrics::Scrape` reads them).
 #[derive(Debug, Default)]

@@ -179,12 +179,7 @@ pub const BODY_BYTES_PER_PAIR: usize = 256;
 /// The default `--max-write-body-bytes`: a registration holds one workload's profiles.
 pub const MAX_WRITE_BODY_BYTES: usize = 1 << 20;
 
-/// The cores this process may use (its cgroup's CPU limit included), read once: the standard
-/// library reads the cgroup's files on every call, tens of microseconds.
-pub fn cores() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
-}
+pub use crate::shed::cores;
 
 /// The loaded model and the registry encoded for it; swapped together on reload.
 #[derive(Debug, Clone)]
@@ -216,6 +211,8 @@ pub struct AppState {
     pub serving: ArcSwapOption<Serving>,
     /// The places of model work in flight and waiting (`--max-inflight`, `--max-queue`).
     pub limiter: crate::shed::Limiter,
+    /// The token and what it protects, for the handlers and the guards at the edge.
+    pub access: Arc<crate::auth::Access>,
     /// The bytes of request bodies in flight (`--max-inflight-body-bytes`).
     pub body_budget: crate::intake::BodyBudget,
     pub store: RegistryStore,
@@ -228,7 +225,7 @@ pub struct AppState {
     /// Held by the first load: reloads wait for it.
     pub(crate) reloading: tokio::sync::Mutex<()>,
     /// Reloads single-flight, the fallback to `previous`, the drain.
-    pub lifecycle: crate::lifecycle::Lifecycle,
+    pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
     /// The path of the model being served (reload may point at another folder).
     model_dir: RwLock<PathBuf>,
 }
@@ -241,6 +238,11 @@ impl AppState {
         Ok(Arc::new(AppState {
             model_dir: RwLock::new(config.model.clone()),
             limiter: crate::shed::Limiter::new(config.max_inflight, config.max_queue),
+            access: Arc::new(crate::auth::Access {
+                token: config.token.clone(),
+                protect_reads: config.protect_reads,
+                max_write_body_bytes: config.max_write_body_bytes,
+            }),
             body_budget: crate::intake::BodyBudget::new(config.max_inflight_body_bytes),
             config,
             serving: ArcSwapOption::empty(),
@@ -250,7 +252,7 @@ impl AppState {
             drift: crate::drift::Windows::default(),
             ready: AtomicBool::new(false),
             reloading: tokio::sync::Mutex::new(()),
-            lifecycle: crate::lifecycle::Lifecycle::default(),
+            lifecycle: Arc::default(),
         }))
     }
 
@@ -548,4 +550,139 @@ pub(crate) fn not_ready() -> Failure {
         StatusCode::SERVICE_UNAVAILABLE,
         "no model is loaded yet; retry when /readyz answers 200",
     )
+}
+
+impl AppState {
+    /// The folder a reload that names no model reads: the configured model while `previous`
+    /// serves in its place (so that a fixed `current` is picked up), else the serving model's.
+    pub fn reload_target(&self) -> PathBuf {
+        if self.lifecycle.fallback().is_some() {
+            return self.config.model.clone();
+        }
+        self.model()
+            .map_or_else(|_| self.config.model.clone(), |m| m.dir.clone())
+    }
+
+    /// The repository's `previous` model, if there is one other than the configured model.
+    pub(crate) fn previous_model(&self) -> Option<PathBuf> {
+        let previous = self.config.repository().join(crate::lifecycle::PREVIOUS);
+        let usable = previous.join(duet_model::artifact::MODEL_JSON).is_file()
+            && crate::lifecycle::resolved(&previous)
+                != crate::lifecycle::resolved(&self.config.model);
+        usable.then_some(previous)
+    }
+
+    /// After the configured model failed its first load: serves the repository's `previous`
+    /// model instead, when there is one, and says so in `/readyz` (degraded) rather than
+    /// stopping the server; without one, or when it fails too, the server does not start.
+    pub(crate) async fn load_previous(
+        self: &Arc<Self>,
+        failed: Failure,
+        initial: Vec<Change>,
+    ) -> Result<String, Failure> {
+        let Some(previous) = self.previous_model() else {
+            return Err(failed);
+        };
+        tracing::error!(
+            model = %self.config.model.display(),
+            error = %failed.error,
+            previous = %previous.display(),
+            "the configured model cannot be loaded; serving the model repository's previous model"
+        );
+        // Marked before the swap, so that /readyz never calls the fallback plainly ready.
+        self.lifecycle.set_fallback(Some(failed.error.clone()));
+        match self.load_blocking(Some(previous), initial).await {
+            Ok(version) => Ok(version),
+            Err(second) => {
+                self.lifecycle.set_fallback(None);
+                Err(Failure::new(
+                    failed.status,
+                    format!(
+                        "{}; the model repository's `{}` model cannot be loaded either: {}",
+                        failed.error,
+                        crate::lifecycle::PREVIOUS,
+                        second.error
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Loads `dir` (the reload target when `None`) and swaps it in, single-flight for the
+    /// load's whole duration (`Lifecycle::single_flight`): after the first load (never beside
+    /// it), counted and logged.
+    pub async fn reload(self: &Arc<Self>, dir: Option<PathBuf>) -> Result<String, Failure> {
+        let dir = dir.unwrap_or_else(|| self.reload_target());
+        let state = self.clone();
+        self.lifecycle
+            .single_flight(dir, move |dir| async move {
+                let result = {
+                    let _first = state.reloading.lock().await;
+                    state.load_blocking(Some(dir), Vec::new()).await
+                };
+                // A model a reload chose serves now: the fallback is over.
+                if result.is_ok() {
+                    state.lifecycle.set_fallback(None);
+                }
+                state.metrics.reload(result.is_ok());
+                match &result {
+                    Ok(version) => tracing::info!(version = %version, "model reloaded"),
+                    Err(f) => {
+                        tracing::error!(error = %f.error, "model reload failed; the previous model keeps serving");
+                    }
+                }
+                result
+            })
+            .await
+    }
+}
+
+impl AppState {
+    /// What `/metrics` reads from the server now, beside what `Metrics` counted.
+    pub fn scrape(&self) -> Result<crate::metrics::Scrape, Failure> {
+        let (model_version, engine, workloads) = match self.read()?.as_ref() {
+            Some(s) => (
+                s.model.version().to_string(),
+                s.model.engine.kind().as_str(),
+                s.registry.len(),
+            ),
+            None => (String::new(), self.config.engine.as_str(), 0),
+        };
+        Ok(crate::metrics::Scrape {
+            model_version,
+            engine,
+            workloads,
+            drift: self.drift.tallies(),
+            store: self.store.kind(),
+            sequence: self.sync.seq(),
+            last_sync_age_s: self.sync.last_sync_age(),
+            database_errors: self.sync.errors(),
+            degraded: self.sync.degraded().is_some(),
+            fallback: self.lifecycle.fallback().is_some(),
+            draining: self.lifecycle.draining(),
+            work_in_flight: self.limiter.running(),
+            work_waiting: self.limiter.waiting(),
+            body_bytes_in_flight: self.body_budget.in_flight(),
+            bodies_refused: self.body_budget.refused.load(Ordering::Relaxed),
+        })
+    }
+
+    /// The text of `/metrics` in `format`.
+    pub fn metrics_text(&self, format: crate::metrics::Format) -> Result<String, Failure> {
+        Ok(self.metrics.render(self.scrape()?, format))
+    }
+}
+
+impl crate::sync::Replica for AppState {
+    fn postgres(&self) -> Option<&crate::store::PostgresStore> {
+        self.store.postgres()
+    }
+
+    fn sync_status(&self) -> &SyncStatus {
+        &self.sync
+    }
+
+    fn catch_up(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        AppState::catch_up(self)
+    }
 }

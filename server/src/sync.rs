@@ -8,8 +8,17 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::state::AppState;
-use crate::store::{Store, StoreError};
+use crate::store::{PostgresStore, Store, StoreError};
+
+/// What the catch-up task keeps in step: a replica's registry in memory over its store.
+pub trait Replica: Send + Sync + 'static {
+    /// The shared store, when it is PostgreSQL (the task has nothing to do otherwise).
+    fn postgres(&self) -> Option<&PostgresStore>;
+    /// Where the registry stands against the store.
+    fn sync_status(&self) -> &SyncStatus;
+    /// Applies every change committed since the last one applied.
+    fn catch_up(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
 
 /// How often a replica asks the database for changes it was not notified of: the bound on
 /// propagation when a notification is lost.
@@ -73,11 +82,11 @@ impl SyncStatus {
 
 /// Runs for the server's life when the store is PostgreSQL. `rx` is the notification stream of
 /// a connection `AppState::start` already made, if it could.
-pub async fn run(
-    state: Arc<AppState>,
+pub async fn run<R: Replica>(
+    state: Arc<R>,
     mut rx: Option<tokio::sync::mpsc::UnboundedReceiver<Option<i64>>>,
 ) {
-    let Some(pg) = state.store.postgres() else {
+    let Some(pg) = state.postgres() else {
         return;
     };
     let mut backoff = POLL;
@@ -99,7 +108,7 @@ pub async fn run(
                         tracing::warn!(error = %why, "registry database connection attempt failed; retrying");
                         last_error = why;
                     }
-                    state.sync.failed(&e, true);
+                    state.sync_status().failed(&e, true);
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                     continue;
@@ -128,7 +137,7 @@ pub async fn run(
         };
         tracing::warn!(error = %lost, "registry database lost; serving the last synced registry");
         pg.disconnected(&lost.to_string());
-        state.sync.failed(&lost, true);
+        state.sync_status().failed(&lost, true);
         tokio::time::sleep(backoff).await;
     }
 }

@@ -2,7 +2,7 @@
 //! input answered as the same tensor in JSON is (a large JSON tensor too, read on every core),
 //! binary outputs where asked, the outputs those of `/v1/predict` for the same pairs, and every
 //! way a binary body can disagree with its JSON header refused with a 400 or 422 naming the
-//! field.
+//! field; the KServe v2 routes (health, metadata, versions) around the same model.
 
 use axum::Router;
 use axum::body::Body;
@@ -472,4 +472,120 @@ async fn the_document_describes_the_binary_form() {
         schemas["InferInput"]["required"],
         json!(["name", "shape", "datatype", "data"])
     );
+}
+
+/// Asserts a JSON error answer whose field is `field` and whose message contains `says`.
+fn assert_json_error(
+    got: &(StatusCode, Value),
+    status: StatusCode,
+    field: Option<&str>,
+    says: &str,
+) {
+    let (s, body) = got;
+    assert_eq!(*s, status, "{body}");
+    assert_eq!(body["field"].as_str(), field, "{body}");
+    let error = body["error"].as_str().expect("error message");
+    assert!(error.contains(says), "`{error}` does not say `{says}`");
+}
+
+#[tokio::test]
+async fn kserve_v2_aliases_run_the_same_model() {
+    let (app, state) = app_with(Config::new(model_dir()));
+    assert_eq!(
+        call(&app, "GET", "/v2/health/live", None, None).await.0,
+        StatusCode::OK
+    );
+    let (s, ready) = call(&app, "GET", "/v2/health/ready", None, None).await;
+    assert_eq!((s, ready["ready"].as_bool()), (StatusCode::OK, Some(true)));
+    let (s, meta) = call(&app, "GET", "/v2/models/default", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    let width = usize::try_from(meta["inputs"][0]["shape"][1].as_i64().expect("width")).expect("w");
+    let model = state.model().expect("model");
+    assert_eq!(width, model.meta.spec.pair_width());
+    let data: Vec<f32> = (0..2 * width).map(|i| ((i % 7) as f32) / 7.0).collect();
+    let body = json!({"id": "r1", "inputs": [{"name": "pairs", "shape": [2, width], "datatype": "FP32", "data": data}]});
+    let (s, out) = call(&app, "POST", "/v2/models/default/infer", Some(body), None).await;
+    assert_eq!(s, StatusCode::OK, "{out}");
+    assert_eq!(out["id"], "r1");
+    assert_eq!(out["outputs"][0]["shape"], json!([2, 3]));
+    let expected = model.engine.run(data.clone()).expect("run");
+    let got: Vec<f32> = serde_json::from_value(out["outputs"][0]["data"].clone()).expect("floats");
+    assert_eq!(got, expected);
+    let wrong = json!({"inputs": [{"name": "pairs", "shape": [2, width + 1], "datatype": "FP32", "data": [0.0]}]});
+    let bad = call(&app, "POST", "/v2/models/default/infer", Some(wrong), None).await;
+    assert_json_error(
+        &bad,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("inputs[0].shape"),
+        "shape",
+    );
+    let unknown = call(&app, "GET", "/v2/models/other", None, None).await;
+    assert_json_error(
+        &unknown,
+        StatusCode::NOT_FOUND,
+        Some("name"),
+        "no model `other`",
+    );
+    // The server's metadata, as GET /v2 states it in the protocol.
+    let (s, server) = call(&app, "GET", "/v2", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(server["name"], "duet");
+    assert_eq!(server["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(server["extensions"], json!(["binary_tensor_data"]));
+    // The served version by name: the same metadata, readiness and answer; another: 404.
+    let version = meta["versions"][0].as_str().expect("a version").to_string();
+    assert_eq!(version, model.version().to_string());
+    let at = |rest: &str| format!("/v2/models/default/versions/{version}{rest}");
+    let (s, versioned) = call(&app, "GET", &at(""), None, None).await;
+    assert_eq!((s, &versioned), (StatusCode::OK, &meta));
+    let (s, ready) = call(&app, "GET", &at("/ready"), None, None).await;
+    assert_eq!((s, ready["ready"].as_bool()), (StatusCode::OK, Some(true)));
+    let body = json!({"inputs": [{"name": "pairs", "shape": [2, width], "datatype": "FP32", "data": data}]});
+    let (s, out) = call(&app, "POST", &at("/infer"), Some(body.clone()), None).await;
+    assert_eq!(s, StatusCode::OK, "{out}");
+    let again: Vec<f32> =
+        serde_json::from_value(out["outputs"][0]["data"].clone()).expect("floats");
+    assert_eq!(again, expected);
+    assert_eq!(out["model_version"], version.as_str());
+    // The document names the served model and version on every KServe model path.
+    let (_, doc) = call(&app, "GET", "/openapi.json", None, None).await;
+    let parameters =
+        &doc["paths"]["/v2/models/{name}/versions/{version}/infer"]["post"]["parameters"];
+    let schema_of = |name: &str| {
+        parameters
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["name"] == name))
+            .map(|p| p["schema"]["enum"].clone())
+    };
+    assert_eq!(schema_of("name"), Some(json!(["default"])));
+    assert_eq!(schema_of("version"), Some(json!([version])));
+    // Its answers are the plain infer's, a 404 for another version too.
+    let answers = |path: &str| doc["paths"][path]["post"]["responses"].clone();
+    let (plain, versioned) = (
+        answers("/v2/models/{name}/infer"),
+        answers("/v2/models/{name}/versions/{version}/infer"),
+    );
+    for status in ["200", "400", "401", "413", "422", "503"] {
+        assert_eq!(plain[status], versioned[status], "{status}");
+    }
+    assert!(
+        versioned["404"]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("version")),
+        "{versioned}"
+    );
+    for (method, rest, body) in [
+        ("GET", "", None),
+        ("GET", "/ready", None),
+        ("POST", "/infer", Some(body)),
+    ] {
+        let uri = format!("/v2/models/default/versions/0{rest}");
+        let other = call(&app, method, &uri, body, None).await;
+        assert_json_error(
+            &other,
+            StatusCode::NOT_FOUND,
+            Some("version"),
+            "no version `0` of model `default`",
+        );
+    }
 }

@@ -116,7 +116,7 @@ async fn admit(
     request: Request,
 ) -> Result<(Request, Held), Failure> {
     if method.protected {
-        crate::auth::authorize_read(state, request.headers())?;
+        state.access.read(request.headers())?;
     }
     let (parts, body) = request.into_parts();
     let (limit, flag) = if method.large {
@@ -155,7 +155,7 @@ async fn admit(
     // The limit is the message's; its frame's header comes on top.
     let (bytes, mut held) = read.map_err(|f| {
         if f.status == StatusCode::PAYLOAD_TOO_LARGE {
-            crate::intake::too_large(limit, flag)
+            crate::error::too_large(limit, flag)
         } else {
             f
         }

@@ -220,7 +220,7 @@ pub fn status(failure: &Failure) -> Status {
     if code == Code::Unavailable && failure.error.contains("--max-inflight") {
         status.metadata_mut().insert(
             "retry-after",
-            tonic::metadata::MetadataValue::from(crate::shed::RETRY_AFTER_S),
+            tonic::metadata::MetadataValue::from(crate::error::RETRY_AFTER_S),
         );
     }
     status
@@ -232,7 +232,7 @@ pub fn authorize_read<T>(state: &AppState, request: &Request<T>) -> Result<(), F
         return Ok(());
     }
     let headers = request.metadata().clone().into_headers();
-    crate::auth::authorize_read(state, &headers)
+    state.access.read(&headers)
 }
 
 /// One call of `method` (`/package.Service/Method`): timed against `--request-timeout` and
@@ -296,7 +296,7 @@ pub async fn with_place<T: Send + 'static>(
     places: usize,
     work: impl FnOnce(&AppState, &std::sync::atomic::AtomicBool) -> Result<T, Failure> + Send + 'static,
 ) -> Result<T, Failure> {
-    let place = crate::shed::take(state, method, places).await?;
+    let place = crate::shed::take(&state.limiter, &state.metrics.guards, method, places).await?;
     let guard = crate::shed::GiveUpOnDrop::new(place.clone());
     let worker = state.clone();
     let answer = tokio::task::spawn_blocking(move || work(&worker, place.cancelled()))

@@ -9,7 +9,6 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use crate::auth::has_token;
 use crate::error::Failure;
 use crate::state::{AppState, not_ready};
 use crate::store::Store;
@@ -102,7 +101,7 @@ pub async fn readyz(
     if !state.is_ready() {
         return Err(not_ready());
     }
-    let detail = has_token(&state, &headers);
+    let detail = state.access.has_token(&headers);
     let model = state.model()?;
     let store_error = state.sync.degraded();
     let fallback = state.lifecycle.fallback();
@@ -159,7 +158,7 @@ pub async fn readyz(
 async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let format = crate::metrics::Format::negotiate(accept);
-    match crate::metrics::scrape(&state, format) {
+    match state.metrics_text(format) {
         Ok(text) => ([(header::CONTENT_TYPE, format.content_type())], text).into_response(),
         Err(f) => f.into_response(),
     }

@@ -20,7 +20,6 @@ use duet_model::onnx::{INPUT, OUTPUT};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::auth::authorize_read;
 use crate::bounded::Refused;
 use crate::error::{Failure, body_failure};
 use crate::service::kserve::{self as service, FP32, FP32_BYTES};
@@ -178,7 +177,7 @@ fn model_metadata(
     name: &str,
     version: Option<&str>,
 ) -> Result<Json<ModelMetadata>, Failure> {
-    authorize_read(state, headers)?;
+    state.access.read(headers)?;
     let model = service::named_version(state, name, version, "version")?;
     Ok(Json(ModelMetadata {
         name: model.meta.name.clone(),
@@ -631,7 +630,7 @@ async fn infer_version(
     version: Option<&str>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Failure> {
-    authorize_read(&state, &headers)?;
+    state.access.read(&headers)?;
     let model = service::named_version(&state, name, version, "version")?;
     let header_length = header_length(&headers)?;
     let body =

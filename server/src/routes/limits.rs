@@ -9,7 +9,6 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use crate::auth::authorize_read;
 use crate::error::Failure;
 use crate::state::AppState;
 
@@ -64,7 +63,7 @@ pub async fn limits(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> Result<Json<Limits>, Failure> {
-    authorize_read(&state, &headers)?;
+    state.access.read(&headers)?;
     let c = &state.config;
     Ok(Json(Limits {
         max_body_bytes: c.max_body_bytes,

@@ -10,7 +10,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{authorize_read, authorize_write};
 use crate::error::{Failure, body_failure, parse_json};
 use crate::routes::health::Health;
 use crate::state::AppState;
@@ -43,7 +42,7 @@ pub async fn models(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<ModelInfo>>, Failure> {
-    authorize_read(&state, &headers)?;
+    state.access.read(&headers)?;
     let model = state.model()?;
     let meta = serde_json::to_value(&model.meta)
         .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
@@ -83,7 +82,7 @@ pub async fn reload_route(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Health>, Failure> {
-    authorize_write(&state, &headers)?;
+    state.access.write(&headers)?;
     let body = body.map_err(|e| {
         body_failure(
             &e,

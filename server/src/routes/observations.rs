@@ -14,7 +14,6 @@ use axum::{Json, Router};
 use duet_core::api::{DriftReport, ObservationRecord, ObservationsAnswer, RejectedObservation};
 use serde::Deserialize;
 
-use crate::auth::{authorize_read, authorize_write};
 use crate::bounded::Refused;
 use crate::error::{Failure, body_failure};
 use crate::service::observations::{Receipt, check};
@@ -64,7 +63,7 @@ pub async fn post_observations(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Failure> {
-    authorize_write(&state, &headers)?;
+    state.access.write(&headers)?;
     let body =
         body.map_err(|e| body_failure(&e, state.config.max_body_bytes, "--max-body-bytes"))?;
     let max = state.config.max_observations;
@@ -248,7 +247,7 @@ pub async fn drift(
     headers: HeaderMap,
     query: Result<Query<DriftQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<DriftReport>, Failure> {
-    authorize_read(&state, &headers)?;
+    state.access.read(&headers)?;
     let Query(query) = query.map_err(|e| Failure {
         status: StatusCode::BAD_REQUEST,
         error: e.body_text(),

@@ -14,7 +14,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use duet_core::api::PredictRequest;
 
-use crate::auth::authorize_read;
 use crate::bounded::Refused;
 use crate::error::{Failure, body_failure};
 use crate::service::predict::{self as service, JsonItems};
@@ -115,7 +114,7 @@ pub async fn predict_route(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Failure> {
-    authorize_read(&state, &headers)?;
+    state.access.read(&headers)?;
     let body =
         body.map_err(|e| body_failure(&e, state.config.max_body_bytes, "--max-body-bytes"))?;
     let bytes = if body.len() <= INLINE_BODY_BYTES {

@@ -11,7 +11,6 @@ use axum::routing::get;
 use axum::{Json, Router};
 use duet_core::api::{RegisteredWorkload, WorkloadBody};
 
-use crate::auth::{authorize_read, authorize_write};
 use crate::error::{Failure, body_failure, parse_json};
 use crate::state::{AppState, not_ready};
 
@@ -41,7 +40,7 @@ pub async fn list_workloads(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
 ) -> Result<Json<Vec<RegisteredWorkload>>, Failure> {
-    authorize_read(&state, &headers)?;
+    state.access.read(&headers)?;
     let guard = state.read()?;
     let serving = guard.as_ref().ok_or_else(not_ready)?;
     Ok(Json(serving.registry.list().into_iter().cloned().collect()))
@@ -57,7 +56,7 @@ pub async fn get_workload(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<RegisteredWorkload>, Failure> {
-    authorize_read(&state, &headers)?;
+    state.access.read(&headers)?;
     let guard = state.read()?;
     let serving = guard.as_ref().ok_or_else(not_ready)?;
     serving
@@ -81,7 +80,7 @@ pub async fn put_workload(
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Failure> {
-    authorize_write(&state, &headers)?;
+    state.access.write(&headers)?;
     let body = body.map_err(|e| {
         body_failure(
             &e,
@@ -110,7 +109,7 @@ pub async fn delete_workload(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<StatusCode, Failure> {
-    authorize_write(&state, &headers)?;
+    state.access.write(&headers)?;
     state.delete_workload(&id).await?;
     tracing::info!(workload = %id, "workload deleted");
     Ok(StatusCode::NO_CONTENT)
