@@ -417,8 +417,37 @@ impl AppState {
 
     /// Registers or replaces workload `id`: checked against the serving model, durable in the
     /// store, then applied in memory. Returns whether it is new, and the entry as written (the
-    /// answer to this call, even if another replica's later write replaces it at once).
+    /// answer to this call, even if another replica's later write replaces it at once). The
+    /// write and its application run in a task of their own (`whole`), so a request dropped
+    /// after the commit (its client gone, its time up) never leaves them apart.
     pub async fn put_workload(
+        self: &Arc<Self>,
+        id: &str,
+        body: WorkloadBody,
+    ) -> Result<(bool, RegisteredWorkload), Failure> {
+        let (state, id) = (self.clone(), id.to_string());
+        self.whole(async move { state.put_workload_now(&id, body).await })
+            .await
+    }
+
+    /// Deletes workload `id` (`delete_workload_now`), in a task of its own as `put_workload`.
+    pub async fn delete_workload(self: &Arc<Self>, id: &str) -> Result<(), Failure> {
+        let (state, id) = (self.clone(), id.to_string());
+        self.whole(async move { state.delete_workload_now(&id).await })
+            .await
+    }
+
+    /// Runs `unit` to its end in a task of its own, whether or not its caller still waits.
+    async fn whole<T: Send + 'static>(
+        &self,
+        unit: impl Future<Output = Result<T, Failure>> + Send + 'static,
+    ) -> Result<T, Failure> {
+        tokio::spawn(unit)
+            .await
+            .unwrap_or_else(|e| Err(self.metrics.guards.join_failure(&e, "registry write")))
+    }
+
+    async fn put_workload_now(
         &self,
         id: &str,
         body: WorkloadBody,
@@ -450,7 +479,7 @@ impl AppState {
 
     /// Deletes workload `id`: a tombstone durable in the store, then gone from memory. 404 when
     /// the store says it does not exist.
-    pub async fn delete_workload(&self, id: &str) -> Result<(), Failure> {
+    async fn delete_workload_now(&self, id: &str) -> Result<(), Failure> {
         let seed = {
             let guard = self.read()?;
             let serving = guard.as_ref().ok_or_else(not_ready)?;
