@@ -484,6 +484,10 @@ pub struct ServeArgs {
     /// Most observations in one `POST /v1/observations` request.
     #[arg(long, default_value_t = 10_000)]
     pub max_observations: usize,
+    /// Without --state: most observations kept in memory; a batch that would pass it is
+    /// answered 507 (give --state to keep more).
+    #[arg(long, default_value_t = duet_server::store::MAX_MEMORY_OBSERVATIONS)]
+    pub max_memory_observations: usize,
     /// Places of model work (predict, infer, observations, drift) taken at once (default: one
     /// per core), once its body is read. A request takes one; one of at least 256 KiB, whose
     /// work is split over every core, takes one per core.

@@ -81,6 +81,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     for (flag, n) in [
         ("--max-infer-rows", args.max_infer_rows),
         ("--max-observations", Some(args.max_observations)),
+        (
+            "--max-memory-observations",
+            Some(args.max_memory_observations),
+        ),
         ("--max-inflight", args.max_inflight),
         ("--max-connections", Some(args.max_connections)),
         ("--max-write-body-bytes", Some(args.max_write_body_bytes)),
@@ -134,6 +138,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .max_infer_rows
             .unwrap_or_else(|| args.max_pairs.saturating_mul(2)),
         max_observations: args.max_observations,
+        max_memory_observations: args.max_memory_observations,
         max_inflight: args.max_inflight.unwrap_or_else(duet_server::state::cores),
         max_queue: args.max_queue.unwrap_or_else(duet_server::state::cores),
         header_timeout,

@@ -46,6 +46,8 @@ pub struct Config {
     pub max_infer_rows: usize,
     /// Observations in one `POST /v1/observations` (`--max-observations`).
     pub max_observations: usize,
+    /// Without `state`: observations kept in memory at most (`--max-memory-observations`).
+    pub max_memory_observations: usize,
     /// Requests whose model work runs at once (`--max-inflight`), and requests that may wait
     /// for one of those places (`--max-queue`); beyond both, 503 with `Retry-After`.
     pub max_inflight: usize,
@@ -83,6 +85,7 @@ impl Config {
             max_pairs: 100_000,
             max_infer_rows: 200_000,
             max_observations: 10_000,
+            max_memory_observations: crate::store::MAX_MEMORY_OBSERVATIONS,
             max_inflight: cores(),
             max_queue: cores(),
             header_timeout: Duration::from_secs(5),
@@ -234,7 +237,7 @@ impl AppState {
     /// The state before any model is loaded: opens an SQLite registry (a PostgreSQL one is
     /// connected by `start`).
     pub fn new(config: Config) -> Result<Arc<AppState>, String> {
-        let store = RegistryStore::open(config.state.as_ref())?;
+        let store = RegistryStore::open(config.state.as_ref(), config.max_memory_observations)?;
         Ok(Arc::new(AppState {
             model_dir: RwLock::new(config.model.clone()),
             limiter: crate::shed::Limiter::new(config.max_inflight, config.max_queue),
@@ -544,6 +547,10 @@ impl AppState {
     }
 
     pub(crate) fn store_failure(&self, error: &StoreError) -> Failure {
+        if let StoreError::Full(m) = error {
+            tracing::warn!(error = %m, "a write refused: the store is full");
+            return Failure::new(StatusCode::INSUFFICIENT_STORAGE, m.clone());
+        }
         self.sync.failed(error, false);
         tracing::error!(error = %error, "registry write failed");
         match error {
@@ -558,6 +565,7 @@ impl AppState {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("the registry could not be written: {m}"),
             ),
+            StoreError::Full(m) => Failure::new(StatusCode::INSUFFICIENT_STORAGE, m.clone()),
         }
     }
 }

@@ -353,3 +353,43 @@ async fn the_dashboard_and_the_alerts_read_only_metrics_the_server_exports() {
         "read but not exported: {missing:?}\n{text}"
     );
 }
+
+/// Without `--state`, observations are kept in memory up to `--max-memory-observations`: a batch
+/// that would pass it is refused whole with a 507 naming the flag, and nothing of it is kept.
+#[tokio::test]
+async fn the_memory_store_refuses_past_its_bound_naming_the_flag() {
+    let state = AppState::new(Config {
+        token: Some(TOKEN.into()),
+        max_memory_observations: 3,
+        ..Config::new(model_dir())
+    })
+    .expect("state");
+    state.start().await.expect("the default model loads");
+    let app = duet_server::router(state);
+    let first = vec![
+        co_location("m1", "a3c", "cyclegan", 0.8, 0.7),
+        co_location("m2", "a3c", "cyclegan", 0.8, 0.7),
+    ];
+    let (status, body) = post(&app, first.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = post(
+        &app,
+        vec![
+            co_location("m3", "a3c", "cyclegan", 0.8, 0.7),
+            co_location("m4", "a3c", "cyclegan", 0.8, 0.7),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::INSUFFICIENT_STORAGE, "{body}");
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(error.contains("--max-memory-observations"), "{body}");
+    // What is stored is still answered as stored, and one more fits.
+    let (status, body) = post(&app, first).await;
+    assert_eq!(
+        (status, body["duplicates"].as_array().map(Vec::len)),
+        (StatusCode::OK, Some(2)),
+        "{body}"
+    );
+    let (status, body) = post(&app, vec![co_location("m3", "a3c", "cyclegan", 0.8, 0.7)]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}

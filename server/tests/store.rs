@@ -121,27 +121,39 @@ fn observation(id: &str, throughput: f64) -> ObservationRecord {
 async fn observation_semantics(store: &impl Store) {
     for (id, v) in [("o1", 1.0), ("o2", 2.0), ("o3", 3.0)] {
         assert!(matches!(
-            store.put_observation(&observation(id, v)).await.expect(id),
+            store
+                .put_observations(&[observation(id, v)])
+                .await
+                .expect(id)[0],
             Put::Stored(_)
         ));
     }
-    assert_eq!(
-        store
-            .put_observation(&observation("o2", 2.0))
-            .await
-            .expect("retry"),
-        Put::Duplicate
-    );
-    assert_eq!(
-        store
-            .put_observation(&observation("o2", 9.0))
-            .await
-            .expect("other content"),
-        Put::Conflict
+    // A batch: one transaction, one outcome per record in order; an id twice in a batch is
+    // stored once.
+    let puts = store
+        .put_observations(&[
+            observation("o2", 2.0),
+            observation("o2", 9.0),
+            observation("o4", 4.0),
+            observation("o4", 4.0),
+        ])
+        .await
+        .expect("a batch");
+    assert!(
+        matches!(
+            puts[..],
+            [
+                Put::Duplicate,
+                Put::Conflict,
+                Put::Stored(_),
+                Put::Duplicate
+            ]
+        ),
+        "{puts:?}"
     );
     let all = store.observations(0, 100, false).await.expect("all");
     let ids: Vec<&str> = all.iter().map(|(_, r)| r.observation.id.as_str()).collect();
-    assert_eq!(ids, ["o1", "o2", "o3"]);
+    assert_eq!(ids, ["o1", "o2", "o3", "o4"]);
     assert!(all.windows(2).all(|w| w[0].0 < w[1].0));
     assert_eq!(all[1].1, observation("o2", 2.0), "the first content stays");
     let newest = store.observations(0, 2, true).await.expect("newest");
@@ -149,9 +161,35 @@ async fn observation_semantics(store: &impl Store) {
         .iter()
         .map(|(_, r)| r.observation.id.as_str())
         .collect();
-    assert_eq!(ids, ["o3", "o2"]);
+    assert_eq!(ids, ["o4", "o3"]);
     let after = store.observations(all[0].0, 1, false).await.expect("page");
     assert_eq!(after, all[1..2].to_vec());
+}
+
+#[tokio::test]
+async fn the_memory_store_keeps_at_most_its_bound_and_refuses_a_batch_whole() {
+    let store = MemoryStore::new(3);
+    let first = [observation("o1", 1.0), observation("o2", 2.0)];
+    store.put_observations(&first).await.expect("two fit");
+    let over = store
+        .put_observations(&[observation("o3", 3.0), observation("o4", 4.0)])
+        .await
+        .expect_err("four do not");
+    assert!(
+        matches!(&over, StoreError::Full(m) if m.contains("--max-memory-observations")),
+        "{over:?}"
+    );
+    // Nothing of the refused batch was kept; a retry of what is stored is still answered.
+    assert_eq!(
+        store.observations(0, 10, false).await.expect("read").len(),
+        2
+    );
+    let retry = store.put_observations(&first).await.expect("a retry");
+    assert_eq!(retry, [Put::Duplicate, Put::Duplicate]);
+    store
+        .put_observations(&[observation("o3", 3.0)])
+        .await
+        .expect("the third fits");
 }
 
 #[tokio::test]
@@ -170,7 +208,7 @@ async fn sqlite_store_semantics_and_durability() {
     let again = SqliteStore::open(&path).expect("reopen");
     assert_eq!(
         again.observations(0, 10, false).await.expect("kept").len(),
-        3
+        4
     );
     let all = again.changes_since(0).await.expect("changes");
     assert_eq!(all.len(), 2);
@@ -431,4 +469,66 @@ fn a_password_never_shows() {
     );
     let bad = PostgresStore::new("postgres://duet:hunter2@/").expect_err("no host");
     assert!(!bad.contains("hunter2"), "{bad}");
+}
+
+/// Writers commit batches of observations at once on two connections while a reader pages by
+/// sequence number, as `duet dataset export` does: the reader sees every committed row (a row
+/// numbered below one already read never commits after it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_export_by_sequence_never_skips_a_row() {
+    let Some(db) = pg::TestDatabase::create("observation_pages") else {
+        return;
+    };
+    let (a, _rx_a) = connected(&db.dsn).await;
+    let (b, _rx_b) = connected(&db.dsn).await;
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (b, done) = (b.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut seen = std::collections::BTreeSet::new();
+            let mut last = 0;
+            loop {
+                let finished = done.load(std::sync::atomic::Ordering::Acquire);
+                for (seq, record) in b.observations(last, 7, false).await.expect("a page") {
+                    assert!(seq > last);
+                    last = seq;
+                    seen.insert(record.observation.id);
+                }
+                if finished
+                    && b.observations(last, 1, false)
+                        .await
+                        .expect("end")
+                        .is_empty()
+                {
+                    return seen;
+                }
+            }
+        })
+    };
+    let mut writers = Vec::new();
+    for w in 0..8u32 {
+        let store = if w % 2 == 0 { a.clone() } else { b.clone() };
+        writers.push(tokio::spawn(async move {
+            for batch in 0..10u32 {
+                let records: Vec<ObservationRecord> = (0..3u32)
+                    .map(|i| observation(&format!("w{w}-b{batch}-{i}"), f64::from(i + 1)))
+                    .collect();
+                store.put_observations(&records).await.expect("a batch");
+            }
+        }));
+    }
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let seen = reader.await.expect("reader");
+    let stored = a.observations(0, 10_000, false).await.expect("all");
+    assert_eq!(stored.len(), 240);
+    let missed: Vec<&String> = stored
+        .iter()
+        .map(|(_, r)| &r.observation.id)
+        .filter(|id| !seen.contains(*id))
+        .collect();
+    assert!(missed.is_empty(), "the pages skipped {missed:?}");
 }

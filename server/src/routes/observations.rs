@@ -56,7 +56,8 @@ fn server_name() -> &'static str {
     (status = 401, body = duet_core::api::ApiError, description = "no or a wrong token"),
     (status = 413, body = duet_core::api::ApiError, description = "over the body limit, or more observations than --max-observations"),
     (status = 422, body = ObservationsAnswer, description = "some observations refused (`rejected` names each one's field); the others were stored and are listed"),
-    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or the store cannot be reached (what was listed stored before it is kept; retry the batch: nothing is stored twice)")))]
+    (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or the store cannot be reached (none of the batch was stored; retry it: nothing is stored twice)"),
+    (status = 507, body = duet_core::api::ApiError, description = "without --state: the batch would pass the observations kept in memory (--max-memory-observations); nothing of it was stored")))]
 pub async fn post_observations(
     State(state): State<Arc<AppState>>,
     Extension(work): Extension<Work>,
@@ -123,12 +124,15 @@ pub async fn post_observations(
         error: None,
         field: None,
     };
+    let mut records = Vec::new();
     for (index, item) in checked.into_iter().enumerate() {
         match item {
-            Ok(record) => store(&state, index, record, &mut answer).await?,
+            Ok(record) => records.push((index, record)),
             Err(rejected) => answer.rejected.push(rejected),
         }
     }
+    store(&state, records, &mut answer).await?;
+    answer.rejected.sort_by_key(|r| r.index);
     for _ in &answer.rejected {
         state.metrics.observation("rejected");
     }
@@ -165,27 +169,40 @@ fn refused_whole(failure: Failure) -> Response {
     (failure.status, Json(answer)).into_response()
 }
 
-/// Stores one checked observation, counts it, and adds a new pair to the drift window.
+/// Stores the checked observations (with their indices in the batch) in one transaction,
+/// counts them, and adds each new pair to the drift window.
 async fn store(
     state: &AppState,
-    index: usize,
-    record: ObservationRecord,
+    records: Vec<(usize, ObservationRecord)>,
     answer: &mut ObservationsAnswer,
 ) -> Result<(), Failure> {
-    let put = state.store.put_observation(&record).await.map_err(|e| {
-        tracing::error!(error = %e, stored = answer.stored.len(), "an observation could not be stored");
-        let stored = if answer.stored.is_empty() {
-            "none".to_string()
-        } else {
-            answer.stored.join(", ")
-        };
+    if records.is_empty() {
+        return Ok(());
+    }
+    let batch: Vec<ObservationRecord> = records.iter().map(|(_, r)| r.clone()).collect();
+    let puts = state.store.put_observations(&batch).await.map_err(|e| {
+        tracing::error!(error = %e, observations = batch.len(), "a batch of observations could not be stored");
         let mut failure = state.store_failure(&e);
         failure.error = format!(
-            "{} (stored before it: {stored}; retry the batch, nothing is stored twice)",
+            "{} (none of this batch was stored; retry it, nothing is stored twice)",
             failure.error
         );
         failure
     })?;
+    for ((index, record), put) in records.into_iter().zip(puts) {
+        counted(state, index, &record, put, answer);
+    }
+    Ok(())
+}
+
+/// One observation's outcome, counted and answered; a new one joins the drift window.
+fn counted(
+    state: &AppState,
+    index: usize,
+    record: &ObservationRecord,
+    put: Put,
+    answer: &mut ObservationsAnswer,
+) {
     let id = record.observation.id.clone();
     match put {
         Put::Stored(_) => {
@@ -193,7 +210,7 @@ async fn store(
             let scores = record
                 .prediction
                 .as_ref()
-                .and_then(|p| crate::drift::scores(&record, p))
+                .and_then(|p| crate::drift::scores(record, p))
                 .map(Vec::from)
                 .unwrap_or_default();
             let mode = record
@@ -205,7 +222,7 @@ async fn store(
                 crate::drift::device_label(&m, &record.observation.gpu)
             });
             state.metrics.observed(device, mode, &scores);
-            state.drift.push(&record, device);
+            state.drift.push(record, device);
             answer.stored.push(id);
         }
         Put::Duplicate => {
@@ -222,7 +239,6 @@ async fn store(
             ),
         }),
     }
-    Ok(())
 }
 
 /// `GET /v1/drift` parameters.

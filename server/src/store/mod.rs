@@ -22,12 +22,12 @@ use std::path::PathBuf;
 
 use duet_core::api::{ObservationRecord, WorkloadBody};
 
-pub use memory::MemoryStore;
+pub use memory::{MAX_MEMORY_OBSERVATIONS, MemoryStore};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 /// The store schema this binary writes; a database with a newer one is refused.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// One change of the registry: `body` `None` is a deletion.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,12 +53,16 @@ pub struct Written {
 pub enum StoreError {
     Unavailable(String),
     Broken(String),
+    /// The store holds all it may (the memory store's `--max-memory-observations`).
+    Full(String),
 }
 
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StoreError::Unavailable(m) | StoreError::Broken(m) => f.write_str(m),
+            StoreError::Unavailable(m) | StoreError::Broken(m) | StoreError::Full(m) => {
+                f.write_str(m)
+            }
         }
     }
 }
@@ -99,11 +103,14 @@ pub trait Store: Send + Sync + fmt::Debug {
         body: Option<&WorkloadBody>,
         seed: bool,
     ) -> impl Future<Output = Result<Written, StoreError>> + Send;
-    /// Stores one observation under its id unless one with that id exists.
-    fn put_observation(
+    /// Stores a batch of observations, each under its id unless one with that id exists
+    /// (earlier in the batch included), in one transaction: all of them or, on an error, none.
+    /// One `Put` per record, in order. Sequence numbers are drawn in commit order, so a reader
+    /// paging by `seq > n` never skips a row that commits later.
+    fn put_observations(
         &self,
-        record: &ObservationRecord,
-    ) -> impl Future<Output = Result<Put, StoreError>> + Send;
+        records: &[ObservationRecord],
+    ) -> impl Future<Output = Result<Vec<Put>, StoreError>> + Send;
     /// Stored observations with a sequence number after `after`, oldest first, at most `limit`
     /// (`newest`: the last `limit` of them instead, newest first).
     fn observations(
@@ -231,9 +238,12 @@ impl RegistryStore {
     /// Opens the store `location` names (memory when `None`). SQLite is opened here and fails
     /// at once; PostgreSQL is only described here: the sync task connects, and a database that
     /// cannot be reached leaves the registry degraded, never the server down.
-    pub fn open(location: Option<&StateLocation>) -> Result<RegistryStore, String> {
+    pub fn open(
+        location: Option<&StateLocation>,
+        max_memory_observations: usize,
+    ) -> Result<RegistryStore, String> {
         Ok(match location {
-            None => RegistryStore::Memory(MemoryStore::default()),
+            None => RegistryStore::Memory(MemoryStore::new(max_memory_observations)),
             Some(StateLocation::Sqlite(path)) => RegistryStore::Sqlite(SqliteStore::open(path)?),
             Some(StateLocation::Postgres(dsn)) => {
                 RegistryStore::Postgres(Box::new(PostgresStore::new(dsn)?))
@@ -300,11 +310,14 @@ impl Store for RegistryStore {
         }
     }
 
-    async fn put_observation(&self, record: &ObservationRecord) -> Result<Put, StoreError> {
+    async fn put_observations(
+        &self,
+        records: &[ObservationRecord],
+    ) -> Result<Vec<Put>, StoreError> {
         match self {
-            RegistryStore::Memory(s) => s.put_observation(record).await,
-            RegistryStore::Sqlite(s) => s.put_observation(record).await,
-            RegistryStore::Postgres(s) => s.put_observation(record).await,
+            RegistryStore::Memory(s) => s.put_observations(records).await,
+            RegistryStore::Sqlite(s) => s.put_observations(records).await,
+            RegistryStore::Postgres(s) => s.put_observations(records).await,
         }
     }
 

@@ -29,6 +29,9 @@ pub const CHANNEL: &str = "duet_registry";
 /// Advisory lock keys: schema migration, and writes.
 const MIGRATION_LOCK: i64 = 0x6475_6574_0001;
 const WRITE_LOCK: i64 = 0x6475_6574_0002;
+/// Held by a batch of observations while it draws its sequence numbers and commits: commit
+/// order is sequence order, so an export paging by `seq > n` never skips a row.
+const OBSERVATION_LOCK: i64 = 0x6475_6574_0003;
 /// How long a connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long bringing a new connection into service (schema check, `LISTEN`) may take; an attempt
@@ -349,6 +352,30 @@ impl PostgresStore {
                          observation TEXT NOT NULL,
                          record TEXT NOT NULL,
                          stored_at TIMESTAMPTZ NOT NULL DEFAULT now());
+                     CREATE OR REPLACE FUNCTION duet_observations_put(
+                         p_ids TEXT[], p_observations TEXT[], p_records TEXT[])
+                     RETURNS TABLE (idx INT, stored_seq BIGINT, before TEXT)
+                     LANGUAGE plpgsql AS $fn$
+                     DECLARE
+                         i INT;
+                         s BIGINT;
+                         b TEXT;
+                     BEGIN
+                         PERFORM pg_advisory_xact_lock({OBSERVATION_LOCK});
+                         FOR i IN 1 .. COALESCE(array_length(p_ids, 1), 0) LOOP
+                             s := NULL;
+                             b := NULL;
+                             INSERT INTO duet_observations (id, observation, record)
+                                 VALUES (p_ids[i], p_observations[i], p_records[i])
+                                 ON CONFLICT (id) DO NOTHING RETURNING seq INTO s;
+                             IF s IS NULL THEN
+                                 SELECT o.observation INTO b
+                                     FROM duet_observations o WHERE o.id = p_ids[i];
+                             END IF;
+                             RETURN QUERY SELECT i, s, b;
+                         END LOOP;
+                     END
+                     $fn$;
                      INSERT INTO duet_schema (version) VALUES ({SCHEMA_VERSION});"
                 ))
                 .await
@@ -439,38 +466,58 @@ impl Store for PostgresStore {
         })
     }
 
-    async fn put_observation(&self, record: &ObservationRecord) -> Result<Put, StoreError> {
-        let (observation, text) = stored_observation(&self.target, record)?;
-        let id = &record.observation.id;
-        let client = self.current()?;
-        // Rows are only ever added: an id that conflicts stays as it was stored first.
-        let inserted = self
-            .timed(
-                client.query_opt(
-                    "INSERT INTO duet_observations (id, observation, record) VALUES ($1, $2, $3)
-                     ON CONFLICT (id) DO NOTHING RETURNING seq",
-                    &[id, &observation, &text],
-                ),
-                false,
-            )
-            .await?;
-        if let Some(row) = inserted {
-            return Ok(Put::Stored(row.get(0)));
+    async fn put_observations(
+        &self,
+        records: &[ObservationRecord],
+    ) -> Result<Vec<Put>, StoreError> {
+        let mut ids = Vec::with_capacity(records.len());
+        let mut observations = Vec::with_capacity(records.len());
+        let mut texts = Vec::with_capacity(records.len());
+        for record in records {
+            let (observation, text) = stored_observation(&self.target, record)?;
+            ids.push(record.observation.id.clone());
+            observations.push(observation);
+            texts.push(text);
         }
-        let before = self
+        let client = self.current()?;
+        // One statement: one transaction under the observations' lock. Rows are only ever
+        // added: an id that conflicts stays as it was stored first.
+        let rows = self
             .timed(
-                client.query_one(
-                    "SELECT observation FROM duet_observations WHERE id = $1",
-                    &[id],
+                client.query(
+                    "SELECT idx, stored_seq, before FROM duet_observations_put($1, $2, $3)",
+                    &[&ids, &observations, &texts],
                 ),
                 false,
             )
             .await?;
-        Ok(if before.get::<_, String>(0) == observation {
-            Put::Duplicate
-        } else {
-            Put::Conflict
-        })
+        let mut puts: Vec<(i32, Put)> = rows
+            .into_iter()
+            .map(|row| {
+                let idx: i32 = row.get(0);
+                let seq: Option<i64> = row.get(1);
+                let before: Option<String> = row.get(2);
+                let mine = usize::try_from(idx - 1)
+                    .ok()
+                    .and_then(|i| observations.get(i));
+                let put = match (seq, before) {
+                    (Some(seq), _) => Put::Stored(seq),
+                    (None, before) if before.as_ref() == mine => Put::Duplicate,
+                    (None, _) => Put::Conflict,
+                };
+                (idx, put)
+            })
+            .collect();
+        puts.sort_by_key(|(idx, _)| *idx);
+        if puts.len() != records.len() {
+            return Err(StoreError::Broken(format!(
+                "{}: {} observations stored for {} sent",
+                self.target,
+                puts.len(),
+                records.len()
+            )));
+        }
+        Ok(puts.into_iter().map(|(_, put)| put).collect())
     }
 
     async fn observations(

@@ -67,7 +67,7 @@ impl SqliteStore {
             )
             .map_err(fail)?;
         }
-        // Version 3: observations.
+        // Version 3: observations. (Version 4 changed PostgreSQL's schema only.)
         tx.execute_batch(
             "CREATE TABLE IF NOT EXISTS observations (
                  id TEXT PRIMARY KEY,
@@ -180,40 +180,54 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn put_observation(&self, record: &ObservationRecord) -> Result<Put, StoreError> {
-        let (observation, text) = stored_observation(&self.target, record)?;
-        let id = record.observation.id.clone();
+    async fn put_observations(
+        &self,
+        records: &[ObservationRecord],
+    ) -> Result<Vec<Put>, StoreError> {
+        let rows = records
+            .iter()
+            .map(|record| {
+                let (observation, text) = stored_observation(&self.target, record)?;
+                Ok((record.observation.id.clone(), observation, text))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        // One transaction, one synchronous commit for the whole batch.
         self.blocking(move |conn, file| {
             let tx = conn.transaction().map_err(|e| file.broken(e))?;
-            let before: Option<String> = tx
-                .query_row(
-                    "SELECT observation FROM observations WHERE id = ?1",
-                    [&id],
-                    |r| r.get(0),
-                )
-                .optional()
+            let mut seq: i64 = tx
+                .query_row("SELECT COALESCE(MAX(seq), 0) FROM observations", [], |r| {
+                    r.get(0)
+                })
                 .map_err(|e| file.broken(e))?;
-            if let Some(before) = before {
-                return Ok(if before == observation {
-                    Put::Duplicate
-                } else {
-                    Put::Conflict
-                });
+            let mut puts = Vec::with_capacity(rows.len());
+            for (id, observation, text) in rows {
+                let before: Option<String> = tx
+                    .query_row(
+                        "SELECT observation FROM observations WHERE id = ?1",
+                        [&id],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(|e| file.broken(e))?;
+                if let Some(before) = before {
+                    puts.push(if before == observation {
+                        Put::Duplicate
+                    } else {
+                        Put::Conflict
+                    });
+                    continue;
+                }
+                seq += 1;
+                tx.execute(
+                    "INSERT INTO observations (id, seq, observation, record) \
+                     VALUES (?1, ?2, ?3, ?4)",
+                    rusqlite::params![id, seq, observation, text],
+                )
+                .map_err(|e| file.broken(e))?;
+                puts.push(Put::Stored(seq));
             }
-            let seq: i64 = tx
-                .query_row(
-                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM observations",
-                    [],
-                    |r| r.get(0),
-                )
-                .map_err(|e| file.broken(e))?;
-            tx.execute(
-                "INSERT INTO observations (id, seq, observation, record) VALUES (?1, ?2, ?3, ?4)",
-                rusqlite::params![id, seq, observation, text],
-            )
-            .map_err(|e| file.broken(e))?;
             tx.commit().map_err(|e| file.broken(e))?;
-            Ok(Put::Stored(seq))
+            Ok(puts)
         })
         .await
     }
