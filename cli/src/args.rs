@@ -484,6 +484,12 @@ pub struct ServeArgs {
     /// Most observations in one `POST /v1/observations` request.
     #[arg(long, default_value_t = 10_000)]
     pub max_observations: usize,
+    /// Most workloads registered, the model's own included; a new one past it is answered 422.
+    #[arg(long, default_value_t = duet_server::state::MAX_WORKLOADS)]
+    pub max_workloads: usize,
+    /// Most profiles (devices) in one workload registration; more are answered 422.
+    #[arg(long, default_value_t = duet_server::state::MAX_PROFILES)]
+    pub max_profiles: usize,
     /// Without --state: most observations kept in memory; a batch that would pass it is
     /// answered 507 (give --state to keep more).
     #[arg(long, default_value_t = duet_server::store::MAX_MEMORY_OBSERVATIONS)]

@@ -7,8 +7,9 @@
 //! durably is the caller's business: the server writes them to its store, then `apply`s each
 //! change here in sequence order (its own and other replicas').
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use duet_core::Dataset;
 use duet_core::api::{FeatureInput, RegisteredWorkload, WorkloadBody};
@@ -16,6 +17,7 @@ use duet_core::dataset::FeatureValue;
 
 use crate::encoding::SOLO_THROUGHPUT;
 use crate::error::ModelError;
+use crate::layered::Layered;
 use crate::loaded::LoadedModel;
 
 pub const SOURCE_CLIENT: &str = "client";
@@ -45,11 +47,11 @@ impl Entry {
 /// while the current one keeps answering.
 #[derive(Debug, Default, Clone)]
 pub struct Registry {
-    /// The model's dataset workloads, as loaded.
-    seeds: BTreeMap<String, RegisteredWorkload>,
-    /// Client entries (`Some`) and deleted dataset workloads (`None`).
-    client: BTreeMap<String, Option<WorkloadBody>>,
-    entries: HashMap<String, Entry>,
+    /// The model's dataset workloads, as loaded (shared by every copy).
+    seeds: Arc<BTreeMap<String, RegisteredWorkload>>,
+    /// What is registered now: the dataset workloads not deleted, and the client entries over
+    /// them. Cheap to copy (`Layered`): the server copies the registry on every write.
+    entries: Layered<Arc<Entry>>,
 }
 
 impl Registry {
@@ -59,40 +61,58 @@ impl Registry {
         client: BTreeMap<String, Option<WorkloadBody>>,
     ) -> (Registry, Vec<String>) {
         let (seeds, warnings) = seeds(model);
-        let mut registry = Registry {
-            seeds,
-            client,
-            entries: HashMap::new(),
+        let mut all: BTreeMap<String, RegisteredWorkload> = seeds.clone();
+        for (id, body) in client {
+            match body {
+                Some(body) => {
+                    let entry = client_entry(&id, body);
+                    all.insert(id, entry);
+                }
+                None => {
+                    all.remove(&id);
+                }
+            }
+        }
+        let entries = all
+            .into_values()
+            .map(|w| (w.workload.clone(), Arc::new(encode(model, w))))
+            .collect();
+        let registry = Registry {
+            seeds: Arc::new(seeds),
+            entries,
         };
-        registry.encode_all(model);
         (registry, warnings)
     }
 
     /// The same client entries, re-encoded for a new model and its datasets.
     pub fn rebuild(&self, model: &LoadedModel) -> (Registry, Vec<String>) {
-        Registry::build(model, self.client.clone())
+        Registry::build(model, self.client())
     }
 
-    fn encode_all(&mut self, model: &LoadedModel) {
-        let mut all: BTreeMap<String, RegisteredWorkload> = self.seeds.clone();
-        for (id, body) in &self.client {
-            match body {
-                Some(body) => {
-                    all.insert(id.clone(), client_entry(id, body.clone()));
-                }
-                None => {
-                    all.remove(id);
-                }
+    /// The client entries (`Some`) and the deleted dataset workloads (`None`): what a registry
+    /// for another model is built over.
+    pub fn client(&self) -> BTreeMap<String, Option<WorkloadBody>> {
+        let mut client: BTreeMap<String, Option<WorkloadBody>> = self
+            .entries
+            .values()
+            .filter(|e| e.registered.source == SOURCE_CLIENT)
+            .map(|e| {
+                (
+                    e.registered.workload.clone(),
+                    Some(e.registered.body.clone()),
+                )
+            })
+            .collect();
+        for id in self.seeds.keys() {
+            if !self.entries.contains_key(id) {
+                client.insert(id.clone(), None);
             }
         }
-        self.entries = all
-            .into_values()
-            .map(|w| (w.workload.clone(), encode(model, w)))
-            .collect();
+        client
     }
 
     pub fn get(&self, id: &str) -> Option<&Entry> {
-        self.entries.get(id)
+        self.entries.get(id).map(|e| &**e)
     }
 
     pub fn len(&self) -> usize {
@@ -128,19 +148,11 @@ impl Registry {
     pub fn apply(&mut self, model: &LoadedModel, id: &str, body: Option<WorkloadBody>) {
         match body {
             Some(body) => {
-                let registered = client_entry(id, body.clone());
-                self.client.insert(id.to_string(), Some(body));
+                let registered = client_entry(id, body);
                 self.entries
-                    .insert(id.to_string(), encode(model, registered));
+                    .insert(id.to_string(), Arc::new(encode(model, registered)));
             }
-            None => {
-                if self.seeds.contains_key(id) {
-                    self.client.insert(id.to_string(), None);
-                } else {
-                    self.client.remove(id);
-                }
-                self.entries.remove(id);
-            }
+            None => self.entries.remove(id),
         }
     }
 }

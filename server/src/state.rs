@@ -3,7 +3,7 @@
 //! probe, warm-up, reload). Registry writes go through here: durable in the store first, then
 //! applied in memory by sequence number, the same way changes from other replicas are.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -46,6 +46,10 @@ pub struct Config {
     pub max_infer_rows: usize,
     /// Observations in one `POST /v1/observations` (`--max-observations`).
     pub max_observations: usize,
+    /// Workloads registered at most, the model's own included (`--max-workloads`), and
+    /// profiles (devices) in one registration (`--max-profiles`).
+    pub max_workloads: usize,
+    pub max_profiles: usize,
     /// Without `state`: observations kept in memory at most (`--max-memory-observations`).
     pub max_memory_observations: usize,
     /// Requests whose model work runs at once (`--max-inflight`), and requests that may wait
@@ -86,6 +90,8 @@ impl Config {
             max_infer_rows: 200_000,
             max_observations: 10_000,
             max_memory_observations: crate::store::MAX_MEMORY_OBSERVATIONS,
+            max_workloads: MAX_WORKLOADS,
+            max_profiles: MAX_PROFILES,
             max_inflight: cores(),
             max_queue: cores(),
             header_timeout: Duration::from_secs(5),
@@ -179,6 +185,12 @@ impl Config {
 /// Bytes of body allowed per pair by default (`Config::body_bytes_for`).
 pub const BODY_BYTES_PER_PAIR: usize = 256;
 
+/// The default `--max-workloads`.
+pub const MAX_WORKLOADS: usize = 100_000;
+
+/// The default `--max-profiles`.
+pub const MAX_PROFILES: usize = 64;
+
 /// The default `--max-write-body-bytes`: a registration holds one workload's profiles.
 pub const MAX_WRITE_BODY_BYTES: usize = 1 << 20;
 
@@ -191,7 +203,7 @@ pub struct Serving {
     pub registry: Registry,
     /// The sequence number of the change applied last to each id: an older change (a catch-up
     /// that reads a write this replica already applied, or lost a race) never overwrites it.
-    applied: HashMap<String, i64>,
+    applied: duet_model::layered::Layered<i64>,
 }
 
 impl Serving {
@@ -314,7 +326,7 @@ impl AppState {
                 }
                 // The first load: the client entries come from the store.
                 None => {
-                    let applied: HashMap<String, i64> =
+                    let applied: duet_model::layered::Layered<i64> =
                         initial.iter().map(|c| (c.id.clone(), c.seq)).collect();
                     let client: BTreeMap<String, Option<_>> = initial
                         .iter()
@@ -458,8 +470,28 @@ impl AppState {
         let (model, seed) = {
             let guard = self.read()?;
             let serving = guard.as_ref().ok_or_else(not_ready)?;
+            let max = self.config.max_workloads;
+            if serving.registry.get(id).is_none() && serving.registry.len() >= max {
+                return Err(Failure::field(
+                    "workload",
+                    format!(
+                        "the registry holds its limit of {max} workloads (--max-workloads); \
+                         delete one first"
+                    ),
+                ));
+            }
             (serving.model.clone(), serving.registry.is_seed(id))
         };
+        let max = self.config.max_profiles;
+        if body.profiles.len() > max {
+            return Err(Failure::field(
+                "profiles",
+                format!(
+                    "{} profiles: over the server's limit of {max} per workload (--max-profiles)",
+                    body.profiles.len()
+                ),
+            ));
+        }
         Registry::check(&model, id, &body)?;
         let written = self
             .store

@@ -138,3 +138,48 @@ async fn postgres() {
     let location = StateLocation::Postgres(db.dsn.clone());
     dropped_writes_never_split(started(Some(location)).await).await;
 }
+
+/// The registry's caps: a new workload past `--max-workloads` (the model's own counted) and a
+/// registration with more profiles than `--max-profiles` are refused 422 naming the flag;
+/// replacing a registered workload at the cap is still allowed.
+#[tokio::test]
+async fn caps_on_workloads_and_profiles_name_their_flags() {
+    let probe = started(None).await;
+    let app = duet_server::router(probe.clone());
+    let (_, listed) = call(&app, "GET", "/v1/workloads", None, None).await;
+    let model_own = listed.as_array().map_or(0, Vec::len);
+    assert!(model_own > 0, "{listed}");
+    let state = AppState::new(Config {
+        max_workloads: model_own + 2,
+        max_profiles: 1,
+        ..Config::new(model_dir())
+    })
+    .expect("state");
+    state.start().await.expect("the default model loads");
+    state.put_workload("one", body(1.0)).await.expect("fits");
+    state.put_workload("two", body(2.0)).await.expect("fits");
+    let over = state
+        .put_workload("three", body(3.0))
+        .await
+        .expect_err("past the cap");
+    assert_eq!(over.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(over.error.contains("--max-workloads"), "{}", over.error);
+    state
+        .put_workload("two", body(4.0))
+        .await
+        .expect("a replacement at the cap");
+    state.delete_workload("one").await.expect("deleted");
+    let mut two_devices = body(5.0);
+    let v100 = two_devices.profiles["v100"].clone();
+    two_devices.profiles.insert("k80".into(), v100);
+    let over = state
+        .put_workload("three", two_devices)
+        .await
+        .expect_err("two profiles");
+    assert_eq!(over.field.as_deref(), Some("profiles"));
+    assert!(over.error.contains("--max-profiles"), "{}", over.error);
+    state
+        .put_workload("three", body(6.0))
+        .await
+        .expect("one profile fits");
+}

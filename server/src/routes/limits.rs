@@ -52,6 +52,14 @@ pub struct Limits {
     pub idle_timeout_s: f64,
     /// Client connections open at once (`--max-connections`), besides a reserve for probes.
     pub max_connections: usize,
+    /// Workloads registered at most, the model's own included (`--max-workloads`); a new one
+    /// past it is answered 422.
+    pub max_workloads: usize,
+    /// Profiles (devices) in one registration (`--max-profiles`).
+    pub max_profiles: usize,
+    /// Without `--state`: observations kept in memory at most (`--max-memory-observations`);
+    /// a batch past it is answered 507.
+    pub max_memory_observations: usize,
     /// Longest workload id.
     pub max_workload_id_length: usize,
 }
@@ -78,6 +86,9 @@ pub async fn limits(
         header_timeout_s: c.header_timeout.as_secs_f64(),
         idle_timeout_s: c.idle_timeout.as_secs_f64(),
         max_connections: c.max_connections,
+        max_workloads: c.max_workloads,
+        max_profiles: c.max_profiles,
+        max_memory_observations: c.max_memory_observations,
         max_workload_id_length: duet_model::registry::MAX_ID,
     }))
 }
