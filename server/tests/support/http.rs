@@ -38,6 +38,7 @@ pub fn default_app(token: &str) -> Router {
 }
 
 /// One request; the answer's status and JSON body (a string where it is not JSON).
+#[allow(dead_code)] // not every test file that shares this module needs it
 pub async fn call(
     app: &Router,
     method: &str,
@@ -48,6 +49,7 @@ pub async fn call(
     call_raw(app, method, uri, body.map(|b| b.to_string()), token).await
 }
 
+#[allow(dead_code)] // not every test file that shares this module needs it
 pub async fn call_raw(
     app: &Router,
     method: &str,

@@ -1,0 +1,147 @@
+//! The CSV importer over thousands of mutated files (bytes flipped, cut, repeated, cells and
+//! separators spliced in), with a fixed seed: it never panics, a refusal names the file it
+//! concerns, and what it accepts is a dataset that validates.
+
+use std::path::Path;
+
+use duet_core::dataset::Provenance;
+use duet_core::import::csv::{CsvImport, import};
+
+const WORKLOADS: &str = "workload,kind,solo_throughput,batch_size,framework:categorical\n\
+resnet,train,11.2,64,torch\n\
+bert,infer,120.5,8,torch\n\
+a3c,train,3.4,,jax\n";
+
+const PAIRS: &str = "a,b,mode,throughput_a,throughput_b,share_a,share_b,status,l2_hit_rate:numeric\n\
+resnet,bert,mps,6.1,70.2,50,50,,81\n\
+resnet,a3c,timeslice,5.0,1.9,,,ok,75\n\
+bert,bert,mps,60,61,40,60,,90\n\
+a3c,bert,mps,0,0,30,70,oom,\n";
+
+const TOKENS: &[&str] = &[
+    ",",
+    "\n",
+    "\"",
+    "\r\n",
+    "-1",
+    "1e400",
+    "NaN",
+    "inf",
+    "0",
+    "",
+    "mps",
+    "space",
+    "ok",
+    "oom",
+    "resnet",
+    "\u{1F600}",
+    ":numeric",
+    ":categorical",
+    "\"a,b\"",
+    ",,,,",
+    "-0.0",
+];
+
+struct Draw(u64);
+
+impl Draw {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        usize::try_from(self.next() % (n.max(1) as u64)).unwrap_or(0)
+    }
+}
+
+fn mutate(draw: &mut Draw, text: &str) -> Vec<u8> {
+    let mut out = text.as_bytes().to_vec();
+    for _ in 0..=draw.below(3) {
+        let at = draw.below(out.len() + 1);
+        match draw.below(5) {
+            0 if !out.is_empty() => {
+                let i = draw.below(out.len());
+                out[i] ^= 1 << draw.below(8);
+            }
+            1 => {
+                let end = (at + draw.below(12)).min(out.len());
+                out.drain(at..end);
+            }
+            2 => {
+                let end = (at + draw.below(40)).min(out.len());
+                let copy = out[at..end].to_vec();
+                out.splice(at..at, copy);
+            }
+            _ => {
+                let token = TOKENS[draw.below(TOKENS.len())].as_bytes();
+                out.splice(at..at, token.iter().copied());
+            }
+        }
+    }
+    out
+}
+
+fn options() -> CsvImport {
+    CsvImport {
+        name: "mutated".into(),
+        description: "a property test's input".into(),
+        provenance: Provenance {
+            source: "duet's tests".into(),
+            gpu: "v100".into(),
+            driver: None,
+            host: None,
+            measured_by: "duet".into(),
+            tool: "csv_properties".into(),
+            command: None,
+            date: "2026-12-04".into(),
+            licence: "MIT".into(),
+            licence_text: None,
+        },
+    }
+}
+
+#[test]
+fn mutated_csv_files_are_imported_or_refused_naming_the_file() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (workloads, pairs) = (
+        dir.path().join("workloads.csv"),
+        dir.path().join("pairs.csv"),
+    );
+    let write = |path: &Path, bytes: &[u8]| std::fs::write(path, bytes).expect("write");
+    write(&workloads, WORKLOADS.as_bytes());
+    write(&pairs, PAIRS.as_bytes());
+    import(&workloads, &pairs, &options()).expect("the unmutated files import");
+    let mut draw = Draw(5);
+    let (mut accepted, mut refused) = (0, 0);
+    for round in 0..2_000 {
+        let (w, p) = match round % 3 {
+            0 => (mutate(&mut draw, WORKLOADS), PAIRS.as_bytes().to_vec()),
+            1 => (WORKLOADS.as_bytes().to_vec(), mutate(&mut draw, PAIRS)),
+            _ => (mutate(&mut draw, WORKLOADS), mutate(&mut draw, PAIRS)),
+        };
+        write(&workloads, &w);
+        write(&pairs, &p);
+        match import(&workloads, &pairs, &options()) {
+            Ok(dataset) => {
+                accepted += 1;
+                dataset
+                    .validate(Path::new("imported"))
+                    .unwrap_or_else(|e| panic!("an accepted import does not validate: {e}"));
+            }
+            Err(e) => {
+                refused += 1;
+                let message = format!("{e:#}");
+                assert!(
+                    message.contains("workloads.csv") || message.contains("pairs.csv"),
+                    "a refusal that names no file: {message}"
+                );
+            }
+        }
+    }
+    eprintln!("2,000 mutated imports: {accepted} accepted, {refused} refused");
+    assert!(accepted > 0 && refused > 0);
+}
