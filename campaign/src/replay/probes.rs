@@ -1,0 +1,152 @@
+//! Probe curves: a workload (or a family) held out of the known settings, then given K probes
+//! chosen by the ensemble's disagreement or at random, scored on its other settings.
+
+use super::*;
+
+/// A held-out unit's probe curves: every setting of `held` leaves the known ones; each held
+/// workload then gets K = 1..max probes (settings with a known workload), chosen by the
+/// ensemble's disagreement (the same `choose`, one fit per K) or drawn at random.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn probe(
+    oracle: &Oracle,
+    options: &ReplayOptions,
+    world: &[Dataset],
+    config: &TrainConfig,
+    seed: u64,
+    selectable: &[usize],
+    test: &[usize],
+    unit: &str,
+    held: &BTreeSet<String>,
+) -> Result<ProbeUnit, CampaignError> {
+    let holds = |i: usize| {
+        let s = &oracle.settings[i].setting;
+        held.contains(&s.a) || held.contains(&s.b)
+    };
+    let base: Vec<usize> = selectable.iter().copied().filter(|&i| !holds(i)).collect();
+    // Each held workload's probe candidates: with one known workload.
+    let candidates_of = |h: &str| -> Vec<usize> {
+        selectable
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let s = &oracle.settings[i].setting;
+                s.touches(h) && !held.contains(s.partner(h))
+            })
+            .collect()
+    };
+    let all: Vec<usize> = {
+        let mut v: Vec<usize> = selectable
+            .iter()
+            .chain(test)
+            .copied()
+            .filter(|&i| holds(i))
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let all_candidates = oracle.candidates(&all);
+    // A new job is in no earlier dataset either: the held workloads leave the priors too.
+    let priors: Vec<Dataset> = options
+        .priors
+        .iter()
+        .map(|(_, d)| without_workloads(d, held))
+        .collect();
+    let fit = |probes: &[usize]| {
+        let mut rows = base.clone();
+        rows.extend(probes);
+        Scorer::fit(
+            &oracle.known(world, &rows),
+            &priors,
+            config,
+            false,
+            options.workers,
+        )
+    };
+    let max = options.max_probes;
+    // Chosen: one fit per K; the fit that scores K probes also chooses the next ones.
+    let mut chosen: Vec<usize> = Vec::new();
+    let mut chosen_predictions = Vec::new();
+    for k in 0..=max {
+        let scorer = fit(&chosen)?;
+        chosen_predictions.push(scorer.as_ref().map(|s| s.predict(&all_candidates)));
+        if k == max {
+            break;
+        }
+        let mut rows = base.clone();
+        rows.extend(&chosen);
+        let known = oracle.known(world, &rows);
+        for h in held {
+            let taken: BTreeSet<usize> = chosen.iter().copied().collect();
+            let left: Vec<usize> = candidates_of(h)
+                .into_iter()
+                .filter(|i| !taken.contains(i))
+                .collect();
+            let picks = choose_with(
+                scorer.as_ref(),
+                &known,
+                &oracle.candidates(&left),
+                1,
+                Select::Uncertainty,
+                mix(seed, 7, k as u64),
+                options.min_pairs,
+            );
+            chosen.extend(picks.iter().filter_map(|c| oracle.index_of(&c.candidate)));
+        }
+    }
+    // Random: each held workload's candidates in a seeded order, the first K.
+    let mut rng = Rng::new(mix(seed, 8, 0));
+    let orders: Vec<Vec<usize>> = held
+        .iter()
+        .map(|h| {
+            let mut c = candidates_of(h);
+            rng.shuffle(&mut c);
+            c
+        })
+        .collect();
+    let random_at = |k: usize| -> Vec<usize> {
+        orders
+            .iter()
+            .flat_map(|o| o.iter().take(k).copied())
+            .collect()
+    };
+    let mut random_predictions = vec![chosen_predictions[0].clone()];
+    for k in 1..=max {
+        let scorer = fit(&random_at(k))?;
+        random_predictions.push(scorer.as_ref().map(|s| s.predict(&all_candidates)));
+    }
+    let random = random_at(max);
+    let probed: BTreeSet<usize> = chosen.iter().chain(&random).copied().collect();
+    let keep: Vec<bool> = all.iter().map(|i| !probed.contains(i)).collect();
+    let scored_indices: Vec<usize> = all
+        .iter()
+        .zip(&keep)
+        .filter(|(_, k)| **k)
+        .map(|(i, _)| *i)
+        .collect();
+    let mape = |predictions: &Option<Vec<Prediction>>| {
+        let p = predictions.as_ref()?;
+        let kept: Vec<Prediction> = p
+            .iter()
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(p, _)| p.clone())
+            .collect();
+        let m = Metrics::of(&scored(oracle, &scored_indices, &kept, &oracle.truth));
+        m.mape_speed.is_finite().then_some(m.mape_speed)
+    };
+    let settings_of = |v: &[usize]| -> Vec<Setting> {
+        v.iter()
+            .map(|&i| oracle.settings[i].setting.clone())
+            .collect()
+    };
+    Ok(ProbeUnit {
+        seed,
+        unit: unit.to_string(),
+        held: held.iter().cloned().collect(),
+        scored: scored_indices.len(),
+        chosen: chosen_predictions.iter().map(mape).collect(),
+        random: random_predictions.iter().map(mape).collect(),
+        chosen_probes: settings_of(&chosen),
+        random_probes: settings_of(&random),
+    })
+}
