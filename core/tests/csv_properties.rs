@@ -6,6 +6,7 @@ use std::path::Path;
 
 use duet_core::dataset::Provenance;
 use duet_core::import::csv::{CsvImport, import};
+use duet_core::rng::Rng;
 
 const WORKLOADS: &str = "workload,kind,solo_throughput,batch_size,framework:categorical\n\
 resnet,train,11.2,64,torch\n\
@@ -42,23 +43,7 @@ const TOKENS: &[&str] = &[
     "-0.0",
 ];
 
-struct Draw(u64);
-
-impl Draw {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % (n.max(1) as u64)).unwrap_or(0)
-    }
-}
-
-fn mutate(draw: &mut Draw, text: &str) -> Vec<u8> {
+fn mutate(draw: &mut Rng, text: &str) -> Vec<u8> {
     let mut out = text.as_bytes().to_vec();
     for _ in 0..=draw.below(3) {
         let at = draw.below(out.len() + 1);
@@ -115,7 +100,7 @@ fn mutated_csv_files_are_imported_or_refused_naming_the_file() {
     write(&workloads, WORKLOADS.as_bytes());
     write(&pairs, PAIRS.as_bytes());
     import(&workloads, &pairs, &options()).expect("the unmutated files import");
-    let mut draw = Draw(5);
+    let mut draw = Rng::new(5);
     let (mut accepted, mut refused) = (0, 0);
     for round in 0..2_000 {
         let (w, p) = match round % 3 {

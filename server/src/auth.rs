@@ -132,12 +132,7 @@ pub async fn write_body_limit(
     next: Next,
 ) -> Response {
     let limit = access.max_write_body_bytes;
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
+    if crate::intake::declared_length(request.headers()).is_some_and(|n| n > limit as u64) {
         return too_large(limit, "--max-write-body-bytes").into_response();
     }
     next.run(request).await

@@ -88,6 +88,14 @@ impl BodyBudget {
     }
 }
 
+/// The body length a request's headers declare, if they declare one.
+pub fn declared_length(headers: &axum::http::HeaderMap) -> Option<u64> {
+    headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
 /// Reads `body` whole, at most `limit` bytes (413 naming `flag` past it), each frame's bytes
 /// taken from `budget` as they arrive (503 once it is spent). A body cut off by the idle
 /// timeout is answered 408; one whose client went away, 400.

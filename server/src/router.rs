@@ -8,7 +8,7 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use tower_http::catch_panic::CatchPanicLayer;
@@ -90,12 +90,8 @@ async fn admit_unless_small(
     request: Request,
     next: Next,
 ) -> Response {
-    let small = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-        .is_some_and(|n| n <= routes::predict::INLINE_BODY_BYTES);
+    let small = crate::intake::declared_length(request.headers())
+        .is_some_and(|n| n <= routes::predict::INLINE_BODY_BYTES as u64);
     if small {
         next.run(request).await
     } else {
@@ -174,19 +170,8 @@ async fn observe(State(state): State<Arc<AppState>>, request: Request, next: Nex
 /// `--max-body-bytes` (one without a length is cut off where it passes the limit).
 async fn body_limit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let limit = state.config.max_body_bytes;
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Failure::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "the body is larger than the server's limit of {limit} bytes (--max-body-bytes)"
-            ),
-        )
-        .into_response();
+    if crate::intake::declared_length(request.headers()).is_some_and(|n| n > limit as u64) {
+        return crate::error::too_large(limit, "--max-body-bytes").into_response();
     }
     next.run(request).await
 }

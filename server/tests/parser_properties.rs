@@ -1,6 +1,6 @@
 //! Properties of every parser of client bytes, over thousands of inputs drawn from valid
 //! requests and mutated (bytes flipped, cut, repeated, JSON tokens and huge numbers spliced in),
-//! with a fixed seed so that a failure reproduces:
+//! with a fixed seed (`duet_core::rng`) so that a failure reproduces:
 //! - no body to any route is answered 5xx (a panic, a failed parse passed on as the server's
 //!   fault): `/v1/predict`, KServe `infer` in JSON and with binary tensors (the JSON header's
 //!   length included), `/v1/observations`, a workload registration;
@@ -13,6 +13,7 @@
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use duet_core::rng::Rng;
 use duet_server::Config;
 use duet_server::grpc::proto::duet::v1::{Job, Pair, PredictRequest, job};
 use duet_server::grpc::scan::{PREDICT_REQUEST, scan};
@@ -25,23 +26,6 @@ mod http;
 use http::{app_with, model_dir};
 
 const TOKEN: &str = "property-token";
-
-/// SplitMix64: a small generator with a fixed seed.
-struct Draw(u64);
-
-impl Draw {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % (n.max(1) as u64)).unwrap_or(0)
-    }
-}
 
 /// Tokens a mutation splices in: what breaks a JSON parser, and numbers at the edges of f32
 /// and f64.
@@ -80,7 +64,7 @@ const TOKENS: &[&str] = &[
 ];
 
 /// One mutation of `bytes`, one to four edits.
-fn mutate(draw: &mut Draw, bytes: &[u8]) -> Vec<u8> {
+fn mutate(draw: &mut Rng, bytes: &[u8]) -> Vec<u8> {
     let mut out = bytes.to_vec();
     for _ in 0..=draw.below(4) {
         let at = draw.below(out.len() + 1);
@@ -194,7 +178,7 @@ async fn no_mutated_body_is_answered_5xx() {
             workload_body().to_string().into_bytes(),
         ),
     ];
-    let mut draw = Draw(36);
+    let mut draw = Rng::new(36);
     let mut answered = [0usize; 6];
     for round in 0..1_500 {
         let (method, uri, base) = &json_routes[round % json_routes.len()];
@@ -244,7 +228,7 @@ async fn no_mutated_body_is_answered_5xx() {
 
 #[test]
 fn the_predict_parser_never_holds_more_pairs_than_its_limit() {
-    let mut draw = Draw(7);
+    let mut draw = Rng::new(7);
     let mut pairs = Vec::new();
     for i in 0..40 {
         pairs.push(
@@ -277,7 +261,7 @@ fn the_predict_parser_never_holds_more_pairs_than_its_limit() {
 fn the_tensor_fast_path_reads_what_serde_reads() {
     use duet_server::bounded::{Refused, parse};
     use duet_server::routes::kserve::{InferRequest, parse_request};
-    let mut draw = Draw(11);
+    let mut draw = Rng::new(11);
     // Over `tensor_json::SPLIT_BYTES`, so that the array is read on every core.
     let width = 600;
     let data: Vec<String> = (0..100 * width)
@@ -327,7 +311,7 @@ fn job(id: &str) -> Option<Job> {
 
 #[test]
 fn the_grpc_walker_accepts_what_prost_decodes_and_counts_alike() {
-    let mut draw = Draw(23);
+    let mut draw = Rng::new(23);
     for round in 0..4_000 {
         let n = draw.below(40);
         let request = PredictRequest {
