@@ -1,5 +1,7 @@
 //! The shape of the code, checked: inside each duet crate, no circle of modules that import
-//! each other through `crate::` paths (a module's own tests aside), and no source file over
+//! each other through `crate::`, `super::` or `self::` paths (test-only modules aside; a folder
+//! module naming its own children by their bare names, the facade of `store/` or `grpc/`, is
+//! not read as an import), and no source file over
 //! `MAX_LINES` lines outside generated code. A module circle means no part of it can be
 //! understood, tested or moved without the rest; a file that long holds more than one job.
 
@@ -69,8 +71,9 @@ fn modules(src: &Path) -> BTreeMap<String, PathBuf> {
     modules
 }
 
-/// The source without comments and without a trailing `#[cfg(test)] mod ... {` block (a
-/// module's own tests may import anything).
+/// The source without comments and without its `#[cfg(test)]` modules (a module's own tests
+/// may import anything): an inline `mod tests { ... }` is skipped to its closing brace, a
+/// `mod tests;` declaration is dropped (its file is skipped as a test module).
 fn code(source: &str) -> String {
     let mut kept = String::new();
     let mut lines = source.lines().peekable();
@@ -81,7 +84,15 @@ fn code(source: &str) -> String {
                 .peek()
                 .is_some_and(|next| next.trim_start().starts_with("mod "))
         {
-            break;
+            let declaration = lines.next().unwrap_or_default();
+            if declaration.contains('{') {
+                let mut depth = brace_balance(declaration);
+                while depth > 0 {
+                    let Some(inner) = lines.next() else { break };
+                    depth += brace_balance(inner);
+                }
+            }
+            continue;
         }
         let line = match line.find("//") {
             Some(at) => &line[..at],
@@ -93,24 +104,69 @@ fn code(source: &str) -> String {
     kept
 }
 
+/// Opening braces less closing ones on a line (comments and strings are not told apart: test
+/// modules of this workspace keep their braces balanced per line well enough for this).
+fn brace_balance(line: &str) -> i64 {
+    let line = line.find("//").map_or(line, |at| &line[..at]);
+    line.chars()
+        .map(|c| match c {
+            '{' => 1,
+            '}' => -1,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// The modules declared `#[cfg(test)] mod NAME;` in `source`: test-only files.
+fn test_module_names(source: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut lines = source.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.trim_start().starts_with("#[cfg(test)]")
+            && let Some(next) = lines.peek()
+            && let Some(rest) = next.trim_start().strip_prefix("mod ")
+            && let Some(name) = rest.strip_suffix(';')
+        {
+            names.push(name.trim().to_string());
+        }
+    }
+    names
+}
+
 /// Every path a `crate::` use tree names, expanded: `crate::{a, b::{c, d}}` gives `a`, `b::c`,
 /// `b::d`.
 fn crate_paths(code: &str) -> Vec<Vec<String>> {
+    rooted_paths(code, "crate::", &[])
+}
+
+/// Every path of this crate that `code`, the source of module `module` (its path from the
+/// crate root), names through `crate::`,
+/// `super::` or `self::`, from the crate root.
+fn module_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let parent = &module[..module.len().saturating_sub(1)];
+    let mut paths = rooted_paths(code, "crate::", &[]);
+    paths.extend(rooted_paths(code, "super::", parent));
+    paths.extend(rooted_paths(code, "self::", module));
+    paths
+}
+
+/// The paths after each `root` (not part of a longer name) in `code`, each prefixed by `prefix`.
+fn rooted_paths(code: &str, root: &str, prefix: &[String]) -> Vec<Vec<String>> {
     let mut paths = Vec::new();
     let bytes = code.as_bytes();
     let mut at = 0;
-    while let Some(found) = code[at..].find("crate::") {
+    while let Some(found) = code[at..].find(root) {
         let start = at + found;
-        at = start + "crate::".len();
-        // `foo_crate::` or `$crate::` is not this crate.
+        at = start + root.len();
+        // `foo_crate::`, `$crate::` or `a::super::` is not a root here.
         if start > 0 && {
             let before = bytes[start - 1];
-            before.is_ascii_alphanumeric() || before == b'_' || before == b'$'
+            before.is_ascii_alphanumeric() || before == b'_' || before == b'$' || before == b':'
         } {
             continue;
         }
         let mut chars = code[at..].char_indices().peekable();
-        tree(&code[at..], &mut chars, Vec::new(), &mut paths);
+        tree(&code[at..], &mut chars, prefix.to_vec(), &mut paths);
     }
     paths
 }
@@ -198,11 +254,31 @@ fn module_of(path: &[String], modules: &BTreeMap<String, PathBuf>) -> Option<Str
 
 /// Module -> the modules it imports through `crate::`.
 fn import_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let modules = modules(src);
+    let mut modules = modules(src);
+    // Test-only files (`#[cfg(test)] mod tests;`) are not part of the graph.
+    let mut tests = Vec::new();
+    for (module, file) in &modules {
+        let source = std::fs::read_to_string(file).expect("readable source");
+        for name in test_module_names(&source) {
+            tests.push(if module.is_empty() {
+                name
+            } else {
+                format!("{module}::{name}")
+            });
+        }
+    }
+    for test in &tests {
+        modules.remove(test);
+    }
     let mut graph = BTreeMap::new();
     for (module, file) in &modules {
         let source = std::fs::read_to_string(file).expect("readable source");
-        let imports: BTreeSet<String> = crate_paths(&code(&source))
+        let own: Vec<String> = if module.is_empty() {
+            Vec::new()
+        } else {
+            module.split("::").map(str::to_string).collect()
+        };
+        let imports: BTreeSet<String> = module_paths(&code(&source), &own)
             .iter()
             .filter_map(|path| module_of(path, &modules))
             .filter(|target| target != module && !target.is_empty())
@@ -348,12 +424,30 @@ fn no_source_file_is_over_the_line_limit() {
 /// nothing.
 #[test]
 fn the_checker_sees_use_trees_and_circles() {
+    let code_of = code;
     let code = code(
         "use crate::{a, b::{c, d as e}};\nfn f() { crate::x::y(); }\n// crate::z\n\
          #[cfg(test)]\nmod tests { use crate::w; }\n",
     );
     let paths: Vec<String> = crate_paths(&code).iter().map(|p| p.join("::")).collect();
     assert_eq!(paths, ["a", "b::c", "b::d", "x::y"]);
+    let child = code_of("use super::*;\nuse super::sibling::Item;\nfn f() { self::inner::g(); }\n");
+    let module = ["parent".to_string(), "child".to_string()];
+    let paths: Vec<String> = module_paths(&child, &module)
+        .iter()
+        .map(|p| p.join("::"))
+        .collect();
+    assert_eq!(
+        paths,
+        ["parent", "parent::sibling::Item", "parent::child::inner::g"]
+    );
+    let skipped = code_of(
+        "fn a() {}\n#[cfg(test)]\nmod tests;\nfn b() { crate::x::y(); }\n#[cfg(test)]\nmod more {\n    use crate::w;\n    fn t() {\n    }\n}\nfn c() {}\n",
+    );
+    assert!(
+        skipped.contains("fn b()") && skipped.contains("fn c()") && !skipped.contains("crate::w"),
+        "{skipped}"
+    );
 
     let graph: BTreeMap<String, BTreeSet<String>> = [
         ("a", &["b"][..]),
@@ -365,6 +459,16 @@ fn the_checker_sees_use_trees_and_circles() {
     .map(|(m, to)| (m.to_string(), to.iter().map(|t| (*t).to_string()).collect()))
     .collect();
     assert_eq!(circles(&graph), [["a", "b", "c"]]);
+
+    // A child that globs its parent while the parent imports the child: a circle.
+    let tree = std::env::temp_dir().join(format!("duet-tidy-{}", std::process::id()));
+    std::fs::create_dir_all(tree.join("a")).expect("a folder");
+    std::fs::write(tree.join("lib.rs"), "mod a;\n").expect("write");
+    std::fs::write(tree.join("a/mod.rs"), "mod b;\nuse self::b::*;\n").expect("write");
+    std::fs::write(tree.join("a/b.rs"), "use super::*;\n").expect("write");
+    let found = circles(&import_graph(&tree));
+    std::fs::remove_dir_all(&tree).ok();
+    assert_eq!(found, [["a", "a::b"]]);
 
     let server = import_graph(&root().join("server/src"));
     assert!(

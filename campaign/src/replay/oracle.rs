@@ -1,7 +1,17 @@
 //! The oracle a replay measures from (a complete dataset: measuring a setting reads its row,
-//! with optional noise), and how a fit is scored on the settings it did not see.
+//! with optional noise), how a fit is scored on the settings it did not see, and the seeded
+//! streams of the replay's draws.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+
+use duet_core::dataset::{Dataset, Status, modes_present, speed};
+use duet_core::rng::Rng;
+use duet_model::accuracy::{Metrics, Scored};
+
+use crate::CampaignError;
+use crate::scoring::{Prediction, Scorer};
+use crate::settings::{Candidate, Setting, SettingKey};
 
 /// The oracle: every setting of the datasets and what measuring it gives.
 #[derive(Debug)]
@@ -169,4 +179,10 @@ pub(super) fn test_metrics(
         m.mape_speed.is_finite().then_some(m.mape_speed),
         m.p90_coverage,
     )
+}
+
+/// Mixes a seed with a stream label and a counter.
+pub(super) fn mix(seed: u64, stream: u64, n: u64) -> u64 {
+    let mut r = Rng::new(seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ n.rotate_left(32));
+    r.next_u64()
 }

@@ -1,7 +1,21 @@
-//! Probe curves: a workload (or a family) held out of the known settings, then given K probes
-//! chosen by the ensemble's disagreement or at random, scored on its other settings.
+//! Probe curves: a workload (or a family) held out of the known settings and of the priors,
+//! then given K probes chosen by the ensemble's disagreement or at random, scored on its other
+//! settings.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use duet_core::dataset::{Dataset, FeatureKind, modes_present};
+use duet_core::rng::Rng;
+use duet_model::accuracy::Metrics;
+use duet_model::network::TrainConfig;
+
+use crate::CampaignError;
+use crate::choose::{Select, choose_with};
+use crate::replay::options::ReplayOptions;
+use crate::replay::oracle::{Oracle, mix, scored};
+use crate::replay::outcome::ProbeUnit;
+use crate::scoring::{Prediction, Scorer};
+use crate::settings::Setting;
 
 /// A held-out unit's probe curves: every setting of `held` leaves the known ones; each held
 /// workload then gets K = 1..max probes (settings with a known workload), chosen by the
@@ -149,4 +163,69 @@ pub(super) fn probe(
         chosen_probes: settings_of(&chosen),
         random_probes: settings_of(&random),
     })
+}
+
+/// Each value of the categorical feature `feature` and the workloads holding it (by id, across
+/// the datasets).
+pub(super) fn family_values(
+    oracle: &Oracle,
+    feature: &str,
+) -> Result<BTreeMap<String, BTreeSet<String>>, CampaignError> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for d in &oracle.truth {
+        match d.meta.workload_features.iter().find(|f| f.name == feature) {
+            Some(f) if f.kind == FeatureKind::Categorical => {}
+            Some(_) => {
+                return Err(CampaignError::Invalid(format!(
+                    "--group-by {feature}: `{feature}` is numeric in dataset `{}`; families \
+                     need a categorical feature such as `model`",
+                    d.meta.name
+                )));
+            }
+            None => {
+                return Err(CampaignError::Invalid(format!(
+                    "--group-by {feature}: dataset `{}` declares no workload feature \
+                     `{feature}`",
+                    d.meta.name
+                )));
+            }
+        }
+        for w in &d.workloads {
+            if let Some(v) = w.features.get(feature).and_then(|v| v.as_category()) {
+                out.entry(v.to_string())
+                    .or_default()
+                    .insert(w.workload.clone());
+            }
+        }
+    }
+    if out.len() < 2 {
+        return Err(CampaignError::Invalid(format!(
+            "--group-by {feature}: the workloads have {} value(s) of `{feature}`; holding a \
+             family out needs at least 2",
+            out.len()
+        )));
+    }
+    Ok(out)
+}
+
+/// `d` without the workloads of `held`: their solo rows and every pair with one of them.
+pub(super) fn without_workloads(d: &Dataset, held: &BTreeSet<String>) -> Dataset {
+    let pairs: Vec<_> = d
+        .pairs
+        .iter()
+        .filter(|p| !held.contains(&p.a) && !held.contains(&p.b))
+        .cloned()
+        .collect();
+    let mut meta = d.meta.clone();
+    meta.modes = modes_present(&pairs);
+    Dataset {
+        meta,
+        workloads: d
+            .workloads
+            .iter()
+            .filter(|w| !held.contains(&w.workload))
+            .cloned()
+            .collect(),
+        pairs,
+    }
 }

@@ -1,7 +1,24 @@
 //! One seed of a replay: the test set drawn, every selection method's run to the largest
-//! budget, the audit and the scores at each budget, and the full data's fit.
+//! budget, the audit and the scores at each budget, the full data's fit, and the seed's probe
+//! curves.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+use duet_core::dataset::Dataset;
+use duet_core::progress::{Event, Progress};
+use duet_core::rng::Rng;
+use duet_model::accuracy::Metrics;
+use duet_model::network::TrainConfig;
+
+use crate::CampaignError;
+use crate::audit;
+use crate::choose::{ChooseOptions, Select, choose};
+use crate::record::RecordedChoice;
+use crate::replay::options::ReplayOptions;
+use crate::replay::oracle::{Oracle, mix, scored, test_metrics};
+use crate::replay::outcome::{ProbeUnit, SeedChoices, SeedPoint};
+use crate::replay::probes::probe;
+use crate::scoring::Scorer;
 
 /// Everything one seed gives.
 #[derive(Debug)]
@@ -301,26 +318,4 @@ pub(super) fn select_run(
         round += 1;
     }
     Ok((out, chosen))
-}
-
-/// `d` without the workloads of `held`: their solo rows and every pair with one of them.
-pub(super) fn without_workloads(d: &Dataset, held: &BTreeSet<String>) -> Dataset {
-    let pairs: Vec<_> = d
-        .pairs
-        .iter()
-        .filter(|p| !held.contains(&p.a) && !held.contains(&p.b))
-        .cloned()
-        .collect();
-    let mut meta = d.meta.clone();
-    meta.modes = modes_present(&pairs);
-    Dataset {
-        meta,
-        workloads: d
-            .workloads
-            .iter()
-            .filter(|w| !held.contains(&w.workload))
-            .cloned()
-            .collect(),
-        pairs,
-    }
 }

@@ -1,9 +1,12 @@
 //! The replay's tests: small synthetic datasets through every part of it.
+
 use duet_core::dataset::Mode;
 use duet_core::progress::Lines;
 
 use super::*;
-use crate::choose::Rule;
+use crate::choose::{Rule, Select};
+use crate::replay::probes::without_workloads;
+use crate::settings::{Setting, SettingKey};
 use crate::testdata::{quick, synthetic};
 
 #[test]
