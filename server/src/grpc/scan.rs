@@ -315,6 +315,9 @@ fn walk(schema: &Schema, mut bytes: &[u8], depth: usize, out: &mut Scan) -> Resu
                     },
                 }
             }
+            // A group (proto2's, deprecated): duet declares none, and prost skips an unknown
+            // one, so it is skipped here too, whatever it holds.
+            3 => bytes = skip_group(schema, bytes, number, depth + 1)?,
             _ => {
                 return Err(Malformed(format!(
                     "{}: field {number} has wire type {wire}, which duet does not accept",
@@ -324,6 +327,48 @@ fn walk(schema: &Schema, mut bytes: &[u8], depth: usize, out: &mut Scan) -> Resu
         }
     }
     Ok(())
+}
+
+/// The bytes after the group `number` that `bytes` starts inside (after its start key), nested
+/// groups included.
+fn skip_group<'a>(
+    schema: &Schema,
+    mut bytes: &'a [u8],
+    number: u32,
+    depth: usize,
+) -> Result<&'a [u8], Malformed> {
+    if depth > MAX_DEPTH {
+        return Err(Malformed(format!("{}: nested too deep", schema.name)));
+    }
+    loop {
+        let key = varint(&mut bytes).ok_or_else(|| truncated(schema))?;
+        let inner = u32::try_from(key >> 3).map_err(|_| truncated(schema))?;
+        match key & 7 {
+            0 => {
+                varint(&mut bytes).ok_or_else(|| truncated(schema))?;
+            }
+            1 | 5 => {
+                let n = if key & 7 == 1 { 8 } else { 4 };
+                bytes = bytes.get(n..).ok_or_else(|| truncated(schema))?;
+            }
+            2 => {
+                let len = varint(&mut bytes).ok_or_else(|| truncated(schema))?;
+                let len = usize::try_from(len)
+                    .ok()
+                    .filter(|&l| l <= bytes.len())
+                    .ok_or_else(|| truncated(schema))?;
+                bytes = &bytes[len..];
+            }
+            3 => bytes = skip_group(schema, bytes, inner, depth + 1)?,
+            4 if inner == number => return Ok(bytes),
+            wire => {
+                return Err(Malformed(format!(
+                    "{}: group {number} holds field {inner} of wire type {wire}",
+                    schema.name
+                )));
+            }
+        }
+    }
 }
 
 fn truncated(schema: &Schema) -> Malformed {
@@ -348,6 +393,28 @@ mod tests {
     use prost::Message;
 
     use super::*;
+
+    /// Found by `scripts/fuzz.sh` (grpc_scan): an unknown field sent as a group, which prost
+    /// skips, was refused. The fuzzer's input, and a nested group before a pair.
+    #[test]
+    fn an_unknown_group_is_skipped_as_prost_skips_it() {
+        let found = [
+            10, 10, 68, 118, 99, 80, 10, 10, 8, 99, 8, 99, 121, 99, 5, 110, 103, 108, 101, 209, 97,
+            115, 116, 89, 99, 101, 52, 5, 35, 46, 10, 101,
+        ];
+        let decoded = crate::grpc::proto::duet::v1::PredictRequest::decode(&found[..]);
+        let walked = scan(&PREDICT_REQUEST, &found);
+        assert_eq!(decoded.is_ok(), walked.is_ok(), "{decoded:?} {walked:?}");
+        // Field 15 as a group holding a varint and a nested group 16, then one pair.
+        let message = [0x7b, 0x08, 0x01, 0x83, 0x01, 0x84, 0x01, 0x7c, 0x12, 0x00];
+        let decoded = crate::grpc::proto::duet::v1::PredictRequest::decode(&message[..])
+            .expect("prost skips the group");
+        let walked = scan(&PREDICT_REQUEST, &message).expect("so does the walker");
+        assert_eq!(decoded.pairs.len(), 1);
+        assert_eq!(walked.counts.get("pairs"), Some(&1));
+        // A group that never ends is refused.
+        assert!(scan(&PREDICT_REQUEST, &[0x7b, 0x08, 0x01]).is_err());
+    }
 
     fn pair(a: &str, b: &str) -> duet::Pair {
         duet::Pair {
