@@ -395,6 +395,11 @@ pub struct TrainArgs {
     /// (for comparison; by default each training workload has one).
     #[arg(long)]
     pub no_identities: bool,
+    /// Train without the copy of the training rows whose families are hidden (for comparison;
+    /// by default three rows of four are also trained with the ids and one job's family or both
+    /// hidden, so the network learns to answer for a new family from the measured profile).
+    #[arg(long)]
+    pub no_family_dropout: bool,
     /// Loss of the point estimate of ln(speed): `absolute` (the default: tracks the relative
     /// error MAPE measures) or `squared` (for comparison).
     #[arg(long, default_value = "absolute", value_parser = ["absolute", "squared"])]
@@ -414,6 +419,13 @@ pub struct TrainArgs {
     /// splits.
     #[arg(long, value_name = "FEATURE", conflicts_with = "final_only")]
     pub group_by: Option<String>,
+    /// The categorical workload feature that names a job's model family (default: `model`
+    /// where every dataset declares it; `none`: no family). The evaluation leaves each family
+    /// out in turn (`unseen_<FEATURE>`) and calibrates from those folds the p90 of a job whose
+    /// family training never had (`calibration: new_family`); with fewer than 5 families, or
+    /// with --final-only, such a job gets the model's widest p90, labelled `conservative`.
+    #[arg(long, value_name = "FEATURE")]
+    pub family: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]

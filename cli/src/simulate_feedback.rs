@@ -46,6 +46,7 @@ fn train(data: Vec<PathBuf>, out: &Path, name: &str, seed: u64) -> Result<()> {
         final_only: true,
         command: None,
         group_by: None,
+        family: None,
     };
     pipeline::run(&options, |_| {}).with_context(|| format!("training {name}"))?;
     Ok(())

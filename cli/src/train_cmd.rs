@@ -83,6 +83,7 @@ pub fn options(args: TrainArgs, command: Option<String>) -> Result<TrainOptions>
         learning_rate: args.learning_rate,
         patience: args.patience,
         identities: !args.no_identities,
+        family_dropout: !args.no_family_dropout,
         loss: if args.loss == "squared" {
             PointLoss::Squared
         } else {
@@ -111,6 +112,7 @@ pub fn options(args: TrainArgs, command: Option<String>) -> Result<TrainOptions>
         final_only: args.final_only,
         command,
         group_by: args.group_by,
+        family: args.family,
     })
 }
 

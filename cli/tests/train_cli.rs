@@ -181,7 +181,11 @@ fn train_writes_a_complete_model_folder() {
         .filter(|r| r["predictor"] == "mlp" && r["gpu"] == "all")
         .map(|r| r["split"].as_str().expect("split"))
         .collect();
-    assert_eq!(splits, ["random", "unseen_pairs", "unseen_workloads"]);
+    // `model` is the family feature by default: its leave-one-family-out split comes too.
+    assert_eq!(
+        splits,
+        ["random", "unseen_pairs", "unseen_workloads", "unseen_model"]
+    );
     // Baselines sit in the same table; this dataset has utilisation, so the rule is there too.
     for predictor in ["ridge", "low_rank", "utilisation_sum", "constant"] {
         assert!(
@@ -480,11 +484,23 @@ fn final_only_trains_the_shipped_model_alone_and_it_serves() {
     }
     // Every pair is a known-workload group: enough rows and groups for the 90% bound.
     assert!(full_cal["known"].get("fallback").is_none(), "{full_cal}");
-    // Every workload held out once, but 6 are fewer than the 9 a bound over workloads needs:
-    // the shift is the widest workload's own quantile, and the note says so.
-    assert_eq!(full_cal["new"]["groups"], 6, "{full_cal}");
+    // Every workload held out once; those whose family has a sibling count as new workloads
+    // (a workload alone in its family is a new family when held out, and one far outside the
+    // other five's range is answered conservatively). Fewer than the 9 a bound over workloads
+    // needs: the shift is the widest workload's own quantile, and the note says so.
+    let groups = full_cal["new"]["groups"].as_u64().expect("groups");
+    assert!((1..=4).contains(&groups), "{full_cal}");
     let note = full_cal["new"]["fallback"].as_str().expect("a note");
-    assert!(note.contains("6 held-out groups"), "{note}");
+    assert!(
+        note.contains(&format!("{groups} held-out groups")),
+        "{note}"
+    );
+    // Four families (mlp, conv, matmul, stream): too few to answer a new one with its own p90.
+    let note = full_cal["new_family"]["fallback"]
+        .as_str()
+        .expect("a new-family note");
+    assert!(note.contains("fewer than the 5"), "{note}");
+    assert!(fast_cal.get("new_family").is_none(), "{fast_cal}");
     assert_eq!(full_meta["evaluation"].get("final_only"), None);
 
     // The server's model crate loads it, seeds the registry from the dataset and predicts.
@@ -576,12 +592,13 @@ fn the_point_loss_is_chosen_and_recorded() {
 
 /// `--group-by model` adds the `unseen_model` split: one fold per model, in model.json and
 /// report.md like the other splits; a feature that cannot split is refused by flag and name.
+/// Without `--family none`, `model` is the family feature and its split is always evaluated.
 #[test]
 fn group_by_adds_a_leave_one_model_out_split() {
     let tmp = tempfile::tempdir().expect("tmp");
     let data = small_dataset(tmp.path(), "six", |_, l| Some(l.to_string()));
     let out = tmp.path().join("by-model");
-    let result = train(&[&data], &out, &["--group-by", "model"]);
+    let result = train(&[&data], &out, &["--group-by", "model", "--family", "none"]);
     assert!(
         result.status.success(),
         "{}",
@@ -618,8 +635,14 @@ fn group_by_adds_a_leave_one_model_out_split() {
     // The added split changes nothing else: the other splits' figures, the shipped networks
     // and their calibration (and so the version) are those of a run without it.
     let plain = tmp.path().join("plain");
-    assert!(train(&[&data], &plain, &[]).status.success());
+    assert!(
+        train(&[&data], &plain, &["--family", "none"])
+            .status
+            .success()
+    );
     let plain = read_meta(&plain);
+    assert!(plain["spec"].get("family").is_none(), "{}", plain["spec"]);
+    assert!(plain["calibration"].get("new_family").is_none());
     let others: Vec<&Value> = meta["metrics"]
         .as_array()
         .expect("metrics")
@@ -634,6 +657,32 @@ fn group_by_adds_a_leave_one_model_out_split() {
     assert_eq!(others, plain_rows);
     assert_eq!(meta["calibration"], plain["calibration"]);
     assert_eq!(meta["version"], plain["version"]);
+
+    // By default `model` is the family: its split is evaluated without --group-by, its folds
+    // calibrate `new_family`, and with 3 families (fewer than 5) model.json says that a new
+    // family gets the widest shift, labelled conservative.
+    let family = tmp.path().join("family");
+    let result = train(&[&data], &family, &[]);
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let family = read_meta(&family);
+    assert_eq!(family["spec"]["family"], "model", "{}", family["spec"]);
+    assert_eq!(family["folds"]["unseen_model"], 3, "{}", family["folds"]);
+    let new_family = &family["calibration"]["new_family"];
+    assert_eq!(new_family["groups"], 3, "{new_family}");
+    let note = new_family["fallback"].as_str().expect("a note");
+    assert!(
+        note.contains("3 families held out, fewer than the 5") && note.contains("conservative"),
+        "{note}"
+    );
+    assert!(
+        String::from_utf8_lossy(&result.stderr).contains("new-family")
+            || String::from_utf8_lossy(&result.stdout).contains("new-family"),
+        "the run names the new-family calibration"
+    );
 
     let err = refused(&train(
         &[&data],
@@ -653,5 +702,15 @@ fn group_by_adds_a_leave_one_model_out_split() {
         err.contains("--group-by gpu_util: `gpu_util` is a numeric feature"),
         "{err}"
     );
+    let err = refused(&train(
+        &[&data],
+        &tmp.path().join("z"),
+        &["--family", "gpu_util"],
+    ));
+    assert!(
+        err.contains("--family gpu_util: `gpu_util` is a numeric feature"),
+        "{err}"
+    );
     assert!(!tmp.path().join("x").exists() && !tmp.path().join("y").exists());
+    assert!(!tmp.path().join("z").exists());
 }

@@ -183,21 +183,53 @@ pub struct Prediction {
     /// `speed_a + speed_b`: the pair's total normalised throughput (1 = running one job alone).
     pub combined: f32,
     /// Which calibration of the p90 slowdowns applies: `known` when the model was trained on
-    /// both workloads (both have an identity slot), `new` when at least one is new to it.
+    /// both workloads (both have an identity slot), `new` when at least one is new to it,
+    /// `new_family` when a new one's model family was never in training, `conservative` when
+    /// no calibrated class covers the pair (see [`Calibration`]).
     pub calibration: Calibration,
 }
 
-/// The conformal calibration a prediction's p90 slowdowns come from. Each holds its 90% on
-/// held-out pairs grouped the way it is used: `known` on unmeasured pairs of training
-/// workloads, `new` on pairs with a workload left out of training.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The conformal calibration a prediction's p90 slowdowns come from. Each calibrated class
+/// holds its 90% on held-out pairs grouped the way it is used: `known` on unmeasured pairs of
+/// training workloads, `new` on pairs with a workload left out of training, `new_family` on
+/// pairs with a whole model family left out. The order is that of trust: a pair takes the class
+/// of its less known job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Calibration {
     /// Both workloads were in the model's training data.
     Known,
-    /// At least one workload is new to the model (profiled only alone, or inline features).
+    /// At least one workload is new to the model (profiled only alone, or inline features),
+    /// and its model family was in training.
     New,
+    /// At least one workload is of a model family the training data never had (or declares
+    /// none).
+    NewFamily,
+    /// No calibrated class covers the pair: a job's family is new and the model saw too few
+    /// families to calibrate that class, or a job's numeric feature lies far outside what
+    /// training saw. The p90 carries the widest shift the model has.
+    Conservative,
+}
+
+impl Calibration {
+    /// Every class, in order of trust.
+    pub const ALL: [Calibration; 4] = [
+        Calibration::Known,
+        Calibration::New,
+        Calibration::NewFamily,
+        Calibration::Conservative,
+    ];
+
+    /// The class's name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Calibration::Known => "known",
+            Calibration::New => "new",
+            Calibration::NewFamily => "new_family",
+            Calibration::Conservative => "conservative",
+        }
+    }
 }
 
 /// The answer to `POST /v1/predict`.

@@ -1,5 +1,6 @@
 //! Split-conformal calibration of the conservative output (ln of the p10 speed, the p90
-//! slowdown), one shift for pairs of known workloads and one for pairs with a new workload.
+//! slowdown), one shift for pairs of known workloads, one for pairs with a new workload and one
+//! for pairs with a workload of a new model family.
 //!
 //! The trainer holds calibration rows out of every ensemble member's training and early
 //! stopping, scores them with the trained ensemble (`s = raw ln p10 - ln measured speed`, above
@@ -13,6 +14,13 @@
 //! workload left out in turn for `new`), so every measured pair and every workload contributes,
 //! not a small held-out share. `--final-only` has no evaluation and holds rows out of the final
 //! fit instead (split conformal).
+//!
+//! `new_family` comes from the evaluation's leave-one-family-out folds (a model with a family
+//! feature, `FeatureSpec::family`). With fewer than [`MIN_FAMILIES`] families held out, a 90%
+//! bound over families cannot be told from luck: such a model (and a `--final-only` one, which
+//! holds no family out) answers a new family's pair with the widest shift it has, labelled
+//! `conservative`, as it does a pair with a job far outside training's range. Never a silent
+//! narrow interval.
 
 use duet_core::api::Calibration as Kind;
 use serde::{Deserialize, Serialize};
@@ -21,6 +29,10 @@ use crate::network::CONSERVATIVE_QUANTILE;
 
 /// Miscoverage the conservative output is calibrated to: 0.1 (the p90 slowdown).
 pub const ALPHA: f64 = CONSERVATIVE_QUANTILE;
+
+/// Families a `new_family` shift must have been fitted on before pairs are answered with it;
+/// with fewer, a new family's pair gets the widest shift, labelled `conservative`.
+pub const MIN_FAMILIES: usize = 5;
 
 /// The two calibrations of a model. A `model.json` written before per-pair calibration has none:
 /// both shifts read as 0, and its conservative head already carries the single shift it was
@@ -32,6 +44,11 @@ pub struct Calibration {
     pub known: Offset,
     /// Pairs with at least one workload the model has no identity for (all devices pooled).
     pub new: Offset,
+    /// Pairs with a workload of a model family training never had (all devices pooled); its
+    /// `groups` are the families held out. Empty (no rows) in a model without a family feature,
+    /// in a `--final-only` one, and in files written before it.
+    #[serde(skip_serializing_if = "Offset::is_empty")]
+    pub new_family: Offset,
     /// The same two shifts fitted on each training device's calibration rows alone (Mondrian
     /// conformal: the 90% then holds on every device, not only on average over them); empty
     /// for a single device. A device absent here (one the model never saw) uses the pooled
@@ -54,20 +71,60 @@ pub const SPLIT_CONFORMAL: &str = "split-conformal";
 pub struct Shifts {
     pub known: Offset,
     pub new: Offset,
+    #[serde(default, skip_serializing_if = "Offset::is_empty")]
+    pub new_family: Offset,
 }
 
 impl Calibration {
     /// The shift of ln(p10 speed) for a pair of this kind on `gpu` (the pooled one where the
-    /// device has none of its own).
+    /// device has none of its own); `conservative`, and `new_family` where the model has no
+    /// calibrated one, take the widest.
     pub fn shift(&self, kind: Kind, gpu: Option<&str>) -> f64 {
-        let (known, new) = match gpu.and_then(|g| self.by_device.get(g)) {
-            Some(d) => (&d.known, &d.new),
-            None => (&self.known, &self.new),
-        };
+        self.resolve(kind, gpu).1
+    }
+
+    /// The class a pair asking for `kind` is answered in, and its shift on `gpu`: `new_family`
+    /// becomes `conservative` where the model has no calibrated new-family shift, and is never
+    /// narrower than `new` on the same device.
+    pub fn resolve(&self, kind: Kind, gpu: Option<&str>) -> (Kind, f64) {
+        let own = gpu.and_then(|g| self.by_device.get(g));
+        let pick = |pooled: &Offset, device: Option<&Offset>| device.unwrap_or(pooled).shift;
         match kind {
-            Kind::Known => known.shift,
-            Kind::New => new.shift,
+            Kind::Known => (kind, pick(&self.known, own.map(|d| &d.known))),
+            Kind::New => (kind, pick(&self.new, own.map(|d| &d.new))),
+            // A new family is at least as new as a new workload: its p90 never narrower.
+            Kind::NewFamily if self.families_calibrated() => (
+                kind,
+                pick(
+                    &self.new_family,
+                    own.map(|d| &d.new_family).filter(|o| !o.is_empty()),
+                )
+                .max(pick(&self.new, own.map(|d| &d.new))),
+            ),
+            Kind::NewFamily | Kind::Conservative => (Kind::Conservative, self.widest()),
         }
+    }
+
+    /// Whether a new family's pairs have a calibrated shift of their own: one fitted on at
+    /// least [`MIN_FAMILIES`] held-out families.
+    pub fn families_calibrated(&self) -> bool {
+        !self.new_family.is_empty() && self.new_family.groups >= MIN_FAMILIES
+    }
+
+    /// The widest shift the model has, of any class on any device (at least 0: never tighter
+    /// than the learned p10): what a pair no calibrated class covers gets.
+    pub fn widest(&self) -> f64 {
+        let devices = self
+            .by_device
+            .values()
+            .flat_map(|d| [&d.known, &d.new, &d.new_family]);
+        [&self.known, &self.new, &self.new_family]
+            .into_iter()
+            .chain(devices)
+            .filter(|o| !o.is_empty())
+            .map(|o| o.shift)
+            .filter(|s| s.is_finite())
+            .fold(0.0, f64::max)
     }
 }
 
@@ -85,6 +142,13 @@ pub struct Offset {
     /// kind's shift, or stayed uncalibrated (shift 0); says which and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
+}
+
+impl Offset {
+    /// No row fitted it (a class the model has none of).
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
 }
 
 /// The split-conformal shift of `scores` at miscoverage `alpha`: the
@@ -165,11 +229,13 @@ mod tests {
         let c = Calibration {
             known: o(0.1),
             new: o(0.2),
+            new_family: Offset::default(),
             by_device: [(
                 "v100".to_string(),
                 Shifts {
                     known: o(0.3),
                     new: o(0.4),
+                    new_family: Offset::default(),
                 },
             )]
             .into(),
@@ -179,5 +245,63 @@ mod tests {
         assert_eq!(c.shift(Kind::New, Some("v100")), 0.4);
         assert_eq!(c.shift(Kind::Known, Some("a100")), 0.1);
         assert_eq!(c.shift(Kind::New, None), 0.2);
+    }
+
+    #[test]
+    fn a_new_family_is_calibrated_only_from_enough_families() {
+        let o = |shift, groups| Offset {
+            shift,
+            rows: 100,
+            groups,
+            fallback: None,
+        };
+        let mut c = Calibration {
+            known: o(0.1, 300),
+            new: o(0.2, 26),
+            new_family: o(0.35, MIN_FAMILIES),
+            by_device: [(
+                "v100".to_string(),
+                Shifts {
+                    known: o(0.3, 300),
+                    new: o(0.5, 26),
+                    new_family: o(0.45, MIN_FAMILIES),
+                },
+            )]
+            .into(),
+            method: String::new(),
+        };
+        assert_eq!(c.resolve(Kind::NewFamily, None), (Kind::NewFamily, 0.35));
+        // On v100 the new-workload shift is wider: a new family's p90 is never narrower.
+        assert_eq!(
+            c.resolve(Kind::NewFamily, Some("v100")),
+            (Kind::NewFamily, 0.5)
+        );
+        c.by_device.get_mut("v100").expect("v100").new_family.shift = 0.55;
+        assert_eq!(
+            c.resolve(Kind::NewFamily, Some("v100")),
+            (Kind::NewFamily, 0.55)
+        );
+        // Out of range: the widest shift of any class on any device.
+        assert_eq!(
+            c.resolve(Kind::Conservative, None),
+            (Kind::Conservative, 0.55)
+        );
+        // Too few families: never a silent narrow interval.
+        c.new_family.groups = MIN_FAMILIES - 1;
+        assert_eq!(
+            c.resolve(Kind::NewFamily, Some("k80")),
+            (Kind::Conservative, 0.55)
+        );
+        // A model without the class (no family feature, or an older file) says so too.
+        c.new_family = Offset::default();
+        assert_eq!(c.resolve(Kind::NewFamily, None).0, Kind::Conservative);
+        let json = serde_json::to_string(&Calibration::default()).expect("serialises");
+        assert!(!json.contains("new_family"), "{json}");
+        // Tightening shifts never make the widest narrower than the learned p10.
+        let tight = Calibration {
+            known: o(-0.2, 10),
+            ..Calibration::default()
+        };
+        assert_eq!(tight.widest(), 0.0);
     }
 }

@@ -102,6 +102,8 @@ mod tests {
                 log: false,
                 mean: 1.0,
                 std: 1.0,
+                lo: None,
+                hi: None,
             }],
             categorical: vec![CategoricalFeature {
                 name: "model".into(),
@@ -111,6 +113,7 @@ mod tests {
             gpus: vec!["k80".into(), "v100".into()],
             modes: vec![Mode::Space],
             dropped: vec!["flops: constant".into()],
+            family: None,
         }
     }
 

@@ -2,7 +2,9 @@
 //!
 //! A job's vector: every numeric column standardised (log first where the column is positive and
 //! spans orders of magnitude) followed by a "missing" flag, and every categorical column one-hot
-//! with a final "unknown" slot; a missing value is all zeros plus its flag, never invented; then
+//! with a final "unknown" slot (a missing value is all zeros, but for the family feature, where
+//! no family declared is a new one: the unknown slot); a missing numeric is all zeros plus its
+//! flag, never invented; then
 //! one slot per training workload id (all zeros for a workload the model never saw). A
 //! pair's vector: job a, job b, the device one-hot (plus unknown), the mode one-hot, and the two
 //! shares as fractions (0 where the mode has none). The spec is fitted on training data only and
@@ -23,6 +25,11 @@ pub const IDENTITY: &str = "workload";
 /// A positive column whose max/min ratio reaches this is log-transformed before standardising.
 const LOG_SPAN: f64 = 20.0;
 
+/// How far beyond the training range a standardised value may lie (in training standard
+/// deviations, past the smallest or the largest value training saw) before its job is taken
+/// as out of range: the network then extrapolates, and no calibration holds for it.
+pub const EXTRAPOLATION_MARGIN: f64 = 1.0;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NumericFeature {
     pub name: String,
@@ -30,6 +37,12 @@ pub struct NumericFeature {
     pub log: bool,
     pub mean: f64,
     pub std: f64,
+    /// The smallest and the largest standardised value in training (absent in files written
+    /// before they were recorded: no value is then out of range).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lo: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hi: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,6 +65,37 @@ pub struct FeatureSpec {
     pub modes: Vec<Mode>,
     /// What fitting left out, and why (constant columns, columns with no values).
     pub dropped: Vec<String>,
+    /// The categorical feature that names a workload's model family (`--family`), when one of
+    /// `categorical` does: a job whose value of it is not in the vocabulary (or who declares
+    /// none) is of a new family.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<String>,
+}
+
+/// What the model knows of one job, from its encoding, in order of trust.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Novelty {
+    /// A training workload (its identity slot is set).
+    Known,
+    /// A new workload of a family training had.
+    New,
+    /// A workload of a family training never had, or that declares none.
+    NewFamily,
+    /// A numeric feature lies more than [`EXTRAPOLATION_MARGIN`] beyond training's range.
+    OutOfRange,
+}
+
+impl Novelty {
+    /// The calibration class a pair with this novelty (its less known job's) asks for.
+    pub fn class(self) -> duet_core::api::Calibration {
+        use duet_core::api::Calibration as C;
+        match self {
+            Novelty::Known => C::Known,
+            Novelty::New => C::New,
+            Novelty::NewFamily => C::NewFamily,
+            Novelty::OutOfRange => C::Conservative,
+        }
+    }
 }
 
 /// A job's raw inputs: its solo throughput and declared features, by name.
@@ -142,6 +186,51 @@ impl FeatureSpec {
             gpus: gpus.into_iter().collect(),
             modes: modes.into_iter().collect(),
             dropped,
+            family: None,
+        }
+    }
+
+    /// Names `feature` as the model family, where it is one of the spec's categorical features
+    /// (a family feature fitting dropped, say with one value in training, names none).
+    pub fn with_family(mut self, feature: Option<&str>) -> FeatureSpec {
+        self.family = feature
+            .filter(|f| self.categorical.iter().any(|c| c.name == *f))
+            .map(str::to_string);
+        self
+    }
+
+    /// What the model knows of the job encoded in `job` (one job's slice, `job_width` long).
+    pub fn novelty(&self, job: &[f32]) -> Novelty {
+        let mut at = 0;
+        for f in &self.numeric {
+            let (z, missing) = (job[at], job[at + 1]);
+            at += 2;
+            if missing != 0.0 {
+                continue;
+            }
+            let z = f64::from(z);
+            if f.lo.is_some_and(|lo| z < lo - EXTRAPOLATION_MARGIN)
+                || f.hi.is_some_and(|hi| z > hi + EXTRAPOLATION_MARGIN)
+            {
+                return Novelty::OutOfRange;
+            }
+        }
+        let mut new_family = false;
+        for c in &self.categorical {
+            let slots = &job[at..at + c.vocabulary.len() + 1];
+            at += slots.len();
+            if self.family.as_deref() == Some(c.name.as_str()) {
+                // The unknown slot (a value not in the vocabulary, or none declared).
+                let known = slots[..c.vocabulary.len()].iter().any(|&x| x != 0.0);
+                new_family = !known;
+            }
+        }
+        if job[at..].iter().any(|&x| x != 0.0) {
+            Novelty::Known
+        } else if new_family {
+            Novelty::NewFamily
+        } else {
+            Novelty::New
         }
     }
 
@@ -176,13 +265,17 @@ impl FeatureSpec {
         Some(self.gpus[g].as_str())
     }
 
-    /// The calibration that applies to an encoded pair row.
+    /// The calibration class an encoded pair row asks for: that of its less known job
+    /// (`Novelty::class`). Without identity slots no workload is known.
     pub fn calibration_kind(&self, row: &[f32]) -> duet_core::api::Calibration {
-        if self.pair_known(row) {
-            duet_core::api::Calibration::Known
-        } else {
-            duet_core::api::Calibration::New
+        let job = self.job_width();
+        if row.len() < 2 * job {
+            return duet_core::api::Calibration::New;
         }
+        let novelty = self
+            .novelty(&row[..job])
+            .max(self.novelty(&row[job..2 * job]));
+        novelty.class()
     }
 
     /// Length of one pair's encoding.
@@ -208,7 +301,12 @@ impl FeatureSpec {
         }
         for c in &self.categorical {
             let value = job.get(&c.name).and_then(|v| v.as_category());
-            let slot = value.map(|v| c.vocabulary.iter().position(|x| x == v));
+            let slot = match value {
+                Some(v) => Some(c.vocabulary.iter().position(|x| x == v)),
+                // A job that declares no family is of a new one: the unknown slot.
+                None if self.family.as_deref() == Some(c.name.as_str()) => Some(None),
+                None => None,
+            };
             for i in 0..=c.vocabulary.len() {
                 let hot = match slot {
                     Some(Some(s)) => s == i,
@@ -294,10 +392,125 @@ fn fit_numeric(name: &str, values: &[f64]) -> Result<NumericFeature, String> {
     if std < 1e-12 {
         return Err(format!("{name}: constant ({min}) in the training data"));
     }
+    let (lo, hi) = xs
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min((x - mean) / std), hi.max((x - mean) / std))
+        });
     Ok(NumericFeature {
         name: name.to_string(),
         log,
         mean,
         std,
+        lo: Some(lo),
+        hi: Some(hi),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use duet_core::api::Calibration as Class;
+
+    fn spec() -> FeatureSpec {
+        FeatureSpec {
+            numeric: vec![NumericFeature {
+                name: SOLO_THROUGHPUT.to_string(),
+                log: true,
+                mean: 0.0,
+                std: 1.0,
+                lo: Some(-2.0),
+                hi: Some(2.0),
+            }],
+            categorical: vec![CategoricalFeature {
+                name: "model".to_string(),
+                vocabulary: vec!["LM".to_string(), "ResNet-50".to_string()],
+            }],
+            identities: vec!["lm-8".to_string(), "resnet-16".to_string()],
+            gpus: vec!["v100".to_string()],
+            modes: vec![Mode::Space],
+            dropped: Vec::new(),
+            family: None,
+        }
+        .with_family(Some("model"))
+    }
+
+    fn job(id: Option<&str>, family: Option<&str>, solo: f64) -> JobFeatures {
+        let mut j = JobFeatures::new();
+        j.insert(
+            SOLO_THROUGHPUT.to_string(),
+            FeatureValue::Number(Some(solo)),
+        );
+        if let Some(f) = family {
+            j.insert("model".to_string(), FeatureValue::Category(Some(f.into())));
+        }
+        if let Some(id) = id {
+            j.insert(
+                IDENTITY.to_string(),
+                FeatureValue::Category(Some(id.into())),
+            );
+        }
+        j
+    }
+
+    fn novelty(spec: &FeatureSpec, j: &JobFeatures) -> Novelty {
+        let mut out = Vec::new();
+        spec.encode_job(j, &mut out);
+        assert_eq!(out.len(), spec.job_width());
+        spec.novelty(&out)
+    }
+
+    #[test]
+    fn a_job_is_known_new_of_a_new_family_or_out_of_range() {
+        let s = spec();
+        assert_eq!(s.family.as_deref(), Some("model"));
+        let e = std::f64::consts::E;
+        assert_eq!(
+            novelty(&s, &job(Some("lm-8"), Some("LM"), e)),
+            Novelty::Known
+        );
+        assert_eq!(novelty(&s, &job(None, Some("LM"), e)), Novelty::New);
+        assert_eq!(
+            novelty(&s, &job(None, Some("Unseen-Net"), e)),
+            Novelty::NewFamily
+        );
+        // No family declared: nothing says the family is known.
+        assert_eq!(novelty(&s, &job(None, None, e)), Novelty::NewFamily);
+        // ln(solo) = 2.9: within the margin past training's largest (2); 3.1: past it.
+        assert_eq!(
+            novelty(&s, &job(None, Some("LM"), 2.9_f64.exp())),
+            Novelty::New
+        );
+        assert_eq!(
+            novelty(&s, &job(None, Some("LM"), 3.1_f64.exp())),
+            Novelty::OutOfRange
+        );
+        assert_eq!(
+            novelty(&s, &job(Some("lm-8"), Some("LM"), (-3.1_f64).exp())),
+            Novelty::OutOfRange
+        );
+        // A pair takes the class of its less known job.
+        let mut row = Vec::new();
+        s.encode_pair(
+            &job(Some("lm-8"), Some("LM"), e),
+            &job(None, Some("Unseen-Net"), e),
+            "v100",
+            Mode::Space,
+            None,
+            None,
+            &mut row,
+        );
+        assert_eq!(s.calibration_kind(&row), Class::NewFamily);
+        // Without a family feature (older files, `--family none`) a new job is `new`.
+        let plain = FeatureSpec {
+            family: None,
+            ..spec()
+        };
+        assert_eq!(
+            novelty(&plain, &job(None, Some("Unseen-Net"), e)),
+            Novelty::New
+        );
+        // A family feature fitting dropped names none.
+        assert_eq!(spec().with_family(Some("framework")).family, None);
+    }
 }

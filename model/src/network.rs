@@ -89,6 +89,12 @@ pub struct TrainConfig {
     /// existing models keep their versions.
     #[serde(default, skip_serializing_if = "PointLoss::is_default")]
     pub loss: PointLoss,
+    /// Train also on a copy of three rows of four with the ids and the family feature of one
+    /// job or both hidden (the default, where the spec has a family), so that the network
+    /// learns to answer for a job of a new family from its measured profile; off (and in files
+    /// written before it), the family's unknown slot never trains.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub family_dropout: bool,
 }
 
 /// The loss of the point estimate of ln(speed).
@@ -126,6 +132,7 @@ impl Default for TrainConfig {
             device: TrainDevice::Cpu,
             identities: true,
             loss: PointLoss::Absolute,
+            family_dropout: true,
         }
     }
 }

@@ -191,8 +191,8 @@ fn bounded_exp(x: impl Into<f64>) -> f64 {
 }
 
 /// The calibration of each pair of rows `encode` built (one per pair, from its `(a, b)` row):
-/// its kind (`known` when the encoder set an identity slot for both jobs) and the shift of its
-/// kind on its device. Call it before the engine takes the inputs.
+/// its class (that of its less known job: `FeatureSpec::calibration_kind`, resolved by
+/// `Calibration::resolve`) and the shift of its class on its device. Call it before the engine takes the inputs.
 pub fn kinds(
     spec: &FeatureSpec,
     calibration: &CalibrationShifts,
@@ -206,8 +206,7 @@ pub fn kinds(
         .chunks_exact(2 * width)
         .map(|rows| {
             let row = &rows[..width];
-            let kind = spec.calibration_kind(row);
-            (kind, calibration.shift(kind, spec.row_gpu(row)))
+            calibration.resolve(spec.calibration_kind(row), spec.row_gpu(row))
         })
         .collect()
 }

@@ -1,6 +1,8 @@
 //! The default model chooses its p90 calibration per pair: `known` for two training workloads
-//! (both identity slots set), `new` when a job is unknown to it, each shifted by its device's
-//! conformal offset, and says which in the answer.
+//! (both identity slots set), `new` when a job is unknown to it, `new_family` when a job's model
+//! family is, `conservative` when a job lies far outside training's range, each shifted by its
+//! device's conformal offset (the widest shift for `conservative`), and says which in the
+//! answer.
 
 use std::path::PathBuf;
 
@@ -29,7 +31,14 @@ fn each_pair_uses_the_calibration_of_its_kind_and_device() {
             .get(gpu)
             .expect("a calibration per device");
         assert!(d.known.rows >= 9 && d.new.rows >= 9, "{gpu}: {d:?}");
+        assert!(d.new_family.rows >= 9, "{gpu}: {d:?}");
     }
+    assert_eq!(meta.spec.family.as_deref(), Some("model"));
+    assert!(
+        meta.calibration.families_calibrated(),
+        "{:?}",
+        meta.calibration
+    );
     let ids = &meta.spec.identities;
     assert!(ids.len() >= 2);
     let (registry, _) = Registry::build(&model, Default::default());
@@ -43,6 +52,12 @@ fn each_pair_uses_the_calibration_of_its_kind_and_device() {
             {"a": {"features": {"solo_throughput": 20.0, "batch_size": 64, "model": "A3C"}},
              "b": {"features": {"solo_throughput": 9.7, "batch_size": 32, "model": "Unseen-Net"}},
              "mode": "space", "gpu": "a100"},
+            {"a": {"workload": ids[0]},
+             "b": {"features": {"solo_throughput": 9.7, "batch_size": 32, "model": "LM"}},
+             "mode": "space"},
+            {"a": {"workload": ids[0]},
+             "b": {"features": {"solo_throughput": 1.0e9, "batch_size": 32, "model": "LM"}},
+             "mode": "space"},
         ]
     }))
     .expect("a valid request");
@@ -50,15 +65,28 @@ fn each_pair_uses_the_calibration_of_its_kind_and_device() {
     let kinds: Vec<Calibration> = answer.iter().map(|p| p.calibration).collect();
     assert_eq!(
         kinds,
-        [Calibration::Known, Calibration::New, Calibration::New]
+        [
+            Calibration::Known,
+            Calibration::NewFamily,
+            Calibration::NewFamily,
+            Calibration::New,
+            Calibration::Conservative
+        ]
     );
+    // Trust orders the shifts: a new family's p90 is at least as wide as a new workload's, and
+    // the conservative one the widest of all.
+    let c = &meta.calibration;
+    assert!(
+        c.shift(Calibration::NewFamily, Some("v100")) >= c.shift(Calibration::New, Some("v100"))
+    );
+    assert!(c.widest() >= c.shift(Calibration::NewFamily, Some("v100")));
     let raw = model
         .engine
         .run(predict::encode(&model, &registry, &request, None).expect("encode"))
         .expect("run");
     for (k, (p, gpu)) in answer
         .iter()
-        .zip([Some("v100"), Some("v100"), None])
+        .zip([Some("v100"), Some("v100"), None, Some("v100"), Some("v100")])
         .enumerate()
     {
         let shift = meta.calibration.shift(p.calibration, gpu);

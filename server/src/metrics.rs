@@ -95,6 +95,11 @@ struct Outcome {
     outcome: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CalibrationClass {
+    calibration: &'static str,
+}
+
 /// `gpu` (the model's devices, or `other`: a bounded set) and `mode` (`solo` for solo runs).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeviceMode {
@@ -130,6 +135,9 @@ pub struct Metrics {
     requests: Family<RouteStatus, Counter>,
     latency: Latency,
     pairs: Histogram,
+    /// Pairs predicted, by the calibration class of their p90 (`known`, `new`, `new_family`,
+    /// `conservative`).
+    predicted: Family<CalibrationClass, Counter>,
     reloads: Counter,
     reload_failures: Counter,
     observations: Family<Outcome, Counter>,
@@ -156,6 +164,7 @@ impl Default for Metrics {
             requests: Family::default(),
             latency: Latency::new_with_constructor(|| Histogram::new(LATENCY)),
             pairs: Histogram::new(PAIRS),
+            predicted: Family::default(),
             reloads: Counter::default(),
             reload_failures: Counter::default(),
             observations: Family::default(),
@@ -167,6 +176,11 @@ impl Default for Metrics {
         };
         for outcome in OUTCOMES {
             let _ = m.observations.get_or_create(&Outcome { outcome });
+        }
+        for class in duet_core::api::Calibration::ALL {
+            let _ = m.predicted.get_or_create(&CalibrationClass {
+                calibration: class.as_str(),
+            });
         }
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -187,6 +201,13 @@ impl Default for Metrics {
             "duet_predict_pairs",
             "Pairs per prediction request.",
             m.pairs.clone(),
+        );
+        register(
+            r,
+            "duet_predicted_pairs",
+            "Pairs predicted, by the calibration class of their p90 slowdowns (conservative: no \
+             calibrated class covers them; the widest p90 the model has).",
+            m.predicted.clone(),
         );
         register(
             r,
@@ -251,6 +272,20 @@ impl Metrics {
     #[allow(clippy::cast_precision_loss)]
     pub fn pairs(&self, n: usize) {
         self.pairs.observe(n as f64);
+    }
+
+    /// Counts predicted pairs by calibration class: `counts` in the order of
+    /// `Calibration::ALL`.
+    pub fn predicted(&self, counts: [u64; 4]) {
+        for (class, n) in duet_core::api::Calibration::ALL.into_iter().zip(counts) {
+            if n > 0 {
+                self.predicted
+                    .get_or_create(&CalibrationClass {
+                        calibration: class.as_str(),
+                    })
+                    .inc_by(n);
+            }
+        }
     }
 
     pub fn reload(&self, ok: bool) {

@@ -256,16 +256,17 @@ fn job(id: &str) -> Option<duet::Job> {
     })
 }
 
-fn inline() -> Option<duet::Job> {
+/// Inline features of a job of `model` that runs `solo` iterations a second alone.
+fn inline(model: &str, solo: f64) -> Option<duet::Job> {
     let value = |v: duet::feature_value::Value| duet::FeatureValue { value: Some(v) };
     let values = [
         (
             "solo_throughput",
-            value(duet::feature_value::Value::Number(11.2)),
+            value(duet::feature_value::Value::Number(solo)),
         ),
         (
             "model",
-            value(duet::feature_value::Value::Text("ResNet-50".into())),
+            value(duet::feature_value::Value::Text(model.into())),
         ),
         ("batch_size", duet::FeatureValue { value: None }),
     ]
@@ -296,8 +297,9 @@ async fn predict_over_grpc_answers_what_v1_predict_answers() {
     let mut client = PredictorClient::new(channel);
     let pairs = vec![
         pair(job("resnet-50-bs64"), job("transformer-bs32")),
-        pair(inline(), job("a3c")),
+        pair(inline("ResNet-50", 11.2), job("a3c")),
         pair(job("a3c"), job("cyclegan")),
+        pair(inline("Unseen-Net", 11.2), job("a3c")),
     ];
     let answer = client
         .predict(duet::PredictRequest {
@@ -312,6 +314,8 @@ async fn predict_over_grpc_answers_what_v1_predict_answers() {
         {"a": {"features": {"solo_throughput": 11.2, "model": "ResNet-50", "batch_size": null}},
          "b": {"workload": "a3c"}, "mode": "space"},
         {"a": {"workload": "a3c"}, "b": {"workload": "cyclegan"}, "mode": "space"},
+        {"a": {"features": {"solo_throughput": 11.2, "model": "Unseen-Net", "batch_size": null}},
+         "b": {"workload": "a3c"}, "mode": "space"},
     ]});
     let (s, expected) = call(&app, "POST", "/v1/predict", Some(body), None).await;
     assert_eq!(s, axum::http::StatusCode::OK, "{expected}");
@@ -330,18 +334,26 @@ async fn predict_over_grpc_answers_what_v1_predict_answers() {
             (got.slowdown_a_p90, got.slowdown_b_p90),
             (f("slowdown_a_p90"), f("slowdown_b_p90"))
         );
-        let calibration = if want["calibration"] == "known" {
-            duet::Calibration::Known
-        } else {
-            duet::Calibration::New
+        let calibration = match want["calibration"].as_str() {
+            Some("known") => duet::Calibration::Known,
+            Some("new") => duet::Calibration::New,
+            Some("new_family") => duet::Calibration::NewFamily,
+            Some("conservative") => duet::Calibration::Conservative,
+            other => panic!("calibration {other:?}"),
         };
         assert_eq!(got.calibration(), calibration);
     }
+    let classes: Vec<duet::Calibration> =
+        answer.predictions.iter().map(|p| p.calibration()).collect();
     assert_eq!(
-        answer.predictions[0].calibration(),
-        duet::Calibration::Known
+        classes,
+        [
+            duet::Calibration::Known,
+            duet::Calibration::New,
+            duet::Calibration::Known,
+            duet::Calibration::NewFamily
+        ]
     );
-    assert_eq!(answer.predictions[1].calibration(), duet::Calibration::New);
 
     // The same refusals as /v1/predict, naming the field.
     let over = client
@@ -386,7 +398,7 @@ async fn predict_over_grpc_answers_what_v1_predict_answers() {
         Code::InvalidArgument,
         "pairs[0].mode: unknown mode",
     );
-    let mut infinite = inline();
+    let mut infinite = inline("ResNet-50", 11.2);
     if let Some(duet::Job {
         job: Some(duet::job::Job::Features(f)),
     }) = &mut infinite

@@ -617,6 +617,54 @@ async fn health_models_metrics_and_openapi() {
     assert!(body["error"].as_str().is_some());
 }
 
+/// Each pair says which calibration its p90 comes from (the shifts themselves:
+/// model/tests/calibration.rs), and `/metrics` counts pairs by class; the OpenAPI document lists
+/// every class.
+#[tokio::test]
+async fn each_pair_says_its_calibration_class_and_metrics_count_them() {
+    let app = app();
+    let inline = |model: &str, solo: f64| json!({"features": {"solo_throughput": solo, "model": model, "batch_size": 64}});
+    let with = |b: Value| json!({"a": {"workload": "a3c"}, "b": b, "mode": "space"});
+    let (s, answer) = predict_v100(
+        &app,
+        &[
+            pair("a3c", "resnet-50-bs64"),
+            with(inline("ResNet-50", 11.2)),
+            with(inline("Unseen-Net", 11.2)),
+            with(json!({"features": {"solo_throughput": 11.2, "batch_size": 64, "model": null}})),
+            with(inline("ResNet-50", 1.0e9)),
+        ],
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{answer}");
+    let p = answer["predictions"].as_array().expect("predictions");
+    let classes: Vec<&str> = p
+        .iter()
+        .map(|p| p["calibration"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        classes,
+        ["known", "new", "new_family", "new_family", "conservative"],
+        "a job that declares no family is taken as a new one"
+    );
+    let (_, metrics) = call(&app, "GET", "/metrics", None, None).await;
+    let text = metrics.as_str().expect("text");
+    for line in [
+        "duet_predicted_pairs_total{calibration=\"known\"} 1",
+        "duet_predicted_pairs_total{calibration=\"new\"} 1",
+        "duet_predicted_pairs_total{calibration=\"new_family\"} 2",
+        "duet_predicted_pairs_total{calibration=\"conservative\"} 1",
+    ] {
+        assert!(text.contains(line), "missing `{line}` in\n{text}");
+    }
+    let (_, doc) = call(&app, "GET", "/openapi.json", None, None).await;
+    let classes = &doc["components"]["schemas"]["Calibration"];
+    let listed = classes.to_string();
+    for class in ["known", "new", "new_family", "conservative"] {
+        assert!(listed.contains(&format!("\"{class}\"")), "{classes}");
+    }
+}
+
 #[tokio::test]
 async fn the_registry_survives_a_new_server_on_the_same_state_file() {
     let dir = tempfile::tempdir().expect("tmp");

@@ -23,7 +23,7 @@ pub fn default_batch() -> Batch {
     let corpus = Corpus::new(datasets.to_vec());
     let rows: Vec<usize> = (0..corpus.examples.len()).collect();
     let spec = corpus.fit_spec(&rows);
-    corpus.encode_for_training(&spec, &rows)
+    corpus.encode_for_training(&spec, &rows, false)
 }
 
 const EPOCHS: usize = 20;

@@ -27,7 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let corpus = Corpus::new(datasets);
     let rows: Vec<usize> = (0..corpus.examples.len()).collect();
     let spec = corpus.fit_spec(&rows);
-    let batch = corpus.encode_for_training(&spec, &rows);
+    let batch = corpus.encode_for_training(&spec, &rows, false);
     std::fs::create_dir_all(&out)?;
     std::fs::write(out.join("inputs.f32"), bytes(&batch.inputs))?;
     std::fs::write(out.join("log_speed.f32"), bytes(&batch.log_speed))?;

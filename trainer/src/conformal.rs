@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use duet_core::api::Calibration as Kind;
-use duet_model::calibration::{ALPHA, Calibration, Offset, Shifts, conformal_shift};
+use duet_model::calibration::{ALPHA, Calibration, MIN_FAMILIES, Offset, Shifts, conformal_shift};
 
 /// Scores of one kind, by the held-out group (unordered pair, workload) they come from.
 type Groups = BTreeMap<String, Vec<f64>>;
@@ -24,17 +24,23 @@ pub struct Scores {
     by: BTreeMap<(String, usize), Groups>,
 }
 
-fn slot(kind: Kind) -> usize {
+/// The slot of a calibrated class; `conservative` has no scores of its own (it takes the
+/// widest shift).
+fn slot(kind: Kind) -> Option<usize> {
     match kind {
-        Kind::Known => 0,
-        Kind::New => 1,
+        Kind::Known => Some(0),
+        Kind::New => Some(1),
+        Kind::NewFamily => Some(2),
+        Kind::Conservative => None,
     }
 }
 
 impl Scores {
-    /// One row's score on `gpu`, counted in `kind`, from held-out `group`.
+    /// One row's score on `gpu`, counted in `kind`, from held-out `group` (a `conservative` row
+    /// counts in no class).
     pub fn push(&mut self, gpu: &str, kind: Kind, score: f64, group: &str) {
-        let groups = self.by.entry((gpu.to_string(), slot(kind))).or_default();
+        let Some(slot) = slot(kind) else { return };
+        let groups = self.by.entry((gpu.to_string(), slot)).or_default();
         match groups.get_mut(group) {
             Some(scores) => scores.push(score),
             None => {
@@ -67,6 +73,7 @@ impl Scores {
             [known, new]
         };
         let [known, new] = pair(&self.pooled(0), &self.pooled(1));
+        let new_family = family_fit(&self.pooled(2));
         let gpus: BTreeSet<&String> = self.by.keys().map(|(g, _)| g).collect();
         let by_device = if gpus.len() > 1 {
             gpus.into_iter()
@@ -78,8 +85,9 @@ impl Scores {
                             .unwrap_or_default()
                     };
                     let [mut k, mut n] = pair(&get(0), &get(1));
-                    for (mine, all) in [(&mut k, &known), (&mut n, &new)] {
-                        if mine.thin {
+                    let mut f = family_fit(&get(2));
+                    for (mine, all) in [(&mut k, &known), (&mut n, &new), (&mut f, &new_family)] {
+                        if mine.thin && !all.offset.is_empty() {
                             mine.offset.shift = all.offset.shift;
                             mine.offset.fallback = Some(format!(
                                 "{} calibration rows on this device; uses all devices' shift",
@@ -92,6 +100,7 @@ impl Scores {
                         Shifts {
                             known: k.offset,
                             new: n.offset,
+                            new_family: f.offset,
                         },
                     )
                 })
@@ -102,10 +111,81 @@ impl Scores {
         Calibration {
             known: known.offset,
             new: new.offset,
+            new_family: new_family.offset,
             by_device,
             method: method.to_string(),
         }
     }
+}
+
+/// The new-family offset of scores grouped by held-out family. A new family is one draw of a
+/// family, not of a row: with at least [`MIN_FAMILIES`] families the shift is the 90% quantile
+/// of the scores with every family weighing the same (a family of many workloads, so many more
+/// rows, counts no more than one of a single workload). A 90% bound over so few groups cannot
+/// carry the finite-sample guarantee (that needs 9), so the evaluation's leave-one-family-out
+/// coverage is the evidence that it holds. With fewer families, `fit`'s rule (the widest
+/// family's own quantile) and a note that the server answers a new family's pairs with the
+/// widest shift, labelled conservative (`Calibration::resolve`).
+fn family_fit(groups: &Groups) -> Fit {
+    let mut f = fit(groups);
+    if f.offset.rows == 0 {
+        return f;
+    }
+    let o = &mut f.offset;
+    if o.groups >= MIN_FAMILIES {
+        if let Some(q) = balanced_quantile(groups, 1.0 - ALPHA) {
+            o.shift = q;
+            o.fallback = None;
+            f.thin = false;
+        }
+        return f;
+    }
+    if f.thin {
+        o.shift = f.largest.unwrap_or(0.0).max(0.0);
+        o.fallback = Some(format!(
+            "{} calibration rows, fewer than the {} a 90% bound needs; the largest of them",
+            o.rows,
+            min_rows()
+        ));
+    }
+    let note = format!(
+        "{} families held out, fewer than the {MIN_FAMILIES} a new-family p90 needs: a new \
+         family's pairs are answered with the widest shift, labelled conservative",
+        o.groups
+    );
+    o.fallback = Some(match o.fallback.take() {
+        Some(f) => format!("{f}; {note}"),
+        None => note,
+    });
+    f
+}
+
+/// The `level` quantile of grouped scores with every group weighing the same (each row
+/// `1 / (groups * its group's rows)`): the smallest score whose cumulative weight reaches
+/// `level`. `None` with no finite score.
+fn balanced_quantile(groups: &Groups, level: f64) -> Option<f64> {
+    let kept: Vec<&Vec<f64>> = groups.values().filter(|g| !g.is_empty()).collect();
+    #[allow(clippy::cast_precision_loss)]
+    let count = kept.len() as f64;
+    let mut weighted: Vec<(f64, f64)> = kept
+        .iter()
+        .flat_map(|g| {
+            #[allow(clippy::cast_precision_loss)]
+            let w = 1.0 / (count * g.len() as f64);
+            g.iter().map(move |&s| (s, w))
+        })
+        .filter(|(s, _)| s.is_finite())
+        .collect();
+    weighted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut total = 0.0;
+    for &(s, w) in &weighted {
+        total += w;
+        // A hair of tolerance keeps an exact 0.9 from falling to the next score.
+        if total >= level - 1e-12 {
+            return Some(s);
+        }
+    }
+    weighted.last().map(|&(s, _)| s)
 }
 
 /// One kind's offset as it is being fitted.
@@ -324,5 +404,61 @@ mod tests {
         assert_eq!(p100.new.shift, c.new.shift);
         assert!(p100.new.fallback.is_some());
         assert_eq!(c.method, "cross-conformal");
+    }
+
+    #[test]
+    fn a_new_family_weighs_as_one_family_whatever_its_rows() {
+        // Six families: five easy ones of 10 rows, one hard one of 100 rows. By rows the hard
+        // family is 2/3 of the scores; by family it is one of six.
+        let mut s = Scores::default();
+        for f in 0..5 {
+            for k in 0..10 {
+                s.push(
+                    "v100",
+                    Kind::NewFamily,
+                    f64::from(k) / 100.0,
+                    &format!("family f{f}"),
+                );
+            }
+        }
+        for k in 0..100 {
+            s.push(
+                "v100",
+                Kind::NewFamily,
+                1.0 + f64::from(k) / 100.0,
+                "family hard",
+            );
+        }
+        let c = s.calibration(duet_model::calibration::CROSS_CONFORMAL);
+        let o = &c.new_family;
+        assert_eq!((o.rows, o.groups), (150, 6));
+        // Five of six families (83%) lie below 0.1; the 90% point is in the hard family's
+        // lowest 40%: its 40th score of 100 (cumulative 5/6 + 40/600 = 0.9).
+        assert!((o.shift - 1.39).abs() < 1e-9, "{o:?}");
+        assert!(o.fallback.is_none());
+        assert!(c.families_calibrated());
+        // Four families: not enough to answer with; the note says what the server does.
+        let mut s = Scores::default();
+        for f in 0..4 {
+            for k in 0..10 {
+                s.push(
+                    "v100",
+                    Kind::NewFamily,
+                    f64::from(k),
+                    &format!("family f{f}"),
+                );
+            }
+        }
+        let c = s.calibration(duet_model::calibration::CROSS_CONFORMAL);
+        assert!(!c.families_calibrated());
+        let why = c.new_family.fallback.clone().unwrap_or_default();
+        assert!(
+            why.contains("4 families held out") && why.contains("conservative"),
+            "{why}"
+        );
+        // A conservative row counts in no class.
+        let mut s = Scores::default();
+        s.push("v100", Kind::Conservative, 5.0, "w");
+        assert!(s.calibration("x").new_family.is_empty() && s.calibration("x").new.is_empty());
     }
 }

@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use burn::backend::{Autodiff, Flex};
+use duet_core::api::Calibration as Kind;
 use duet_core::dataset::Dataset;
 use duet_model::calibration::{Calibration, SPLIT_CONFORMAL};
 use duet_model::encoding::{FeatureSpec, IDENTITY, JobFeatures, job_features};
@@ -24,6 +25,9 @@ pub struct Corpus {
     pub datasets: Vec<Dataset>,
     pub jobs: Vec<BTreeMap<String, JobFeatures>>,
     pub examples: Vec<Example>,
+    /// The categorical workload feature that names a model family (`--family`), recorded in
+    /// every spec fitted on the corpus.
+    pub family: Option<String>,
 }
 
 impl Corpus {
@@ -34,6 +38,7 @@ impl Corpus {
             datasets,
             jobs,
             examples,
+            family: None,
         }
     }
 
@@ -56,19 +61,49 @@ impl Corpus {
             rows.iter().map(|&i| self.examples[i].gpu.clone()),
             rows.iter().map(|&i| self.examples[i].mode),
         )
+        .with_family(self.family.as_deref())
     }
 
     /// Training rows twice: as known workloads, and with their ids hidden, as a new job would
-    /// look. The network learns to use identities without depending on them.
-    pub fn encode_for_training(&self, spec: &FeatureSpec, rows: &[usize]) -> Batch {
+    /// look; with `family_dropout` where the spec has a family, a third time with the ids and
+    /// one job's family or both hidden, as a job of a new family looks. The network learns to
+    /// use identities and families without depending on them, and meets the family's unknown
+    /// slot in training, which it would otherwise only ever meet when serving.
+    pub fn encode_for_training(
+        &self,
+        spec: &FeatureSpec,
+        rows: &[usize],
+        family_dropout: bool,
+    ) -> Batch {
         let mut batch = self.encode_as(spec, rows, true);
         if !spec.identities.is_empty() {
             batch.extend(&self.encode_as(spec, rows, false));
+        }
+        if family_dropout && spec.family.is_some() {
+            batch.extend(&self.encode_without_families(spec, rows));
         }
         batch
     }
 
     fn encode_as(&self, spec: &FeatureSpec, rows: &[usize], identity: bool) -> Batch {
+        self.encode_rows(spec, rows, identity, |_| [false, false])
+    }
+
+    /// `rows` without identities and with families hidden, by the row's index: a's on odd
+    /// ones, b's on every other pair of them, both on a quarter; the quarter that would hide
+    /// none (the identity-hidden copy already has them) is left out.
+    fn encode_without_families(&self, spec: &FeatureSpec, rows: &[usize]) -> Batch {
+        let kept: Vec<usize> = rows.iter().copied().filter(|&i| i & 3 != 0).collect();
+        self.encode_rows(spec, &kept, false, |i| [i & 1 == 1, i & 2 == 2])
+    }
+
+    fn encode_rows(
+        &self,
+        spec: &FeatureSpec,
+        rows: &[usize],
+        identity: bool,
+        hide_families: impl Fn(usize) -> [bool; 2],
+    ) -> Batch {
         let mut batch = Batch {
             width: spec.pair_width(),
             ..Batch::default()
@@ -77,9 +112,11 @@ impl Corpus {
         for &i in rows {
             let e = &self.examples[i];
             buf.clear();
+            let [hide_a, hide_b] = hide_families(i);
+            let family = |hide: bool| spec.family.as_deref().filter(|_| hide);
             let (a, b) = (
-                view(self.job(e, &e.a), identity),
-                view(self.job(e, &e.b), identity),
+                view(self.job(e, &e.a), identity, family(hide_a)),
+                view(self.job(e, &e.b), identity, family(hide_b)),
             );
             spec.encode_pair(&a, &b, &e.gpu, e.mode, e.share_a, e.share_b, &mut buf);
             batch.push(&buf, e.speed);
@@ -266,8 +303,8 @@ impl Corpus {
         let (validation, train): (Vec<usize>, Vec<usize>) = rows
             .iter()
             .partition(|&&i| held.contains(&self.examples[i].setting));
-        let validation = self.encode_for_training(spec, &validation);
-        let train = self.encode_for_training(spec, &train);
+        let validation = self.encode_for_training(spec, &validation, config.family_dropout);
+        let train = self.encode_for_training(spec, &train, config.family_dropout);
         match config.device {
             TrainDevice::Cpu => {
                 fit::<Autodiff<Flex>>(&train, &validation, &member_config, &Default::default())
@@ -289,7 +326,13 @@ impl Corpus {
                 continue;
             };
             let row = &batch.inputs[k * batch.width..(k + 1) * batch.width];
-            let kind = trained.spec.calibration_kind(row);
+            // Rows held out here are new workloads, not new families (the held-out workloads
+            // are drawn one by one): a row the encoder sees as a new family counts as new, one
+            // out of range in no class (such pairs are answered with the widest shift).
+            let kind = match trained.spec.calibration_kind(row) {
+                Kind::NewFamily => Kind::New,
+                k => k,
+            };
             let group = [&e.a, &e.b]
                 .into_iter()
                 .find(|id| split.held_workloads.contains(id.as_str()))
@@ -386,14 +429,19 @@ fn fit_cuda(
     Err(TrainError::NoCuda { index })
 }
 
-/// A job's features as the network sees them: as they are, or with the identity hidden (only
-/// then is a copy needed).
-fn view(job: &JobFeatures, identity: bool) -> Cow<'_, JobFeatures> {
-    if identity {
+/// A job's features as the network sees them: as they are, or with the identity hidden, and
+/// the family feature `hide` where it names one (only then is a copy needed).
+fn view<'a>(job: &'a JobFeatures, identity: bool, hide: Option<&str>) -> Cow<'a, JobFeatures> {
+    if identity && hide.is_none() {
         Cow::Borrowed(job)
     } else {
         let mut job = job.clone();
-        job.remove(IDENTITY);
+        if !identity {
+            job.remove(IDENTITY);
+        }
+        if let Some(family) = hide {
+            job.remove(family);
+        }
         Cow::Owned(job)
     }
 }

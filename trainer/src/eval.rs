@@ -92,12 +92,37 @@ pub fn split_definitions(splits: &[Split]) -> BTreeMap<String, String> {
     .collect()
 }
 
-/// The evaluation's splits: the fixed ones, and `unseen_<feature>` where `group_by` names one.
-pub fn splits(group_by: Option<&str>) -> Vec<Split> {
+/// The evaluation's splits: the fixed ones, `unseen_<family>` where the corpus has a family
+/// feature (its folds calibrate the new-family p90), and `unseen_<feature>` where `group_by`
+/// names another.
+pub fn splits(group_by: Option<&str>, family: Option<&str>) -> Vec<Split> {
     let mut out = Split::ALL.to_vec();
-    out.extend(group_by.map(Split::unseen));
+    for feature in [family, group_by].into_iter().flatten() {
+        let split = Split::unseen(feature);
+        if !out.contains(&split) {
+            out.push(split);
+        }
+    }
     out
 }
+
+/// The family feature of `corpus` that `--family` names, or by default `model` where every
+/// dataset declares it as a categorical feature with at least two values among the workloads of
+/// its pairs (`None` where it does not: no new-family class then). `none` turns it off.
+pub fn family_feature(corpus: &Corpus, named: Option<&str>) -> Result<Option<String>, String> {
+    match named {
+        Some("none") => Ok(None),
+        Some(feature) => check_group_by(corpus, feature)
+            .map(|()| Some(feature.to_string()))
+            .map_err(|e| e.replace("--group-by", "--family")),
+        None => Ok(check_group_by(corpus, DEFAULT_FAMILY)
+            .ok()
+            .map(|()| DEFAULT_FAMILY.to_string())),
+    }
+}
+
+/// The family feature where `--family` names none and the datasets declare it.
+pub const DEFAULT_FAMILY: &str = "model";
 
 /// Each workload's value of the categorical feature `feature`, by dataset index and id
 /// (workloads without one are absent).
@@ -388,8 +413,9 @@ struct HeldScore {
 
 /// The evaluation's out-of-fold conformity scores: `known` from the unseen-pairs folds (a pair
 /// of training workloads never measured together), `new` from the leave-one-workload-out folds
-/// (a pair with a workload the model has no identity for). Each row is counted in the kind its
-/// fold's model sees it as.
+/// (a pair with a workload the model has no identity for), `new_family` from the
+/// leave-one-family-out folds (a pair with a workload of a family the model never saw). Each
+/// row is counted in the kind its fold's model sees it as (a row out of range in none).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OutOfFold {
     scores: Vec<HeldScore>,
@@ -397,12 +423,19 @@ pub struct OutOfFold {
 
 impl OutOfFold {
     fn add(&mut self, corpus: &Corpus, split: Split, fold: &Fold, mlp: &[MlpRow]) {
+        let family_fold = match split {
+            Split::UnseenGroup(g) if corpus.family.as_deref() == Some(g.feature()) => {
+                fold.value.as_ref()
+            }
+            _ => None,
+        };
         for (&i, r) in fold.test.iter().zip(mlp) {
             let e = &corpus.examples[i];
             let Some(speed) = e.speed else { continue };
-            let group = match (split, r.kind, &fold.workload) {
-                (Split::UnseenPairs, Kind::Known, _) => format!("pair {}", e.pair),
-                (Split::UnseenWorkloads, Kind::New, Some(w)) => w.clone(),
+            let group = match (split, r.kind, &fold.workload, family_fold) {
+                (Split::UnseenPairs, Kind::Known, _, _) => format!("pair {}", e.pair),
+                (Split::UnseenWorkloads, Kind::New, Some(w), _) => w.clone(),
+                (_, Kind::NewFamily, _, Some(family)) => format!("family {family}"),
                 _ => continue,
             };
             self.scores.push(HeldScore {
@@ -525,8 +558,9 @@ pub fn evaluate(
 }
 
 /// [`evaluate`] on `splits` (for example with `unseen_<feature>`, [`splits`]). Only the
-/// unseen-pairs and unseen-workloads folds give out-of-fold scores, so an added split is
-/// calibrated like the others but changes neither their figures nor the shipped calibration.
+/// unseen-pairs, unseen-workloads and (for the corpus' family feature) unseen-family folds give
+/// out-of-fold scores, so another added split is calibrated like the others but changes neither
+/// their figures nor the shipped calibration.
 pub fn evaluate_splits(
     corpus: &Corpus,
     config: &TrainConfig,
@@ -558,7 +592,8 @@ pub fn evaluate_splits(
             let calibration = out_of_fold.calibration_for(corpus, split, fold);
             for (k, r) in scored.mlp.iter().enumerate() {
                 let e = &corpus.examples[fold.test[k]];
-                let s = mlp_scored(&r.out, e.speed, calibration.shift(r.kind, Some(&e.gpu)));
+                let (_, shift) = calibration.resolve(r.kind, Some(&e.gpu));
+                let s = mlp_scored(&r.out, e.speed, shift);
                 if let Some(speed) = e.speed {
                     held_out.push(HeldOut {
                         split,
@@ -629,13 +664,15 @@ mod tests {
         )
     }
 
-    /// Every feasible row of the unseen-pairs and unseen-workloads folds as a score, as an
-    /// evaluation would record it (known in the first, new in the second).
+    /// Every feasible row of the unseen-pairs, unseen-workloads and unseen-family folds as a
+    /// score, as an evaluation would record it (known in the first, new in the second, new
+    /// family in the third).
     fn every_score(corpus: &Corpus, seed: u64) -> OutOfFold {
         let mut oof = OutOfFold::default();
         for (split, kind) in [
             (Split::UnseenPairs, Kind::Known),
             (Split::UnseenWorkloads, Kind::New),
+            (Split::unseen("model"), Kind::NewFamily),
         ] {
             for fold in folds(split, corpus, seed) {
                 let mlp = vec![
@@ -653,19 +690,26 @@ mod tests {
 
     #[test]
     fn no_test_row_calibrates_itself() {
-        let corpus = corpus(&["gavel-k80", "gavel-v100"]);
+        let mut corpus = corpus(&["gavel-k80", "gavel-v100"]);
+        corpus.family = family_feature(&corpus, None).expect("a family feature");
+        assert_eq!(corpus.family.as_deref(), Some(DEFAULT_FAMILY));
         let oof = every_score(&corpus, 7);
         let feasible = corpus.examples.iter().filter(|e| e.speed.is_some()).count();
         // Every feasible row once as a known score, and once per workload it touches as a new
         // one (a workload's self-pair once).
-        let (known, new) = oof
+        let (known, rest) = oof
             .scores
             .iter()
             .partition::<Vec<_>, _>(|s| s.kind == Kind::Known);
+        let (new, family) = rest
+            .into_iter()
+            .partition::<Vec<_>, _>(|s| s.kind == Kind::New);
+        // Every feasible row once per family it touches.
+        assert!(family.len() >= feasible && family.len() <= 2 * feasible);
         assert_eq!(known.len(), feasible);
         assert!(new.len() > feasible && new.len() <= 2 * feasible);
         let models = values_of(&corpus, "model");
-        for split in splits(Some("model")) {
+        for split in splits(None, corpus.family.as_deref()) {
             for fold in folds(split, &corpus, 7) {
                 let tests: Vec<&Example> = fold.test.iter().map(|&i| &corpus.examples[i]).collect();
                 let kept = oof.kept_for(&corpus, split, &fold);
@@ -713,5 +757,13 @@ mod tests {
             .collect();
         assert_eq!(c.new.groups, workloads.len());
         assert_eq!(c.by_device.len(), 2);
+        let families: BTreeSet<String> = values_of(&corpus, "model")
+            .into_iter()
+            .flat_map(|d| d.into_values())
+            .collect();
+        assert_eq!(c.new_family.rows, family.len());
+        assert_eq!(c.new_family.groups, families.len());
+        assert!(c.families_calibrated(), "{:?}", c.new_family);
+        assert!(c.by_device.values().all(|d| !d.new_family.is_empty()));
     }
 }

@@ -14,7 +14,7 @@ use duet_model::artifact;
 use duet_model::network::TrainConfig;
 
 use crate::corpus::Corpus;
-use crate::eval::{Split, evaluate};
+use crate::eval::{Split, evaluate_splits};
 use crate::pipeline::{self, PipelineError};
 use crate::report::{self, HELD_OUT_FILE};
 
@@ -34,7 +34,8 @@ pub fn render(dir: &Path, progress: &mut dyn Progress) -> Result<Vec<String>, Pi
             )));
         }
     }
-    let corpus = Corpus::new(datasets);
+    let mut corpus = Corpus::new(datasets);
+    corpus.family = meta.spec.family.clone();
     let evaluated = meta.evaluation.as_ref().is_some_and(|e| !e.final_only);
     let stored = dir.join(HELD_OUT_FILE);
     let held_out = if !evaluated {
@@ -55,7 +56,16 @@ pub fn render(dir: &Path, progress: &mut dyn Progress) -> Result<Vec<String>, Pi
             ..meta.config.clone()
         };
         let members = config.ensemble.max(1) as u64;
-        let total: u64 = Split::ALL
+        // The splits the model was evaluated on, in the order training ran them: the fixed
+        // ones, the family's, then `--group-by`'s.
+        let named = meta.evaluation.as_ref().map(|e| &e.splits);
+        let group_by = named.into_iter().flat_map(|s| s.keys()).find_map(|k| {
+            let fixed = Split::ALL.iter().any(|s| s.as_str() == k);
+            k.strip_prefix("unseen_")
+                .filter(|f| !fixed && Some(*f) != meta.spec.family.as_deref())
+        });
+        let splits = crate::eval::splits(group_by, meta.spec.family.as_deref());
+        let total: u64 = splits
             .iter()
             .map(|&split| crate::eval::folds(split, &corpus, seed).len() as u64)
             .sum::<u64>()
@@ -71,7 +81,7 @@ pub fn render(dir: &Path, progress: &mut dyn Progress) -> Result<Vec<String>, Pi
             unit: "members",
         });
         let mut fitted = 0;
-        let e = evaluate(&corpus, &config, |split, done, of| {
+        let e = evaluate_splits(&corpus, &config, &splits, |split, done, of| {
             let line = format!("seed {seed}: evaluated {} fold {done}/{of}", split.as_str());
             fitted += members;
             progress.line(&line);

@@ -8,7 +8,9 @@ use duet_core::dataset::{Dataset, DatasetError};
 use duet_core::progress::{Event, Lines, Progress};
 
 use crate::corpus::Corpus;
-use crate::eval::{OutOfFold, Split, check_group_by, evaluate_splits, split_definitions};
+use crate::eval::{
+    OutOfFold, Split, check_group_by, evaluate_splits, family_feature, split_definitions,
+};
 use duet_model::accuracy::mean_and_sd;
 use duet_model::artifact::{
     self, ArtifactError, EvaluationInfo, FORMAT, ModelMeta, TrainingData, fingerprint, fnv1a,
@@ -39,6 +41,10 @@ pub struct TrainOptions {
     /// A categorical workload feature (`--group-by`, for example `model`): the evaluation adds
     /// the `unseen_<feature>` split, every workload with one value of it held out together.
     pub group_by: Option<String>,
+    /// The categorical workload feature naming a model family (`--family`; `none`: no family);
+    /// absent: `model` where every dataset declares it. Its leave-one-family-out folds
+    /// calibrate the new-family p90.
+    pub family: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,9 +117,10 @@ per-fold refits (spec and ensemble fitted on the fold's training rows only), nev
 shipped networks, which are trained on every row with the first seed; the p90 is calibrated \
 cross-conformally: a fold's test rows are shifted by the conformal quantile of the other folds' \
 held-out scores (known pairs: the unseen-pairs folds; new workloads: the leave-one-workload-out \
-folds; scores sharing the test fold's setting, pair or workload left out), the shipped model by \
-that of all of them, over every seed; with several seeds, `metrics` is the mean over seeds and \
-`metrics_sd` the sample standard deviation";
+folds; new families: the leave-one-family-out folds; scores sharing the test fold's setting, \
+pair, workload or family left out), the shipped model by that of all of them, over every seed; \
+with several seeds, `metrics` is the mean over seeds and `metrics_sd` the sample standard \
+deviation";
 
 /// `evaluation.protocol` of a model trained with `--final-only`.
 pub const FINAL_ONLY_PROTOCOL: &str = "final-only: no cross-validated evaluation was run, so \
@@ -141,7 +148,7 @@ pub fn run_with(
         PipelineError::Data(format!("{}: {m}", p.display()))
     })?;
     let (datasets, data) = load(&options.data)?;
-    let corpus = Corpus::new(datasets);
+    let mut corpus = Corpus::new(datasets);
     let mut warnings = Vec::new();
     progress.line(&format!(
         "{} directed rows from {} dataset(s)",
@@ -151,7 +158,23 @@ pub fn run_with(
     if let Some(feature) = &options.group_by {
         check_group_by(&corpus, feature).map_err(PipelineError::Data)?;
     }
-    let splits = crate::eval::splits(options.group_by.as_deref());
+    corpus.family =
+        family_feature(&corpus, options.family.as_deref()).map_err(PipelineError::Data)?;
+    match &corpus.family {
+        Some(f) => progress.line(&format!(
+            "model family: the workload feature `{f}` (its leave-one-value-out folds calibrate \
+             the new-family p90)"
+        )),
+        None => {
+            progress.line("model family: none (a new workload's family is not told apart)");
+        }
+    }
+    let splits = crate::eval::splits(
+        options.group_by.as_deref(),
+        (!options.final_only)
+            .then_some(corpus.family.as_deref())
+            .flatten(),
+    );
     let seeds = if options.seeds.is_empty() {
         vec![options.config.seed]
     } else {
@@ -252,7 +275,11 @@ pub fn run_with(
     for (kind, o) in [
         ("known", &trained.calibration.known),
         ("new", &trained.calibration.new),
+        ("new-family", &trained.calibration.new_family),
     ] {
+        if o.is_empty() {
+            continue;
+        }
         progress.line(&format!(
             "final model, {kind}-workload calibration: shift {:+.4} from {} rows ({} groups){}",
             o.shift,

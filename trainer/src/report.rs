@@ -209,32 +209,39 @@ pub fn render(
         "Cross-conformal: the scores are the evaluation's out-of-fold ones, from the per-fold \
          refits of every seed on their own test rows (`known` from the unseen-pairs folds, where \
          every measured pair is held out once; `new` from the leave-one-workload-out folds, where \
-         every workload is), so no shift rests on a few held-out workloads. A row scored by \
-         several seeds' refits counts once per seed."
+         every workload is; `new_family` from the leave-one-family-out folds, where every family \
+         is), so no shift rests on a few held-out workloads. A row scored by several seeds' \
+         refits counts once per seed."
     } else {
         "Split-conformal: the scores come from an ensemble trained without the calibration rows \
          (`known`: 10% of the unordered pairs of training workloads; `new`: every row of 15% of \
          the workloads, so the model has no identity for them); the shipped ensemble is then \
          refitted on every row."
     };
+    let family = meta.spec.family.as_deref().unwrap_or("none");
+    let min = duet_model::calibration::MIN_FAMILIES;
     let _ = writeln!(
         md,
         "\n## p90 calibration\n\nThe p90 slowdown is the network's 10th-percentile speed shifted by a \
          conformal offset (the ceil((n+1)·0.9)-th smallest of n held-out scores, each score the \
          raw ln p10 speed minus the measured ln speed of a row no member of the scoring ensemble \
          trained or early-stopped on), chosen per pair: `known` when the model has an identity \
-         slot for both workloads, `new` otherwise, and per device where the model knows several. \
-         {how}\n\n\
+         slot for both workloads, `new` otherwise, `new_family` where a new workload's family \
+         (`{family}`) was never in training, and per device where the model knows several. \
+         A new family with fewer than {min} families held out, or a job more than one training \
+         standard deviation outside a feature's range, gets the widest shift, labelled \
+         `conservative`. {how}\n\n\
          | device | kind | shift of ln p90 slowdown | scores | held-out groups | note |\n|---|---|---|---|---|---|"
     );
-    let devices = std::iter::once(("all", &meta.calibration.known, &meta.calibration.new)).chain(
-        meta.calibration
-            .by_device
+    let c = &meta.calibration;
+    let devices = std::iter::once(("all", &c.known, &c.new, &c.new_family)).chain(
+        c.by_device
             .iter()
-            .map(|(g, d)| (g.as_str(), &d.known, &d.new)),
+            .map(|(g, d)| (g.as_str(), &d.known, &d.new, &d.new_family)),
     );
-    for (gpu, known, new) in devices {
-        for (kind, o) in [("known", known), ("new", new)] {
+    for (gpu, known, new, new_family) in devices {
+        let classes = [("known", known), ("new", new), ("new_family", new_family)];
+        for (kind, o) in classes.into_iter().filter(|(_, o)| !o.is_empty()) {
             let _ = writeln!(
                 md,
                 "| {gpu} | {kind} | {:+.4} | {} | {} | {} |",

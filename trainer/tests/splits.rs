@@ -350,3 +350,55 @@ fn group_by_names_the_flag_and_the_feature_when_it_cannot_split() {
         "{single}"
     );
 }
+
+/// With a family feature, the held-out family's rows are a new family to the fold's spec, and
+/// training meets the family's unknown slot only in the copy that hides families (so a job of
+/// a new family is no input the network never trained on); without the copy it never does.
+#[test]
+fn a_held_out_family_is_new_to_its_fold_and_training_hides_families() {
+    use duet_core::api::Calibration as Class;
+    let mut corpus = gavel();
+    corpus.family = Some("model".to_string());
+    let fold = folds(Split::unseen("model"), &corpus, 7)
+        .into_iter()
+        .next()
+        .expect("a fold");
+    let spec = corpus.fit_spec(&fold.train);
+    assert_eq!(spec.family.as_deref(), Some("model"));
+    let test = corpus.encode(&spec, &fold.test);
+    let classes: BTreeSet<Class> = test
+        .inputs
+        .chunks_exact(test.width)
+        .map(|row| spec.calibration_kind(row))
+        .collect();
+    assert!(classes.contains(&Class::NewFamily), "{classes:?}");
+    assert!(!classes.contains(&Class::Known) && !classes.contains(&Class::New));
+    // The unknown slot of `model` in job a's and job b's encodings.
+    let job = spec.job_width();
+    let mut at = 2 * spec.numeric.len();
+    for c in &spec.categorical {
+        if c.name == "model" {
+            at += c.vocabulary.len();
+            break;
+        }
+        at += c.vocabulary.len() + 1;
+    }
+    let unknown = |inputs: &[f32]| {
+        inputs
+            .chunks_exact(test.width)
+            .filter(|row| row[at] != 0.0 || row[job + at] != 0.0)
+            .count()
+    };
+    let rows = fold.train.len();
+    let with = corpus.encode_for_training(&spec, &fold.train, true);
+    let without = corpus.encode_for_training(&spec, &fold.train, false);
+    assert_eq!(without.inputs.len(), 2 * rows * test.width);
+    assert_eq!(unknown(&without.inputs), 0, "the slot never trains");
+    let hidden = with.inputs.len() / test.width - 2 * rows;
+    assert!(
+        hidden * 4 >= rows * 3 - 4 && hidden * 4 <= rows * 3 + 4,
+        "{hidden} of {rows}"
+    );
+    assert_eq!(unknown(&with.inputs), hidden);
+    assert_eq!(&with.inputs[..without.inputs.len()], &without.inputs[..]);
+}

@@ -114,6 +114,8 @@ fn prediction(p: &api::Prediction) -> Prediction {
         calibration: match p.calibration {
             api::Calibration::Known => Calibration::Known,
             api::Calibration::New => Calibration::New,
+            api::Calibration::NewFamily => Calibration::NewFamily,
+            api::Calibration::Conservative => Calibration::Conservative,
         }
         .into(),
     }

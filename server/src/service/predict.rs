@@ -105,6 +105,11 @@ pub fn predict<S: Sink>(
             )?;
             let kinds =
                 duet_model::predict::kinds(&model.meta.spec, &model.meta.calibration, &inputs);
+            let mut classes = [0u64; 4];
+            for (class, _) in &kinds {
+                classes[*class as usize] += 1;
+            }
+            state.metrics.predicted(classes);
             let outputs = if serial {
                 model.engine.run_serial(inputs)
             } else {

@@ -22,8 +22,13 @@ const BYTES: [&str; 2] = [
     ".inference.ModelInferResponse.raw_output_contents",
 ];
 
+/// The repository `cargo run` was called for: the manifest's folder as cargo gives it at run
+/// time (the build's own path only where it gives none), so that a build cached from another
+/// clone checks this one.
 fn repository() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+        .join("../..")
 }
 
 /// Writes the generated code of `proto/` into `out`.

@@ -115,8 +115,13 @@ pub enum Calibration {
     Unspecified = 0,
     /// The model was trained on both workloads.
     Known = 1,
-    /// At least one workload is new to the model.
+    /// At least one workload is new to the model; its model family was in training.
     New = 2,
+    /// At least one workload is of a model family training never had (or declares none).
+    NewFamily = 3,
+    /// No calibrated class covers the pair (a new family where the model saw too few families to
+    /// calibrate one, or a feature far outside training's range): the widest p90 the model has.
+    Conservative = 4,
 }
 impl Calibration {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -128,6 +133,8 @@ impl Calibration {
             Self::Unspecified => "CALIBRATION_UNSPECIFIED",
             Self::Known => "CALIBRATION_KNOWN",
             Self::New => "CALIBRATION_NEW",
+            Self::NewFamily => "CALIBRATION_NEW_FAMILY",
+            Self::Conservative => "CALIBRATION_CONSERVATIVE",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
@@ -136,6 +143,8 @@ impl Calibration {
             "CALIBRATION_UNSPECIFIED" => Some(Self::Unspecified),
             "CALIBRATION_KNOWN" => Some(Self::Known),
             "CALIBRATION_NEW" => Some(Self::New),
+            "CALIBRATION_NEW_FAMILY" => Some(Self::NewFamily),
+            "CALIBRATION_CONSERVATIVE" => Some(Self::Conservative),
             _ => None,
         }
     }
