@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod support;
-use support::{Server, TOKEN};
+use support::{Server, TOKEN, alone, peak_rss_mib};
 
 #[path = "../../server/tests/support/pg.rs"]
 mod pg;
@@ -41,27 +41,6 @@ fn impatient() -> usize {
 /// which the unloaded p99 exceeds by a noisy margin).
 const LATENCY_BOUND: f64 = 2.0;
 const QUEUED_LATENCY_BOUND: f64 = 3.0;
-
-/// One test at a time: each loads the machine's two cores on its own, and its bounds (peak
-/// memory, probe latency) are its own server's.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn alone() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Peak resident memory of process `pid`, MiB (`VmHWM`).
-fn peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmHWM");
-    kib / 1024.0
-}
 
 /// CPU seconds (user and system) process `pid` has used.
 fn cpu_seconds(pid: &str) -> f64 {

@@ -20,26 +20,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 mod support;
-use support::{Server, TOKEN, free_port};
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn alone() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Peak resident memory of process `pid`, MiB (`VmHWM`).
-fn peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmHWM");
-    kib / 1024.0
-}
+use support::{Server, TOKEN, alone, free_port, peak_rss_mib};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -243,7 +243,10 @@ async fn drift_scores_observations_against_the_loaded_model_worst_workload_first
         .iter()
         .map(|w| w["key"].as_str().expect("key"))
         .collect();
-    assert_eq!(&keys[2..], ["a3c", "cyclegan"], "{drift}");
+    // The two exact ones last, in either order (their errors differ by float rounding only).
+    let mut fine = keys[2..].to_vec();
+    fine.sort_unstable();
+    assert_eq!(fine, ["a3c", "cyclegan"], "{drift}");
     for w in &workloads[..2] {
         // Predicted twice the observed speed: an error of 100%, too optimistic, never covered.
         assert!(

@@ -173,3 +173,25 @@ impl Drop for Server {
 pub fn path(p: &Path) -> &str {
     p.to_str().expect("a UTF-8 temporary path")
 }
+
+/// One test at a time: each loads the machine's two cores on its own, and its bounds (peak
+/// memory, probe latency) are its own server's.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Holds the test binary's one place until dropped.
+pub fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Peak resident memory of process `pid`, MiB (`VmHWM`).
+pub fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmHWM");
+    kib / 1024.0
+}
