@@ -95,6 +95,10 @@ impl Scores {
                             ));
                         }
                     }
+                    if f.offset.is_empty() {
+                        // Not written to model.json: the device reads back as without one.
+                        f.offset = Offset::default();
+                    }
                     (
                         gpu.clone(),
                         Shifts {
@@ -129,6 +133,8 @@ impl Scores {
 fn family_fit(groups: &Groups) -> Fit {
     let mut f = fit(groups);
     if f.offset.rows == 0 {
+        // No class at all: exactly what a model.json without it reads back as.
+        f.offset = Offset::default();
         return f;
     }
     let o = &mut f.offset;
