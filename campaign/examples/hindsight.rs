@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use duet_campaign::audit::{draw, errors};
 use duet_campaign::scoring::Scorer;
 use duet_campaign::settings::{Candidate, Setting};
-use duet_core::dataset::{Dataset, modes_present};
+use duet_core::dataset::Dataset;
 use duet_model::accuracy::{mean_of, sd_of};
 use duet_model::network::TrainConfig;
 
@@ -108,14 +108,7 @@ fn fit(
 ) -> Result<Scorer, Box<dyn std::error::Error>> {
     let mut rows = rows.to_vec();
     rows.sort_unstable();
-    let pairs: Vec<_> = rows.iter().map(|&r| data.pairs[r].clone()).collect();
-    let mut meta = data.meta.clone();
-    meta.modes = modes_present(&pairs);
-    let known = Dataset {
-        meta,
-        workloads: data.workloads.clone(),
-        pairs,
-    };
+    let known = data.with_pairs(rows.iter().map(|&r| data.pairs[r].clone()).collect());
     Scorer::fit(&[known], &[], config, false, workers)?.ok_or_else(|| "too few settings".into())
 }
 

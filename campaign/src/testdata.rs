@@ -103,14 +103,7 @@ pub fn synthetic(n: usize, modes: &[Mode]) -> Dataset {
 
 /// The dataset with only the pairs `keep` holds (every solo run kept).
 pub fn with_pairs(d: &Dataset, keep: impl Fn(&Pair) -> bool) -> Dataset {
-    let pairs: Vec<Pair> = d.pairs.iter().filter(|p| keep(p)).cloned().collect();
-    let mut meta = d.meta.clone();
-    meta.modes = modes_present(&pairs);
-    Dataset {
-        meta,
-        workloads: d.workloads.clone(),
-        pairs,
-    }
+    d.with_pairs(d.pairs.iter().filter(|p| keep(p)).cloned().collect())
 }
 
 /// A fit quick enough for unit tests.

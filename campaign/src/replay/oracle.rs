@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 
-use duet_core::dataset::{Dataset, Status, modes_present, speed};
+use duet_core::dataset::{Dataset, Status, speed};
 use duet_core::rng::Rng;
 use duet_model::accuracy::{Metrics, Scored};
 
@@ -102,14 +102,7 @@ impl Oracle {
             .zip(by_dataset)
             .map(|(d, mut rows)| {
                 rows.sort_unstable();
-                let pairs: Vec<_> = rows.iter().map(|&r| d.pairs[r].clone()).collect();
-                let mut meta = d.meta.clone();
-                meta.modes = modes_present(&pairs);
-                Dataset {
-                    meta,
-                    workloads: d.workloads.clone(),
-                    pairs,
-                }
+                d.with_pairs(rows.iter().map(|&r| d.pairs[r].clone()).collect())
             })
             .collect()
     }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use duet_core::dataset::{Dataset, FeatureKind, modes_present};
+use duet_core::dataset::{Dataset, FeatureKind};
 use duet_core::rng::Rng;
 use duet_model::accuracy::Metrics;
 use duet_model::network::TrainConfig;
@@ -216,16 +216,7 @@ pub(super) fn without_workloads(d: &Dataset, held: &BTreeSet<String>) -> Dataset
         .filter(|p| !held.contains(&p.a) && !held.contains(&p.b))
         .cloned()
         .collect();
-    let mut meta = d.meta.clone();
-    meta.modes = modes_present(&pairs);
-    Dataset {
-        meta,
-        workloads: d
-            .workloads
-            .iter()
-            .filter(|w| !held.contains(&w.workload))
-            .cloned()
-            .collect(),
-        pairs,
-    }
+    let mut out = d.with_pairs(pairs);
+    out.workloads.retain(|w| !held.contains(&w.workload));
+    out
 }

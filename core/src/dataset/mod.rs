@@ -72,6 +72,18 @@ pub fn modes_present(pairs: &[Pair]) -> Vec<Mode> {
 }
 
 impl Dataset {
+    /// This dataset's workloads with `pairs` instead of its own (a subset of them, say), and
+    /// `dataset.json`'s modes those the new pairs use.
+    pub fn with_pairs(&self, pairs: Vec<Pair>) -> Dataset {
+        let mut meta = self.meta.clone();
+        meta.modes = modes_present(&pairs);
+        Dataset {
+            meta,
+            workloads: self.workloads.clone(),
+            pairs,
+        }
+    }
+
     /// Reads and fully validates the dataset in `dir`.
     pub fn read(dir: &Path) -> Result<Dataset> {
         if !dir.is_dir() {
