@@ -278,13 +278,7 @@ fn walk(schema: &Schema, mut bytes: &[u8], depth: usize, out: &mut Scan) -> Resu
                 }
             }
             2 => {
-                let len = varint(&mut bytes).ok_or_else(|| truncated(schema))?;
-                let len = usize::try_from(len)
-                    .ok()
-                    .filter(|&l| l <= bytes.len())
-                    .ok_or_else(|| truncated(schema))?;
-                let (inner, rest) = bytes.split_at(len);
-                bytes = rest;
+                let inner = length_delimited(schema, &mut bytes)?;
                 match field {
                     None => {}
                     Some(f) => match f.kind {
@@ -300,7 +294,7 @@ fn walk(schema: &Schema, mut bytes: &[u8], depth: usize, out: &mut Scan) -> Resu
                             } else {
                                 0
                             };
-                            add(out, header + len);
+                            add(out, header + inner.len());
                         }
                         // Packed: one value per varint (a byte under 0x80 ends one), or per
                         // fixed-width value.
@@ -308,7 +302,7 @@ fn walk(schema: &Schema, mut bytes: &[u8], depth: usize, out: &mut Scan) -> Resu
                             let values = if fixed == 0 {
                                 inner.iter().filter(|&&b| b < 0x80).count()
                             } else {
-                                len.div_ceil(fixed)
+                                inner.len().div_ceil(fixed)
                             };
                             add(out, values * width * GROWTH);
                         }
@@ -352,12 +346,7 @@ fn skip_group<'a>(
                 bytes = bytes.get(n..).ok_or_else(|| truncated(schema))?;
             }
             2 => {
-                let len = varint(&mut bytes).ok_or_else(|| truncated(schema))?;
-                let len = usize::try_from(len)
-                    .ok()
-                    .filter(|&l| l <= bytes.len())
-                    .ok_or_else(|| truncated(schema))?;
-                bytes = &bytes[len..];
+                length_delimited(schema, &mut bytes)?;
             }
             3 => bytes = skip_group(schema, bytes, inner, depth + 1)?,
             4 if inner == number => return Ok(bytes),
@@ -369,6 +358,19 @@ fn skip_group<'a>(
             }
         }
     }
+}
+
+/// The value of a length-delimited field that `bytes` starts at (its length, then that many
+/// bytes), taken off the front of `bytes`.
+fn length_delimited<'a>(schema: &Schema, bytes: &mut &'a [u8]) -> Result<&'a [u8], Malformed> {
+    let len = varint(bytes).ok_or_else(|| truncated(schema))?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&l| l <= bytes.len())
+        .ok_or_else(|| truncated(schema))?;
+    let (value, rest) = bytes.split_at(len);
+    *bytes = rest;
+    Ok(value)
 }
 
 fn truncated(schema: &Schema) -> Malformed {
