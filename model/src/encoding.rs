@@ -245,18 +245,6 @@ impl FeatureSpec {
             + self.identities.len()
     }
 
-    /// Whether an encoded pair row (as `encode_pair` writes it) has an identity slot set for
-    /// both jobs: the model was trained on both workloads. Without identity slots no workload
-    /// is known.
-    pub fn pair_known(&self, row: &[f32]) -> bool {
-        let (job, ids) = (self.job_width(), self.identities.len());
-        ids > 0
-            && row.len() >= 2 * job
-            && [job, 2 * job]
-                .iter()
-                .all(|&end| row[end - ids..end].iter().any(|&x| x != 0.0))
-    }
-
     /// The device of an encoded pair row, where it is one of the spec's (its one-hot slot).
     pub fn row_gpu(&self, row: &[f32]) -> Option<&str> {
         let start = 2 * self.job_width();

@@ -112,10 +112,10 @@ pub fn splits(group_by: Option<&str>, family: Option<&str>) -> Vec<Split> {
 pub fn family_feature(corpus: &Corpus, named: Option<&str>) -> Result<Option<String>, String> {
     match named {
         Some("none") => Ok(None),
-        Some(feature) => check_group_by(corpus, feature)
-            .map(|()| Some(feature.to_string()))
-            .map_err(|e| e.replace("--group-by", "--family")),
-        None => Ok(check_group_by(corpus, DEFAULT_FAMILY)
+        Some(feature) => {
+            check_split_feature(corpus, "--family", feature).map(|()| Some(feature.to_string()))
+        }
+        None => Ok(check_split_feature(corpus, "--family", DEFAULT_FAMILY)
             .ok()
             .map(|()| DEFAULT_FAMILY.to_string())),
     }
@@ -146,12 +146,18 @@ fn values_of(corpus: &Corpus, feature: &str) -> Vec<BTreeMap<String, String>> {
 /// declared categorical workload feature of every dataset with at least two values among the
 /// workloads of its pairs.
 pub fn check_group_by(corpus: &Corpus, feature: &str) -> Result<(), String> {
+    check_split_feature(corpus, "--group-by", feature)
+}
+
+/// Why `flag feature` (`--group-by`, `--family`) cannot leave one value of `feature` out of
+/// `corpus` at a time, if it cannot; every message names the flag.
+fn check_split_feature(corpus: &Corpus, flag: &str, feature: &str) -> Result<(), String> {
     if Split::ALL
         .iter()
         .any(|s| s.as_str() == format!("unseen_{feature}"))
     {
         return Err(format!(
-            "--group-by {feature}: `unseen_{feature}` is the name of a fixed split; name a \
+            "{flag} {feature}: `unseen_{feature}` is the name of a fixed split; name a \
              workload feature such as `model`"
         ));
     }
@@ -165,7 +171,7 @@ pub fn check_group_by(corpus: &Corpus, feature: &str) -> Result<(), String> {
                 .map(|f| f.name.as_str())
                 .collect();
             return Err(format!(
-                "--group-by {feature}: dataset `{}` declares no workload feature `{feature}`; \
+                "{flag} {feature}: dataset `{}` declares no workload feature `{feature}`; \
                  its categorical features: {}",
                 d.meta.name,
                 if categorical.is_empty() {
@@ -177,7 +183,7 @@ pub fn check_group_by(corpus: &Corpus, feature: &str) -> Result<(), String> {
         };
         if column.kind != duet_core::dataset::FeatureKind::Categorical {
             return Err(format!(
-                "--group-by {feature}: `{feature}` is a {} feature in dataset `{}`; leaving \
+                "{flag} {feature}: `{feature}` is a {} feature in dataset `{}`; leaving \
                  one value out needs a categorical one (such as `model`)",
                 column.kind.as_str(),
                 d.meta.name
@@ -194,7 +200,7 @@ pub fn check_group_by(corpus: &Corpus, feature: &str) -> Result<(), String> {
         .collect();
     if present.len() < 2 {
         return Err(format!(
-            "--group-by {feature}: the workloads in pairs have {} value{} of `{feature}` ({}); \
+            "{flag} {feature}: the workloads in pairs have {} value{} of `{feature}` ({}); \
              leaving one out needs at least 2",
             present.len(),
             if present.len() == 1 { "" } else { "s" },
@@ -592,8 +598,7 @@ pub fn evaluate_splits(
             let calibration = out_of_fold.calibration_for(corpus, split, fold);
             for (k, r) in scored.mlp.iter().enumerate() {
                 let e = &corpus.examples[fold.test[k]];
-                let (_, shift) = calibration.resolve(r.kind, Some(&e.gpu));
-                let s = mlp_scored(&r.out, e.speed, shift);
+                let s = mlp_scored(&r.out, e.speed, calibration.shift(r.kind, Some(&e.gpu)));
                 if let Some(speed) = e.speed {
                     held_out.push(HeldOut {
                         split,
