@@ -23,7 +23,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 
 mod support;
-use support::{Server, duet, free_port};
+use support::{Server, duet};
 
 #[path = "support/kube.rs"]
 mod plane;
@@ -230,8 +230,10 @@ fn predicted_value(server: &Server, a: &str, b: &str) -> f64 {
     sa - (1.0 - sb.min(1.0))
 }
 
-fn start_extender(plane: &ControlPlane, server: &Server, port: u16) -> Process {
-    Process::spawn(
+/// `duet extender` listening on 127.0.0.1:`port` (0: the kernel's choice), its output in `log`
+/// in the control plane's folder; returns it with the port it logged once listening.
+fn start_extender(plane: &ControlPlane, server: &Server, port: u16, log: &str) -> (Process, u16) {
+    let extender = Process::spawn(
         duet()
             .args(["extender", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--predictor", &server.base])
@@ -240,11 +242,30 @@ fn start_extender(plane: &ControlPlane, server: &Server, port: u16) -> Process {
             .arg("--kubeconfig")
             .arg(plane.kubeconfig("duet"))
             .env("RUST_LOG", "info"),
-        plane
-            .dir
-            .path()
-            .join(format!("extender-{}.log", free_port())),
-    )
+        plane.dir.path().join(log),
+    );
+    let port = listening_port(&extender, "duet extender on http://");
+    (extender, port)
+}
+
+/// The port in the first line of `process`'s log that holds `marker` followed by `HOST:PORT`;
+/// waits up to a minute for it.
+fn listening_port(process: &Process, marker: &str) -> u16 {
+    let mut port = None;
+    wait_for(
+        &format!("`{marker}` in the log"),
+        Duration::from_secs(60),
+        || {
+            port = process.output().lines().find_map(|l| {
+                let after = &l[l.find(marker)? + marker.len()..];
+                let addr = after.split_whitespace().next()?;
+                addr.rsplit(':').next()?.parse().ok()
+            });
+            port.is_some()
+        },
+        || process.tail(20),
+    );
+    port.expect("a port")
 }
 
 /// GET `url`: status and body (0 where nothing answers).
@@ -348,9 +369,8 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     rt.block_on(apply_rbac(&admin));
     let server = Server::start_with(&[]);
-    let ext_port = free_port();
+    let (mut extender, ext_port) = start_extender(&plane, &server, 0, "extender-1.log");
     let ext = |path: &str| format!("http://127.0.0.1:{ext_port}{path}");
-    let mut extender = start_extender(&plane, &server, ext_port);
     wait_for(
         "the extender is ready",
         Duration::from_secs(60),
@@ -592,7 +612,7 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
         );
         delete_all(&pods).await;
     });
-    let extender = start_extender(&plane, &server, ext_port);
+    let (extender, _) = start_extender(&plane, &server, ext_port, "extender-2.log");
     wait_for(
         "the extender is ready again",
         Duration::from_secs(60),
@@ -761,17 +781,18 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
 
     // The API server down: the extender answers from its cache and says it is stale; the
     // scheduler waits, and binds once the API server is back.
-    let sched_port = free_port();
     let mut scheduler = Process::spawn(
         duet()
             .args(["schedule", "--interval", "0.5", "--predictor", &server.base])
-            .args(["--listen", &format!("127.0.0.1:{sched_port}")])
+            .args(["--listen", "127.0.0.1:0"])
             .arg("--devices")
             .arg(root().join("deploy/k8s/devices.toml"))
             .arg("--kubeconfig")
-            .arg(plane.kubeconfig("duet")),
+            .arg(plane.kubeconfig("duet"))
+            .env("RUST_LOG", "info"),
         plane.dir.path().join("schedule-3.log"),
     );
+    let sched_port = listening_port(&scheduler, "probes on http://");
     let sched = |path: &str| format!("http://127.0.0.1:{sched_port}{path}");
     wait_for(
         "duet schedule is ready",

@@ -3,13 +3,12 @@
 //! while a request is in flight, restart on the same state file and find the workload again.
 
 use std::io::{Read, Write};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 mod support;
-use support::{Server, TOKEN, duet, free_port, model_dir, path};
+use support::{Server, TOKEN, duet, model_dir, path};
 
 /// `duet predict` against `server` for V100 pairs in the space mode (pairs and files may name
 /// their own), with `args` after.
@@ -206,12 +205,11 @@ fn serve_refuses_bad_flags_and_a_missing_model() {
     };
     assert!(run(&["--engine", "tpu"]).contains("--engine: unknown engine `tpu`"));
     let missing = dir.path().join("no-model");
-    let port = free_port().to_string();
     let err = run(&[
         "--model",
         missing.to_str().expect("utf8"),
         "--addr",
-        &format!("127.0.0.1:{port}"),
+        "127.0.0.1:0",
     ]);
     assert!(err.contains("model.json"), "{err}");
     std::fs::write(dir.path().join("empty"), "  \n").expect("token");
@@ -242,12 +240,7 @@ fn serve_refuses_bad_flags_and_a_missing_model() {
             && err.contains("--allow-open-writes"),
         "{err}"
     );
-    let err = run(&[
-        "--addr",
-        &format!("127.0.0.1:{}", free_port()),
-        "--grpc-addr",
-        "not-an-address",
-    ]);
+    let err = run(&["--addr", "127.0.0.1:0", "--grpc-addr", "not-an-address"]);
     assert!(
         err.contains("--grpc-addr not-an-address: cannot listen"),
         "{err}"
@@ -265,46 +258,25 @@ fn serve_on_every_interface_starts_with_a_token_or_explicit_open_writes() {
     std::fs::write(dir.path().join("token"), TOKEN).expect("token");
     let token = dir.path().join("token");
     for extra in [
-        vec!["--token-file", token.to_str().expect("utf8")],
-        vec!["--allow-open-writes"],
+        vec!["--token-file".into(), token.clone().into_os_string()],
+        vec!["--allow-open-writes".into()],
     ] {
-        let port = free_port();
-        let mut child = duet()
-            .args(["serve", "--engine", "burn", "--addr"])
-            .arg(format!("0.0.0.0:{port}"))
-            .arg("--model")
-            .arg(model_dir())
-            .args(&extra)
-            .env_remove("DUET_TOKEN")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("duet serve starts");
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let mut ready = false;
-        while Instant::now() < deadline && !ready {
-            ready = ureq::get(&format!("http://127.0.0.1:{port}/readyz"))
-                .call()
-                .is_ok_and(|r| r.status() == 200);
-            if !ready {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(ready, "{extra:?}: duet serve did not become ready");
+        // Returns once `/readyz` answers 200 on the address it logged (0.0.0.0, reached on
+        // loopback); panics with its log otherwise.
+        let server = Server::start_at("0.0.0.0:0", &model_dir(), &extra);
+        drop(server);
     }
 }
 
 #[test]
 fn grpc_serves_beside_http_and_stops_with_it() {
-    let port = free_port();
     let server = Server::start_with(&[
         "--grpc-addr".into(),
-        format!("127.0.0.1:{port}").into(),
+        "127.0.0.1:0".into(),
         "--drain-seconds".into(),
         "1".into(),
     ]);
+    let port = server.grpc_port();
     assert!(
         server
             .log()

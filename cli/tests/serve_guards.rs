@@ -20,7 +20,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 mod support;
-use support::{Server, TOKEN, alone, free_port, peak_rss_mib};
+use support::{Server, TOKEN, alone, peak_rss_mib};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -159,8 +159,8 @@ fn empty_entries(field: u32, bytes: usize) -> Vec<u8> {
 #[test]
 fn grpc_messages_of_empty_entries_are_refused_before_they_are_decoded() {
     let _alone = alone();
-    let port = free_port();
-    let server = Server::start_with(&["--grpc-addr".into(), format!("127.0.0.1:{port}").into()]);
+    let server = Server::start_with(&["--grpc-addr".into(), "127.0.0.1:0".into()]);
+    let port = server.grpc_port();
     let pid = server.child.id();
     let at_rest = peak_rss_mib(pid);
     let rt = runtime();
@@ -403,13 +403,13 @@ fn slow_senders_hold_bytes_never_places() {
     let _alone = alone();
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("token"), TOKEN).expect("token");
-    let port = free_port();
     let server = Server::start_with(&[
         "--token-file".into(),
         dir.path().join("token").into(),
         "--grpc-addr".into(),
-        format!("127.0.0.1:{port}").into(),
+        "127.0.0.1:0".into(),
     ]);
+    let port = server.grpc_port();
     let addr = server.base.trim_start_matches("http://").to_string();
     let pair = r#"{"a":{"workload":"a3c"},"b":{"workload":"cyclegan"},"mode":"space"}"#;
     let body: Value = serde_json::from_str(&format!(
@@ -518,16 +518,16 @@ fn slow_senders_hold_bytes_never_places() {
 #[test]
 fn sigterm_is_not_held_up_by_a_trickling_stream() {
     let _alone = alone();
-    let port = free_port();
     let flags: Vec<OsString> = vec![
         "--grpc-addr".into(),
-        format!("127.0.0.1:{port}").into(),
+        "127.0.0.1:0".into(),
         "--request-timeout".into(),
         "5".into(),
         "--drain-seconds".into(),
         "1".into(),
     ];
     let server = Server::start_with(&flags);
+    let port = server.grpc_port();
     let rt = runtime();
     let stop = Arc::new(AtomicBool::new(false));
     let stream = {

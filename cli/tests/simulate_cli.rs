@@ -2,17 +2,14 @@
 //! real `duet serve` over loopback or the same model in process, the report folder, and every
 //! bad input of the command named.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
 
 use duet_core::dataset::{Dataset, Status};
 use serde_json::Value;
 
-fn duet() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_duet"))
-}
+mod support;
+use support::{Server, duet, free_port};
 
 fn repo(path: &str) -> PathBuf {
     Path::new(
@@ -21,14 +18,6 @@ fn repo(path: &str) -> PathBuf {
     )
     .join("..")
     .join(path)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 /// `duet simulate --trace <trace> --dataset <dataset> --out <out>` plus `extra`.
@@ -76,40 +65,6 @@ fn report(out: &Path) -> Value {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve() -> (Server, String) {
-    let port = free_port();
-    let child = duet()
-        .args(["serve", "--engine", "burn", "--addr"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--model")
-        .arg(repo("models/default"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("duet serve starts");
-    let server = Server(child);
-    let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < deadline {
-        if let Ok(r) = ureq::get(&format!("{base}/readyz")).call()
-            && r.status() == 200
-        {
-            return (server, base);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("duet serve did not become ready");
 }
 
 #[test]
@@ -176,7 +131,8 @@ fn four_policies_one_report_and_the_server_decides_as_the_model_in_process() {
     );
 
     // The same policy over HTTP: one /v1/predict per round, the same decisions.
-    let (server, base) = serve();
+    let server = Server::start_with(&[]);
+    let base = server.base.clone();
     let http = dir.path().join("http");
     let o = simulate(
         &http,

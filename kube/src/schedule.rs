@@ -527,6 +527,10 @@ pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()>
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("--listen {listen}"))?;
+        tracing::info!(
+            "duet schedule: probes on http://{} (/healthz, /readyz, /metrics)",
+            listener.local_addr().unwrap_or(listen)
+        );
         let routes = probe_routes::<Scheduler>().with_state(state.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, routes).await;

@@ -36,6 +36,7 @@ pub struct Server {
     pub child: Child,
     pub base: String,
     log: Arc<Mutex<String>>,
+    grpc: Arc<Mutex<Option<u16>>>,
 }
 
 impl Server {
@@ -59,29 +60,45 @@ impl Server {
 
     /// `start_with` on the model in `model`.
     pub fn start_model(model: &Path, flags: &[OsString]) -> Server {
+        Server::start_at("127.0.0.1:0", model, flags)
+    }
+
+    /// `start_model` listening on `addr` (port 0: the kernel's choice, read back). `DUET_TOKEN`
+    /// is not passed on: a test gives its token by flag. Pass `--grpc-addr 127.0.0.1:0` for gRPC
+    /// on a port of the kernel's choice too (`grpc_port` reads it back).
+    pub fn start_at(addr: &str, model: &Path, flags: &[OsString]) -> Server {
         let mut child = duet()
-            .args(["serve", "--engine", "burn", "--addr", "127.0.0.1:0"])
+            .args(["serve", "--engine", "burn", "--addr", addr])
             .arg("--model")
             .arg(model)
             .args(flags)
             .env("RUST_LOG", "info")
+            .env_remove("DUET_TOKEN")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("duet serve starts");
         let stderr = child.stderr.take().expect("stderr");
         let log = Arc::new(Mutex::new(String::new()));
+        let grpc = Arc::new(Mutex::new(None));
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         {
-            let log = log.clone();
+            let (log, grpc) = (log.clone(), grpc.clone());
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                    if line.contains("listening")
-                        && let Some(addr) = line
-                            .split_whitespace()
-                            .find_map(|w| w.strip_prefix("addr="))
-                    {
-                        let _ = addr_tx.send(addr.to_string());
+                    let addr = line
+                        .split_whitespace()
+                        .find_map(|w| w.strip_prefix("addr="))
+                        .map(str::to_string);
+                    if let Some(addr) = addr {
+                        if line.contains("serving gRPC") {
+                            let port = addr.rsplit(':').next().and_then(|p| p.parse().ok());
+                            if let Ok(mut g) = grpc.lock() {
+                                *g = port;
+                            }
+                        } else if line.contains("listening") {
+                            let _ = addr_tx.send(addr.replace("0.0.0.0:", "127.0.0.1:"));
+                        }
                     }
                     if let Ok(mut l) = log.lock() {
                         l.push_str(&line);
@@ -103,6 +120,7 @@ impl Server {
             child,
             base: format!("http://{addr}"),
             log,
+            grpc,
         };
         let deadline = Instant::now() + Duration::from_secs(120);
         while Instant::now() < deadline {
@@ -126,6 +144,23 @@ impl Server {
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
             .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    }
+
+    /// The port gRPC listens on, as the server logged it (`serving gRPC addr=`); waits for the
+    /// line up to a minute.
+    pub fn grpc_port(&self) -> u16 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(port) = self.grpc.lock().ok().and_then(|g| *g) {
+                return port;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "duet serve logged no gRPC address:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// What the server has logged so far.
