@@ -98,6 +98,7 @@ pub fn synthetic(n: usize, modes: &[Mode]) -> Dataset {
         },
         workloads,
         pairs,
+        groups: Vec::new(),
     }
 }
 

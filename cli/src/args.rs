@@ -320,7 +320,8 @@ pub enum ImportSource {
         #[arg(long)]
         date: Option<String>,
     },
-    /// Your own measurements as two CSV files (layout: README.md, "Bring your own data").
+    /// Your own measurements as CSV files: workloads, pairs and optionally groups (layout:
+    /// README.md, "Bring your own data").
     Csv {
         /// One row per workload: workload, kind, solo_throughput, features...
         #[arg(long)]
@@ -328,6 +329,10 @@ pub enum ImportSource {
         /// One row per co-location setting: a, b, mode, throughput_a, throughput_b, ...
         #[arg(long)]
         pairs: PathBuf,
+        /// Settings of three or more jobs, one row per job: group, workload, mode, throughput,
+        /// ...
+        #[arg(long)]
+        groups: Option<PathBuf>,
         /// The new dataset folder (must not exist).
         #[arg(long)]
         out: PathBuf,
@@ -667,6 +672,11 @@ pub struct ProfileArgs {
     /// Measurements of every setting.
     #[arg(long, default_value_t = 3)]
     pub repetitions: u32,
+    /// The most jobs measured together: 2 measures every pair; 3 or more measures also every
+    /// group of 3 up to this many (a workload may appear more than once in a group), written to
+    /// the dataset's groups.parquet. Not with --budget or --onto, which choose pairs.
+    #[arg(long, default_value_t = 2, conflicts_with_all = ["budget", "onto"])]
+    pub group_size: usize,
     /// Seconds a run may take to reach its window before it is recorded as a timeout.
     #[arg(long, default_value_t = 120.0)]
     pub timeout: f64,

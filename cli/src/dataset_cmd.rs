@@ -259,6 +259,7 @@ fn import(source: ImportSource) -> Result<()> {
         ImportSource::Csv {
             workloads,
             pairs,
+            groups,
             out,
             gpu,
             name,
@@ -288,7 +289,7 @@ fn import(source: ImportSource) -> Result<()> {
                     licence_text: None,
                 },
             };
-            let dataset = csv::import(&workloads, &pairs, &options)?;
+            let dataset = csv::import(&workloads, &pairs, groups.as_deref(), &options)?;
             dataset.write(&out)?;
             report_written(&out, &dataset);
             Ok(())
@@ -364,6 +365,42 @@ pub fn render(s: &Summary) -> String {
         );
     }
     row(&mut out, "all", s.pairs, &s.by_status, s.speed.as_ref());
+    if s.by_group_size.iter().any(|g| g.size > 2) {
+        let _ = writeln!(
+            out,
+            "\n{:<10} {:>6} {:>6} {:>6} {:>6} {:>8}   speed: {:>3} {:>7} {:>7} {:>7}",
+            "jobs", "sets", "ok", "oom", "crash", "timeout", "min", "p10", "median", "p90"
+        );
+        for g in &s.by_group_size {
+            let label = if g.size == 2 {
+                "2 (pairs)".to_string()
+            } else {
+                g.size.to_string()
+            };
+            row(&mut out, &label, g.settings, &g.by_status, g.speed.as_ref());
+        }
+    }
+    if !s.compositions.is_empty() {
+        let _ = writeln!(out);
+    }
+    for c in &s.compositions {
+        let _ = writeln!(
+            out,
+            "groups of {} ({} {}) from their measured pairs by {:<7}: MAPE {:>5.1}%, bias {:+.3} ({} jobs{})",
+            c.size,
+            c.gpu,
+            c.mode,
+            c.rule.as_str(),
+            c.mape_speed * 100.0,
+            c.bias_speed,
+            c.jobs,
+            if c.without_pairs > 0 {
+                format!(", {} without every pair", c.without_pairs)
+            } else {
+                String::new()
+            }
+        );
+    }
     let speeds = s.speed.as_ref().map_or(0, |q| q.count);
     let _ = writeln!(
         out,

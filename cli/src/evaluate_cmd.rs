@@ -48,5 +48,35 @@ pub fn run(model: &Path, data: &[PathBuf], json: bool) -> Result<()> {
             m.p90_coverage.map_or_else(|| "n/a".into(), pct),
         );
     }
+    if report.groups.is_empty() {
+        return Ok(());
+    }
+    println!(
+        "\ngroups: the model's pairs composed by the {} rule; beside it, the measured pairs \
+         composed by each rule",
+        duet_model::group::RULE.as_str()
+    );
+    println!(
+        "{:<8} {:<10} {:>4} {:>6} {:>11} {:>13}   measured pairs",
+        "device", "mode", "jobs", "rows", "MAPE speed", "p90 coverage"
+    );
+    for g in &report.groups {
+        let m = &g.metrics;
+        let baselines: Vec<String> = g
+            .baselines
+            .iter()
+            .map(|b| format!("{} {}", b.rule.as_str(), pct(b.mape_speed)))
+            .collect();
+        println!(
+            "{:<8} {:<10} {:>4} {:>6} {:>11} {:>13}   {}",
+            g.gpu,
+            g.mode,
+            g.size,
+            m.rows,
+            pct(m.mape_speed),
+            m.p90_coverage.map_or_else(|| "n/a".into(), pct),
+            baselines.join(", ")
+        );
+    }
     Ok(())
 }

@@ -165,6 +165,7 @@ pub fn run(args: PredictArgs) -> Result<()> {
     let request = PredictRequest {
         gpu: args.gpu.clone(),
         pairs,
+        groups: Vec::new(),
     };
     let client = PredictClient::new(
         &args.server,

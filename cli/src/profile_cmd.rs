@@ -184,6 +184,7 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
         host: std::fs::read_to_string("/etc/hostname")
             .ok()
             .map(|h| h.trim().to_string()),
+        group_size: args.group_size,
         known_solos: Vec::new(),
     };
     if let Some(dir) = &args.onto {
@@ -230,10 +231,15 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
     }
     let dataset = campaign.run_with(&mut crate::progress::Shown::stderr())?;
     eprintln!(
-        "wrote {} ({} workloads, {} pair settings)",
+        "wrote {} ({} workloads, {} pair settings{})",
         args.out.display(),
         dataset.workloads.len(),
-        dataset.pairs.len()
+        dataset.pairs.len(),
+        if dataset.groups.is_empty() {
+            String::new()
+        } else {
+            format!(", {} group settings", dataset.groups.len())
+        }
     );
     Ok(())
 }

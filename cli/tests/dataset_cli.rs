@@ -436,3 +436,111 @@ fn merging_two_shards_gives_the_unsharded_pairs() {
     );
     assert!(!out2.exists());
 }
+
+const GROUPS_CSV: &str = "\
+group,workload,mode,share,throughput,status
+g1,bert,mps,33,70,
+g1,resnet,mps,33,22,
+g1,gpt,mps,33,4,
+g2,resnet,timeslice,,15,ok
+g2,gpt,timeslice,,3,ok
+g2,gpt,timeslice,,3.2,ok
+";
+
+fn import_with_groups(dir: &Path, groups: &str) -> (Output, PathBuf) {
+    let (w, p) = write_csvs(dir, WORKLOADS_CSV, PAIRS_CSV);
+    let g = dir.join("g.csv");
+    fs::write(&g, groups).expect("write");
+    let out = dir.join("grouped");
+    let result = duet(&[
+        "dataset",
+        "import",
+        "csv",
+        "--workloads",
+        s(&w),
+        "--pairs",
+        s(&p),
+        "--groups",
+        s(&g),
+        "--gpu",
+        "a100",
+        "--out",
+        s(&out),
+    ]);
+    (result, out)
+}
+
+#[test]
+fn csv_groups_import_and_inspect_counts_them_by_size() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (result, out) = import_with_groups(tmp.path(), GROUPS_CSV);
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let d = Dataset::read(&out).expect("read");
+    assert_eq!(d.groups.len(), 2);
+    assert_eq!(d.groups[0].jobs[2].share, Some(33.0));
+    assert_eq!(
+        d.groups[0].status,
+        Status::Ok,
+        "derived from the throughputs"
+    );
+    assert_eq!(d.groups[1].jobs[2].workload, "gpt");
+    let text = ok(&["dataset", "inspect", s(&out)]);
+    assert!(
+        text.contains("2 (pairs)") && text.contains("\n3 "),
+        "{text}"
+    );
+    let json: Value =
+        serde_json::from_str(&ok(&["dataset", "inspect", s(&out), "--json"])).expect("json");
+    let sizes: Vec<(u64, u64)> = json["by_group_size"]
+        .as_array()
+        .expect("sizes")
+        .iter()
+        .map(|g| {
+            (
+                g["size"].as_u64().expect("size"),
+                g["settings"].as_u64().expect("n"),
+            )
+        })
+        .collect();
+    assert_eq!(sizes, [(2, 3), (3, 2)]);
+    ok(&["dataset", "validate", s(&out)]);
+}
+
+#[test]
+fn bad_csv_groups_are_named_by_file_column_and_line_and_leave_nothing() {
+    for (groups, expected) in [
+        (
+            GROUPS_CSV.replace("g2,gpt,timeslice,,3.2,ok", "g2,gpt,mps,,3.2,ok"),
+            "g.csv: column `mode`, line 7: differs from group `g2`'s first row (line 5)",
+        ),
+        (
+            GROUPS_CSV.replace("g2,gpt,timeslice,,3.2,ok", "g2,llama,timeslice,,3.2,ok"),
+            "g.csv: column `workload`, line 7",
+        ),
+        (
+            GROUPS_CSV.replace("g1,gpt,mps,33,4,", "g1,gpt,mps,,4,"),
+            "g.csv: column `share`, line 4",
+        ),
+        (
+            "group,workload,mode,throughput,extra\ng,bert,mps,1,2\n".to_string(),
+            "g.csv: column `extra`, line 1: not a column of groups.csv",
+        ),
+        (
+            "group,workload,mode,throughput\ng,bert,mps,1\ng,gpt,mps,2\n".to_string(),
+            "a group holds 3 to 8 jobs, this one 2",
+        ),
+    ] {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (result, out) = import_with_groups(tmp.path(), &groups);
+        let err = String::from_utf8_lossy(&result.stderr);
+        assert!(
+            !result.status.success() && err.contains(expected),
+            "{expected}\n{err}"
+        );
+        assert!(!out.exists());
+    }
+}

@@ -196,6 +196,42 @@ fn a_mini_campaign_measures_every_workload_and_pair() {
     assert!(model.join("model.onnx").is_file());
 }
 
+/// `--group-size 3`: after the pairs, every group of three of the catalog's three workloads
+/// (ten multisets), each run together over one window, into groups.parquet.
+#[test]
+fn a_group_campaign_measures_every_triple_together() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let catalog = write_catalog(dir.path(), "");
+    let out = dir.path().join("cpu-triples");
+    let run = profile(&catalog, &out, &["--repetitions", "1", "--group-size", "3"]);
+    let log = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{log}");
+    // 3 solos, 6 pairs, 10 triples.
+    assert!(
+        log.contains("[19/19]") && log.contains("10 group settings"),
+        "{log}"
+    );
+    validate(&out);
+    let d = Dataset::read(&out).expect("dataset");
+    assert_eq!(d.groups.len(), 10);
+    assert!(
+        d.groups
+            .iter()
+            .all(|g| g.jobs.len() == 3 && g.repetitions == Some(1))
+    );
+    let ok: Vec<_> = d
+        .groups
+        .iter()
+        .filter(|g| g.status == duet_core::Status::Ok)
+        .collect();
+    assert!(!ok.is_empty(), "{log}");
+    for g in ok {
+        assert!(g.jobs.iter().all(|j| j.throughput > 0.0), "{}", g.label());
+    }
+    let bad = profile(&catalog, &dir.path().join("nine"), &["--group-size", "9"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--group-size 9"));
+}
+
 #[test]
 fn a_killed_campaign_resumes_without_repeating_or_losing_anything() {
     let dir = tempfile::tempdir().expect("tmp");

@@ -210,6 +210,7 @@ fn grpc_messages_of_empty_entries_are_refused_before_they_are_decoded() {
             share_b: None,
             gpu: None,
         }],
+        groups: Vec::new(),
     };
     let answer = rt
         .block_on(async {

@@ -390,6 +390,59 @@ fn evaluate_scores_a_model_and_refuses_missing_features() {
     assert!(err.contains("the model needs feature"), "{err}");
 }
 
+/// The committed triples: trained on their pairs (the groups are no training rows, and `train`
+/// says so), `evaluate` scores the model's pairs composed on every triple beside the two rules
+/// on the measured pairs.
+#[test]
+fn evaluate_scores_groups_from_a_model_of_pairs() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = committed("cpu-dev2c-triples");
+    let model = tmp.path().join("model");
+    let trained = train(&[&data], &model, &[]);
+    assert!(trained.status.success(), "{}", refused(&trained));
+    let said = String::from_utf8_lossy(&trained.stderr);
+    assert!(
+        said.contains("56 groups of three or more jobs are not training rows"),
+        "{said}"
+    );
+    let result = duet(&[
+        "evaluate",
+        "--model",
+        s(&model),
+        "--data",
+        s(&data),
+        "--json",
+    ]);
+    assert!(result.status.success(), "{}", refused(&result));
+    let report: Value = serde_json::from_slice(&result.stdout).expect("json");
+    let groups = report["groups"].as_array().expect("groups");
+    let cpu = groups
+        .iter()
+        .find(|g| g["gpu"] == "cpu" && g["size"] == 3)
+        .expect("the cpu triples");
+    assert_eq!(cpu["metrics"]["rows"], 168, "56 triples of three jobs");
+    let mape = cpu["metrics"]["mape_speed"].as_f64().expect("mape");
+    assert!(mape > 0.0 && mape < 0.5, "{mape}");
+    let rules: Vec<(&str, u64)> = cpu["baselines"]
+        .as_array()
+        .expect("baselines")
+        .iter()
+        .map(|b| {
+            (
+                b["rule"].as_str().expect("rule"),
+                b["jobs"].as_u64().expect("jobs"),
+            )
+        })
+        .collect();
+    assert_eq!(rules, [("product", 168), ("excess", 168)]);
+    let text = duet(&["evaluate", "--model", s(&model), "--data", s(&data)]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("groups: the model's pairs composed by the excess rule"),
+        "{text}"
+    );
+}
+
 fn committed(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../datasets")

@@ -149,18 +149,73 @@ pub struct PairQuery {
 }
 object_only!(PairQuery);
 
-/// `POST /v1/predict`.
+/// Three to eight jobs together on one device under `mode`: a candidate GPU with several
+/// residents and a newcomer, say. The same workload may appear more than once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, remote = "Self")]
-pub struct PredictRequest {
-    /// The device of every pair that names none; defaults to the server's `--gpu`, then to the
-    /// model's only device when it was trained on one.
+pub struct GroupQuery {
+    pub jobs: Vec<JobRef>,
+    pub mode: Mode,
+    /// Each job's MPS active-thread percentage in (0, 100], in the order of `jobs`; required by
+    /// `mps`, absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shares: Option<Vec<f64>>,
+    /// The device model; defaults to the request's `gpu`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<String>,
+}
+object_only!(GroupQuery);
+
+/// `POST /v1/predict`: pairs, groups of three or more, or both.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub struct PredictRequest {
+    /// The device of every pair or group that names none; defaults to the server's `--gpu`,
+    /// then to the model's only device when it was trained on one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    #[serde(default)]
     pub pairs: Vec<PairQuery>,
+    /// Answered in `groups` of the response, in this order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupQuery>,
 }
 object_only!(PredictRequest);
+
+/// One job's answer within its group.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GroupJobPrediction {
+    /// Co-located throughput over solo throughput.
+    pub speed: f32,
+    /// `1 / speed`.
+    pub slowdown: f32,
+    /// The conservative slowdown: each co-runner's p90 excess slowdown added.
+    pub slowdown_p90: f32,
+}
+
+/// The prediction for one group, in the order of the request's groups. A group is answered
+/// from the model's pairs: a job's slowdown is 1 plus the extra slowdown each co-runner causes
+/// it in a pair (`composition`), the p90 likewise from the pairs' p90s.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GroupPrediction {
+    /// Every pair of the group fits on the device together (necessary for the group to fit,
+    /// not sufficient: the model knows memory pairwise only).
+    pub feasible: bool,
+    /// The least of the pairs' feasibility probabilities.
+    pub feasible_probability: f32,
+    /// Each job's answer, in the order of the query's `jobs`.
+    pub jobs: Vec<GroupJobPrediction>,
+    /// The sum of the jobs' speeds.
+    pub combined: f32,
+    /// The least trusted calibration class over the group's pairs.
+    pub calibration: Calibration,
+    /// How the pairs were composed: `excess`.
+    pub composition: String,
+}
 
 /// The prediction for one pair, in the order of the request's pairs. Single precision: the
 /// model computes in it, and it halves the answer of a large request.
@@ -237,7 +292,11 @@ impl Calibration {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PredictResponse {
     pub model_version: String,
+    /// One per pair of the request, in its order (empty for a request of groups alone).
     pub predictions: Vec<Prediction>,
+    /// One per group of the request, in its order; absent where it had none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupPrediction>,
 }
 
 /// A registered workload: its solo profile on each device it was measured on.

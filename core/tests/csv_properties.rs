@@ -1,4 +1,4 @@
-//! The CSV importer over thousands of mutated files (bytes flipped, cut, repeated, cells and
+//! The CSV importer (workloads, pairs and groups) over thousands of mutated files (bytes flipped, cut, repeated, cells and
 //! separators spliced in), with a fixed seed: it never panics, a refusal names the file it
 //! concerns, and what it accepts is a dataset that validates.
 
@@ -18,6 +18,14 @@ resnet,bert,mps,6.1,70.2,50,50,,81\n\
 resnet,a3c,timeslice,5.0,1.9,,,ok,75\n\
 bert,bert,mps,60,61,40,60,,90\n\
 a3c,bert,mps,0,0,30,70,oom,\n";
+
+const GROUPS: &str = "group,workload,mode,share,throughput,status\n\
+g1,resnet,mps,30,4.0,\n\
+g1,bert,mps,30,50.5,\n\
+g1,a3c,mps,30,1.1,\n\
+g2,resnet,timeslice,,3.0,ok\n\
+g2,resnet,timeslice,,3.1,ok\n\
+g2,bert,timeslice,,40,ok\n";
 
 const TOKENS: &[&str] = &[
     ",",
@@ -92,25 +100,36 @@ fn options() -> CsvImport {
 #[test]
 fn mutated_csv_files_are_imported_or_refused_naming_the_file() {
     let dir = tempfile::tempdir().expect("tmp");
-    let (workloads, pairs) = (
+    let (workloads, pairs, groups) = (
         dir.path().join("workloads.csv"),
         dir.path().join("pairs.csv"),
+        dir.path().join("groups.csv"),
     );
     let write = |path: &Path, bytes: &[u8]| std::fs::write(path, bytes).expect("write");
     write(&workloads, WORKLOADS.as_bytes());
     write(&pairs, PAIRS.as_bytes());
-    import(&workloads, &pairs, &options()).expect("the unmutated files import");
+    write(&groups, GROUPS.as_bytes());
+    let whole =
+        import(&workloads, &pairs, Some(&groups), &options()).expect("the unmutated files import");
+    assert_eq!(whole.groups.len(), 2);
     let mut draw = Rng::new(5);
     let (mut accepted, mut refused) = (0, 0);
-    for round in 0..2_000 {
-        let (w, p) = match round % 3 {
-            0 => (mutate(&mut draw, WORKLOADS), PAIRS.as_bytes().to_vec()),
-            1 => (WORKLOADS.as_bytes().to_vec(), mutate(&mut draw, PAIRS)),
-            _ => (mutate(&mut draw, WORKLOADS), mutate(&mut draw, PAIRS)),
+    for round in 0..3_000 {
+        let clean = |text: &str| text.as_bytes().to_vec();
+        let (w, p, g) = match round % 4 {
+            0 => (mutate(&mut draw, WORKLOADS), clean(PAIRS), clean(GROUPS)),
+            1 => (clean(WORKLOADS), mutate(&mut draw, PAIRS), clean(GROUPS)),
+            2 => (clean(WORKLOADS), clean(PAIRS), mutate(&mut draw, GROUPS)),
+            _ => (
+                mutate(&mut draw, WORKLOADS),
+                mutate(&mut draw, PAIRS),
+                mutate(&mut draw, GROUPS),
+            ),
         };
         write(&workloads, &w);
         write(&pairs, &p);
-        match import(&workloads, &pairs, &options()) {
+        write(&groups, &g);
+        match import(&workloads, &pairs, Some(&groups), &options()) {
             Ok(dataset) => {
                 accepted += 1;
                 dataset
@@ -121,12 +140,14 @@ fn mutated_csv_files_are_imported_or_refused_naming_the_file() {
                 refused += 1;
                 let message = format!("{e:#}");
                 assert!(
-                    message.contains("workloads.csv") || message.contains("pairs.csv"),
+                    ["workloads.csv", "pairs.csv", "groups.csv"]
+                        .iter()
+                        .any(|f| message.contains(f)),
                     "a refusal that names no file: {message}"
                 );
             }
         }
     }
-    eprintln!("2,000 mutated imports: {accepted} accepted, {refused} refused");
+    eprintln!("3,000 mutated imports: {accepted} accepted, {refused} refused");
     assert!(accepted > 0 && refused > 0);
 }

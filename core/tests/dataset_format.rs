@@ -5,8 +5,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use duet_core::dataset::{
-    Dataset, DatasetMeta, FORMAT, FeatureColumn, FeatureKind, FeatureValue, JobKind, Mode, Pair,
-    Provenance, Status, Workload, merge, modes_present,
+    Dataset, DatasetMeta, FORMAT, FeatureColumn, FeatureKind, FeatureValue, Group, GroupJob,
+    JobKind, Mode, Pair, Provenance, Status, Summary, Workload, merge, modes_present,
 };
 
 fn workload(id: &str, solo: f64) -> Workload {
@@ -106,6 +106,7 @@ fn sample() -> Dataset {
         meta,
         workloads,
         pairs,
+        groups: Vec::new(),
     }
 }
 
@@ -491,6 +492,170 @@ fn merge_pools_repeated_solo_profiles_and_refuses_overlap() {
     assert!(
         err.to_string()
             .contains("s1/dataset.json: column `provenance.gpu`"),
+        "{err}"
+    );
+}
+
+fn group(jobs: &[(&str, f64)], status: Status) -> Group {
+    Group {
+        gpu: "cpu".into(),
+        mode: Mode::Cpu,
+        jobs: jobs
+            .iter()
+            .map(|(w, t)| GroupJob {
+                workload: (*w).to_string(),
+                share: None,
+                throughput: *t,
+                throughput_std: Some(0.01),
+                throughput_se: None,
+            })
+            .collect(),
+        repetitions: Some(2),
+        status,
+        note: None,
+    }
+}
+
+/// `sample()` with two triples and a group of four (one workload twice).
+fn with_groups() -> Dataset {
+    let mut d = sample();
+    d.groups = vec![
+        group(&[("x", 3.0), ("y", 1.5), ("z", 1.0)], Status::Ok),
+        group(&[("x", 4.0), ("x", 4.2), ("y", 2.0)], Status::Ok),
+        group(
+            &[("x", 2.0), ("y", 1.0), ("y", 1.1), ("z", 0.5)],
+            Status::Ok,
+        ),
+    ];
+    d.groups[1].jobs[0].throughput_se = Some(0.02);
+    d
+}
+
+#[test]
+fn groups_round_trip_and_a_dataset_of_pairs_has_no_groups_file() {
+    let tmp = scratch();
+    let original = with_groups();
+    let dir = written(&original, tmp.path());
+    assert!(entries(&dir).contains(&"groups.parquet".to_string()));
+    assert_eq!(Dataset::read(&dir).expect("read"), original);
+    // Inspect counts settings by size: pairs are groups of two.
+    let summary = Summary::of(&original);
+    let sizes: Vec<(usize, usize)> = summary
+        .by_group_size
+        .iter()
+        .map(|g| (g.size, g.settings))
+        .collect();
+    assert_eq!(sizes, [(2, 3), (3, 2), (4, 1)]);
+    assert_eq!(
+        summary.by_group_size[1].speed.as_ref().map(|q| q.count),
+        Some(6)
+    );
+    // x + y + z: x's pairs with y (0.5) and z (not measured: y + z is oom, x + z absent).
+    let triples: Vec<_> = summary
+        .compositions
+        .iter()
+        .filter(|c| c.size == 3)
+        .collect();
+    assert_eq!(triples.len(), 2);
+    assert!(triples.iter().all(|c| c.jobs + c.without_pairs == 6));
+    let other = tmp.path().join("pairs-only");
+    sample().write(&other).expect("write");
+    assert!(!entries(&other).contains(&"groups.parquet".to_string()));
+    assert!(Summary::of(&sample()).compositions.is_empty());
+}
+
+#[test]
+fn bad_groups_are_named() {
+    let mut d = with_groups();
+    d.groups[0].jobs.truncate(2);
+    let msg = rejected(&d);
+    assert!(
+        msg.contains("groups.parquet: column `group`, row 1")
+            && msg.contains("a group holds 3 to 8 jobs, this one 2 (two jobs are a pair"),
+        "{msg}"
+    );
+    let mut d = with_groups();
+    d.groups[1].jobs[2].workload = "w".into();
+    let msg = rejected(&d);
+    assert!(
+        msg.contains("column `workload`, row 6") && msg.contains("unknown workload `w`"),
+        "{msg}"
+    );
+    let mut d = with_groups();
+    d.groups[2].jobs[1].throughput = 0.0;
+    assert!(rejected(&d).contains("status is ok but a co-located throughput is 0"));
+    let mut d = with_groups();
+    d.groups[0].jobs[0].share = Some(50.0);
+    let msg = rejected(&d);
+    assert!(
+        msg.contains("column `share`, row 2") && msg.contains("give every job its share or none"),
+        "{msg}"
+    );
+    // The same multiset in another order is the same setting.
+    let mut d = with_groups();
+    d.groups
+        .push(group(&[("z", 1.0), ("x", 3.1), ("y", 1.4)], Status::Ok));
+    assert!(rejected(&d).contains("measured again (first in group 0)"));
+    let mut d = with_groups();
+    d.groups[0].mode = Mode::Mps;
+    assert!(rejected(&d).contains("mode `mps` is not listed in dataset.json `modes`"));
+}
+
+#[test]
+fn a_groups_file_whose_rows_disagree_is_named() {
+    use polars_core::prelude::*;
+    let tmp = scratch();
+    let dir = written(&with_groups(), tmp.path());
+    rewrite_table(&dir.join("groups.parquet"), |f| {
+        let status = ["ok", "ok", "oom", "ok", "ok", "ok", "ok", "ok", "ok", "ok"];
+        f.with_column(Column::new("status".into(), status))
+            .expect("replace");
+    });
+    let msg = Dataset::read(&dir).expect_err("must fail").to_string();
+    assert!(
+        msg.contains("groups.parquet: column `status`, row 3 (group 0, workload `z`)")
+            && msg.contains("differs from the group's first row"),
+        "{msg}"
+    );
+    let dir = tmp.path().join("again");
+    with_groups().write(&dir).expect("write");
+    rewrite_table(&dir.join("groups.parquet"), |f| {
+        let numbers: [u32; 10] = [0, 0, 0, 1, 1, 1, 0, 2, 2, 2];
+        f.with_column(Column::new("group".into(), numbers))
+            .expect("replace");
+    });
+    let msg = Dataset::read(&dir).expect_err("must fail").to_string();
+    assert!(
+        msg.contains("group 0 appears again after other groups"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn merged_shards_carry_their_groups_and_refuse_one_measured_twice() {
+    let whole = with_groups();
+    let tmp = scratch();
+    let mut a = whole.clone();
+    a.groups.truncate(1);
+    let mut b = whole.clone();
+    b.groups.remove(0);
+    b.pairs.clear();
+    let merged = merge(
+        "sample",
+        &[(tmp.path().join("a"), a.clone()), (tmp.path().join("b"), b)],
+    )
+    .expect("merge");
+    assert_eq!(merged.groups, whole.groups);
+    let mut c = a.clone();
+    c.pairs.clear();
+    let err = merge(
+        "sample",
+        &[(tmp.path().join("a"), a), (tmp.path().join("c"), c)],
+    )
+    .expect_err("overlap");
+    assert!(
+        err.to_string()
+            .contains("shards of one campaign split the groups"),
         "{err}"
     );
 }

@@ -23,6 +23,7 @@ pub mod compat;
 pub mod encoding;
 pub mod engine;
 pub mod error;
+pub mod group;
 pub mod layered;
 pub mod loaded;
 pub mod network;

@@ -22,6 +22,10 @@
 #   journal.jsonl    then also the journal (`duet profile --resume` goes on from it)
 #   choices.jsonl    and the rounds' choices recorded before they were measured
 #
+# DUET_GROUP_SIZE=3 (or 4) measures groups instead of the budgeted pairs: the first four
+# workloads that pass their check, alone, in every pair and in every group of 3 (to 4) jobs,
+# time-slicing only, a full grid (4 workloads: 10 pairs, 20 triples, 35 groups of four).
+#
 # The whole script runs against a deadline (DUET_CAMPAIGN_SECONDS, default 450 s): duet profile
 # gets what is left under `timeout --foreground -s INT` (the signal to duet alone: a second
 # SIGINT would make it exit at once), which stops it cleanly: it stops its workloads and writes
@@ -186,10 +190,16 @@ catalog_of "${kept[@]}" > "$work/catalog.toml"
 budget=$(($(left) - 30))
 say "duet profile: ${#kept[@]} workloads, $budget s"
 status=0
+group_size="${DUET_GROUP_SIZE:-2}"
+if [ "$group_size" -gt 2 ]; then
+  catalog_of "${kept[@]:0:4}" > "$work/catalog.toml"
+  plan=(--modes timeslice --group-size "$group_size")
+else
+  plan=(--modes timeslice,mps --shares 50 --budget 16 --audit 5 --round-size 2 --ensemble 3)
+fi
 timeout --foreground -s INT -k 20 "$budget" "$duet" profile --catalog "$work/catalog.toml" \
-  --device "$device" --gpu "$gpu" --modes timeslice,mps --shares 50 --warmup 1 --window 3 \
-  --window-max 8 --repetitions 1 --timeout 45 --sample-ms 100 \
-  --budget 16 --audit 5 --round-size 2 --ensemble 3 \
+  --device "$device" --gpu "$gpu" --warmup 1 --window 3 \
+  --window-max 8 --repetitions 1 --timeout 45 --sample-ms 100 "${plan[@]}" \
   --out "$work/ds" --name "${gpu}-$(date -u +%F)" \
   2>&1 | tee -a "$log" >&2 || status=$?
 say "duet profile ended with status $status$([ "$status" = 124 ] && echo ' (the time limit: stopped early)')"

@@ -269,6 +269,7 @@ fn request(gpu: &str, queries: &[Query<'_>], inline: &InlineJobs) -> PredictRequ
                 gpu: None,
             })
             .collect(),
+        groups: Vec::new(),
     }
 }
 
@@ -422,6 +423,7 @@ impl Predictor for HttpPredictor {
                     gpu: Some((*device).to_string()),
                 })
                 .collect(),
+            groups: Vec::new(),
         };
         let answer = self
             .client

@@ -1,6 +1,7 @@
 //! The prediction path in process on the shipped default model: one 10,000-pair request by
-//! workload id (parse, encode both directions, one forward pass, serialize), and each engine's
-//! forward pass alone on the same 20,000 rows.
+//! workload id (parse, encode both directions, one forward pass, serialize), one of 10,000
+//! groups of four (60,000 pairs composed), and each engine's forward pass alone on the same
+//! 20,000 rows.
 //!
 //! `cargo bench -p duet-server --bench predict --profile dev` (the ONNX rows need
 //! `ORT_DYLIB_PATH`, set by `eval "$(scripts/python-env.sh)"`).
@@ -9,7 +10,7 @@ use std::hint::black_box;
 use std::path::Path;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use duet_core::api::{JobRef, PairQuery, PredictRequest};
+use duet_core::api::{GroupQuery, JobRef, PairQuery, PredictRequest};
 use duet_core::dataset::Mode;
 use duet_server::{AppState, Config, EngineKind};
 
@@ -43,6 +44,34 @@ fn request(ids: &[String], n: usize) -> Vec<u8> {
     serde_json::to_vec(&PredictRequest {
         gpu: Some("v100".into()),
         pairs,
+        groups: Vec::new(),
+    })
+    .expect("json")
+}
+
+/// `n` groups of four of the model's workloads, by id, in a fixed pseudo-random order.
+fn group_request(ids: &[String], n: usize) -> Vec<u8> {
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        usize::try_from(x % ids.len() as u64).expect("index")
+    };
+    let groups = (0..n)
+        .map(|_| GroupQuery {
+            jobs: (0..4)
+                .map(|_| JobRef::workload(ids[next()].clone()))
+                .collect(),
+            mode: Mode::Space,
+            shares: None,
+            gpu: None,
+        })
+        .collect();
+    serde_json::to_vec(&PredictRequest {
+        gpu: Some("v100".into()),
+        pairs: Vec::new(),
+        groups,
     })
     .expect("json")
 }
@@ -50,6 +79,7 @@ fn request(ids: &[String], n: usize) -> Vec<u8> {
 fn state(engine: EngineKind) -> std::sync::Arc<AppState> {
     let state = AppState::new(Config {
         engine,
+        max_pairs: 60_000,
         ..Config::new(model_dir())
     })
     .expect("state");
@@ -94,6 +124,10 @@ fn bench(c: &mut Criterion) {
                 b.iter(|| black_box(serde_json::to_vec(black_box(&parsed)).expect("json")));
             });
         }
+        let groups = group_request(&ids, 10_000);
+        c.bench_function(&format!("predict_10k_groups_of_4_{engine}"), |b| {
+            b.iter(|| black_box(duet_server::answer(&state, black_box(&groups)).expect("answer")));
+        });
         let single = request(&ids, 1);
         c.bench_function(&format!("predict_1_pair_{engine}"), |b| {
             b.iter(|| black_box(duet_server::answer(&state, black_box(&single)).expect("answer")));

@@ -54,6 +54,7 @@ fn main() {
     let body = serde_json::to_vec(&PredictRequest {
         gpu: Some("v100".into()),
         pairs,
+        groups: Vec::new(),
     })
     .expect("json");
     let rounds = 30;
@@ -76,6 +77,7 @@ fn main() {
         let response = PredictResponse {
             model_version: model.version().to_string(),
             predictions: predict::predictions(&kinds, &outputs),
+            groups: Vec::new(),
         };
         let s4 = Instant::now();
         let bytes = serde_json::to_vec(&response).expect("json");

@@ -81,7 +81,11 @@ pub fn predict(
     let pairs: Vec<PairQuery> = queries.iter().flatten().cloned().collect();
     let mut batch = None;
     if !pairs.is_empty() {
-        let request = PredictRequest { gpu: None, pairs };
+        let request = PredictRequest {
+            gpu: None,
+            pairs,
+            groups: Vec::new(),
+        };
         batch = duet_model::predict::predict(model, registry, &request, None).ok();
     }
     let mut next = 0;
@@ -98,6 +102,7 @@ pub fn predict(
                     &PredictRequest {
                         gpu: None,
                         pairs: vec![q],
+                        groups: Vec::new(),
                     },
                     None,
                 )

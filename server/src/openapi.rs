@@ -57,9 +57,12 @@ pub fn routes() -> Router<Arc<AppState>> {
     components(schemas(
         duet_core::api::PredictRequest,
         duet_core::api::PairQuery,
+        duet_core::api::GroupQuery,
         duet_core::api::JobRef,
         duet_core::api::PredictResponse,
         duet_core::api::Prediction,
+        duet_core::api::GroupPrediction,
+        duet_core::api::GroupJobPrediction,
         duet_core::api::WorkloadBody,
         duet_core::api::RegisteredWorkload,
         duet_core::api::ApiError,
@@ -179,9 +182,21 @@ fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
                        "description": "MPS active-thread percentage, in (0, 100]"});
     schemas["PairQuery"]["properties"]["share_a"] = share.clone();
     schemas["PairQuery"]["properties"]["share_b"] = share.clone();
+    let max_group = duet_core::dataset::MAX_GROUP_SIZE;
+    let group = &mut schemas["GroupQuery"];
+    group["properties"]["jobs"]["minItems"] = json!(3);
+    group["properties"]["jobs"]["maxItems"] = json!(max_group);
+    group["properties"]["shares"] = json!({
+        "type": ["array", "null"], "minItems": 3, "maxItems": max_group,
+        "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 100},
+        "description": "each job's MPS active-thread percentage in (0, 100], one per job in the \
+                        order of `jobs`; required by `mps`, absent otherwise"});
     if let Some(model) = model {
         let modes: Vec<&str> = model.meta.spec.modes.iter().map(|m| m.as_str()).collect();
         schemas["PairQuery"]["properties"]["mode"] = json!({
+            "type": "string", "enum": modes,
+            "description": "a sharing mode the loaded model was trained on"});
+        schemas["GroupQuery"]["properties"]["mode"] = json!({
             "type": "string", "enum": modes,
             "description": "a sharing mode the loaded model was trained on"});
         let mut optional: Vec<Value> = modes.iter().map(|m| json!(m)).collect();
@@ -192,20 +207,32 @@ fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
     }
     observation_schema(schemas, share, config.max_observations);
     let request = &mut schemas["PredictRequest"];
-    request["properties"]["pairs"]["minItems"] = json!(1);
     request["properties"]["pairs"]["maxItems"] = json!(config.max_pairs);
+    request["properties"]["groups"]["maxItems"] = json!(config.max_pairs / 3);
+    let mut rules = vec![json!({"anyOf": [
+        {"required": ["pairs"], "properties": {"pairs": {"minItems": 1}}},
+        {"required": ["groups"], "properties": {"groups": {"minItems": 1}}},
+    ]})];
+    let mut description = String::from(
+        "Pairs, groups of three or more, or both: at least one of them. A group of k jobs \
+         counts its k(k-1)/2 pairs against --max-pairs.",
+    );
     let needs_gpu = config.gpu.is_none() && model.is_some_and(|m| m.meta.spec.gpus.len() != 1);
     if needs_gpu {
-        request["anyOf"] = json!([
-            {"required": ["gpu"], "properties": {"gpu": {"type": "string"}}},
-            {"properties": {"pairs": {"items": {
-                "required": ["gpu"], "properties": {"gpu": {"type": "string"}}}}}},
-        ]);
-        request["description"] = json!(
-            "The device must be named: by `gpu` here or in every pair (the model knows several \
-             and the server has no --gpu)"
+        let named = json!({"required": ["gpu"], "properties": {"gpu": {"type": "string"}}});
+        rules.push(json!({"anyOf": [
+            named,
+            {"properties": {
+                "pairs": {"items": named},
+                "groups": {"items": named}}},
+        ]}));
+        description.push_str(
+            " The device must be named: by `gpu` here or in every pair and group (the model \
+             knows several and the server has no --gpu).",
         );
     }
+    request["allOf"] = json!(rules);
+    request["description"] = json!(description);
     schemas["WorkloadBody"] = json!({
         "type": "object",
         "properties": {

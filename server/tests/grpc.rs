@@ -305,6 +305,7 @@ async fn predict_over_grpc_answers_what_v1_predict_answers() {
         .predict(duet::PredictRequest {
             gpu: Some("v100".into()),
             pairs: pairs.clone(),
+            ..Default::default()
         })
         .await
         .expect("predict")
@@ -360,6 +361,7 @@ async fn predict_over_grpc_answers_what_v1_predict_answers() {
         .predict(duet::PredictRequest {
             gpu: Some("v100".into()),
             pairs: vec![pairs[0].clone(); 5],
+            ..Default::default()
         })
         .await
         .expect_err("5 pairs of 4");
@@ -368,6 +370,7 @@ async fn predict_over_grpc_answers_what_v1_predict_answers() {
         .predict(duet::PredictRequest {
             gpu: Some("v100".into()),
             pairs: vec![pair(job("nobody"), job("a3c"))],
+            ..Default::default()
         })
         .await
         .expect_err("unknown id");
@@ -376,6 +379,7 @@ async fn predict_over_grpc_answers_what_v1_predict_answers() {
         .predict(duet::PredictRequest {
             gpu: Some("v100".into()),
             pairs: vec![pair(None, job("a3c"))],
+            ..Default::default()
         })
         .await
         .expect_err("no job a");
@@ -390,6 +394,7 @@ async fn predict_over_grpc_answers_what_v1_predict_answers() {
         .predict(duet::PredictRequest {
             gpu: Some("v100".into()),
             pairs: vec![bad_mode],
+            ..Default::default()
         })
         .await
         .expect_err("unknown mode");
@@ -414,6 +419,7 @@ async fn predict_over_grpc_answers_what_v1_predict_answers() {
         .predict(duet::PredictRequest {
             gpu: Some("v100".into()),
             pairs: vec![pair(infinite, job("a3c"))],
+            ..Default::default()
         })
         .await
         .expect_err("infinite feature");
@@ -422,6 +428,66 @@ async fn predict_over_grpc_answers_what_v1_predict_answers() {
         Code::InvalidArgument,
         "pairs[0].a.features.solo_throughput: inf is not a finite number",
     );
+}
+
+#[tokio::test]
+async fn groups_over_grpc_are_answered_as_v1_predict_answers_them() {
+    let (app, _, channel) = served(Config {
+        max_pairs: 6,
+        ..Config::new(model_dir())
+    })
+    .await;
+    let mut client = PredictorClient::new(channel);
+    let group = |jobs: &[&str]| duet::Group {
+        jobs: jobs.iter().map(|j| job(j).expect("a job")).collect(),
+        mode: "space".into(),
+        ..Default::default()
+    };
+    let answer = client
+        .predict(duet::PredictRequest {
+            gpu: Some("v100".into()),
+            groups: vec![group(&["resnet-50-bs64", "transformer-bs32", "a3c"])],
+            ..Default::default()
+        })
+        .await
+        .expect("predict")
+        .into_inner();
+    let body = json!({"gpu": "v100", "groups": [{"jobs": [
+        {"workload": "resnet-50-bs64"}, {"workload": "transformer-bs32"}, {"workload": "a3c"}],
+        "mode": "space"}]});
+    let (s, expected) = call(&app, "POST", "/v1/predict", Some(body), None).await;
+    assert_eq!(s, axum::http::StatusCode::OK, "{expected}");
+    assert!(answer.predictions.is_empty());
+    let (got, want) = (&answer.groups[0], &expected["groups"][0]);
+    assert_eq!(got.composition, "excess");
+    assert_eq!(got.feasible, want["feasible"].as_bool().expect("feasible"));
+    for (k, j) in got.jobs.iter().enumerate() {
+        let w = |f: &str| want["jobs"][k][f].as_f64().expect(f) as f32;
+        assert_eq!(
+            (j.speed, j.slowdown, j.slowdown_p90),
+            (w("speed"), w("slowdown"), w("slowdown_p90"))
+        );
+    }
+    // Two groups of three are 6 pairs; a third is over --max-pairs 6.
+    let three = vec![group(&["a3c", "a3c", "a3c"]); 3];
+    let over = client
+        .predict(duet::PredictRequest {
+            gpu: Some("v100".into()),
+            groups: three,
+            ..Default::default()
+        })
+        .await
+        .expect_err("9 pairs of 6");
+    assert_status(&over, Code::ResourceExhausted, "--max-pairs");
+    let unknown = client
+        .predict(duet::PredictRequest {
+            gpu: Some("v100".into()),
+            groups: vec![group(&["a3c", "a3c", "nobody"])],
+            ..Default::default()
+        })
+        .await
+        .expect_err("unknown id");
+    assert_status(&unknown, Code::NotFound, "groups[0].jobs[2].workload: ");
 }
 
 #[tokio::test]
@@ -437,6 +503,7 @@ async fn a_message_over_the_body_limit_is_refused_before_it_is_read() {
         .predict(duet::PredictRequest {
             gpu: Some("v100".into()),
             pairs: many,
+            ..Default::default()
         })
         .await
         .expect_err("over 2000 bytes");
@@ -461,6 +528,7 @@ async fn connections_over_the_limit_are_closed_at_once() {
         .predict(authorized(duet::PredictRequest {
             gpu: Some("v100".into()),
             pairs: vec![pair(job("resnet-50-bs64"), job("transformer-bs32"))],
+            ..Default::default()
         }))
         .await
         .expect("the first connection is served");

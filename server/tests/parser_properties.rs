@@ -15,7 +15,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use duet_core::rng::Rng;
 use duet_server::Config;
-use duet_server::grpc::proto::duet::v1::{Job, Pair, PredictRequest, job};
+use duet_server::grpc::proto::duet::v1::{Group, Job, Pair, PredictRequest, job};
 use duet_server::grpc::scan::{PREDICT_REQUEST, scan};
 use prost::Message;
 use serde_json::{Value, json};
@@ -325,6 +325,14 @@ fn the_grpc_walker_accepts_what_prost_decodes_and_counts_alike() {
                     ..Pair::default()
                 })
                 .collect(),
+            groups: (0..n % 4)
+                .map(|i| Group {
+                    jobs: (0..3 + i).filter_map(|k| job(&format!("g{k}"))).collect(),
+                    mode: "mps".into(),
+                    shares: vec![30.0; i],
+                    gpu: (i % 2 == 0).then(|| "v100".to_string()),
+                })
+                .collect(),
         };
         let bytes = request.encode_to_vec();
         let bytes = if round % 4 == 0 {
@@ -336,12 +344,17 @@ fn the_grpc_walker_accepts_what_prost_decodes_and_counts_alike() {
         if let Ok(decoded) = PredictRequest::decode(bytes.as_slice()) {
             let walked =
                 walked.unwrap_or_else(|e| panic!("prost decodes what the walker refuses: {e:?}"));
-            assert_eq!(
-                walked.counts.get("pairs").copied().unwrap_or(0),
-                decoded.pairs.len()
+            let count = |name: &str| walked.counts.get(name).copied().unwrap_or(0);
+            assert_eq!(count("pairs"), decoded.pairs.len());
+            assert_eq!(count("groups"), decoded.groups.len());
+            let jobs: usize = decoded.groups.iter().map(|g| g.jobs.len()).sum();
+            assert_eq!(count("group_jobs"), jobs);
+            // What it decodes into is at least the pairs' and groups' structs.
+            assert!(
+                walked.decoded_bytes
+                    >= decoded.pairs.len() * size_of::<Pair>()
+                        + decoded.groups.len() * size_of::<Group>()
             );
-            // What it decodes into is at least the pairs' structs.
-            assert!(walked.decoded_bytes >= decoded.pairs.len() * size_of::<Pair>());
         }
     }
 }

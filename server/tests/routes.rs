@@ -603,7 +603,13 @@ async fn health_models_metrics_and_openapi() {
         doc["components"]["schemas"]["PredictRequest"]["properties"]["pairs"]["maxItems"],
         1000
     );
-    assert!(doc["components"]["schemas"]["PredictRequest"]["anyOf"].is_array());
+    // Pairs or groups, and (three devices, no --gpu) the device named.
+    let rules = &doc["components"]["schemas"]["PredictRequest"]["allOf"];
+    assert_eq!(rules.as_array().map(Vec::len), Some(2), "{rules}");
+    assert_eq!(
+        doc["components"]["schemas"]["GroupQuery"]["properties"]["jobs"]["maxItems"],
+        8
+    );
     assert_eq!(
         doc["components"]["schemas"]["WorkloadBody"]["properties"]["profiles"]["minProperties"],
         1

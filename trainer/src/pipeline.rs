@@ -148,6 +148,7 @@ pub fn run_with(
         PipelineError::Data(format!("{}: {m}", p.display()))
     })?;
     let (datasets, data) = load(&options.data)?;
+    let corpus_groups: usize = datasets.iter().map(|d| d.groups.len()).sum();
     let mut corpus = Corpus::new(datasets);
     let mut warnings = Vec::new();
     progress.line(&format!(
@@ -306,6 +307,13 @@ pub fn run_with(
             .iter()
             .map(|d| format!("feature left out: {d}")),
     );
+    if corpus_groups > 0 {
+        warnings.push(format!(
+            "{corpus_groups} groups of three or more jobs are not training rows: the model learns from \
+             pairs, and answers a group by composing them (`duet evaluate` on these datasets \
+             scores how well)"
+        ));
+    }
     if trained.spec.numeric.len() + trained.spec.categorical.len() <= 1 {
         warnings.push(
             "only solo throughput describes the jobs; expect weak unseen-workload accuracy".into(),

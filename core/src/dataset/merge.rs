@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use super::error::{DatasetError, Result};
 use super::types::{FeatureValue, Workload};
 use super::validate::setting_key;
-use super::{Dataset, META_FILE, PAIRS_FILE, WORKLOADS_FILE, modes_present};
+use super::{Dataset, GROUPS_FILE, META_FILE, PAIRS_FILE, WORKLOADS_FILE, modes_of};
 
 /// Weighted mean of two measurements of one quantity, weighted by their repetitions.
 fn pooled(x: f64, wx: f64, y: f64, wy: f64) -> f64 {
@@ -64,7 +64,7 @@ fn fold_workload(kept: &mut Workload, next: &Workload, file: &Path) -> Result<()
 
 /// Joins shards of one campaign. They must share the device and the declared columns. A
 /// workload profiled in several shards keeps one row (its measurements pooled by repetitions);
-/// a pair setting measured in two shards is an error, since shards split the pairs.
+/// a pair or group setting measured in two shards is an error, since shards split them.
 pub fn merge(name: &str, shards: &[(PathBuf, Dataset)]) -> Result<Dataset> {
     let Some((first_dir, first)) = shards.first() else {
         return Err(DatasetError::new(
@@ -78,6 +78,8 @@ pub fn merge(name: &str, shards: &[(PathBuf, Dataset)]) -> Result<Dataset> {
     let mut index: HashMap<String, usize> = HashMap::new();
     let mut pairs = Vec::new();
     let mut settings: HashMap<_, &PathBuf> = HashMap::new();
+    let mut groups = Vec::new();
+    let mut group_settings: HashMap<_, &PathBuf> = HashMap::new();
     for (dir, shard) in shards {
         let meta_file = dir.join(META_FILE);
         let differs = |field: &str, what: &str| {
@@ -126,6 +128,20 @@ pub fn merge(name: &str, shards: &[(PathBuf, Dataset)]) -> Result<Dataset> {
             }
             pairs.push(p.clone());
         }
+        for (number, g) in shard.groups.iter().enumerate() {
+            if let Some(earlier) = group_settings.insert(g.setting_key(), dir) {
+                return Err(DatasetError::new(
+                    dir.join(GROUPS_FILE),
+                    format!(
+                        "these jobs, mode and shares were measured in {} too; shards of one campaign split the groups",
+                        earlier.display()
+                    ),
+                )
+                .column("group")
+                .id(format!("group {number} ({})", g.label())));
+            }
+            groups.push(g.clone());
+        }
     }
     if shards.len() > 1 {
         let sources: Vec<String> = shards
@@ -139,10 +155,11 @@ pub fn merge(name: &str, shards: &[(PathBuf, Dataset)]) -> Result<Dataset> {
             sources.join(", ")
         );
     }
-    meta.modes = modes_present(&pairs);
+    meta.modes = modes_of(&pairs, &groups);
     Ok(Dataset {
         meta,
         workloads,
         pairs,
+        groups,
     })
 }

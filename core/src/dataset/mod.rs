@@ -1,9 +1,11 @@
-//! The dataset format: a folder holding `dataset.json`, `workloads.parquet` and `pairs.parquet`.
+//! The dataset format: a folder holding `dataset.json`, `workloads.parquet` and `pairs.parquet`,
+//! and `groups.parquet` where three or more jobs were measured together.
 //!
 //! [`Dataset::read`] checks everything before it hands a dataset out; [`Dataset::write`] checks
 //! again and writes into a temporary folder that is renamed into place only when complete, so a
 //! reader never sees half a dataset.
 
+pub mod compose;
 mod error;
 mod merge;
 mod meta;
@@ -20,14 +22,21 @@ pub use error::{DatasetError, Result};
 pub use merge::merge;
 pub use meta::{DatasetMeta, FORMAT, FeatureColumn, FeatureKind, Provenance};
 pub use parquet::{
-    PAIR_COLUMNS, PAIR_OPTIONAL_COLUMNS, WORKLOAD_COLUMNS, WORKLOAD_OPTIONAL_COLUMNS,
+    GROUP_COLUMNS, GROUP_OPTIONAL_COLUMNS, PAIR_COLUMNS, PAIR_OPTIONAL_COLUMNS, WORKLOAD_COLUMNS,
+    WORKLOAD_OPTIONAL_COLUMNS,
 };
-pub use summary::{ModeCounts, Quantiles, Summary};
-pub use types::{FeatureValue, JobKind, Mode, Pair, Sample, Status, Workload, slowdown, speed};
+pub use summary::{GroupSizeCounts, ModeCounts, Quantiles, Summary};
+pub use types::{
+    FeatureValue, Group, GroupJob, JobKind, MAX_GROUP_SIZE, Mode, Pair, Sample, Status, Workload,
+    slowdown, speed,
+};
 
 pub const META_FILE: &str = "dataset.json";
 pub const WORKLOADS_FILE: &str = "workloads.parquet";
 pub const PAIRS_FILE: &str = "pairs.parquet";
+/// Optional: measurements of three or more jobs together ([`Group`] rows, one row per job).
+/// Written only where a dataset has groups, so a dataset of pairs is the same files as ever.
+pub const GROUPS_FILE: &str = "groups.parquet";
 pub const LICENSE_FILE: &str = "LICENSE";
 /// Optional: raw counter series (`Sample` rows), written by the profiler.
 pub const SAMPLES_FILE: &str = "samples.parquet";
@@ -43,6 +52,18 @@ pub struct Dataset {
     pub meta: DatasetMeta,
     pub workloads: Vec<Workload>,
     pub pairs: Vec<Pair>,
+    /// Settings of three or more jobs (`groups.parquet`); empty in a dataset of pairs.
+    pub groups: Vec<Group>,
+}
+
+/// One job of a successful group: how fast it ran next to the others.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupSpeed<'a> {
+    pub group: &'a Group,
+    /// The job's position in `group.jobs`.
+    pub index: usize,
+    /// Co-located throughput over solo throughput.
+    pub speed: f64,
 }
 
 /// One job's side of a successful co-location: how fast it ran next to the other.
@@ -61,19 +82,26 @@ pub struct DirectedSpeed<'a> {
     pub relative_se: Option<f64>,
 }
 
-/// The sorted, distinct modes that `pairs` use: what `dataset.json` lists as `modes`.
+/// The sorted, distinct modes that `pairs` use: what `dataset.json` of a dataset of pairs lists
+/// as `modes`.
 pub fn modes_present(pairs: &[Pair]) -> Vec<Mode> {
+    modes_of(pairs, &[])
+}
+
+/// The sorted, distinct modes that `pairs` and `groups` use: what `dataset.json` lists.
+pub fn modes_of(pairs: &[Pair], groups: &[Group]) -> Vec<Mode> {
     pairs
         .iter()
         .map(|p| p.mode)
+        .chain(groups.iter().map(|g| g.mode))
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect()
 }
 
 impl Dataset {
-    /// This dataset's workloads with `pairs` instead of its own (a subset of them, say), and
-    /// `dataset.json`'s modes those the new pairs use.
+    /// This dataset's workloads with `pairs` instead of its own (a subset of them, say) and no
+    /// groups, and `dataset.json`'s modes those the new pairs use.
     pub fn with_pairs(&self, pairs: Vec<Pair>) -> Dataset {
         let mut meta = self.meta.clone();
         meta.modes = modes_present(&pairs);
@@ -81,6 +109,7 @@ impl Dataset {
             meta,
             workloads: self.workloads.clone(),
             pairs,
+            groups: Vec::new(),
         }
     }
 
@@ -105,11 +134,19 @@ impl Dataset {
         let pairs_path = dir.join(PAIRS_FILE);
         let frame = parquet::read_parquet(&pairs_path)?;
         let pairs = parquet::pairs_from_frame(&meta, &frame, &pairs_path)?;
+        let groups_path = dir.join(GROUPS_FILE);
+        let groups = if groups_path.is_file() {
+            let frame = parquet::read_parquet(&groups_path)?;
+            parquet::groups_from_frame(&frame, &groups_path)?
+        } else {
+            Vec::new()
+        };
 
         let dataset = Dataset {
             meta,
             workloads,
             pairs,
+            groups,
         };
         dataset.validate_tables(dir)?;
         Ok(dataset)
@@ -129,13 +166,19 @@ impl Dataset {
             &self.workloads,
             &self.pairs,
         )?;
-        let present = modes_present(&self.pairs);
+        validate::groups(
+            &dir.join(GROUPS_FILE),
+            &self.meta,
+            &self.workloads,
+            &self.groups,
+        )?;
+        let present = modes_of(&self.pairs, &self.groups);
         if present != self.meta.modes {
             let names: Vec<&str> = present.iter().map(|m| m.as_str()).collect();
             return Err(DatasetError::new(
                 dir.join(META_FILE),
                 format!(
-                    "modes must list exactly the modes in {PAIRS_FILE}: [{}]",
+                    "modes must list exactly the modes in {PAIRS_FILE} and {GROUPS_FILE}: [{}]",
                     names.join(", ")
                 ),
             )
@@ -170,6 +213,7 @@ impl Dataset {
             META_FILE,
             WORKLOADS_FILE,
             PAIRS_FILE,
+            GROUPS_FILE,
             LICENSE_FILE,
             SAMPLES_FILE,
         ];
@@ -220,6 +264,11 @@ impl Dataset {
         let frame = parquet::pairs_frame(&self.meta, &self.pairs)
             .map_err(|e| DatasetError::new(dir.join(PAIRS_FILE), e.to_string()))?;
         parquet::write_parquet(&dir.join(PAIRS_FILE), frame)?;
+        if !self.groups.is_empty() {
+            let frame = parquet::groups_frame(&self.groups)
+                .map_err(|e| DatasetError::new(dir.join(GROUPS_FILE), e.to_string()))?;
+            parquet::write_parquet(&dir.join(GROUPS_FILE), frame)?;
+        }
         let mut json = serde_json::to_string_pretty(&self.meta)
             .map_err(|e| DatasetError::new(dir.join(META_FILE), e.to_string()))?;
         json.push('\n');
@@ -242,6 +291,29 @@ impl Dataset {
 
     pub fn workload(&self, id: &str) -> Option<&Workload> {
         self.workloads.iter().find(|w| w.workload == id)
+    }
+
+    /// Every job of every successful group with its speed; a group whose workload has no solo
+    /// row is left out (validation refuses one).
+    pub fn group_speeds(&self) -> Vec<GroupSpeed<'_>> {
+        let solo: std::collections::HashMap<&str, f64> = self
+            .workloads
+            .iter()
+            .map(|w| (w.workload.as_str(), w.solo_throughput))
+            .collect();
+        let mut out = Vec::new();
+        for group in self.groups.iter().filter(|g| g.status == Status::Ok) {
+            for (index, job) in group.jobs.iter().enumerate() {
+                if let Some(&alone) = solo.get(job.workload.as_str()) {
+                    out.push(GroupSpeed {
+                        group,
+                        index,
+                        speed: speed(job.throughput, alone),
+                    });
+                }
+            }
+        }
+        out
     }
 
     /// Both directions of every successful pair: the speed of `a` next to `b` and of `b` next

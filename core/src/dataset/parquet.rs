@@ -10,7 +10,7 @@ use polars_io::prelude::*;
 
 use super::error::{DatasetError, Result};
 use super::meta::{DatasetMeta, FeatureKind};
-use super::types::{FeatureValue, Pair, Sample, Workload};
+use super::types::{FeatureValue, Group, GroupJob, Pair, Sample, Workload};
 
 /// Fixed columns of `workloads.parquet`, before the declared feature columns.
 pub const WORKLOAD_COLUMNS: [&str; 5] = [
@@ -44,6 +44,24 @@ pub const PAIR_COLUMNS: [&str; 13] = [
     "status",
     "note",
 ];
+
+/// Columns of `groups.parquet`: one row per job; the rows of one group are consecutive, share
+/// their `group` number and repeat the group's device, mode, repetitions, status and note.
+pub const GROUP_COLUMNS: [&str; 10] = [
+    "group",
+    "workload",
+    "gpu",
+    "mode",
+    "share",
+    "throughput",
+    "throughput_std",
+    "repetitions",
+    "status",
+    "note",
+];
+
+/// Optional columns of `groups.parquet`, like [`PAIR_OPTIONAL_COLUMNS`].
+pub const GROUP_OPTIONAL_COLUMNS: [&str; 1] = ["throughput_se"];
 
 fn polars_error(file: &Path, context: &str, e: &PolarsError) -> DatasetError {
     DatasetError::new(file, format!("{context}: {e}"))
@@ -135,6 +153,49 @@ pub fn pairs_frame(meta: &DatasetMeta, rows: &[Pair]) -> PolarsResult<DataFrame>
         ));
     }
     DataFrame::new(rows.len(), columns)
+}
+
+/// The `groups.parquet` table: one row per job, groups numbered from 0 in order.
+pub fn groups_frame(rows: &[Group]) -> PolarsResult<DataFrame> {
+    let jobs: Vec<(u32, &Group, &GroupJob)> = rows
+        .iter()
+        .zip(0u32..)
+        .flat_map(|(g, n)| g.jobs.iter().map(move |j| (n, g, j)))
+        .collect();
+    let mut columns = vec![
+        counts("group", jobs.iter().map(|(n, _, _)| Some(*n))),
+        strings(
+            "workload",
+            jobs.iter().map(|(_, _, j)| Some(j.workload.clone())),
+        ),
+        strings("gpu", jobs.iter().map(|(_, g, _)| Some(g.gpu.clone()))),
+        strings(
+            "mode",
+            jobs.iter().map(|(_, g, _)| Some(g.mode.to_string())),
+        ),
+        numbers("share", jobs.iter().map(|(_, _, j)| j.share)),
+        numbers(
+            "throughput",
+            jobs.iter().map(|(_, _, j)| Some(j.throughput)),
+        ),
+        numbers(
+            "throughput_std",
+            jobs.iter().map(|(_, _, j)| j.throughput_std),
+        ),
+        counts("repetitions", jobs.iter().map(|(_, g, _)| g.repetitions)),
+        strings(
+            "status",
+            jobs.iter().map(|(_, g, _)| Some(g.status.to_string())),
+        ),
+        strings("note", jobs.iter().map(|(_, g, _)| g.note.clone())),
+    ];
+    if jobs.iter().any(|(_, _, j)| j.throughput_se.is_some()) {
+        columns.push(numbers(
+            "throughput_se",
+            jobs.iter().map(|(_, _, j)| j.throughput_se),
+        ));
+    }
+    DataFrame::new(jobs.len(), columns)
 }
 
 /// Writes `frame` to `path` as Parquet.
@@ -447,4 +508,83 @@ pub fn pairs_from_frame(meta: &DatasetMeta, frame: &DataFrame, file: &Path) -> R
         });
     }
     Ok(pairs)
+}
+
+/// The groups of a `groups.parquet` file: consecutive rows with one `group` number are one
+/// group, and must agree on its device, mode, repetitions, status and note.
+pub fn groups_from_frame(frame: &DataFrame, file: &Path) -> Result<Vec<Group>> {
+    let table = Table { frame, file };
+    let mut known: Vec<&str> = GROUP_COLUMNS.to_vec();
+    known.extend(GROUP_OPTIONAL_COLUMNS);
+    check_no_undeclared(file, frame, &known)?;
+    let number = table.required("group", table.optional_counts("group")?)?;
+    let workload = table.required_strings("workload")?;
+    let ids: Vec<String> = number
+        .iter()
+        .zip(&workload)
+        .map(|(n, w)| format!("group {n}, workload `{w}`"))
+        .collect();
+    let gpu = table.required_strings("gpu")?;
+    let mode = table.parsed("mode", &ids, str::parse)?;
+    let share = table.optional_numbers("share")?;
+    let throughput = table.required_numbers("throughput")?;
+    let throughput_std = table.optional_numbers("throughput_std")?;
+    let throughput_se = table.absent_or_numbers("throughput_se")?;
+    let repetitions = table.optional_counts("repetitions")?;
+    let status = table.parsed("status", &ids, str::parse)?;
+    let note = table.optional_strings("note")?;
+    let mut groups: Vec<Group> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for row in 0..number.len() {
+        let job = GroupJob {
+            workload: workload[row].clone(),
+            share: share[row],
+            throughput: throughput[row],
+            throughput_std: throughput_std[row],
+            throughput_se: throughput_se[row],
+        };
+        if row > 0 && number[row] == number[row - 1] {
+            let group = groups.last_mut().expect("a group was started");
+            for (column, same) in [
+                ("gpu", group.gpu == gpu[row]),
+                ("mode", group.mode == mode[row]),
+                ("repetitions", group.repetitions == repetitions[row]),
+                ("status", group.status == status[row]),
+                ("note", group.note == note[row]),
+            ] {
+                if !same {
+                    return Err(DatasetError::new(
+                        file,
+                        "differs from the group's first row; a group's rows share it",
+                    )
+                    .column(column)
+                    .row_index(row)
+                    .id(ids[row].clone()));
+                }
+            }
+            group.jobs.push(job);
+            continue;
+        }
+        if !seen.insert(number[row]) {
+            return Err(DatasetError::new(
+                file,
+                format!(
+                    "group {} appears again after other groups; a group's rows are consecutive",
+                    number[row]
+                ),
+            )
+            .column("group")
+            .row_index(row)
+            .id(ids[row].clone()));
+        }
+        groups.push(Group {
+            gpu: gpu[row].clone(),
+            mode: mode[row],
+            jobs: vec![job],
+            repetitions: repetitions[row],
+            status: status[row],
+            note: note[row].clone(),
+        });
+    }
+    Ok(groups)
 }

@@ -55,6 +55,18 @@ pub struct ModeCounts {
     pub speed: Option<Quantiles>,
 }
 
+/// Settings of one group size: 2 counts the pairs, 3 and more the groups.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupSizeCounts {
+    /// Jobs on the device together.
+    pub size: usize,
+    pub settings: usize,
+    /// Settings by status; statuses with no setting are left out.
+    pub by_status: BTreeMap<Status, usize>,
+    /// Speeds of every job of every successful setting of this size.
+    pub speed: Option<Quantiles>,
+}
+
 /// The summary `duet dataset inspect` prints.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
@@ -80,6 +92,12 @@ pub struct Summary {
     /// modes together: how precisely the dataset measured them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speed_relative_se: Option<Quantiles>,
+    /// Settings by how many jobs shared the device: pairs (2), then each size of groups.
+    pub by_group_size: Vec<GroupSizeCounts>,
+    /// How well the measured pairs, composed by each rule, give the measured groups' speeds
+    /// (empty without groups).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub compositions: Vec<super::compose::CompositionError>,
 }
 
 impl Summary {
@@ -117,6 +135,35 @@ impl Summary {
             *by_status.entry(p.status).or_insert(0) += 1;
         }
         let all: Vec<f64> = speeds.iter().map(|s| s.speed).collect();
+        let mut by_group_size = Vec::new();
+        if !dataset.pairs.is_empty() {
+            by_group_size.push(GroupSizeCounts {
+                size: 2,
+                settings: dataset.pairs.len(),
+                by_status: by_status.clone(),
+                speed: Quantiles::of(&all),
+            });
+        }
+        let group_speeds = dataset.group_speeds();
+        let sizes: std::collections::BTreeSet<usize> =
+            dataset.groups.iter().map(|g| g.jobs.len()).collect();
+        for size in sizes {
+            let mut by_status = BTreeMap::new();
+            for g in dataset.groups.iter().filter(|g| g.jobs.len() == size) {
+                *by_status.entry(g.status).or_insert(0) += 1;
+            }
+            let speeds: Vec<f64> = group_speeds
+                .iter()
+                .filter(|s| s.group.jobs.len() == size)
+                .map(|s| s.speed)
+                .collect();
+            by_group_size.push(GroupSizeCounts {
+                size,
+                settings: by_status.values().sum(),
+                by_status,
+                speed: Quantiles::of(&speeds),
+            });
+        }
         let errors: Vec<f64> = speeds.iter().filter_map(|s| s.relative_se).collect();
         Summary {
             name: dataset.meta.name.clone(),
@@ -138,6 +185,8 @@ impl Summary {
             by_mode,
             speed: Quantiles::of(&all),
             speed_relative_se: Quantiles::of(&errors),
+            by_group_size,
+            compositions: super::compose::composition_errors(dataset),
         }
     }
 }

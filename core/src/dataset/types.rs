@@ -233,6 +233,58 @@ pub struct Pair {
     pub counters: BTreeMap<String, Option<f64>>,
 }
 
+/// The most jobs one measured group may hold (a group is three or more; two are a [`Pair`]).
+pub const MAX_GROUP_SIZE: usize = 8;
+
+/// One job of a [`Group`]: which workload, its share and how fast it ran among the others.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupJob {
+    pub workload: String,
+    /// MPS active-thread percentage, `None` where the mode has no shares.
+    pub share: Option<f64>,
+    /// Co-located iterations per second (0 when the run did not succeed).
+    pub throughput: f64,
+    pub throughput_std: Option<f64>,
+    /// Standard error from the measured windows' own iteration times, like
+    /// [`Workload::solo_throughput_se`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput_se: Option<f64>,
+}
+
+/// One co-location measurement of three to [`MAX_GROUP_SIZE`] jobs on one device: rows of
+/// `groups.parquet` that share a `group` number, one per job. The same workload may appear more
+/// than once (two replicas of one service).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Group {
+    pub gpu: String,
+    pub mode: Mode,
+    /// The jobs, in the order they were measured; the group is the multiset.
+    pub jobs: Vec<GroupJob>,
+    pub repetitions: Option<u32>,
+    pub status: Status,
+    pub note: Option<String>,
+}
+
+impl Group {
+    /// `a + b + c`: the jobs' workloads, for messages.
+    pub fn label(&self) -> String {
+        let names: Vec<&str> = self.jobs.iter().map(|j| j.workload.as_str()).collect();
+        names.join(" + ")
+    }
+
+    /// The same for every order of the jobs: the device, the mode and the sorted (workload,
+    /// share) multiset.
+    pub fn setting_key(&self) -> (String, Mode, Vec<(String, Option<u64>)>) {
+        let mut jobs: Vec<(String, Option<u64>)> = self
+            .jobs
+            .iter()
+            .map(|j| (j.workload.clone(), j.share.map(f64::to_bits)))
+            .collect();
+        jobs.sort();
+        (self.gpu.clone(), self.mode, jobs)
+    }
+}
+
 /// Normalised throughput: co-located throughput over solo throughput (1 = no interference).
 /// The only place speed is derived; slowdown is its inverse.
 pub fn speed(co_located_throughput: f64, solo_throughput: f64) -> f64 {

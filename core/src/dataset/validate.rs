@@ -9,7 +9,7 @@ use super::meta::{DatasetMeta, FORMAT, FeatureKind};
 use super::parquet::{
     PAIR_COLUMNS, PAIR_OPTIONAL_COLUMNS, WORKLOAD_COLUMNS, WORKLOAD_OPTIONAL_COLUMNS,
 };
-use super::types::{FeatureValue, Pair, Status, Workload};
+use super::types::{FeatureValue, Group, MAX_GROUP_SIZE, Pair, Status, Workload};
 
 fn check_finite(value: f64, what: &str) -> std::result::Result<(), String> {
     if value.is_nan() {
@@ -253,6 +253,115 @@ pub fn pairs(file: &Path, meta: &DatasetMeta, workloads: &[Workload], rows: &[Pa
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// The rules of `groups.parquet`: three to [`MAX_GROUP_SIZE`] known workloads on a named device
+/// in a listed mode, shares in (0, 100] given for every job or none, throughputs finite and not
+/// negative, status `ok` exactly when every job made progress, and each setting (device, mode,
+/// the multiset of workloads and shares) once. Errors name the row of the job at fault.
+pub fn groups(
+    file: &Path,
+    meta: &DatasetMeta,
+    workloads: &[Workload],
+    rows: &[Group],
+) -> Result<()> {
+    let known: HashMap<&str, &Workload> =
+        workloads.iter().map(|w| (w.workload.as_str(), w)).collect();
+    let mut settings = HashMap::new();
+    let mut first_row = 0;
+    for (number, g) in rows.iter().enumerate() {
+        let at = |job: usize, column: &str, message: String| {
+            DatasetError::new(file, message)
+                .column(column)
+                .row_index(first_row + job)
+                .id(format!("group {number} ({})", g.label()))
+        };
+        if g.jobs.len() < 3 || g.jobs.len() > MAX_GROUP_SIZE {
+            return Err(at(
+                0,
+                "group",
+                format!(
+                    "a group holds 3 to {MAX_GROUP_SIZE} jobs, this one {}{}",
+                    g.jobs.len(),
+                    if g.jobs.len() == 2 {
+                        " (two jobs are a pair: pairs.parquet holds them)"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        if g.gpu.trim().is_empty() {
+            return Err(at(0, "gpu", "gpu is empty".into()));
+        }
+        if !meta.modes.contains(&g.mode) {
+            return Err(at(
+                0,
+                "mode",
+                format!("mode `{}` is not listed in dataset.json `modes`", g.mode),
+            ));
+        }
+        let shared = g.jobs.iter().filter(|j| j.share.is_some()).count();
+        for (i, job) in g.jobs.iter().enumerate() {
+            if !known.contains_key(job.workload.as_str()) {
+                return Err(at(
+                    i,
+                    "workload",
+                    format!(
+                        "unknown workload `{}`, not in the workloads table",
+                        job.workload
+                    ),
+                ));
+            }
+            if let Some(s) = job.share {
+                check_finite(s, "share").map_err(|m| at(i, "share", m))?;
+                if !(s > 0.0 && s <= 100.0) {
+                    return Err(at(i, "share", format!("share {s} is outside (0, 100]")));
+                }
+            } else if shared > 0 {
+                return Err(at(
+                    i,
+                    "share",
+                    "no share where other jobs of the group have one; give every job its share \
+                     or none"
+                        .into(),
+                ));
+            }
+            for (column, value) in [
+                ("throughput", Some(job.throughput)),
+                ("throughput_std", job.throughput_std),
+                ("throughput_se", job.throughput_se),
+            ] {
+                if let Some(v) = value {
+                    check_non_negative(v, "throughput").map_err(|m| at(i, column, m))?;
+                }
+            }
+        }
+        let all_positive = g.jobs.iter().all(|j| j.throughput > 0.0);
+        if (g.status == Status::Ok) != all_positive {
+            let message = if g.status == Status::Ok {
+                "status is ok but a co-located throughput is 0".to_string()
+            } else {
+                format!(
+                    "status is {} but every co-located throughput is positive",
+                    g.status
+                )
+            };
+            return Err(at(0, "status", message));
+        }
+        if let Some(first) = settings.insert(g.setting_key(), number) {
+            return Err(at(
+                0,
+                "group",
+                format!(
+                    "the same jobs, mode and shares are measured again (first in group {first}); \
+                     one group holds all repetitions of a setting"
+                ),
+            ));
+        }
+        first_row += g.jobs.len();
     }
     Ok(())
 }

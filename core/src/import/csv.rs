@@ -9,6 +9,13 @@
 //! empty: `ok` if both throughputs are positive, else `oom`), `note`, `throughput_a_se`,
 //! `throughput_b_se`.
 //!
+//! `groups.csv` (optional, `--groups`): one row per job of a setting of three or more jobs on
+//! one device. Required columns `group` (any label; the rows with one label are one group, in
+//! the order they appear), `workload`, `mode`, `throughput`; optional `gpu`, `share`,
+//! `throughput_std`, `throughput_se`, `repetitions`, `status` (when absent or empty on every
+//! row of a group: `ok` if every throughput is positive, else `oom`), `note`. A group's rows
+//! agree on its `gpu`, `mode`, `repetitions`, `status` and `note`. No other column.
+//!
 //! Any other column is a feature (workloads) or counter (pairs). A canonical name such as
 //! `gpu_util` or `mem_used_mib` needs nothing more; any other name declares its kind in the
 //! header: `framework:categorical`, `l2_hit_rate:numeric` or, with a unit,
@@ -18,9 +25,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::dataset::{
-    Dataset, DatasetError, DatasetMeta, FORMAT, FeatureColumn, FeatureKind, FeatureValue, Mode,
-    PAIR_COLUMNS, PAIR_OPTIONAL_COLUMNS, Pair, Provenance, Result, Status, WORKLOAD_COLUMNS,
-    WORKLOAD_OPTIONAL_COLUMNS, Workload, modes_present, validate,
+    Dataset, DatasetError, DatasetMeta, FORMAT, FeatureColumn, FeatureKind, FeatureValue,
+    GROUP_COLUMNS, GROUP_OPTIONAL_COLUMNS, Group, GroupJob, Mode, PAIR_COLUMNS,
+    PAIR_OPTIONAL_COLUMNS, Pair, Provenance, Result, Status, WORKLOAD_COLUMNS,
+    WORKLOAD_OPTIONAL_COLUMNS, Workload, modes_of, validate,
 };
 use crate::features::canonical;
 
@@ -330,13 +338,122 @@ fn read_pairs(sheet: &Sheet<'_>, default_gpu: &str) -> Result<(Vec<FeatureColumn
     Ok((counters.into_iter().map(|(_, c)| c).collect(), pairs))
 }
 
-/// Reads `workloads` and `pairs` CSV files into a validated dataset. Errors name the CSV file,
-/// the column and the line.
-pub fn import(workloads: &Path, pairs: &Path, options: &CsvImport) -> Result<Dataset> {
+/// The groups of a `groups.csv` sheet, and the CSV line of each job in the order the dataset
+/// holds them (groups in order of first appearance, jobs in row order).
+fn read_groups(sheet: &Sheet<'_>, default_gpu: &str) -> Result<(Vec<Group>, Vec<u64>)> {
+    let label = sheet.require("group")?;
+    let workload = sheet.require("workload")?;
+    let mode = sheet.require("mode")?;
+    let throughput = sheet.require("throughput")?;
+    let [gpu, share, std, se, repetitions, status, note] = [
+        "gpu",
+        "share",
+        "throughput_std",
+        "throughput_se",
+        "repetitions",
+        "status",
+        "note",
+    ]
+    .map(|c| sheet.index(c));
+    let known: Vec<&str> = GROUP_COLUMNS
+        .iter()
+        .chain(&GROUP_OPTIONAL_COLUMNS)
+        .copied()
+        .collect();
+    if let Some(extra) = sheet.header.iter().find(|h| !known.contains(&h.as_str())) {
+        return Err(sheet.error(
+            extra,
+            1,
+            format!("not a column of groups.csv (expected {})", known.join(", ")),
+        ));
+    }
+    // (label, group, its status as given, the lines of its jobs)
+    let mut groups: Vec<(String, Group, Option<Status>, Vec<u64>)> = Vec::new();
+    for row in &sheet.rows {
+        let name = sheet.text(row, "group", label)?;
+        let job = GroupJob {
+            workload: sheet.text(row, "workload", workload)?,
+            share: sheet.number(row, "share", share)?,
+            throughput: sheet.required_number(row, "throughput", throughput)?,
+            throughput_std: sheet.number(row, "throughput_std", std)?,
+            throughput_se: sheet.number(row, "throughput_se", se)?,
+        };
+        let given_status = match sheet.cell(&row.1, status) {
+            Some(text) => Some(
+                text.parse::<Status>()
+                    .map_err(|m| sheet.error("status", row.0, m))?,
+            ),
+            None => None,
+        };
+        let this = Group {
+            gpu: sheet.cell(&row.1, gpu).unwrap_or(default_gpu).to_string(),
+            mode: sheet.parsed::<Mode>(row, "mode", mode)?,
+            jobs: Vec::new(),
+            repetitions: sheet.count(row, "repetitions", repetitions)?,
+            status: Status::Ok,
+            note: sheet.cell(&row.1, note).map(str::to_string),
+        };
+        match groups.iter_mut().find(|(l, ..)| *l == name) {
+            Some((_, group, first_status, lines)) => {
+                for (column, same) in [
+                    ("gpu", group.gpu == this.gpu),
+                    ("mode", group.mode == this.mode),
+                    ("repetitions", group.repetitions == this.repetitions),
+                    ("status", *first_status == given_status),
+                    ("note", group.note == this.note),
+                ] {
+                    if !same {
+                        return Err(sheet.error(
+                            column,
+                            row.0,
+                            format!(
+                                "differs from group `{name}`'s first row (line {}); a group's \
+                                 rows agree on it",
+                                lines[0]
+                            ),
+                        ));
+                    }
+                }
+                group.jobs.push(job);
+                lines.push(row.0);
+            }
+            None => {
+                let mut group = this;
+                group.jobs.push(job);
+                groups.push((name, group, given_status, vec![row.0]));
+            }
+        }
+    }
+    let mut lines = Vec::new();
+    let mut out = Vec::with_capacity(groups.len());
+    for (_, mut group, given, job_lines) in groups {
+        group.status = given.unwrap_or(if group.jobs.iter().all(|j| j.throughput > 0.0) {
+            Status::Ok
+        } else {
+            Status::Oom
+        });
+        lines.extend(job_lines);
+        out.push(group);
+    }
+    Ok((out, lines))
+}
+
+/// Reads `workloads` and `pairs` CSV files (and `groups`, where given) into a validated
+/// dataset. Errors name the CSV file, the column and the line.
+pub fn import(
+    workloads: &Path,
+    pairs: &Path,
+    groups: Option<&Path>,
+    options: &CsvImport,
+) -> Result<Dataset> {
     let workload_sheet = Sheet::read(workloads)?;
     let (workload_features, workload_rows) = read_workloads(&workload_sheet)?;
     let pair_sheet = Sheet::read(pairs)?;
     let (pair_counters, pair_rows) = read_pairs(&pair_sheet, &options.provenance.gpu)?;
+    let (group_rows, group_lines) = match groups {
+        Some(file) => read_groups(&Sheet::read(file)?, &options.provenance.gpu)?,
+        None => (Vec::new(), Vec::new()),
+    };
     let meta = DatasetMeta {
         format: FORMAT.to_string(),
         name: options.name.clone(),
@@ -344,14 +461,25 @@ pub fn import(workloads: &Path, pairs: &Path, options: &CsvImport) -> Result<Dat
         provenance: options.provenance.clone(),
         workload_features,
         pair_counters,
-        modes: modes_present(&pair_rows),
+        modes: modes_of(&pair_rows, &group_rows),
     };
     validate::workloads(workloads, &meta, &workload_rows).map_err(|e| onto_csv(e, workloads))?;
     validate::pairs(pairs, &meta, &workload_rows, &pair_rows).map_err(|e| onto_csv(e, pairs))?;
+    if let Some(file) = groups {
+        validate::groups(file, &meta, &workload_rows, &group_rows).map_err(|mut e| {
+            e.file = file.to_path_buf();
+            if let Some(row) = e.row.take() {
+                // `row` counts from 1, `group_lines` from 0.
+                e.line = row.checked_sub(1).and_then(|r| group_lines.get(r)).copied();
+            }
+            e
+        })?;
+    }
     let dataset = Dataset {
         meta,
         workloads: workload_rows,
         pairs: pair_rows,
+        groups: group_rows,
     };
     dataset.validate(Path::new(&options.name))?;
     Ok(dataset)

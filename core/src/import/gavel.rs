@@ -236,6 +236,7 @@ pub fn import(text: &str, file: &Path, options: &GavelImport) -> Result<Dataset>
         meta,
         workloads,
         pairs,
+        groups: Vec::new(),
     };
     dataset.validate(Path::new(&options.name))?;
     Ok(dataset)

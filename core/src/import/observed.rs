@@ -322,6 +322,7 @@ pub fn dataset(
         meta,
         workloads,
         pairs,
+        groups: Vec::new(),
     };
     dataset
         .validate(Path::new(&options.name))

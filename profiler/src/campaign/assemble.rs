@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use duet_core::dataset::{
-    Dataset, DatasetMeta, FeatureColumn, FeatureKind, FeatureValue, Mode, Pair, Provenance, Sample,
-    Status, Workload,
+    Dataset, DatasetMeta, FeatureColumn, FeatureKind, FeatureValue, Group, GroupJob, Mode, Pair,
+    Provenance, Sample, Status, Workload,
 };
 
 use crate::gpu::GpuCounters;
@@ -206,7 +206,12 @@ impl Campaign {
                 counters,
             });
         }
-        let modes: BTreeSet<Mode> = pairs.iter().map(|p| p.mode).collect();
+        let groups = self.groups_of(done);
+        let modes: BTreeSet<Mode> = pairs
+            .iter()
+            .map(|p| p.mode)
+            .chain(groups.iter().map(|g| g.mode))
+            .collect();
         let numeric = |name: &str, unit: Option<&str>, meaning: &str| {
             duet_core::features::canonical(name).unwrap_or(FeatureColumn {
                 name: name.into(),
@@ -305,10 +310,15 @@ impl Campaign {
             format: duet_core::dataset::FORMAT.into(),
             name: self.name.clone(),
             description: format!(
-                "co-location campaign by duet profile: {} workloads alone and in every pair, \
+                "co-location campaign by duet profile: {} workloads alone and in every pair{}, \
                  modes {}, {} repetitions, {:.1} s warm-up and measured windows of {:.1} s to \
                  {:.1} s, each until the rates' relative standard errors were at most {}%",
                 self.catalog.workloads.len(),
+                match self.group_size {
+                    0..=2 => String::new(),
+                    3 => " and every group of three".to_string(),
+                    k => format!(" and every group of three to {k}"),
+                },
                 self.modes
                     .iter()
                     .map(|m| m.as_str())
@@ -343,7 +353,72 @@ impl Campaign {
             meta,
             workloads,
             pairs,
+            groups,
         })
+    }
+
+    /// The groups of three or more jobs in `done`: one per setting, each job's throughput the
+    /// mean over the repetitions; a setting with a failed repetition is that failure.
+    fn groups_of(&self, done: &BTreeMap<String, Record>) -> Vec<Group> {
+        let mut settings: BTreeMap<String, Vec<&Record>> = BTreeMap::new();
+        for r in done.values() {
+            if let Task::Group {
+                workloads,
+                mode,
+                shares,
+                ..
+            } = &r.task
+            {
+                settings
+                    .entry(format!("{}/{mode}/{shares:?}", workloads.join("+")))
+                    .or_default()
+                    .push(r);
+            }
+        }
+        let mut groups = Vec::new();
+        for records in settings.values() {
+            let Task::Group {
+                workloads,
+                mode,
+                shares,
+                ..
+            } = &records[0].task
+            else {
+                continue;
+            };
+            let failed = records.iter().find(|r| r.status != Status::Ok);
+            let jobs = workloads
+                .iter()
+                .enumerate()
+                .map(|(i, workload)| {
+                    let rates: Vec<f64> = records
+                        .iter()
+                        .map(|r| r.throughputs.get(i).copied().unwrap_or(0.0))
+                        .collect();
+                    let ok = failed.is_none();
+                    GroupJob {
+                        workload: workload.clone(),
+                        share: shares.get(i).copied().flatten(),
+                        throughput: if ok {
+                            crate::process::mean(&rates)
+                        } else {
+                            0.0
+                        },
+                        throughput_std: if ok { std(&rates) } else { None },
+                        throughput_se: if ok { mean_se(records, i) } else { None },
+                    }
+                })
+                .collect();
+            groups.push(Group {
+                gpu: self.gpu.clone(),
+                mode: *mode,
+                jobs,
+                repetitions: Some(u32::try_from(records.len()).unwrap_or(u32::MAX)),
+                status: failed.map_or(Status::Ok, |r| r.status),
+                note: failed.and_then(|r| r.note.clone()),
+            });
+        }
+        groups
     }
 }
 

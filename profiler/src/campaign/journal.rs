@@ -59,6 +59,10 @@ impl Campaign {
             ("seed", self.seed.to_string()),
             ("shard", format!("{:?}", self.shard)),
         ])
+        .into_iter()
+        // Recorded only where groups are measured: journals of pairs stay resumable.
+        .chain((self.group_size > 2).then(|| ("group-size", self.group_size.to_string())))
+        .collect()
     }
 
     /// Records the settings and the `plan` (the full grid, or a budgeted campaign's budget and
@@ -154,7 +158,7 @@ impl Campaign {
             .filter(|r| r.status == Status::Ok)
             .filter_map(|r| match &r.task {
                 Task::Solo { workload, .. } => Some(workload.as_str()),
-                Task::Pair { .. } => None,
+                Task::Pair { .. } | Task::Group { .. } => None,
             })
             .chain(self.known_solos.iter().map(|w| w.workload.as_str()))
             .collect();
@@ -165,12 +169,7 @@ impl Campaign {
             .retain(|w| measured.contains(w.name.as_str()));
         let kept = done
             .iter()
-            .filter(|(_, r)| match &r.task {
-                Task::Solo { workload, .. } => measured.contains(workload.as_str()),
-                Task::Pair { a, b, .. } => {
-                    measured.contains(a.as_str()) && measured.contains(b.as_str())
-                }
-            })
+            .filter(|(_, r)| r.task.workloads().iter().all(|w| measured.contains(w)))
             .map(|(k, r)| (k.clone(), r.clone()))
             .collect();
         (partial, kept)

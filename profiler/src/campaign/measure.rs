@@ -129,10 +129,7 @@ impl Campaign {
         mps: Option<&MpsDaemon>,
         interrupted: &AtomicBool,
     ) -> Record {
-        let names: Vec<&str> = match task {
-            Task::Solo { workload, .. } => vec![workload],
-            Task::Pair { a, b, .. } => vec![a, b],
-        };
+        let names = task.workloads();
         let n = names.len();
         let failed = |status: Status, note: String| Record {
             key: task.key(),
@@ -147,24 +144,16 @@ impl Campaign {
             throughput_se: Vec::new(),
             window_seconds: None,
         };
-        let shares = match task {
-            Task::Pair {
-                mode: Mode::Mps,
-                share_a,
-                share_b,
-                ..
-            } => vec![*share_a, *share_b],
-            _ => vec![None; n],
+        let under_mps = task.mode() == Some(Mode::Mps);
+        let shares = if under_mps {
+            task.shares()
+        } else {
+            vec![None; n]
         };
         let mut running = Vec::new();
         for (name, share) in names.iter().zip(shares) {
-            let env = match (mps, task) {
-                (
-                    Some(d),
-                    Task::Pair {
-                        mode: Mode::Mps, ..
-                    },
-                ) => d.client_env(share),
+            let env = match mps {
+                Some(d) if under_mps => d.client_env(share),
                 _ => Vec::new(),
             };
             let Some(spec) = self.spec(name) else {

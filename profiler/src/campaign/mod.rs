@@ -82,6 +82,9 @@ pub struct Campaign {
     pub command_line: String,
     pub date: String,
     pub host: Option<String>,
+    /// The most jobs measured together: 2 measures pairs; 3 or more also every group of 3 up to
+    /// this many (`--group-size`).
+    pub group_size: usize,
     /// Workloads of the catalog measured alone in an earlier dataset (`--onto`): their rows
     /// are taken as they are, never measured again, and their pairs need no solo run here.
     pub known_solos: Vec<duet_core::dataset::Workload>,
@@ -103,6 +106,14 @@ pub enum Task {
         share_b: Option<f64>,
         repetition: u32,
     },
+    /// Three or more jobs together (`--group-size`), in this order.
+    Group {
+        workloads: Vec<String>,
+        mode: Mode,
+        /// Each job's share, in `workloads` order (`None` where the mode has none).
+        shares: Vec<Option<f64>>,
+        repetition: u32,
+    },
 }
 
 impl Task {
@@ -121,8 +132,73 @@ impl Task {
                 share_b,
                 repetition,
             } => format!("pair/{a}/{b}/{mode}/{share_a:?}/{share_b:?}/{repetition}"),
+            Task::Group {
+                workloads,
+                mode,
+                shares,
+                repetition,
+            } => format!(
+                "group/{}/{mode}/{shares:?}/{repetition}",
+                workloads.join("+")
+            ),
         }
     }
+
+    /// The workloads it runs, in order.
+    pub fn workloads(&self) -> Vec<&str> {
+        match self {
+            Task::Solo { workload, .. } => vec![workload],
+            Task::Pair { a, b, .. } => vec![a, b],
+            Task::Group { workloads, .. } => workloads.iter().map(String::as_str).collect(),
+        }
+    }
+
+    /// How its jobs share the device; `None` for a solo run.
+    pub fn mode(&self) -> Option<Mode> {
+        match self {
+            Task::Solo { .. } => None,
+            Task::Pair { mode, .. } | Task::Group { mode, .. } => Some(*mode),
+        }
+    }
+
+    /// Each job's share, in `workloads` order.
+    pub fn shares(&self) -> Vec<Option<f64>> {
+        match self {
+            Task::Solo { .. } => vec![None],
+            Task::Pair {
+                share_a, share_b, ..
+            } => vec![*share_a, *share_b],
+            Task::Group { shares, .. } => shares.clone(),
+        }
+    }
+}
+
+/// Every multiset of `size` indices below `n`, as non-decreasing sequences in lexicographic
+/// order (the groups of `size` jobs from `n` workloads, a workload possibly more than once).
+pub fn multisets(n: usize, size: usize) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut current = Vec::with_capacity(size);
+    fn extend(
+        n: usize,
+        size: usize,
+        from: usize,
+        current: &mut Vec<usize>,
+        out: &mut Vec<Vec<usize>>,
+    ) {
+        if current.len() == size {
+            out.push(current.clone());
+            return;
+        }
+        for i in from..n {
+            current.push(i);
+            extend(n, size, i, current, out);
+            current.pop();
+        }
+    }
+    if size > 0 {
+        extend(n, size, 0, &mut current, &mut out);
+    }
+    out
 }
 
 /// A finished measurement, as the journal keeps it.
@@ -219,6 +295,13 @@ impl Campaign {
         if self.repetitions == 0 {
             return Err(fail("--repetitions must be at least 1"));
         }
+        if !(2..=duet_core::dataset::MAX_GROUP_SIZE).contains(&self.group_size) {
+            return Err(fail(format!(
+                "--group-size {}: give 2 (pairs) to {} jobs on one device",
+                self.group_size,
+                duet_core::dataset::MAX_GROUP_SIZE
+            )));
+        }
         if self.modes.is_empty() {
             return Err(fail("--modes: give at least one mode"));
         }
@@ -264,17 +347,20 @@ impl Campaign {
                 });
             }
         }
-        let mut settings = Vec::new();
-        for (i, a) in names.iter().enumerate() {
-            for b in &names[i..] {
+        // (workloads, mode, shares) of every setting: pairs, then groups by size.
+        let mut settings: Vec<(Vec<String>, Mode, Vec<Option<f64>>)> = Vec::new();
+        for size in 2..=self.group_size.max(2) {
+            for members in multisets(names.len(), size) {
+                let workloads: Vec<String> =
+                    members.iter().map(|&i| names[i].to_string()).collect();
                 for &mode in &self.modes {
-                    let shares: Vec<(Option<f64>, Option<f64>)> = if mode == Mode::Mps {
-                        self.shares.iter().map(|&s| (Some(s), Some(s))).collect()
+                    let shares: Vec<Option<f64>> = if mode == Mode::Mps {
+                        self.shares.iter().map(|&s| Some(s)).collect()
                     } else {
-                        vec![(None, None)]
+                        vec![None]
                     };
-                    for (share_a, share_b) in shares {
-                        settings.push(((*a).to_string(), (*b).to_string(), mode, share_a, share_b));
+                    for share in shares {
+                        settings.push((workloads.clone(), mode, vec![share; size]));
                     }
                 }
             }
@@ -289,24 +375,36 @@ impl Campaign {
         }
         let mut pairs = Vec::new();
         for repetition in 0..self.repetitions {
-            for (a, b, mode, share_a, share_b) in &settings {
-                pairs.push(Task::Pair {
-                    a: a.clone(),
-                    b: b.clone(),
-                    mode: *mode,
-                    share_a: *share_a,
-                    share_b: *share_b,
-                    repetition,
+            for (workloads, mode, shares) in &settings {
+                pairs.push(match workloads.as_slice() {
+                    [a, b] => Task::Pair {
+                        a: a.clone(),
+                        b: b.clone(),
+                        mode: *mode,
+                        share_a: shares[0],
+                        share_b: shares[1],
+                        repetition,
+                    },
+                    _ => Task::Group {
+                        workloads: workloads.clone(),
+                        mode: *mode,
+                        shares: shares.clone(),
+                        repetition,
+                    },
                 });
             }
         }
         let mut rng = duet_core::rng::Rng::new(self.seed);
         rng.shuffle(&mut solos);
         rng.shuffle(&mut pairs);
-        // Stable: the seeded order stays within each mode.
-        pairs.sort_by_key(|t| match t {
-            Task::Pair { mode, .. } => self.modes.iter().position(|m| m == mode),
-            Task::Solo { .. } => None,
+        // Stable: the seeded order stays within each mode, and pairs come before the groups
+        // of that mode, smaller groups first.
+        pairs.sort_by_key(|t| {
+            (
+                t.mode()
+                    .and_then(|m| self.modes.iter().position(|x| *x == m)),
+                t.workloads().len(),
+            )
         });
         solos.extend(pairs);
         solos
@@ -324,10 +422,7 @@ impl Campaign {
     pub fn run_with(&self, progress: &mut dyn Progress) -> Result<Dataset, CampaignError> {
         let mut session = self.open(FULL_GRID, progress)?;
         let mut tasks = self.tasks();
-        tasks.retain(|t| match t {
-            Task::Pair { mode, .. } => session.modes().contains(mode),
-            Task::Solo { .. } => true,
-        });
+        tasks.retain(|t| t.mode().is_none_or(|m| session.modes().contains(&m)));
         let already = tasks.iter().filter(|t| session.is_done(t)).count();
         if session.measurements() > 0 {
             progress.line(&format!(
@@ -368,6 +463,17 @@ fn describe(task: &Task) -> String {
             share_a.map_or(String::new(), |s| format!(" {s}%")),
             repetition + 1
         ),
+        Task::Group {
+            workloads,
+            mode,
+            shares,
+            repetition,
+        } => format!(
+            "{} {mode}{} (repetition {})",
+            workloads.join(" + "),
+            shares[0].map_or(String::new(), |s| format!(" {s}%")),
+            repetition + 1
+        ),
     }
 }
 
@@ -399,362 +505,4 @@ pub fn parse_shard(text: &str) -> Result<(usize, usize), String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    use duet_core::dataset::FeatureValue;
-
-    use super::*;
-    use crate::process::Running;
-
-    fn campaign(dir: &Path) -> Campaign {
-        let catalog = Catalog::parse(
-            "[[workload]]\nname = \"x\"\nkind = \"train\"\nbuiltin = \"mlp\"\nbatch = 8\nwidth = 16\ndepth = 1\n\n\
-             [[workload]]\nname = \"y\"\nkind = \"infer\"\nbuiltin = \"matmul\"\nbatch = 1\nwidth = 32\ndepth = 1\n",
-            &dir.join("catalog.toml"),
-        )
-        .expect("catalog");
-        Campaign {
-            catalog,
-            launcher: Launcher {
-                duet: PathBuf::from("duet"),
-                catalog: dir.join("catalog.toml"),
-                device: Device::Cuda(0),
-                cpu_set: None,
-            },
-            modes: vec![Mode::Timeslice],
-            shares: Vec::new(),
-            warmup: Duration::from_secs(1),
-            warm_iterations: WARM_ITERATIONS,
-            window: Duration::from_secs(1),
-            window_max: Duration::from_secs(2),
-            precision: 0.02,
-            repetitions: 1,
-            timeout: Duration::from_secs(10),
-            sample_interval: Duration::from_millis(100),
-            seed: 1,
-            shard: None,
-            out: dir.join("out"),
-            resume: false,
-            name: "t".into(),
-            gpu: "h200".into(),
-            command_line: "duet profile".into(),
-            date: "2026-11-30".into(),
-            host: None,
-            known_solos: Vec::new(),
-        }
-    }
-
-    fn record(task: Task, per_process: Vec<BTreeMap<String, f64>>) -> Record {
-        let n = per_process.len();
-        Record {
-            key: task.key(),
-            task,
-            status: Status::Ok,
-            throughputs: vec![10.0; n],
-            usage: vec![None; n],
-            gpu: BTreeMap::from([("gpu_util".to_string(), 80.0)]),
-            process_gpu: per_process,
-            samples: Vec::new(),
-            note: None,
-            throughput_se: vec![Some(0.5); n],
-            window_seconds: Some(1.0),
-        }
-    }
-
-    fn util(sm: f64) -> BTreeMap<String, f64> {
-        crate::gpu::summarise_process(&[(1, sm, sm / 2.0), (1, sm, sm / 2.0)])
-    }
-
-    #[test]
-    fn pairs_are_measured_mode_by_mode_in_the_order_given() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let c = Campaign {
-            modes: vec![Mode::Timeslice, Mode::Mps],
-            shares: vec![50.0, 100.0],
-            repetitions: 2,
-            ..campaign(dir.path())
-        };
-        let modes: Vec<Option<Mode>> = c
-            .tasks()
-            .iter()
-            .map(|t| match t {
-                Task::Pair { mode, .. } => Some(*mode),
-                Task::Solo { .. } => None,
-            })
-            .collect();
-        // 2 solos, 3 pairs timesliced and 3 x 2 shares under MPS, twice each.
-        assert_eq!(modes.len(), 4 + 6 + 12);
-        assert!(modes[..4].iter().all(Option::is_none));
-        assert!(modes[4..10].iter().all(|m| *m == Some(Mode::Timeslice)));
-        assert!(modes[10..].iter().all(|m| *m == Some(Mode::Mps)));
-        let reversed = Campaign {
-            modes: vec![Mode::Mps, Mode::Timeslice],
-            ..c.clone()
-        };
-        assert_eq!(
-            reversed.tasks()[4..16]
-                .iter()
-                .filter(|t| matches!(
-                    t,
-                    Task::Pair {
-                        mode: Mode::Mps,
-                        ..
-                    }
-                ))
-                .count(),
-            12
-        );
-    }
-
-    #[test]
-    fn the_window_opens_after_the_later_process_is_warm() {
-        let t = Instant::now();
-        let at = |ms: u64| Some(t + Duration::from_millis(ms));
-        let warmup = Duration::from_millis(500);
-        // The slow process (kernel compilation on its first iterations) sets the start.
-        assert_eq!(
-            window_opens(&[at(100), at(4_000)], warmup),
-            at(4_500),
-            "timed from the later one"
-        );
-        assert_eq!(window_opens(&[at(4_000), at(100)], warmup), at(4_500));
-        assert_eq!(window_opens(&[at(20)], warmup), at(520));
-        // One process still short of its warm iterations: no window yet.
-        assert_eq!(window_opens(&[at(100), None], warmup), None);
-        assert_eq!(window_opens(&[None], warmup), None);
-    }
-
-    #[test]
-    fn the_warm_iterations_are_counted_from_a_process_output() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let c = campaign(dir.path());
-        let catalog = Catalog::parse(
-            "[[workload]]\nname = \"slow-start\"\nkind = \"infer\"\n\
-             command = [\"sh\", \"-c\", \"echo tick; sleep 0.3; echo tick; sleep 0.3; echo tick; while true; do echo tick; sleep 0.01; done\"]\n\
-             progress = \"^tick$\"\n",
-            &dir.path().join("c.toml"),
-        )
-        .expect("catalog");
-        let spec = catalog.get("slow-start").expect("spec");
-        let started = Instant::now();
-        let mut running = vec![Running::start(&c.launcher, spec, &[]).expect("started")];
-        let c = Campaign {
-            warmup: Duration::from_millis(100),
-            window: Duration::from_millis(300),
-            window_max: Duration::from_millis(300),
-            sample_interval: Duration::ZERO,
-            ..c
-        };
-        let measured = c
-            .window_of(&mut running, None, &AtomicBool::new(false))
-            .expect("measured");
-        let third = running[0].iteration_at(3).expect("three iterations");
-        running.into_iter().for_each(Running::stop);
-        // The first iterations took 0.6 s: the window waited for the third and the warm-up.
-        assert!(third - started >= Duration::from_millis(550));
-        assert!(started.elapsed() >= Duration::from_millis(550 + 100 + 300));
-        // Only the steady iterations (one per ~10 ms) are in the window.
-        assert!(measured.throughputs[0] > 20.0, "{:?}", measured.throughputs);
-    }
-
-    #[test]
-    fn a_window_goes_on_until_the_rates_are_precise_and_no_longer_than_its_ceiling() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let catalog = Catalog::parse(
-            "[[workload]]\nname = \"ticker\"\nkind = \"infer\"\n\
-             command = [\"sh\", \"-c\", \"while true; do echo tick; sleep 0.02; done\"]\n\
-             progress = \"^tick$\"\n",
-            &dir.path().join("c.toml"),
-        )
-        .expect("catalog");
-        let spec = catalog.get("ticker").expect("spec");
-        let base = Campaign {
-            warmup: Duration::from_millis(50),
-            window: Duration::from_millis(300),
-            window_max: Duration::from_secs(6),
-            precision: 0.05,
-            sample_interval: Duration::from_millis(50),
-            ..campaign(dir.path())
-        };
-        let measure = |c: &Campaign| {
-            let mut running = vec![Running::start(&c.launcher, spec, &[]).expect("started")];
-            let measured = c.window_of(&mut running, None, &AtomicBool::new(false));
-            running.into_iter().for_each(Running::stop);
-            measured.expect("measured")
-        };
-        // About 40 lines a second: 5% is reached within a few seconds, before the ceiling.
-        let loose = measure(&base);
-        assert!(
-            loose.window_seconds >= 0.3 && loose.window_seconds < 6.0,
-            "{}",
-            loose.window_seconds
-        );
-        let se = loose.throughput_se[0].expect("an error");
-        assert!(se > 0.0 && se / loose.throughputs[0] <= 0.05, "{se}");
-        // A precision no sleep loop reaches: the window ends at its ceiling, error recorded.
-        let strict = measure(&Campaign {
-            precision: 1e-6,
-            window_max: Duration::from_millis(800),
-            ..base.clone()
-        });
-        assert!(
-            strict.window_seconds >= 0.8 && strict.window_seconds < 1.5,
-            "{}",
-            strict.window_seconds
-        );
-        assert!(strict.throughput_se[0].is_some_and(|e| e > 0.0));
-        let r = strict.throughputs[0];
-        assert!(r > 5.0 && r < 60.0, "{r}");
-        // Settings the flags must respect.
-        for (bad, says) in [
-            (
-                Campaign {
-                    window_max: Duration::from_millis(100),
-                    ..base.clone()
-                },
-                "--window-max",
-            ),
-            (
-                Campaign {
-                    precision: 0.0,
-                    ..base.clone()
-                },
-                "--precision",
-            ),
-        ] {
-            let e = bad.check().expect_err("refused");
-            assert!(e.0.contains(says), "{e}");
-        }
-    }
-
-    #[test]
-    fn a_stopped_campaign_assembles_what_its_journal_holds() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let c = campaign(dir.path());
-        let solo = |w: &str, status: Status| {
-            let mut r = record(
-                Task::Solo {
-                    workload: w.into(),
-                    repetition: 0,
-                },
-                vec![util(50.0)],
-            );
-            r.status = status;
-            r
-        };
-        let pair = |a: &str, b: &str| {
-            record(
-                Task::Pair {
-                    a: a.into(),
-                    b: b.into(),
-                    mode: Mode::Timeslice,
-                    share_a: None,
-                    share_b: None,
-                    repetition: 0,
-                },
-                vec![util(30.0), util(30.0)],
-            )
-        };
-        // `y` has not run alone successfully: it and its pairs stay out.
-        let records = [
-            solo("x", Status::Ok),
-            solo("y", Status::Crash),
-            pair("x", "x"),
-            pair("x", "y"),
-        ];
-        let done: BTreeMap<String, Record> =
-            records.into_iter().map(|r| (r.key.clone(), r)).collect();
-        fs::create_dir_all(c.journal_dir()).expect("journal folder");
-        let error = c.stop_early(&done, None, "interrupted".into());
-        assert!(
-            error.0.starts_with("interrupted") && error.0.contains("1 of 2 workloads"),
-            "{error}"
-        );
-        let d = Dataset::read(&c.partial_dir()).expect("the partial dataset");
-        assert_eq!(d.workloads.len(), 1);
-        assert_eq!(d.pairs.len(), 1);
-        assert_eq!((d.pairs[0].a.as_str(), d.pairs[0].b.as_str()), ("x", "x"));
-        assert!(d.meta.description.starts_with("PARTIAL (2 of "));
-        // A later stop replaces it; with nothing measured alone there is none to write.
-        let again = c.stop_early(&done, None, "interrupted".into());
-        assert!(again.0.contains("partial"), "{again}");
-        let none = c.stop_early(&BTreeMap::new(), None, "stopped".into());
-        assert_eq!(none.0, "stopped");
-        assert!(
-            !c.out.exists(),
-            "the campaign's own output is never written early"
-        );
-    }
-
-    #[test]
-    fn per_process_gpu_counters_become_workload_features_and_pair_counters() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let c = campaign(dir.path());
-        let solo = |w: &str| Task::Solo {
-            workload: w.into(),
-            repetition: 0,
-        };
-        let pair = Task::Pair {
-            a: "x".into(),
-            b: "y".into(),
-            mode: Mode::Timeslice,
-            share_a: None,
-            share_b: None,
-            repetition: 0,
-        };
-        let records = [
-            record(solo("x"), vec![util(90.0)]),
-            record(solo("y"), vec![util(40.0)]),
-            record(pair, vec![util(60.0), util(30.0)]),
-        ];
-        let done: BTreeMap<String, Record> =
-            records.into_iter().map(|r| (r.key.clone(), r)).collect();
-        let dataset = c.assemble(&done).expect("assembled");
-        dataset.validate(dir.path()).expect("a valid dataset");
-        let x = dataset.workload("x").expect("x");
-        assert_eq!(
-            x.features["process_sm_util"],
-            FeatureValue::Number(Some(90.0))
-        );
-        assert_eq!(
-            x.features["process_mem_util_p95"],
-            FeatureValue::Number(Some(45.0))
-        );
-        assert_eq!(
-            x.features["precision"],
-            FeatureValue::Category(Some("fp32".into()))
-        );
-        let p = &dataset.pairs[0];
-        assert_eq!(p.counters["process_sm_util_a"], Some(60.0));
-        assert_eq!(p.counters["process_sm_util_b"], Some(30.0));
-        assert_eq!(p.counters["gpu_util"], Some(80.0));
-        assert!(!p.counters.contains_key("process_sm_util"));
-        // Each window's standard error becomes the setting's (one window: the same).
-        assert_eq!(x.solo_throughput_se, Some(0.5));
-        assert_eq!(
-            (p.throughput_a_se, p.throughput_b_se),
-            (Some(0.5), Some(0.5))
-        );
-        // A journal line written before per-process counters and errors existed still reads,
-        // and its setting has no error rather than a made-up one.
-        let old = r#"{"key":"k","task":"solo","workload":"x","repetition":0,"status":"ok","throughputs":[1.0],"usage":[null]}"#;
-        let r: Record = serde_json::from_str(old).expect("old record");
-        assert!(r.process_gpu.is_empty());
-        assert!(r.throughput_se.is_empty() && r.window_seconds.is_none());
-        assert_eq!(assemble::mean_se(&[&r], 0), None);
-        let twice = record(
-            Task::Solo {
-                workload: "x".into(),
-                repetition: 1,
-            },
-            vec![util(90.0)],
-        );
-        // Two windows of error 0.5 each: their mean is known to 0.5 / sqrt(2).
-        let both = assemble::mean_se(&[&done["solo/x/0"], &twice], 0);
-        assert!(
-            both.is_some_and(|e| (e - 0.5 / 2f64.sqrt()).abs() < 1e-12),
-            "{both:?}"
-        );
-    }
-}
+mod tests;

@@ -168,8 +168,8 @@ impl Session<'_> {
             if self.interrupted() {
                 return Err(self.stop_interrupted());
             }
-            if let Task::Pair { a, b, .. } = task {
-                for w in [a, b] {
+            if task.mode().is_some() {
+                for w in task.workloads() {
                     if let Err(e) = self.campaign.check_solo_succeeded(w, &self.done) {
                         return Err(self.stop(e.0));
                     }

@@ -6,18 +6,21 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use duet_core::api::{self, FeatureInput, JobRef, PairQuery};
+use duet_core::api::{self, FeatureInput, GroupQuery, JobRef, PairQuery};
 use prost::Message;
 use tonic::{Request, Response, Status};
 
 use super::proto::duet::v1::feature_value::Value;
 use super::proto::duet::v1::job::Job as JobChoice;
 use super::proto::duet::v1::predictor_server::Predictor as PredictorService;
-use super::proto::duet::v1::{Calibration, Job, Pair, PredictRequest, PredictResponse, Prediction};
+use super::proto::duet::v1::{
+    Calibration, Group, GroupJobPrediction, GroupPrediction, Job, Pair, PredictRequest,
+    PredictResponse, Prediction,
+};
 use super::{authorize_read, call, with_place};
 use crate::error::Failure;
 use crate::routes::predict::INLINE_BODY_BYTES;
-use crate::service::predict::{over_pairs, predict};
+use crate::service::predict::{over_pairs, pair_count, predict, predict_with_groups};
 
 pub(crate) const PREDICT: &str = "/duet.v1.Predictor/Predict";
 
@@ -63,11 +66,39 @@ fn job(job: Option<Job>, field: &str) -> Result<JobRef, Failure> {
     }
 }
 
-/// The request as `/v1/predict` takes it, refused past `--max-pairs`.
+/// The request as `/v1/predict` takes it, refused past `--max-pairs` (its pairs and the pairs
+/// within its groups).
 pub fn request(message: PredictRequest, max_pairs: usize) -> Result<api::PredictRequest, Failure> {
     if message.pairs.len() > max_pairs {
         return Err(over_pairs(max_pairs));
     }
+    let groups = message
+        .groups
+        .into_iter()
+        .enumerate()
+        .map(|(g, group)| {
+            let Group {
+                jobs,
+                mode,
+                shares,
+                gpu,
+            } = group;
+            let mode = mode
+                .parse()
+                .map_err(|e: String| Failure::field(format!("groups[{g}].mode"), e))?;
+            let jobs = jobs
+                .into_iter()
+                .enumerate()
+                .map(|(k, j)| job(Some(j), &format!("groups[{g}].jobs[{k}]")))
+                .collect::<Result<Vec<_>, Failure>>()?;
+            Ok(GroupQuery {
+                jobs,
+                mode,
+                shares: (!shares.is_empty()).then_some(shares),
+                gpu,
+            })
+        })
+        .collect::<Result<Vec<_>, Failure>>()?;
     let pairs = message
         .pairs
         .into_iter()
@@ -94,10 +125,25 @@ pub fn request(message: PredictRequest, max_pairs: usize) -> Result<api::Predict
             })
         })
         .collect::<Result<Vec<_>, Failure>>()?;
-    Ok(api::PredictRequest {
+    let request = api::PredictRequest {
         gpu: message.gpu,
         pairs,
-    })
+        groups,
+    };
+    if pair_count(&request) > max_pairs {
+        return Err(over_pairs(max_pairs));
+    }
+    Ok(request)
+}
+
+fn calibration(c: api::Calibration) -> i32 {
+    match c {
+        api::Calibration::Known => Calibration::Known,
+        api::Calibration::New => Calibration::New,
+        api::Calibration::NewFamily => Calibration::NewFamily,
+        api::Calibration::Conservative => Calibration::Conservative,
+    }
+    .into()
 }
 
 fn prediction(p: &api::Prediction) -> Prediction {
@@ -111,13 +157,26 @@ fn prediction(p: &api::Prediction) -> Prediction {
         slowdown_a_p90: p.slowdown_a_p90,
         slowdown_b_p90: p.slowdown_b_p90,
         combined: p.combined,
-        calibration: match p.calibration {
-            api::Calibration::Known => Calibration::Known,
-            api::Calibration::New => Calibration::New,
-            api::Calibration::NewFamily => Calibration::NewFamily,
-            api::Calibration::Conservative => Calibration::Conservative,
-        }
-        .into(),
+        calibration: calibration(p.calibration),
+    }
+}
+
+fn group_prediction(g: &api::GroupPrediction) -> GroupPrediction {
+    GroupPrediction {
+        feasible: g.feasible,
+        feasible_probability: g.feasible_probability,
+        jobs: g
+            .jobs
+            .iter()
+            .map(|j| GroupJobPrediction {
+                speed: j.speed,
+                slowdown: j.slowdown,
+                slowdown_p90: j.slowdown_p90,
+            })
+            .collect(),
+        combined: g.combined,
+        calibration: calibration(g.calibration),
+        composition: g.composition.clone(),
     }
 }
 
@@ -127,10 +186,19 @@ fn answer(
     request: &api::PredictRequest,
     cancelled: &AtomicBool,
 ) -> Result<PredictResponse, Failure> {
-    let predicted = predict::<Vec<api::Prediction>>(state, request, cancelled)?;
+    if request.groups.is_empty() {
+        let predicted = predict::<Vec<api::Prediction>>(state, request, cancelled)?;
+        return Ok(PredictResponse {
+            model_version: predicted.model_version,
+            predictions: predicted.parts.iter().flatten().map(prediction).collect(),
+            groups: Vec::new(),
+        });
+    }
+    let (model_version, predictions, groups) = predict_with_groups(state, request, cancelled)?;
     Ok(PredictResponse {
-        model_version: predicted.model_version,
-        predictions: predicted.parts.iter().flatten().map(prediction).collect(),
+        model_version,
+        predictions: predictions.iter().map(prediction).collect(),
+        groups: groups.iter().map(group_prediction).collect(),
     })
 }
 
@@ -150,9 +218,10 @@ impl PredictorService for Predictor {
                 // A few pairs: answered at once, without a place, as on HTTP.
                 answer(state, &request, &AtomicBool::new(false))
             } else {
-                let places = state
-                    .limiter
-                    .places_for(request.pairs.len(), crate::service::predict::PARALLEL_PAIRS);
+                let places = state.limiter.places_for(
+                    pair_count(&request),
+                    crate::service::predict::PARALLEL_PAIRS,
+                );
                 with_place(
                     state,
                     PREDICT,

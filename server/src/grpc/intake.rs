@@ -167,7 +167,10 @@ async fn admit(
             format!("the message is not valid protobuf: {}", m.0),
         )
     })?;
-    if scan.counts.get("pairs").copied().unwrap_or(0) > state.config.max_pairs {
+    // A group's jobs count here as pairs would; the exact count (a group of k jobs is its
+    // k(k-1)/2 pairs) is checked once the message is decoded.
+    let count = |name: &str| scan.counts.get(name).copied().unwrap_or(0);
+    if count("pairs") + count("group_jobs") > state.config.max_pairs {
         return Err(crate::service::predict::over_pairs(state.config.max_pairs));
     }
     let budget = state.body_budget.max();

@@ -138,13 +138,24 @@ static PAIR: Schema = Schema {
         field(6, Kind::Bytes),
     ],
 };
-/// `duet.v1.PredictRequest`: `pairs` counted.
+static GROUP: Schema = Schema {
+    name: "Group",
+    size: size_of::<duet::Group>(),
+    fields: &[
+        counted(1, Kind::Message(&JOB), "group_jobs"),
+        field(2, Kind::Bytes),
+        repeated(3, Kind::Scalar { width: 8, fixed: 8 }),
+        field(4, Kind::Bytes),
+    ],
+};
+/// `duet.v1.PredictRequest`: `pairs`, `groups` and the groups' jobs counted.
 pub static PREDICT_REQUEST: Schema = Schema {
     name: "PredictRequest",
     size: size_of::<duet::PredictRequest>(),
     fields: &[
         field(1, Kind::Bytes),
         counted(2, Kind::Message(&PAIR), "pairs"),
+        counted(3, Kind::Message(&GROUP), "groups"),
     ],
 };
 
@@ -435,16 +446,30 @@ mod tests {
 
     #[test]
     fn a_predict_request_counts_its_pairs_and_bounds_its_memory() {
+        let group = duet::Group {
+            jobs: (0..4)
+                .map(|i| duet::Job {
+                    job: Some(duet::job::Job::Workload(format!("g{i}"))),
+                })
+                .collect(),
+            mode: "mps".into(),
+            shares: vec![25.0; 4],
+            gpu: None,
+        };
         let request = duet::PredictRequest {
             gpu: None,
             pairs: (0..100)
                 .map(|i| pair(&format!("w{i}"), "resnet-50-bs64"))
                 .collect(),
+            groups: vec![group; 10],
         };
         let bytes = request.encode_to_vec();
         let s = scan(&PREDICT_REQUEST, &bytes).expect("scan");
         assert_eq!(s.counts["pairs"], 100);
-        let decoded = size_of::<duet::PredictRequest>() + 100 * size_of::<duet::Pair>();
+        assert_eq!((s.counts["groups"], s.counts["group_jobs"]), (10, 40));
+        let decoded = size_of::<duet::PredictRequest>()
+            + 100 * size_of::<duet::Pair>()
+            + 10 * (size_of::<duet::Group>() + 4 * (size_of::<duet::Job>() + 8));
         assert!(
             s.decoded_bytes >= decoded,
             "{} < {decoded}",
@@ -491,6 +516,7 @@ mod tests {
         let mut bytes = duet::PredictRequest {
             gpu: None,
             pairs: vec![p],
+            groups: Vec::new(),
         }
         .encode_to_vec();
         // An unknown field (99, bytes) is skipped, as prost skips it.

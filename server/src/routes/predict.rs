@@ -1,5 +1,5 @@
-//! `POST /v1/predict` (and its alias `/predict`): a request's pairs parsed against the pairs
-//! limit, predicted by `crate::service::predict` and written as JSON.
+//! `POST /v1/predict` (and its alias `/predict`): a request's pairs and groups parsed against
+//! the pairs limit, predicted by `crate::service::predict` and written as JSON.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -12,7 +12,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use duet_core::api::PredictRequest;
+use duet_core::api::{PredictRequest, PredictResponse};
 
 use crate::bounded::Refused;
 use crate::error::{Failure, body_failure};
@@ -30,10 +30,12 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/predict", post(predict_route))
 }
 
-/// `POST /v1/predict`'s body as parsed: `PredictRequest`, its pairs counted while they are
-/// read, so a body with more than `--max-pairs` is refused at the first pair past the limit.
+/// `POST /v1/predict`'s body as parsed: `PredictRequest`, its pairs, groups and the groups'
+/// jobs counted while they are read, so a body with more than `--max-pairs` of them is refused
+/// at the first item past the limit.
 mod wire {
-    use duet_core::api::PairQuery;
+    use duet_core::api::{JobRef, PairQuery};
+    use duet_core::dataset::Mode;
     use serde::{Deserialize, Serialize};
 
     #[derive(Debug, Serialize, Deserialize)]
@@ -41,22 +43,52 @@ mod wire {
     pub struct PredictRequest {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub gpu: Option<String>,
-        #[serde(deserialize_with = "crate::bounded::vec")]
+        #[serde(default, deserialize_with = "crate::bounded::vec")]
         pub pairs: Vec<PairQuery>,
+        #[serde(default, deserialize_with = "crate::bounded::vec")]
+        pub groups: Vec<GroupQuery>,
     }
     duet_core::object_only!(PredictRequest);
+
+    #[derive(Debug, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields, remote = "Self")]
+    pub struct GroupQuery {
+        #[serde(deserialize_with = "crate::bounded::vec")]
+        pub jobs: Vec<JobRef>,
+        pub mode: Mode,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub shares: Option<Vec<f64>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub gpu: Option<String>,
+    }
+    duet_core::object_only!(GroupQuery);
 }
 
-/// Parses a prediction request, refusing it at the first pair over `max_pairs`.
+/// Parses a prediction request, refusing it at the first item over `max_pairs`, or once
+/// parsed where its pairs and the pairs within its groups come to more.
 pub fn parse_request(body: &[u8], max_pairs: usize) -> Result<PredictRequest, Failure> {
-    match crate::bounded::parse::<wire::PredictRequest>(body, max_pairs) {
-        Ok(b) => Ok(PredictRequest {
+    let request = match crate::bounded::parse::<wire::PredictRequest>(body, max_pairs) {
+        Ok(b) => PredictRequest {
             gpu: b.gpu,
             pairs: b.pairs,
-        }),
-        Err(Refused::OverLimit) => Err(service::over_pairs(max_pairs)),
-        Err(Refused::Invalid(f)) => Err(f),
+            groups: b
+                .groups
+                .into_iter()
+                .map(|g| duet_core::api::GroupQuery {
+                    jobs: g.jobs,
+                    mode: g.mode,
+                    shares: g.shares,
+                    gpu: g.gpu,
+                })
+                .collect(),
+        },
+        Err(Refused::OverLimit) => return Err(service::over_pairs(max_pairs)),
+        Err(Refused::Invalid(f)) => return Err(f),
+    };
+    if service::pair_count(&request) > max_pairs {
+        return Err(service::over_pairs(max_pairs));
     }
+    Ok(request)
 }
 
 /// Parses, checks, encodes and runs one prediction request; the JSON answer.
@@ -82,6 +114,9 @@ pub fn answer_request(
     request: &PredictRequest,
     cancelled: &AtomicBool,
 ) -> Result<Vec<u8>, Failure> {
+    if !request.groups.is_empty() {
+        return answer_with_groups(state, request, cancelled);
+    }
     let predicted = service::predict::<JsonItems>(state, request, cancelled)?;
     let version = serde_json::to_string(&predicted.model_version)
         .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
@@ -100,12 +135,30 @@ pub fn answer_request(
     Ok(out)
 }
 
+/// The JSON answer to a request with groups: its pairs and its groups' pairs run as one
+/// request (one model, one snapshot), the groups composed from theirs.
+fn answer_with_groups(
+    state: &AppState,
+    request: &PredictRequest,
+    cancelled: &AtomicBool,
+) -> Result<Vec<u8>, Failure> {
+    let (model_version, predictions, groups) =
+        service::predict_with_groups(state, request, cancelled)?;
+    let response = PredictResponse {
+        model_version,
+        predictions,
+        groups,
+    };
+    serde_json::to_vec(&response)
+        .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
 #[utoipa::path(post, tag = "predict", path = "/v1/predict", request_body = PredictRequest, responses(
-    (status = 200, body = duet_core::api::PredictResponse),
+    (status = 200, body = PredictResponse),
     (status = 400, body = duet_core::api::ApiError, description = "malformed JSON"),
     (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token"),
     (status = 404, body = duet_core::api::ApiError, description = "unknown workload id, or no profile of it on the pair's device"),
-    (status = 413, body = duet_core::api::ApiError, description = "over the body or pairs limit"),
+    (status = 413, body = duet_core::api::ApiError, description = "over the body or pairs limit (a group of k jobs counts its k(k-1)/2 pairs)"),
     (status = 422, body = duet_core::api::ApiError, description = "a field the model cannot use"),
     (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, over the time limit, or over the limit of predictions in flight and waiting (`Retry-After` says when to retry)")))]
 pub async fn predict_route(
@@ -134,7 +187,7 @@ pub async fn predict_route(
             let request = parse_request(&body, worker.config.max_pairs)?;
             let places = worker
                 .limiter
-                .places_for(request.pairs.len(), service::PARALLEL_PAIRS);
+                .places_for(service::pair_count(&request), service::PARALLEL_PAIRS);
             work.fit(places);
             answer_request(&worker, &request, work.cancelled())
         })

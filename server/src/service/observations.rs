@@ -123,6 +123,7 @@ fn pair_request(o: &Observation, b: &JobRef) -> PredictRequest {
             share_b: o.share_b,
             gpu: None,
         }],
+        groups: Vec::new(),
     }
 }
 

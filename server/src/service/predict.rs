@@ -6,7 +6,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::http::StatusCode;
-use duet_core::api::{PredictRequest, Prediction};
+use duet_core::api::{
+    GroupJobPrediction, GroupPrediction, GroupQuery, PairQuery, PredictRequest, Prediction,
+};
+use duet_core::dataset::MAX_GROUP_SIZE;
+use duet_model::group;
 
 use crate::error::Failure;
 use crate::state::{AppState, not_ready};
@@ -61,6 +65,171 @@ pub fn over_pairs(max: usize) -> Failure {
     .with_status(StatusCode::PAYLOAD_TOO_LARGE)
 }
 
+/// How many pairs `request` costs: its pairs and every pair within each of its groups (a group
+/// of k jobs is answered from its k(k-1)/2 pairs). What `--max-pairs` limits.
+pub fn pair_count(request: &PredictRequest) -> usize {
+    request.pairs.len()
+        + request
+            .groups
+            .iter()
+            .map(|g| g.jobs.len() * g.jobs.len().saturating_sub(1) / 2)
+            .sum::<usize>()
+}
+
+/// Where the pair at `index` of an expanded request came from: `(group, job a, job b)`.
+type Origin = (usize, usize, usize);
+
+/// `request`'s pairs followed by the pairs within each group (checked first: 3 to
+/// `MAX_GROUP_SIZE` jobs, one share per job where shares are given), and where each of the
+/// latter came from.
+fn expand(request: &PredictRequest) -> Result<(PredictRequest, Vec<Origin>), Failure> {
+    let mut pairs = request.pairs.clone();
+    let mut origins = Vec::new();
+    for (g, query) in request.groups.iter().enumerate() {
+        check_group(g, query)?;
+        for (i, j) in group::pairs_of(query.jobs.len()) {
+            let share = |k: usize| query.shares.as_ref().map(|s| s[k]);
+            pairs.push(PairQuery {
+                a: query.jobs[i].clone(),
+                b: query.jobs[j].clone(),
+                mode: query.mode,
+                share_a: share(i),
+                share_b: share(j),
+                gpu: query.gpu.clone(),
+            });
+            origins.push((g, i, j));
+        }
+    }
+    let expanded = PredictRequest {
+        gpu: request.gpu.clone(),
+        pairs,
+        groups: Vec::new(),
+    };
+    Ok((expanded, origins))
+}
+
+fn check_group(g: usize, query: &GroupQuery) -> Result<(), Failure> {
+    let n = query.jobs.len();
+    if !(3..=MAX_GROUP_SIZE).contains(&n) {
+        return Err(Failure::field(
+            format!("groups[{g}].jobs"),
+            format!(
+                "{n} jobs: a group holds 3 to {MAX_GROUP_SIZE}{}",
+                if n == 2 {
+                    "; two jobs are a pair: ask for it in `pairs`"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
+    if let Some(shares) = &query.shares
+        && shares.len() != n
+    {
+        return Err(Failure::field(
+            format!("groups[{g}].shares"),
+            format!(
+                "{} shares for {n} jobs: give one per job, in their order",
+                shares.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A failure about pair `index` of an expanded request, said of the request as the client
+/// sent it: a group's pair names the group's job, share, mode or device.
+fn failure_of_request(mut failure: Failure, pairs: usize, origins: &[Origin]) -> Failure {
+    let Some(field) = failure.field.take() else {
+        return failure;
+    };
+    let renamed = field
+        .strip_prefix("pairs[")
+        .and_then(|rest| {
+            let (index, rest) = rest.split_once(']')?;
+            let index: usize = index.parse().ok()?;
+            let &(g, a, b) = origins.get(index.checked_sub(pairs)?)?;
+            let rest = rest.strip_prefix('.').unwrap_or(rest);
+            let (head, tail) = rest.split_once('.').map_or((rest, ""), |(h, t)| (h, t));
+            let tail = if tail.is_empty() {
+                String::new()
+            } else {
+                format!(".{tail}")
+            };
+            Some(match head {
+                "a" => format!("groups[{g}].jobs[{a}]{tail}"),
+                "b" => format!("groups[{g}].jobs[{b}]{tail}"),
+                "share_a" => format!("groups[{g}].shares[{a}]"),
+                "share_b" => format!("groups[{g}].shares[{b}]"),
+                other => format!("groups[{g}].{other}{tail}"),
+            })
+        })
+        .unwrap_or(field);
+    failure.field = Some(renamed);
+    failure
+}
+
+/// The groups' answers from the predictions of their pairs (`origins` order), in the order of
+/// `groups`.
+fn compose_groups(
+    groups: &[GroupQuery],
+    origins: &[Origin],
+    predictions: &[Prediction],
+) -> Result<Vec<GroupPrediction>, Failure> {
+    let mut out = Vec::with_capacity(groups.len());
+    let mut next = 0;
+    for (g, query) in groups.iter().enumerate() {
+        let n = group::pairs_of(query.jobs.len()).len();
+        let own = predictions
+            .get(next..next + n)
+            .filter(|_| origins.get(next).is_some_and(|o| o.0 == g));
+        next += n;
+        let answer = own
+            .and_then(|p| group::compose(query.jobs.len(), p))
+            .ok_or_else(|| {
+                Failure::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("group {g}: its pairs' predictions are missing"),
+                )
+            })?;
+        out.push(GroupPrediction {
+            feasible: answer.feasible,
+            feasible_probability: answer.feasible_probability,
+            jobs: answer
+                .jobs
+                .iter()
+                .map(|j| GroupJobPrediction {
+                    speed: j.speed,
+                    slowdown: j.slowdown,
+                    slowdown_p90: j.slowdown_p90,
+                })
+                .collect(),
+            combined: answer.combined,
+            calibration: answer.calibration,
+            composition: group::RULE.as_str().to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// A request with groups: its pairs and its groups' pairs run as one request (one model, one
+/// registry snapshot), the groups composed from theirs. The serving model's version, the
+/// pairs' predictions and the groups'.
+pub fn predict_with_groups(
+    state: &AppState,
+    request: &PredictRequest,
+    cancelled: &AtomicBool,
+) -> Result<(String, Vec<Prediction>, Vec<GroupPrediction>), Failure> {
+    let (expanded, origins) = expand(request)?;
+    let n = request.pairs.len();
+    let predicted = predict::<Vec<Prediction>>(state, &expanded, cancelled)
+        .map_err(|f| failure_of_request(f, n, &origins))?;
+    let mut all: Vec<Prediction> = predicted.parts.into_iter().flatten().collect();
+    let groups = compose_groups(&request.groups, &origins, &all[n.min(all.len())..])?;
+    all.truncate(n);
+    Ok((predicted.model_version, all, groups))
+}
+
 /// Checks, encodes and runs every pair of `request` on the serving model and registry (one
 /// snapshot for the whole request), given up at its next chunk of pairs once `cancelled` is
 /// set (its client timed out or went away). The pairs limit is the transport's to apply while
@@ -71,7 +240,7 @@ pub fn predict<S: Sink>(
     cancelled: &AtomicBool,
 ) -> Result<Predicted<S>, Failure> {
     if request.pairs.is_empty() {
-        return Err(Failure::field("pairs", "no pairs to predict"));
+        return Err(Failure::field("pairs", "no pairs or groups to predict"));
     }
     let guard = state.read()?;
     let serving = guard.as_ref().ok_or_else(not_ready)?;

@@ -5,9 +5,27 @@ pub struct PredictRequest {
     /// device when it was trained on one.
     #[prost(string, optional, tag = "1")]
     pub gpu: ::core::option::Option<::prost::alloc::string::String>,
-    /// At most the server's --max-pairs.
+    /// At most the server's --max-pairs, with the pairs within the groups.
     #[prost(message, repeated, tag = "2")]
     pub pairs: ::prost::alloc::vec::Vec<Pair>,
+    /// Groups of 3 to 8 jobs; a group of k jobs counts its k(k-1)/2 pairs against --max-pairs.
+    #[prost(message, repeated, tag = "3")]
+    pub groups: ::prost::alloc::vec::Vec<Group>,
+}
+/// Three to eight jobs together on one device under `mode`; a workload may appear more than once.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Group {
+    #[prost(message, repeated, tag = "1")]
+    pub jobs: ::prost::alloc::vec::Vec<Job>,
+    /// A sharing mode the model was trained on.
+    #[prost(string, tag = "2")]
+    pub mode: ::prost::alloc::string::String,
+    /// Each job's MPS active-thread percentage in (0, 100], in the order of `jobs`; only with `mps`.
+    #[prost(double, repeated, tag = "3")]
+    pub shares: ::prost::alloc::vec::Vec<f64>,
+    /// The device model; unset: the request's `gpu`.
+    #[prost(string, optional, tag = "4")]
+    pub gpu: ::core::option::Option<::prost::alloc::string::String>,
 }
 /// One candidate co-location: `a` next to `b` on one device under `mode`.
 #[derive(Clone, PartialEq, ::prost::Message)]
@@ -78,6 +96,41 @@ pub struct PredictResponse {
     /// One per pair, in the order of the request's pairs.
     #[prost(message, repeated, tag = "2")]
     pub predictions: ::prost::alloc::vec::Vec<Prediction>,
+    /// One per group, in the order of the request's groups.
+    #[prost(message, repeated, tag = "3")]
+    pub groups: ::prost::alloc::vec::Vec<GroupPrediction>,
+}
+/// A group answered from its pairs: each job's slowdown is 1 plus the extra slowdown each
+/// co-runner causes it in a pair (`composition`), the p90 likewise.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct GroupPrediction {
+    /// Every pair of the group fits together (necessary, not sufficient).
+    #[prost(bool, tag = "1")]
+    pub feasible: bool,
+    /// The least of the pairs' feasibility probabilities.
+    #[prost(float, tag = "2")]
+    pub feasible_probability: f32,
+    /// One per job, in the order of the group's jobs.
+    #[prost(message, repeated, tag = "3")]
+    pub jobs: ::prost::alloc::vec::Vec<GroupJobPrediction>,
+    /// The sum of the jobs' speeds.
+    #[prost(float, tag = "4")]
+    pub combined: f32,
+    /// The least trusted calibration over the group's pairs.
+    #[prost(enumeration = "Calibration", tag = "5")]
+    pub calibration: i32,
+    /// How the pairs were composed: excess.
+    #[prost(string, tag = "6")]
+    pub composition: ::prost::alloc::string::String,
+}
+#[derive(Clone, Copy, PartialEq, ::prost::Message)]
+pub struct GroupJobPrediction {
+    #[prost(float, tag = "1")]
+    pub speed: f32,
+    #[prost(float, tag = "2")]
+    pub slowdown: f32,
+    #[prost(float, tag = "3")]
+    pub slowdown_p90: f32,
 }
 #[derive(Clone, Copy, PartialEq, ::prost::Message)]
 pub struct Prediction {
@@ -241,7 +294,8 @@ pub mod predictor_client {
             self
         }
         /// How much each pair of jobs slows each other down on one GPU: one prediction per pair, in
-        /// the order of the request's pairs.
+        /// the order of the request's pairs; and one per group of three or more, in the order of its
+        /// groups.
         pub async fn predict(
             &mut self,
             request: impl tonic::IntoRequest<super::PredictRequest>,
@@ -281,7 +335,8 @@ pub mod predictor_server {
     #[async_trait]
     pub trait Predictor: std::marker::Send + std::marker::Sync + 'static {
         /// How much each pair of jobs slows each other down on one GPU: one prediction per pair, in
-        /// the order of the request's pairs.
+        /// the order of the request's pairs; and one per group of three or more, in the order of its
+        /// groups.
         async fn predict(
             &self,
             request: tonic::Request<super::PredictRequest>,

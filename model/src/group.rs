@@ -1,0 +1,137 @@
+//! A group of three or more jobs on one device, answered from the model's pairwise predictions:
+//! each job's slowdown is 1 plus the extra slowdown each co-runner causes it in a pair (the
+//! excess rule of `duet_core::dataset::compose`), for the point and the p90 alike. The rule is
+//! order-invariant and holds any group size; which rule composes best is measured against
+//! measured groups (BENCHMARKS.md, "Groups of three or more").
+
+use duet_core::api::{Calibration, Prediction};
+use duet_core::dataset::compose::Composition;
+
+/// The rule the answers compose by.
+pub const RULE: Composition = Composition::Excess;
+
+/// One job's answer within its group.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GroupJobAnswer {
+    /// Co-located throughput over solo throughput.
+    pub speed: f32,
+    /// `1 / speed`.
+    pub slowdown: f32,
+    /// The conservative slowdown: each co-runner's p90 excess added.
+    pub slowdown_p90: f32,
+}
+
+/// The answer for one group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupAnswer {
+    /// Every pair of the group fits together (necessary, not sufficient: memory the pairs
+    /// share only pairwise is not checked for the whole group).
+    pub feasible: bool,
+    /// The least probability over the group's pairs.
+    pub feasible_probability: f32,
+    /// The jobs' answers, in the group's order.
+    pub jobs: Vec<GroupJobAnswer>,
+    /// The sum of the jobs' speeds.
+    pub combined: f32,
+    /// The least trusted class over the group's pairs.
+    pub calibration: Calibration,
+}
+
+/// The unordered pairs `(i, j)`, `i < j`, of a group of `size` jobs, in the order their
+/// predictions are read by [`compose`].
+pub fn pairs_of(size: usize) -> Vec<(usize, usize)> {
+    (0..size)
+        .flat_map(|i| (i + 1..size).map(move |j| (i, j)))
+        .collect()
+}
+
+/// The answer for a group of `size` jobs from the predictions of its pairs in [`pairs_of`]
+/// order (job `i` as `a`, `j` as `b`). `None` where the count does not match.
+pub fn compose(size: usize, predictions: &[Prediction]) -> Option<GroupAnswer> {
+    let pairs = pairs_of(size);
+    if pairs.len() != predictions.len() || size < 2 {
+        return None;
+    }
+    let mut speeds: Vec<Vec<f64>> = vec![Vec::with_capacity(size - 1); size];
+    let mut p90s: Vec<Vec<f64>> = vec![Vec::with_capacity(size - 1); size];
+    for (&(i, j), p) in pairs.iter().zip(predictions) {
+        speeds[i].push(f64::from(p.speed_a));
+        speeds[j].push(f64::from(p.speed_b));
+        p90s[i].push(1.0 / f64::from(p.slowdown_a_p90));
+        p90s[j].push(1.0 / f64::from(p.slowdown_b_p90));
+    }
+    #[allow(clippy::cast_possible_truncation)]
+    let jobs: Vec<GroupJobAnswer> = speeds
+        .iter()
+        .zip(&p90s)
+        .map(|(s, p)| {
+            let speed = RULE.speed(s);
+            GroupJobAnswer {
+                speed: speed as f32,
+                slowdown: (1.0 / speed) as f32,
+                slowdown_p90: (1.0 / RULE.speed(p)) as f32,
+            }
+        })
+        .collect();
+    Some(GroupAnswer {
+        feasible: predictions.iter().all(|p| p.feasible),
+        feasible_probability: predictions
+            .iter()
+            .map(|p| p.feasible_probability)
+            .fold(1.0, f32::min),
+        combined: jobs.iter().map(|j| j.speed).sum(),
+        calibration: predictions
+            .iter()
+            .map(|p| p.calibration)
+            .max()
+            .unwrap_or(Calibration::Known),
+        jobs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(speed_a: f32, speed_b: f32, calibration: Calibration) -> Prediction {
+        Prediction {
+            feasible: true,
+            feasible_probability: 0.9,
+            speed_a,
+            speed_b,
+            slowdown_a: 1.0 / speed_a,
+            slowdown_b: 1.0 / speed_b,
+            slowdown_a_p90: 1.25 / speed_a,
+            slowdown_b_p90: 1.25 / speed_b,
+            combined: speed_a + speed_b,
+            calibration,
+        }
+    }
+
+    #[test]
+    fn a_pair_is_answered_as_its_prediction_and_a_triple_adds_each_excess() {
+        let alone = compose(2, &[pair(0.8, 0.6, Calibration::Known)]).expect("a pair");
+        assert!((alone.jobs[0].speed - 0.8).abs() < 1e-6);
+        assert!((alone.jobs[1].slowdown_p90 - 1.25 / 0.6).abs() < 1e-5);
+        // Job 0 next to 1 (0.5) and 2 (0.5): slowdown 1 + 1 + 1 = 3.
+        let triple = compose(
+            3,
+            &[
+                pair(0.5, 0.8, Calibration::Known),
+                pair(0.5, 0.9, Calibration::New),
+                pair(0.7, 0.7, Calibration::Known),
+            ],
+        )
+        .expect("a triple");
+        assert!((triple.jobs[0].slowdown - 3.0).abs() < 1e-5);
+        // Job 0's p90: 1 + 2 * (2.5 - 1).
+        assert!((triple.jobs[0].slowdown_p90 - 4.0).abs() < 1e-4);
+        assert_eq!(triple.calibration, Calibration::New);
+        assert!(triple.jobs.iter().all(|j| j.slowdown_p90 >= j.slowdown));
+        assert!(compose(3, &[pair(0.5, 0.5, Calibration::Known)]).is_none());
+        assert_eq!(
+            pairs_of(4),
+            [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+        );
+    }
+}
