@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks that /openapi.json is the truth about the real server: starts `duet serve` on the shipped
-# default model (a free loopback port, a token, a fresh registry file), runs schemathesis with
+# default model (a loopback port of the kernel's choice, a token, a fresh registry file), runs schemathesis with
 # every check and every phase (examples, coverage, fuzzing, stateful) on a fixed seed, then
 # generates a Python client from the document and calls predict, put, get, list and delete with
 # it. Any finding fails. Run by scripts/test.sh; needs the Python environment
@@ -18,18 +18,24 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-port="$("$DUET_VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-base="http://127.0.0.1:$port"
 token="contract-$$-$RANDOM"
 printf '%s\n' "$token" > "$work/token"
-"$duet" serve --engine burn --model "$here/models/default" --addr "127.0.0.1:$port" \
+# Port 0: the kernel's choice, read back from the log (a port picked free and released first
+# could be taken by another program before the server binds it).
+RUST_LOG=info "$duet" serve --engine burn --model "$here/models/default" --addr "127.0.0.1:0" \
   --token-file "$work/token" --state "$work/registry.sqlite" 2> "$work/server.log" &
 server=$!
+base=""
 for _ in $(seq 1 600); do
-  if "$DUET_VENV/bin/python" -c "import urllib.request,sys; urllib.request.urlopen('$base/readyz')" 2>/dev/null; then break; fi
+  if [ -z "$base" ]; then
+    addr="$(grep -o 'listening addr=[0-9.:]*' "$work/server.log" | head -1 | cut -d= -f2 || true)"
+    [ -n "$addr" ] && base="http://$addr"
+  fi
+  if [ -n "$base" ] && "$DUET_VENV/bin/python" -c "import urllib.request,sys; urllib.request.urlopen('$base/readyz')" 2>/dev/null; then break; fi
   kill -0 "$server" 2>/dev/null || { cat "$work/server.log" >&2; echo "api-contract: duet serve exited" >&2; exit 1; }
   sleep 0.1
 done
+[ -n "$base" ] || { cat "$work/server.log" >&2; echo "api-contract: duet serve logged no address" >&2; exit 1; }
 cd "$work"
 "$DUET_VENV/bin/schemathesis" --config-file "$here/scripts/schemathesis.toml" run "$base/openapi.json" \
   --checks all --phases examples,coverage,fuzzing,stateful --max-examples 100 --seed 20261201 \

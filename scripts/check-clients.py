@@ -341,6 +341,25 @@ if args.grpc:
             calibration = duet_pb2.Calibration.Name(got.calibration)
             assert calibration == f"CALIBRATION_{want['calibration'].upper()}", calibration
 
+    @check("duet.v1.Predictor groups from grpcio-tools = /v1/predict groups")
+    def _():
+        jobs = ["resnet-50-bs64", features(11.2, "ResNet-50", 64), "a3c", "a3c"]
+        request = duet_pb2.PredictRequest(
+            gpu=GPU, groups=[duet_pb2.Group(jobs=[job(j) for j in jobs], mode="space")]
+        )
+        answer = stub.Predict(request, metadata=CALL)
+        expected = post_json(
+            "/v1/predict",
+            {"gpu": GPU, "groups": [{"jobs": [json_job(j) for j in jobs], "mode": "space"}]},
+        )
+        assert len(answer.predictions) == 0 and len(answer.groups) == 1, answer
+        got, want = answer.groups[0], expected["groups"][0]
+        assert got.composition == want["composition"] == "excess", got
+        assert len(got.jobs) == len(want["jobs"]) == 4
+        for g, w in zip(got.jobs, want["jobs"]):
+            for key in ("speed", "slowdown", "slowdown_p90"):
+                assert np.float32(getattr(g, key)) == np.float32(w[key]), (key, g, w)
+
     @check("duet.v1.Predictor: an unknown workload and a missing token are refused, naming why")
     def _():
         bad = duet_pb2.PredictRequest(

@@ -1,6 +1,6 @@
 """Calls a running duet server through a Python client generated from its /openapi.json
-(openapi-python-client): predict, register, get, list and delete, report observations and read
-the drift, each checked. If the document
+(openapi-python-client): predict (pairs and a group), register, get, list and delete, report
+observations and read the drift, each checked. If the document
 misnamed a route, a parameter or a body, the generated client would fail here.
 
 Usage: check-generated-client.py <folder holding the generated duet_client package> <base URL> <token>
@@ -24,7 +24,7 @@ from duet_client.models import (  # noqa: E402
     DriftReport,
     ObservationBatch,
     ObservationsAnswer,
-    PredictRequestType0,
+    PredictRequest,
     PredictResponse,
     RegisteredWorkload,
     WorkloadBody,
@@ -47,17 +47,29 @@ got = expect(get_workload.sync_detailed(id="generated-client-job", client=client
 assert got.source == "client", got
 listed = expect(list_workloads.sync_detailed(client=client), 200, "list")
 assert "generated-client-job" in [w.workload for w in listed], listed
-request = PredictRequestType0.from_dict(
+request = PredictRequest.from_dict(
     {
         "gpu": "v100",
         "pairs": [
             {"a": {"workload": "generated-client-job"}, "b": {"workload": "a3c"}, "mode": "space"},
             {"a": {"features": features}, "b": {"workload": "a3c"}, "mode": "space"},
         ],
+        "groups": [
+            {
+                "jobs": [
+                    {"workload": "generated-client-job"},
+                    {"workload": "a3c"},
+                    {"workload": "cyclegan"},
+                ],
+                "mode": "space",
+            }
+        ],
     }
 )
 answer = expect(predict_route.sync_detailed(client=client, body=request), 200, "predict")
 assert isinstance(answer, PredictResponse) and len(answer.predictions) == 2, answer
+assert len(answer.groups) == 1 and len(answer.groups[0].jobs) == 3, answer
+assert answer.groups[0].composition == "excess" and answer.groups[0].p90_groups == 0, answer
 first, second = answer.predictions
 # A registered workload predicts like its features inline.
 assert abs(first.speed_a - second.speed_a) < 1e-6, (first, second)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks duet against clients nobody in duet wrote: starts `duet serve` on the shipped default
-# model (free loopback ports for HTTP and gRPC, a token that reads need too), then runs
+# model (loopback ports of the kernel's choice for HTTP and gRPC, a token that reads need too), then runs
 # scripts/check-clients.py: tritonclient over HTTP (the binary tensor extension, its default, and
 # JSON) and over gRPC, and a client generated from proto/duet.proto by grpcio-tools, each
 # checked against /v1/predict for the same pairs. Run by scripts/test.sh; needs the Python
@@ -19,23 +19,23 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-# Two free loopback ports, both held while chosen so they differ.
-read -r port grpc_port < <("$DUET_VENV/bin/python" -c '
-import socket
-held = [socket.socket() for _ in range(2)]
-for s in held: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in held])')
-base="http://127.0.0.1:$port"
 token="clients-$$-$RANDOM"
 printf '%s\n' "$token" > "$work/token"
-"$duet" serve --model "$here/models/default" --addr "127.0.0.1:$port" \
-  --grpc-addr "127.0.0.1:$grpc_port" --token-file "$work/token" --protect-reads 2> "$work/server.log" &
+# Ports of the kernel's choice, read back from the log (a port picked free and released first
+# could be taken by another program before the server binds it).
+RUST_LOG=info "$duet" serve --model "$here/models/default" --addr "127.0.0.1:0" \
+  --grpc-addr "127.0.0.1:0" --token-file "$work/token" --protect-reads 2> "$work/server.log" &
 server=$!
+logged() { grep -o "$1 addr=[0-9.:]*" "$work/server.log" | head -1 | cut -d= -f2 || true; }
+http="" grpc="" ready=""
 for _ in $(seq 1 600); do
-  if "$DUET_VENV/bin/python" -c "import urllib.request,sys; urllib.request.urlopen('$base/readyz')" 2>/dev/null; then break; fi
+  [ -n "$http" ] || http="$(logged listening)"
+  [ -n "$grpc" ] || grpc="$(logged 'serving gRPC')"
+  if [ -n "$http" ] && [ -n "$grpc" ] && "$DUET_VENV/bin/python" -c "import urllib.request,sys; urllib.request.urlopen('http://$http/readyz')" 2>/dev/null; then ready=1; break; fi
   kill -0 "$server" 2>/dev/null || { cat "$work/server.log" >&2; echo "clients: duet serve exited" >&2; exit 1; }
   sleep 0.1
 done
-"$DUET_VENV/bin/python" "$here/scripts/check-clients.py" --http "127.0.0.1:$port" --grpc "127.0.0.1:$grpc_port" \
+[ -n "$ready" ] || { cat "$work/server.log" >&2; echo "clients: duet serve did not become ready" >&2; exit 1; }
+"$DUET_VENV/bin/python" "$here/scripts/check-clients.py" --http "$http" --grpc "$grpc" \
   --token "$token" --model "$here/models/default" --work "$work" \
   || { echo "clients: the server's log:" >&2; tail -n 40 "$work/server.log" >&2; exit 1; }

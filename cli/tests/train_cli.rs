@@ -421,6 +421,9 @@ fn evaluate_scores_groups_from_a_model_of_pairs() {
         .find(|g| g["gpu"] == "cpu" && g["size"] == 3)
         .expect("the cpu triples");
     assert_eq!(cpu["metrics"]["rows"], 168, "56 triples of three jobs");
+    // In-sample (the shift was fitted on these very groups, and only widens): at least 90%.
+    let coverage = cpu["metrics"]["p90_coverage"].as_f64().expect("coverage");
+    assert!(coverage >= 0.89, "{coverage}");
     let mape = cpu["metrics"]["mape_speed"].as_f64().expect("mape");
     assert!(mape > 0.0 && mape < 0.5, "{mape}");
     let rules: Vec<(&str, u64)> = cpu["baselines"]

@@ -215,6 +215,9 @@ pub struct GroupPrediction {
     pub calibration: Calibration,
     /// How the pairs were composed: `excess`.
     pub composition: String,
+    /// Measured groups of this size that calibrated the p90 slowdowns (0: the pairs' p90s
+    /// composed, calibrated on no measured group: the model was trained without groups).
+    pub p90_groups: u32,
 }
 
 /// The prediction for one pair, in the order of the request's pairs. Single precision: the

@@ -59,6 +59,12 @@ pub struct Calibration {
     /// fitted on); empty in files written before it was recorded (split-conformal).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub method: String,
+    /// A group of three or more jobs answered from its pairs (`crate::group`): the shift of the
+    /// composed ln(p10 speed), by group size (`"3"`), fitted on the training data's measured
+    /// groups (`rows`: their jobs, `groups`: the groups). Empty where training had none: such a
+    /// group's p90 is the composition of its pairs' p90s, calibrated on no group.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub groups: std::collections::BTreeMap<String, Offset>,
 }
 
 /// `Calibration::method` of a model whose shifts come from the evaluation's out-of-fold scores.
@@ -103,6 +109,15 @@ impl Calibration {
             ),
             Kind::NewFamily | Kind::Conservative => (Kind::Conservative, self.widest()),
         }
+    }
+
+    /// The shift of a composed group's ln(p10 speed) for groups of `size` jobs, and how many
+    /// measured groups fitted it; `None` where no group of that size calibrated one.
+    pub fn group_shift(&self, size: usize) -> Option<(f64, usize)> {
+        self.groups
+            .get(&size.to_string())
+            .filter(|o| !o.is_empty() && o.shift.is_finite())
+            .map(|o| (o.shift, o.groups))
     }
 
     /// Whether a new family's pairs have a calibrated shift of their own: one fitted on at
@@ -240,6 +255,7 @@ mod tests {
             )]
             .into(),
             method: String::new(),
+            groups: std::collections::BTreeMap::new(),
         };
         assert_eq!(c.shift(Kind::Known, Some("v100")), 0.3);
         assert_eq!(c.shift(Kind::New, Some("v100")), 0.4);
@@ -269,6 +285,7 @@ mod tests {
             )]
             .into(),
             method: String::new(),
+            groups: std::collections::BTreeMap::new(),
         };
         assert_eq!(c.resolve(Kind::NewFamily, None), (Kind::NewFamily, 0.35));
         // On v100 the new-workload shift is wider: a new family's p90 is never narrower.

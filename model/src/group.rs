@@ -2,7 +2,9 @@
 //! each job's slowdown is 1 plus the extra slowdown each co-runner causes it in a pair (the
 //! excess rule of `duet_core::dataset::compose`), for the point and the p90 alike. The rule is
 //! order-invariant and holds any group size; which rule composes best is measured against
-//! measured groups (BENCHMARKS.md, "Groups of three or more").
+//! measured groups (BENCHMARKS.md, "Groups of three or more"). Where the model was trained with
+//! measured groups of the size, the composed p90 carries their conformal shift
+//! (`Calibration::group_shift`), never narrower than the point.
 
 use duet_core::api::{Calibration, Prediction};
 use duet_core::dataset::compose::Composition;
@@ -35,6 +37,9 @@ pub struct GroupAnswer {
     pub combined: f32,
     /// The least trusted class over the group's pairs.
     pub calibration: Calibration,
+    /// Measured groups of this size that calibrated the p90 (0: the pairs' p90s composed,
+    /// calibrated on no group).
+    pub p90_groups: usize,
 }
 
 /// The unordered pairs `(i, j)`, `i < j`, of a group of `size` jobs, in the order their
@@ -46,8 +51,14 @@ pub fn pairs_of(size: usize) -> Vec<(usize, usize)> {
 }
 
 /// The answer for a group of `size` jobs from the predictions of its pairs in [`pairs_of`]
-/// order (job `i` as `a`, `j` as `b`). `None` where the count does not match.
-pub fn compose(size: usize, predictions: &[Prediction]) -> Option<GroupAnswer> {
+/// order (job `i` as `a`, `j` as `b`), its composed ln(p10 speed) shifted by `shift` (and the
+/// count of groups that fitted it) where the model has one for the size. `None` where the count
+/// does not match.
+pub fn compose(
+    size: usize,
+    predictions: &[Prediction],
+    shift: Option<(f64, usize)>,
+) -> Option<GroupAnswer> {
     let pairs = pairs_of(size);
     if pairs.len() != predictions.len() || size < 2 {
         return None;
@@ -66,10 +77,12 @@ pub fn compose(size: usize, predictions: &[Prediction]) -> Option<GroupAnswer> {
         .zip(&p90s)
         .map(|(s, p)| {
             let speed = RULE.speed(s);
+            let p10 = RULE.speed(p);
+            let p10 = shift.map_or(p10, |(by, _)| (p10.ln() - by).exp().min(speed));
             GroupJobAnswer {
                 speed: speed as f32,
                 slowdown: (1.0 / speed) as f32,
-                slowdown_p90: (1.0 / RULE.speed(p)) as f32,
+                slowdown_p90: (1.0 / p10) as f32,
             }
         })
         .collect();
@@ -85,6 +98,7 @@ pub fn compose(size: usize, predictions: &[Prediction]) -> Option<GroupAnswer> {
             .map(|p| p.calibration)
             .max()
             .unwrap_or(Calibration::Known),
+        p90_groups: shift.map_or(0, |(_, n)| n),
         jobs,
     })
 }
@@ -110,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_pair_is_answered_as_its_prediction_and_a_triple_adds_each_excess() {
-        let alone = compose(2, &[pair(0.8, 0.6, Calibration::Known)]).expect("a pair");
+        let alone = compose(2, &[pair(0.8, 0.6, Calibration::Known)], None).expect("a pair");
         assert!((alone.jobs[0].speed - 0.8).abs() < 1e-6);
         assert!((alone.jobs[1].slowdown_p90 - 1.25 / 0.6).abs() < 1e-5);
         // Job 0 next to 1 (0.5) and 2 (0.5): slowdown 1 + 1 + 1 = 3.
@@ -121,6 +135,7 @@ mod tests {
                 pair(0.5, 0.9, Calibration::New),
                 pair(0.7, 0.7, Calibration::Known),
             ],
+            None,
         )
         .expect("a triple");
         assert!((triple.jobs[0].slowdown - 3.0).abs() < 1e-5);
@@ -128,7 +143,20 @@ mod tests {
         assert!((triple.jobs[0].slowdown_p90 - 4.0).abs() < 1e-4);
         assert_eq!(triple.calibration, Calibration::New);
         assert!(triple.jobs.iter().all(|j| j.slowdown_p90 >= j.slowdown));
-        assert!(compose(3, &[pair(0.5, 0.5, Calibration::Known)]).is_none());
+        assert_eq!(triple.p90_groups, 0);
+        assert!(compose(3, &[pair(0.5, 0.5, Calibration::Known)], None).is_none());
+        // A group shift of ln 2 doubles job 0's p90 slowdown; one of -ln 10 would undercut the
+        // point, and stops there.
+        let three = [
+            pair(0.5, 0.8, Calibration::Known),
+            pair(0.5, 0.9, Calibration::Known),
+            pair(0.7, 0.7, Calibration::Known),
+        ];
+        let wider = compose(3, &three, Some((2f64.ln(), 56))).expect("a triple");
+        assert!((wider.jobs[0].slowdown_p90 - 8.0).abs() < 1e-3);
+        assert_eq!(wider.p90_groups, 56);
+        let narrow = compose(3, &three, Some((-(10f64.ln()), 56))).expect("a triple");
+        assert!((narrow.jobs[0].slowdown_p90 - narrow.jobs[0].slowdown).abs() < 1e-5);
         assert_eq!(
             pairs_of(4),
             [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]

@@ -89,6 +89,9 @@ async fn groups_are_answered_from_their_pairs_in_any_order_and_pairs_as_ever() {
         );
     }
     assert_eq!(g["composition"], "excess");
+    // The shipped model was trained without groups: its p90 is the pairs' composed, calibrated
+    // on no measured group, and says so.
+    assert_eq!(g["p90_groups"], 0);
     assert_eq!(g["calibration"], "known");
     let combined: f64 = (0..3).map(|j| speed(g, j)).sum();
     assert!((g["combined"].as_f64().expect("combined") - combined).abs() < 1e-4);

@@ -3,9 +3,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use duet_core::api::{FeatureInput, Features, JobRef, PairQuery, PredictRequest};
 use duet_core::dataset::compose::{CompositionError, composition_errors};
-use duet_core::dataset::{Dataset, DatasetError, FeatureKind, FeatureValue, META_FILE, Workload};
+use duet_core::dataset::{DatasetError, FeatureKind, META_FILE};
 use serde::Serialize;
 
 use crate::corpus::{Corpus, Trained};
@@ -14,11 +13,7 @@ use crate::pipeline::{PipelineError, load};
 use duet_model::accuracy::{Metrics, Scored};
 use duet_model::artifact;
 use duet_model::encoding::SOLO_THROUGHPUT;
-use duet_model::engine::EngineKind;
-use duet_model::group;
-use duet_model::loaded::LoadedModel;
 use duet_model::network::OUTPUTS;
-use duet_model::registry::Registry;
 
 /// Metrics of one device and mode (or `all`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -28,7 +23,7 @@ pub struct Assessment {
     pub metrics: Metrics,
 }
 
-/// How the model's pairwise predictions, composed by [`group::RULE`], do on the measured groups
+/// How the model's pairwise predictions, composed by [`duet_model::group::RULE`], do on the measured groups
 /// of one device, mode and size, beside the two rules composing the measured pairs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GroupAssessment {
@@ -177,11 +172,7 @@ pub fn evaluate(model_dir: &Path, data: &[PathBuf]) -> Result<Report, PipelineEr
             metrics: Metrics::of(&rows),
         })
         .collect();
-    let group_table = if corpus.datasets.iter().any(|d| !d.groups.is_empty()) {
-        assess_groups(model_dir, &corpus.datasets, &mut warnings)?
-    } else {
-        Vec::new()
-    };
+    let group_table = assess_groups(&corpus, &trained);
     Ok(Report {
         model: meta.name,
         version: meta.version,
@@ -191,101 +182,37 @@ pub fn evaluate(model_dir: &Path, data: &[PathBuf]) -> Result<Report, PipelineEr
     })
 }
 
-/// A dataset's workload as a client sends it inline: the features `model` knows.
-fn inline(model: &LoadedModel, w: &Workload) -> JobRef {
-    let mut features: Features = w
-        .features
-        .iter()
-        .filter(|(name, _)| model.knows_feature(name))
-        .map(|(name, v)| {
-            let input = match v {
-                FeatureValue::Number(Some(x)) => FeatureInput::Number(*x),
-                FeatureValue::Category(Some(c)) => FeatureInput::Text(c.clone()),
-                _ => FeatureInput::Null,
-            };
-            (name.clone(), input)
-        })
-        .collect();
-    features.insert(
-        SOLO_THROUGHPUT.to_string(),
-        FeatureInput::Number(w.solo_throughput),
-    );
-    JobRef {
-        workload: None,
-        features: Some(features),
-    }
-}
-
-/// Every successful group of `datasets`: its pairs predicted by the model in `model_dir` (as
-/// the server answers them, jobs inline), composed, scored against the measured speeds.
-fn assess_groups(
-    model_dir: &Path,
-    datasets: &[Dataset],
-    warnings: &mut Vec<String>,
-) -> Result<Vec<GroupAssessment>, PipelineError> {
-    let model = LoadedModel::load(model_dir, EngineKind::Burn).map_err(PipelineError::Data)?;
-    let registry = Registry::default();
-    let mut scored: BTreeMap<(String, String, usize), Vec<Scored>> = BTreeMap::new();
+/// Every successful group of the corpus: its pairs predicted as the corpus's rows are, composed
+/// (with the model's group shift where it has one for the size), scored against the measured
+/// speeds, beside the two rules on the measured pairs.
+fn assess_groups(corpus: &Corpus, trained: &Trained) -> Vec<GroupAssessment> {
     let mut baselines: BTreeMap<(String, String, usize), Vec<CompositionError>> = BTreeMap::new();
-    for d in datasets.iter().filter(|d| !d.groups.is_empty()) {
+    for d in corpus.datasets.iter().filter(|d| !d.groups.is_empty()) {
         for b in composition_errors(d) {
             let key = (b.gpu.clone(), b.mode.to_string(), b.size);
             baselines.entry(key).or_default().push(b);
         }
-        for g in d
-            .groups
-            .iter()
-            .filter(|g| g.status == duet_core::Status::Ok)
-        {
-            let jobs: Option<Vec<&Workload>> =
-                g.jobs.iter().map(|j| d.workload(&j.workload)).collect();
-            let Some(jobs) = jobs else { continue };
-            let pairs = group::pairs_of(jobs.len())
-                .into_iter()
-                .map(|(i, k)| PairQuery {
-                    a: inline(&model, jobs[i]),
-                    b: inline(&model, jobs[k]),
-                    mode: g.mode,
-                    share_a: g.jobs[i].share,
-                    share_b: g.jobs[k].share,
-                    gpu: Some(g.gpu.clone()),
-                })
-                .collect();
-            let request = PredictRequest {
-                gpu: None,
-                pairs,
-                groups: Vec::new(),
-            };
-            let predictions = match duet_model::predict::predict(&model, &registry, &request, None)
-            {
-                Ok(p) => p,
-                Err(e) => {
-                    warnings.push(format!("group {} on {}: {e}", g.label(), g.gpu));
-                    continue;
-                }
-            };
-            let Some(answer) = group::compose(jobs.len(), &predictions) else {
-                continue;
-            };
-            for (k, (job, a)) in g.jobs.iter().zip(&answer.jobs).enumerate() {
-                let measured = duet_core::dataset::speed(job.throughput, jobs[k].solo_throughput);
-                let s = Scored {
-                    speed: Some(measured),
-                    predicted: f64::from(a.speed),
-                    conservative: Some(1.0 / f64::from(a.slowdown_p90)),
-                    feasible: Some(answer.feasible),
-                };
-                for key in [
-                    (g.gpu.clone(), g.mode.to_string(), g.jobs.len()),
-                    ("all".to_string(), "all".to_string(), g.jobs.len()),
-                ] {
-                    scored.entry(key).or_default().push(s);
-                }
-            }
+    }
+    let mut rows: BTreeMap<(String, String, usize), Vec<Scored>> = BTreeMap::new();
+    for job in crate::groups::scored(corpus, trained) {
+        let shift = trained
+            .calibration
+            .group_shift(job.size)
+            .map_or(0.0, |s| s.0);
+        let s = Scored {
+            speed: Some(job.measured),
+            predicted: job.point,
+            conservative: Some((job.ln_p10 - shift).exp().min(job.point)),
+            feasible: None,
+        };
+        for key in [
+            (job.gpu.clone(), job.mode.to_string(), job.size),
+            ("all".to_string(), "all".to_string(), job.size),
+        ] {
+            rows.entry(key).or_default().push(s);
         }
     }
-    Ok(scored
-        .into_iter()
+    rows.into_iter()
         .map(|((gpu, mode, size), rows)| {
             let key = (gpu.clone(), mode.clone(), size);
             GroupAssessment {
@@ -296,5 +223,5 @@ fn assess_groups(
                 metrics: Metrics::of(&rows),
             }
         })
-        .collect())
+        .collect()
 }

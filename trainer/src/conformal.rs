@@ -118,6 +118,7 @@ impl Scores {
             new_family: new_family.offset,
             by_device,
             method: method.to_string(),
+            groups: BTreeMap::new(),
         }
     }
 }

@@ -104,13 +104,29 @@ impl Corpus {
         identity: bool,
         hide_families: impl Fn(usize) -> [bool; 2],
     ) -> Batch {
+        let examples = rows.iter().map(|&i| (i, &self.examples[i]));
+        self.encode_each(spec, examples, identity, hide_families)
+    }
+
+    /// Examples that are no rows of the corpus (a group's pairs, say), as they would be encoded
+    /// as rows: with identities; their jobs must be the corpus's.
+    pub fn encode_examples(&self, spec: &FeatureSpec, examples: &[Example]) -> Batch {
+        self.encode_each(spec, examples.iter().enumerate(), true, |_| [false, false])
+    }
+
+    fn encode_each<'e>(
+        &self,
+        spec: &FeatureSpec,
+        examples: impl Iterator<Item = (usize, &'e Example)>,
+        identity: bool,
+        hide_families: impl Fn(usize) -> [bool; 2],
+    ) -> Batch {
         let mut batch = Batch {
             width: spec.pair_width(),
             ..Batch::default()
         };
         let mut buf = Vec::with_capacity(batch.width);
-        for &i in rows {
-            let e = &self.examples[i];
+        for (i, e) in examples {
             buf.clear();
             let [hide_a, hide_b] = hide_families(i);
             let family = |hide: bool| spec.family.as_deref().filter(|_| hide);

@@ -268,6 +268,34 @@ pub fn run_with(
         ));
         trained
     };
+    let mut trained = trained;
+    for fit in crate::groups::calibrate(&corpus, &trained, final_config.seed) {
+        progress.line(&format!(
+            "final model, groups of {}: p90 shift {:+.4} from {} jobs of {} measured groups \
+             (covers {:.1}% in {}-fold over the groups; {:.1}% composed alone); composed \
+             speed MAPE {:.2}%{}",
+            fit.size,
+            fit.offset.shift,
+            fit.offset.rows,
+            fit.offset.groups,
+            fit.coverage * 100.0,
+            crate::groups::FOLDS,
+            fit.coverage_composed * 100.0,
+            fit.mape_speed * 100.0,
+            fit.offset
+                .fallback
+                .as_ref()
+                .map_or(String::new(), |f| format!("; {f}"))
+        ));
+        if let Some(f) = &fit.offset.fallback {
+            warnings.push(format!("groups of {}: p90 calibration: {f}", fit.size));
+            continue;
+        }
+        trained
+            .calibration
+            .groups
+            .insert(fit.size.to_string(), fit.offset);
+    }
     progress.event(Event::Step {
         done: total,
         now: "final model",
@@ -310,8 +338,8 @@ pub fn run_with(
     if corpus_groups > 0 {
         warnings.push(format!(
             "{corpus_groups} groups of three or more jobs are not training rows: the model learns from \
-             pairs, and answers a group by composing them (`duet evaluate` on these datasets \
-             scores how well)"
+             pairs and answers a group by composing them; the groups calibrate its p90 per group \
+             size (`duet evaluate` on other groups scores how well)"
         ));
     }
     if trained.spec.numeric.len() + trained.spec.categorical.len() <= 1 {

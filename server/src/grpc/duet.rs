@@ -177,6 +177,7 @@ fn group_prediction(g: &api::GroupPrediction) -> GroupPrediction {
         combined: g.combined,
         calibration: calibration(g.calibration),
         composition: g.composition.clone(),
+        p90_groups: g.p90_groups,
     }
 }
 

@@ -52,6 +52,9 @@ impl Sink for JsonItems {
 pub struct Predicted<S> {
     pub model_version: String,
     pub parts: Vec<S>,
+    /// The serving model's calibration of groups, by size (`Calibration::groups`; empty for a
+    /// model trained without groups).
+    pub group_shifts: std::collections::BTreeMap<String, duet_model::calibration::Offset>,
 }
 
 /// The 413 of a request with more pairs than `--max-pairs`.
@@ -175,6 +178,7 @@ fn compose_groups(
     groups: &[GroupQuery],
     origins: &[Origin],
     predictions: &[Prediction],
+    calibration: &duet_model::calibration::Calibration,
 ) -> Result<Vec<GroupPrediction>, Failure> {
     let mut out = Vec::with_capacity(groups.len());
     let mut next = 0;
@@ -185,7 +189,10 @@ fn compose_groups(
             .filter(|_| origins.get(next).is_some_and(|o| o.0 == g));
         next += n;
         let answer = own
-            .and_then(|p| group::compose(query.jobs.len(), p))
+            .and_then(|p| {
+                let size = query.jobs.len();
+                group::compose(size, p, calibration.group_shift(size))
+            })
             .ok_or_else(|| {
                 Failure::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -207,6 +214,7 @@ fn compose_groups(
             combined: answer.combined,
             calibration: answer.calibration,
             composition: group::RULE.as_str().to_string(),
+            p90_groups: u32::try_from(answer.p90_groups).unwrap_or(u32::MAX),
         });
     }
     Ok(out)
@@ -225,7 +233,16 @@ pub fn predict_with_groups(
     let predicted = predict::<Vec<Prediction>>(state, &expanded, cancelled)
         .map_err(|f| failure_of_request(f, n, &origins))?;
     let mut all: Vec<Prediction> = predicted.parts.into_iter().flatten().collect();
-    let groups = compose_groups(&request.groups, &origins, &all[n.min(all.len())..])?;
+    let calibration = duet_model::calibration::Calibration {
+        groups: predicted.group_shifts,
+        ..Default::default()
+    };
+    let groups = compose_groups(
+        &request.groups,
+        &origins,
+        &all[n.min(all.len())..],
+        &calibration,
+    )?;
     all.truncate(n);
     Ok((predicted.model_version, all, groups))
 }
@@ -319,6 +336,7 @@ pub fn predict<S: Sink>(
     Ok(Predicted {
         model_version: model.version().to_string(),
         parts,
+        group_shifts: model.meta.calibration.groups.clone(),
     })
 }
 

@@ -122,6 +122,10 @@ pub struct GroupPrediction {
     /// How the pairs were composed: excess.
     #[prost(string, tag = "6")]
     pub composition: ::prost::alloc::string::String,
+    /// Measured groups of this size that calibrated the p90 slowdowns (0: the pairs' p90s
+    /// composed, calibrated on no measured group).
+    #[prost(uint32, tag = "7")]
+    pub p90_groups: u32,
 }
 #[derive(Clone, Copy, PartialEq, ::prost::Message)]
 pub struct GroupJobPrediction {
