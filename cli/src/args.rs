@@ -549,10 +549,11 @@ pub struct ServeArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct PredictArgs {
-    /// Pairs of registered workload ids, `a,b` (or `a:b`).
+    /// Pairs of registered workload ids, `a,b` (or `a:b`); three to eight ids, `a,b,c`, are a
+    /// group on one device.
     pub pairs: Vec<String>,
     /// A file of pairs: CSV with columns a, b and optionally mode, share_a, share_b, gpu; or
-    /// JSON lines, one `/v1/predict` pair object per line (`.jsonl`).
+    /// JSON lines, one `/v1/predict` pair or group object per line (`.jsonl`).
     #[arg(long)]
     pub file: Option<PathBuf>,
     /// The server's base URL.

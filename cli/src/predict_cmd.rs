@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use duet_core::api::{JobRef, PairQuery, PredictRequest};
+use duet_core::api::{GroupQuery, JobRef, PairQuery, PredictRequest};
 use duet_core::dataset::Mode;
 use duet_scheduler::client::PredictClient;
 
@@ -34,16 +34,37 @@ impl Defaults {
     }
 }
 
-fn parse_arg_pair(arg: &str, defaults: &Defaults) -> Result<PairQuery> {
-    let (a, b) = arg
-        .split_once(',')
-        .or_else(|| arg.split_once(':'))
-        .ok_or_else(|| anyhow!("pair `{arg}`: expected two workload ids as `a,b`"))?;
-    let (a, b) = (a.trim(), b.trim());
-    if a.is_empty() || b.is_empty() {
-        bail!("pair `{arg}`: a workload id is empty");
+/// A pair or a group asked for on the command line.
+enum Asked {
+    Pair(PairQuery),
+    Group(GroupQuery),
+}
+
+/// `a,b` (or `a:b`) is a pair; three ids or more, `a,b,c`, a group (no shares: a group under
+/// MPS is asked for in a JSON lines file).
+fn parse_arg(arg: &str, defaults: &Defaults) -> Result<Asked> {
+    let separator = if arg.contains(',') { ',' } else { ':' };
+    let ids: Vec<&str> = arg.split(separator).map(str::trim).collect();
+    if ids.len() < 2 {
+        bail!("`{arg}`: expected workload ids as `a,b` (a pair) or `a,b,c` (a group)");
     }
-    defaults.pair(a, b, &format!("pair `{arg}`"))
+    if ids.iter().any(|id| id.is_empty()) {
+        bail!("`{arg}`: a workload id is empty");
+    }
+    if let [a, b] = ids.as_slice() {
+        return defaults
+            .pair(a, b, &format!("pair `{arg}`"))
+            .map(Asked::Pair);
+    }
+    let mode = defaults
+        .mode
+        .ok_or_else(|| anyhow!("group `{arg}`: no mode; give --mode"))?;
+    Ok(Asked::Group(GroupQuery {
+        jobs: ids.iter().map(|id| JobRef::workload(*id)).collect(),
+        mode,
+        shares: None,
+        gpu: None,
+    }))
 }
 
 fn optional_number(
@@ -121,13 +142,20 @@ fn read_csv(path: &Path, defaults: &Defaults) -> Result<Vec<PairQuery>> {
     Ok(pairs)
 }
 
-fn read_jsonl(path: &Path) -> Result<Vec<PairQuery>> {
+/// One `/v1/predict` pair object per line, or a group object (one with `jobs`).
+fn read_jsonl(path: &Path) -> Result<Vec<Asked>> {
     let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(n, l)| {
-            serde_json::from_str(l).map_err(|e| anyhow!("{} line {}: {e}", path.display(), n + 1))
+            let at = |e: serde_json::Error| anyhow!("{} line {}: {e}", path.display(), n + 1);
+            let value: serde_json::Value = serde_json::from_str(l).map_err(at)?;
+            if value.get("jobs").is_some() {
+                serde_json::from_value(value).map(Asked::Group).map_err(at)
+            } else {
+                serde_json::from_value(value).map(Asked::Pair).map_err(at)
+            }
         })
         .collect()
 }
@@ -144,28 +172,35 @@ pub fn run(args: PredictArgs) -> Result<()> {
         share_a: args.share_a,
         share_b: args.share_b,
     };
-    let mut pairs: Vec<PairQuery> = args
+    let mut asked: Vec<Asked> = args
         .pairs
         .iter()
-        .map(|p| parse_arg_pair(p, &defaults))
+        .map(|p| parse_arg(p, &defaults))
         .collect::<Result<_>>()?;
     if let Some(file) = &args.file {
         let is_jsonl = file
             .extension()
             .is_some_and(|e| e == "jsonl" || e == "ndjson");
-        pairs.extend(if is_jsonl {
-            read_jsonl(file)?
+        if is_jsonl {
+            asked.extend(read_jsonl(file)?);
         } else {
-            read_csv(file, &defaults)?
-        });
+            asked.extend(read_csv(file, &defaults)?.into_iter().map(Asked::Pair));
+        }
     }
-    if pairs.is_empty() {
-        bail!("no pairs: give `a,b` arguments or --file");
+    if asked.is_empty() {
+        bail!("nothing to predict: give `a,b` (or `a,b,c`) arguments or --file");
+    }
+    let (mut pairs, mut groups) = (Vec::new(), Vec::new());
+    for a in asked {
+        match a {
+            Asked::Pair(p) => pairs.push(p),
+            Asked::Group(g) => groups.push(g),
+        }
     }
     let request = PredictRequest {
         gpu: args.gpu.clone(),
         pairs,
-        groups: Vec::new(),
+        groups,
     };
     let client = PredictClient::new(
         &args.server,
@@ -178,12 +213,50 @@ pub fn run(args: PredictArgs) -> Result<()> {
         return Ok(());
     }
     println!("model {}", answer.model_version);
+    if !request.pairs.is_empty() {
+        print_pairs(&request, &answer);
+    }
+    for (k, (group, g)) in request.groups.iter().zip(&answer.groups).enumerate() {
+        println!(
+            "\ngroup {k} ({} jobs, {}): feasible {}, combined {:.3}, p90 from {}",
+            group.jobs.len(),
+            group.mode,
+            if g.feasible { "yes" } else { "no" },
+            g.combined,
+            if g.p90_groups == 0 {
+                "the pairs' p90s composed".to_string()
+            } else {
+                format!("{} measured groups", g.p90_groups)
+            }
+        );
+        println!(
+            "  {:<24} {:>8} {:>9} {:>13}",
+            "job", "speed", "slowdown", "p90 slowdown"
+        );
+        for (job, p) in group.jobs.iter().zip(&g.jobs) {
+            println!(
+                "  {:<24} {:>8.3} {:>9.3} {:>13.3}",
+                name(job),
+                p.speed,
+                p.slowdown,
+                p.slowdown_p90
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A job as the tables name it: its id, or `(features)` for one given inline.
+fn name(job: &JobRef) -> String {
+    job.workload.clone().unwrap_or_else(|| "(features)".into())
+}
+
+fn print_pairs(request: &PredictRequest, answer: &duet_core::api::PredictResponse) {
     println!(
         "{:<24} {:<24} {:>8} {:>8} {:>8} {:>10} {:>10} {:>9}",
         "a", "b", "feasible", "speed_a", "speed_b", "p90 slow a", "p90 slow b", "combined"
     );
     for (pair, p) in request.pairs.iter().zip(&answer.predictions) {
-        let name = |j: &JobRef| j.workload.clone().unwrap_or_else(|| "(features)".into());
         println!(
             "{:<24} {:<24} {:>8} {:>8.3} {:>8.3} {:>10.3} {:>10.3} {:>9.3}",
             name(&pair.a),
@@ -196,5 +269,4 @@ pub fn run(args: PredictArgs) -> Result<()> {
             p.combined
         );
     }
-    Ok(())
 }

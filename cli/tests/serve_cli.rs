@@ -105,6 +105,38 @@ fn serve_register_predict_reload_restart_and_stop() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert_eq!(table.lines().count(), 4, "{table}");
     assert!(table.contains("(features)"), "{table}");
+    // Three ids are a group; a JSON line with `jobs` is one too.
+    let out = predict(&server, &["a3c,cyclegan", "a3c,cyclegan,my-infer"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        table.contains("group 0 (3 jobs, space)")
+            && table.contains("p90 from the pairs' p90s composed")
+            && table.contains("my-infer"),
+        "{table}"
+    );
+    let groups = dir.path().join("groups.jsonl");
+    std::fs::write(
+        &groups,
+        "{\"jobs\": [{\"workload\": \"a3c\"}, {\"workload\": \"a3c\"}, {\"workload\": \"cyclegan\"}, {\"workload\": \"my-infer\"}], \"mode\": \"space\"}\n",
+    )
+    .expect("jsonl");
+    let out = predict(&server, &["--json", "--file", path(&groups)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        answer["groups"][0]["jobs"].as_array().map(Vec::len),
+        Some(4)
+    );
+    assert_eq!(answer["predictions"], json!([]));
     let bad = dir.path().join("bad.csv");
     std::fs::write(&bad, "a,b,share_a\na3c,a3c,lots\n").expect("csv");
     let out = predict(&server, &["--file", path(&bad)]);
