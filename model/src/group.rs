@@ -6,40 +6,21 @@
 //! measured groups of the size, the composed p90 carries their conformal shift
 //! (`Calibration::group_shift`), never narrower than the point.
 
-use duet_core::api::{Calibration, Prediction};
+use duet_core::api::{Calibration, GroupJobPrediction, GroupPrediction, Prediction};
 use duet_core::dataset::compose::Composition;
 
 /// The rule the answers compose by.
 pub const RULE: Composition = Composition::Excess;
 
-/// One job's answer within its group.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct GroupJobAnswer {
-    /// Co-located throughput over solo throughput.
-    pub speed: f32,
-    /// `1 / speed`.
-    pub slowdown: f32,
-    /// The conservative slowdown: each co-runner's p90 excess added.
-    pub slowdown_p90: f32,
+/// The pairs within a group of `size` jobs: `size (size - 1) / 2`.
+pub fn pairs_in(size: usize) -> usize {
+    size * size.saturating_sub(1) / 2
 }
 
-/// The answer for one group.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GroupAnswer {
-    /// Every pair of the group fits together (necessary, not sufficient: memory the pairs
-    /// share only pairwise is not checked for the whole group).
-    pub feasible: bool,
-    /// The least probability over the group's pairs.
-    pub feasible_probability: f32,
-    /// The jobs' answers, in the group's order.
-    pub jobs: Vec<GroupJobAnswer>,
-    /// The sum of the jobs' speeds.
-    pub combined: f32,
-    /// The least trusted class over the group's pairs.
-    pub calibration: Calibration,
-    /// Measured groups of this size that calibrated the p90 (0: the pairs' p90s composed,
-    /// calibrated on no group).
-    pub p90_groups: usize,
+/// A composed p10 speed after a group shift of its ln, never above the point (`speed`): the p90
+/// slowdown is never narrower than the predicted slowdown.
+pub fn shifted_p10(p10: f64, speed: f64, shift: f64) -> f64 {
+    (p10.ln() - shift).exp().min(speed)
 }
 
 /// The unordered pairs `(i, j)`, `i < j`, of a group of `size` jobs, in the order their
@@ -52,13 +33,14 @@ pub fn pairs_of(size: usize) -> Vec<(usize, usize)> {
 
 /// The answer for a group of `size` jobs from the predictions of its pairs in [`pairs_of`]
 /// order (job `i` as `a`, `j` as `b`), its composed ln(p10 speed) shifted by `shift` (and the
-/// count of groups that fitted it) where the model has one for the size. `None` where the count
-/// does not match.
+/// count of groups that fitted it) where the model has one for the size. `feasible` says every
+/// pair fits (necessary, not sufficient: memory is known pairwise only); the probability and
+/// the calibration class are the least of the pairs'. `None` where the count does not match.
 pub fn compose(
     size: usize,
     predictions: &[Prediction],
     shift: Option<(f64, usize)>,
-) -> Option<GroupAnswer> {
+) -> Option<GroupPrediction> {
     let pairs = pairs_of(size);
     if pairs.len() != predictions.len() || size < 2 {
         return None;
@@ -72,21 +54,21 @@ pub fn compose(
         p90s[j].push(1.0 / f64::from(p.slowdown_b_p90));
     }
     #[allow(clippy::cast_possible_truncation)]
-    let jobs: Vec<GroupJobAnswer> = speeds
+    let jobs: Vec<GroupJobPrediction> = speeds
         .iter()
         .zip(&p90s)
         .map(|(s, p)| {
             let speed = RULE.speed(s);
             let p10 = RULE.speed(p);
-            let p10 = shift.map_or(p10, |(by, _)| (p10.ln() - by).exp().min(speed));
-            GroupJobAnswer {
+            let p10 = shift.map_or(p10, |(by, _)| shifted_p10(p10, speed, by));
+            GroupJobPrediction {
                 speed: speed as f32,
                 slowdown: (1.0 / speed) as f32,
                 slowdown_p90: (1.0 / p10) as f32,
             }
         })
         .collect();
-    Some(GroupAnswer {
+    Some(GroupPrediction {
         feasible: predictions.iter().all(|p| p.feasible),
         feasible_probability: predictions
             .iter()
@@ -98,7 +80,8 @@ pub fn compose(
             .map(|p| p.calibration)
             .max()
             .unwrap_or(Calibration::Known),
-        p90_groups: shift.map_or(0, |(_, n)| n),
+        composition: RULE.as_str().to_string(),
+        p90_groups: shift.map_or(0, |(_, n)| u32::try_from(n).unwrap_or(u32::MAX)),
         jobs,
     })
 }

@@ -65,7 +65,7 @@ fn bench(c: &mut Criterion) {
                     let request =
                         parse_request(black_box(&body), state.config.max_pairs).expect("parse");
                     black_box(
-                        answer_request(&state, &request, &AtomicBool::new(false)).expect("answer"),
+                        answer_request(&state, request, &AtomicBool::new(false)).expect("answer"),
                     )
                 })
             });
@@ -89,8 +89,7 @@ fn bench(c: &mut Criterion) {
                             .limiter
                             .places_for(request.pairs.len(), PARALLEL_PAIRS),
                     );
-                    let answer =
-                        answer_request(&state, &request, work.cancelled()).expect("answer");
+                    let answer = answer_request(&state, request, work.cancelled()).expect("answer");
                     guard.answered();
                     black_box(answer)
                 })

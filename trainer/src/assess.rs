@@ -202,7 +202,11 @@ fn assess_groups(corpus: &Corpus, trained: &Trained) -> Vec<GroupAssessment> {
         let s = Scored {
             speed: Some(job.measured),
             predicted: job.point,
-            conservative: Some((job.ln_p10 - shift).exp().min(job.point)),
+            conservative: Some(duet_model::group::shifted_p10(
+                job.ln_p10.exp(),
+                job.point,
+                shift,
+            )),
             feasible: None,
         };
         for key in [

@@ -45,6 +45,22 @@ impl Composition {
 
 type PairKey = (String, Mode, String, Option<u64>, String, Option<u64>);
 
+fn pair_key(
+    gpu: &str,
+    mode: Mode,
+    (job, share): (&str, Option<f64>),
+    (other, other_share): (&str, Option<f64>),
+) -> PairKey {
+    (
+        gpu.to_string(),
+        mode,
+        job.to_string(),
+        share.map(f64::to_bits),
+        other.to_string(),
+        other_share.map(f64::to_bits),
+    )
+}
+
 /// The measured pairwise speeds of a dataset, looked up by device, mode, the job and its share,
 /// and the co-runner and its share; a setting measured in both orders (a workload next to
 /// itself) is the mean of the two.
@@ -62,14 +78,7 @@ impl PairSpeeds {
             } else {
                 (d.pair.share_b, d.pair.share_a)
             };
-            let key = (
-                d.pair.gpu.clone(),
-                d.pair.mode,
-                d.job.to_string(),
-                own.map(f64::to_bits),
-                d.other.to_string(),
-                other.map(f64::to_bits),
-            );
+            let key = pair_key(&d.pair.gpu, d.pair.mode, (d.job, own), (d.other, other));
             let entry = speeds.entry(key).or_insert((0.0, 0));
             entry.0 += d.speed;
             entry.1 += 1;
@@ -82,18 +91,12 @@ impl PairSpeeds {
         &self,
         gpu: &str,
         mode: Mode,
-        (job, share): (&str, Option<f64>),
-        (other, other_share): (&str, Option<f64>),
+        job: (&str, Option<f64>),
+        other: (&str, Option<f64>),
     ) -> Option<f64> {
-        let key = (
-            gpu.to_string(),
-            mode,
-            job.to_string(),
-            share.map(f64::to_bits),
-            other.to_string(),
-            other_share.map(f64::to_bits),
-        );
-        self.speeds.get(&key).map(|(sum, n)| sum / f64::from(*n))
+        self.speeds
+            .get(&pair_key(gpu, mode, job, other))
+            .map(|(sum, n)| sum / f64::from(*n))
     }
 
     /// The pairwise speeds of job `index` of `group` next to each other job; `None` where a pair

@@ -31,6 +31,15 @@ fn check_non_negative(value: f64, what: &str) -> std::result::Result<(), String>
     Ok(())
 }
 
+/// An MPS active-thread percentage: finite and in (0, 100].
+fn check_share(share: f64) -> std::result::Result<(), String> {
+    check_finite(share, "share")?;
+    if !(share > 0.0 && share <= 100.0) {
+        return Err(format!("share {share} is outside (0, 100]"));
+    }
+    Ok(())
+}
+
 pub fn meta(file: &Path, meta: &DatasetMeta) -> Result<()> {
     if meta.format != FORMAT {
         return Err(DatasetError::new(
@@ -205,10 +214,7 @@ pub fn pairs(file: &Path, meta: &DatasetMeta, workloads: &[Workload], rows: &[Pa
         }
         for (column, share) in [("share_a", p.share_a), ("share_b", p.share_b)] {
             if let Some(s) = share {
-                check_finite(s, "share").map_err(|m| at(column, m))?;
-                if !(s > 0.0 && s <= 100.0) {
-                    return Err(at(column, format!("share {s} is outside (0, 100]")));
-                }
+                check_share(s).map_err(|m| at(column, m))?;
             }
         }
         for (column, value) in [
@@ -316,10 +322,7 @@ pub fn groups(
                 ));
             }
             if let Some(s) = job.share {
-                check_finite(s, "share").map_err(|m| at(i, "share", m))?;
-                if !(s > 0.0 && s <= 100.0) {
-                    return Err(at(i, "share", format!("share {s} is outside (0, 100]")));
-                }
+                check_share(s).map_err(|m| at(i, "share", m))?;
             } else if shared > 0 {
                 return Err(at(
                     i,

@@ -161,13 +161,13 @@ fn prediction(p: &api::Prediction) -> Prediction {
     }
 }
 
-fn group_prediction(g: &api::GroupPrediction) -> GroupPrediction {
+fn group_prediction(g: api::GroupPrediction) -> GroupPrediction {
     GroupPrediction {
         feasible: g.feasible,
         feasible_probability: g.feasible_probability,
         jobs: g
             .jobs
-            .iter()
+            .into_iter()
             .map(|j| GroupJobPrediction {
                 speed: j.speed,
                 slowdown: j.slowdown,
@@ -176,7 +176,7 @@ fn group_prediction(g: &api::GroupPrediction) -> GroupPrediction {
             .collect(),
         combined: g.combined,
         calibration: calibration(g.calibration),
-        composition: g.composition.clone(),
+        composition: g.composition,
         p90_groups: g.p90_groups,
     }
 }
@@ -184,13 +184,13 @@ fn group_prediction(g: &api::GroupPrediction) -> GroupPrediction {
 /// The answer to `request`, given up at its next chunk once `cancelled` is set.
 fn answer(
     state: &crate::state::AppState,
-    request: &api::PredictRequest,
+    request: api::PredictRequest,
     cancelled: &AtomicBool,
 ) -> Result<PredictResponse, Failure> {
     if request.groups.is_empty() {
-        let predicted = predict::<Vec<api::Prediction>>(state, request, cancelled)?;
+        let predicted = predict::<Vec<api::Prediction>>(state, &request, cancelled)?;
         return Ok(PredictResponse {
-            model_version: predicted.model_version,
+            model_version: predicted.model.version().to_string(),
             predictions: predicted.parts.iter().flatten().map(prediction).collect(),
             groups: Vec::new(),
         });
@@ -199,7 +199,7 @@ fn answer(
     Ok(PredictResponse {
         model_version,
         predictions: predictions.iter().map(prediction).collect(),
-        groups: groups.iter().map(group_prediction).collect(),
+        groups: groups.into_iter().map(group_prediction).collect(),
     })
 }
 
@@ -217,7 +217,7 @@ impl PredictorService for Predictor {
             let request = self::request(message, state.config.max_pairs)?;
             if small {
                 // A few pairs: answered at once, without a place, as on HTTP.
-                answer(state, &request, &AtomicBool::new(false))
+                answer(state, request, &AtomicBool::new(false))
             } else {
                 let places = state.limiter.places_for(
                     pair_count(&request),
@@ -228,7 +228,7 @@ impl PredictorService for Predictor {
                     PREDICT,
                     "prediction",
                     places,
-                    move |state, cancelled| answer(state, &request, cancelled),
+                    move |state, cancelled| answer(state, request, cancelled),
                 )
                 .await
             }

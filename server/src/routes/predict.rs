@@ -104,21 +104,21 @@ pub fn answer_until(
     cancelled: &AtomicBool,
 ) -> Result<Vec<u8>, Failure> {
     let request = parse_request(body, state.config.max_pairs)?;
-    answer_request(state, &request, cancelled)
+    answer_request(state, request, cancelled)
 }
 
 /// The JSON answer to a parsed prediction request, given up at its next chunk of pairs once
 /// `cancelled` is set.
 pub fn answer_request(
     state: &AppState,
-    request: &PredictRequest,
+    request: PredictRequest,
     cancelled: &AtomicBool,
 ) -> Result<Vec<u8>, Failure> {
     if !request.groups.is_empty() {
         return answer_with_groups(state, request, cancelled);
     }
-    let predicted = service::predict::<JsonItems>(state, request, cancelled)?;
-    let version = serde_json::to_string(&predicted.model_version)
+    let predicted = service::predict::<JsonItems>(state, &request, cancelled)?;
+    let version = serde_json::to_string(predicted.model.version())
         .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     let arrays = predicted.parts;
     let mut out = Vec::with_capacity(arrays.iter().map(|a| a.0.len()).sum::<usize>() + 64);
@@ -139,7 +139,7 @@ pub fn answer_request(
 /// request (one model, one snapshot), the groups composed from theirs.
 fn answer_with_groups(
     state: &AppState,
-    request: &PredictRequest,
+    request: PredictRequest,
     cancelled: &AtomicBool,
 ) -> Result<Vec<u8>, Failure> {
     let (model_version, predictions, groups) =
@@ -189,7 +189,7 @@ pub async fn predict_route(
                 .limiter
                 .places_for(service::pair_count(&request), service::PARALLEL_PAIRS);
             work.fit(places);
-            answer_request(&worker, &request, work.cancelled())
+            answer_request(&worker, request, work.cancelled())
         })
         .await
         .map_err(|e| state.metrics.guards.join_failure(&e, "prediction"))??

@@ -6,11 +6,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::http::StatusCode;
-use duet_core::api::{
-    GroupJobPrediction, GroupPrediction, GroupQuery, PairQuery, PredictRequest, Prediction,
-};
+use std::sync::Arc;
+
+use duet_core::api::{GroupPrediction, GroupQuery, PairQuery, PredictRequest, Prediction};
 use duet_core::dataset::MAX_GROUP_SIZE;
-use duet_model::group;
+use duet_model::{LoadedModel, group};
 
 use crate::error::Failure;
 use crate::state::{AppState, not_ready};
@@ -46,15 +46,12 @@ impl Sink for JsonItems {
     }
 }
 
-/// A request's predictions: the serving model's version, and the parts' sinks in the order of
-/// the request's pairs.
+/// A request's predictions: the model that made them, and the parts' sinks in the order of the
+/// request's pairs.
 #[derive(Debug)]
 pub struct Predicted<S> {
-    pub model_version: String,
+    pub model: Arc<LoadedModel>,
     pub parts: Vec<S>,
-    /// The serving model's calibration of groups, by size (`Calibration::groups`; empty for a
-    /// model trained without groups).
-    pub group_shifts: std::collections::BTreeMap<String, duet_model::calibration::Offset>,
 }
 
 /// The 413 of a request with more pairs than `--max-pairs`.
@@ -75,20 +72,26 @@ pub fn pair_count(request: &PredictRequest) -> usize {
         + request
             .groups
             .iter()
-            .map(|g| g.jobs.len() * g.jobs.len().saturating_sub(1) / 2)
+            .map(|g| group::pairs_in(g.jobs.len()))
             .sum::<usize>()
 }
 
 /// Where the pair at `index` of an expanded request came from: `(group, job a, job b)`.
 type Origin = (usize, usize, usize);
 
-/// `request`'s pairs followed by the pairs within each group (checked first: 3 to
-/// `MAX_GROUP_SIZE` jobs, one share per job where shares are given), and where each of the
-/// latter came from.
-fn expand(request: &PredictRequest) -> Result<(PredictRequest, Vec<Origin>), Failure> {
-    let mut pairs = request.pairs.clone();
+/// `request`'s pairs (moved, not copied) followed by the pairs within each group (checked
+/// first: 3 to `MAX_GROUP_SIZE` jobs, one share per job where shares are given), the groups,
+/// and where each of the groups' pairs came from.
+fn expand(
+    request: PredictRequest,
+) -> Result<(PredictRequest, Vec<GroupQuery>, Vec<Origin>), Failure> {
+    let PredictRequest {
+        gpu,
+        mut pairs,
+        groups,
+    } = request;
     let mut origins = Vec::new();
-    for (g, query) in request.groups.iter().enumerate() {
+    for (g, query) in groups.iter().enumerate() {
         check_group(g, query)?;
         for (i, j) in group::pairs_of(query.jobs.len()) {
             let share = |k: usize| query.shares.as_ref().map(|s| s[k]);
@@ -104,11 +107,11 @@ fn expand(request: &PredictRequest) -> Result<(PredictRequest, Vec<Origin>), Fai
         }
     }
     let expanded = PredictRequest {
-        gpu: request.gpu.clone(),
+        gpu,
         pairs,
         groups: Vec::new(),
     };
-    Ok((expanded, origins))
+    Ok((expanded, groups, origins))
 }
 
 fn check_group(g: usize, query: &GroupQuery) -> Result<(), Failure> {
@@ -173,49 +176,32 @@ fn failure_of_request(mut failure: Failure, pairs: usize, origins: &[Origin]) ->
 }
 
 /// The groups' answers from the predictions of their pairs (`origins` order), in the order of
-/// `groups`.
+/// `groups`, by `model` (its group calibration).
 fn compose_groups(
     groups: &[GroupQuery],
     origins: &[Origin],
     predictions: &[Prediction],
-    calibration: &duet_model::calibration::Calibration,
+    model: &LoadedModel,
 ) -> Result<Vec<GroupPrediction>, Failure> {
     let mut out = Vec::with_capacity(groups.len());
     let mut next = 0;
     for (g, query) in groups.iter().enumerate() {
-        let n = group::pairs_of(query.jobs.len()).len();
+        let size = query.jobs.len();
+        let n = group::pairs_in(size);
         let own = predictions
             .get(next..next + n)
             .filter(|_| origins.get(next).is_some_and(|o| o.0 == g));
         next += n;
-        let answer = own
-            .and_then(|p| {
-                let size = query.jobs.len();
-                group::compose(size, p, calibration.group_shift(size))
-            })
-            .ok_or_else(|| {
-                Failure::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("group {g}: its pairs' predictions are missing"),
-                )
-            })?;
-        out.push(GroupPrediction {
-            feasible: answer.feasible,
-            feasible_probability: answer.feasible_probability,
-            jobs: answer
-                .jobs
-                .iter()
-                .map(|j| GroupJobPrediction {
-                    speed: j.speed,
-                    slowdown: j.slowdown,
-                    slowdown_p90: j.slowdown_p90,
-                })
-                .collect(),
-            combined: answer.combined,
-            calibration: answer.calibration,
-            composition: group::RULE.as_str().to_string(),
-            p90_groups: u32::try_from(answer.p90_groups).unwrap_or(u32::MAX),
-        });
+        let shift = model.meta.calibration.group_shift(size);
+        out.push(
+            own.and_then(|p| group::compose(size, p, shift))
+                .ok_or_else(|| {
+                    Failure::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("group {g}: its pairs' predictions are missing"),
+                    )
+                })?,
+        );
     }
     Ok(out)
 }
@@ -225,26 +211,22 @@ fn compose_groups(
 /// pairs' predictions and the groups'.
 pub fn predict_with_groups(
     state: &AppState,
-    request: &PredictRequest,
+    request: PredictRequest,
     cancelled: &AtomicBool,
 ) -> Result<(String, Vec<Prediction>, Vec<GroupPrediction>), Failure> {
-    let (expanded, origins) = expand(request)?;
     let n = request.pairs.len();
+    let (expanded, groups, origins) = expand(request)?;
     let predicted = predict::<Vec<Prediction>>(state, &expanded, cancelled)
         .map_err(|f| failure_of_request(f, n, &origins))?;
     let mut all: Vec<Prediction> = predicted.parts.into_iter().flatten().collect();
-    let calibration = duet_model::calibration::Calibration {
-        groups: predicted.group_shifts,
-        ..Default::default()
-    };
     let groups = compose_groups(
-        &request.groups,
+        &groups,
         &origins,
         &all[n.min(all.len())..],
-        &calibration,
+        &predicted.model,
     )?;
     all.truncate(n);
-    Ok((predicted.model_version, all, groups))
+    Ok((predicted.model.version().to_string(), all, groups))
 }
 
 /// Checks, encodes and runs every pair of `request` on the serving model and registry (one
@@ -334,9 +316,8 @@ pub fn predict<S: Sink>(
     };
     state.metrics.pairs(n);
     Ok(Predicted {
-        model_version: model.version().to_string(),
+        model: model.clone(),
         parts,
-        group_shifts: model.meta.calibration.groups.clone(),
     })
 }
 
