@@ -802,6 +802,11 @@ pub struct SimulateArgs {
     /// dataset measured it) add up to more is never formed.
     #[arg(long)]
     pub gpu_memory_mib: Option<f64>,
+    /// Jobs one GPU may hold (2 to 8): above 2, a job may join a GPU that already holds two or
+    /// more, its truth the dataset's measured group where it has one, else composed from the
+    /// measured pairs (the report counts which).
+    #[arg(long, default_value_t = 2)]
+    pub gpu_jobs: usize,
     /// Hide the queue's state (GPU release rate, typical runtime) from the pricing loop, so that
     /// pairs are judged by throughput alone (for comparison).
     #[arg(long)]

@@ -49,6 +49,13 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
     {
         bail!("--gpu-memory-mib {m}: must be above 0");
     }
+    if !(2..=duet_core::dataset::MAX_GROUP_SIZE).contains(&args.gpu_jobs) {
+        bail!(
+            "--gpu-jobs {}: a GPU holds 2 to {} jobs (the largest group duet answers)",
+            args.gpu_jobs,
+            duet_core::dataset::MAX_GROUP_SIZE
+        );
+    }
     if args.window == 0 {
         bail!("--window: at least one waiting job per round");
     }
@@ -124,6 +131,7 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
             window: args.window,
             min_gain: args.min_gain,
             gpu_memory_mib: args.gpu_memory_mib,
+            gpu_jobs: args.gpu_jobs,
             ..Default::default()
         },
         queue_aware: !args.queue_blind,
@@ -204,6 +212,8 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         ),
         seed: args.seed,
         slo: args.slo,
+        gpu_jobs: args.gpu_jobs,
+        measured_groups: oracle.measured_groups(),
         workload,
         outcomes,
         feedback,

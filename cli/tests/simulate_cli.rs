@@ -162,6 +162,104 @@ fn four_policies_one_report_and_the_server_decides_as_the_model_in_process() {
 }
 
 #[test]
+fn a_gpu_of_three_is_priced_over_http_as_in_process_and_the_report_names_each_groups_truth() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let in_process = dir.path().join("in-process");
+    let o = simulate(
+        &in_process,
+        &[
+            "--engine",
+            "burn",
+            "--policies",
+            "duet,oracle",
+            "--gpu-jobs",
+            "3",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = report(&in_process);
+    assert_eq!(r["gpu_jobs"], 3);
+    let duet_run = &r["outcomes"][0];
+    let joined = duet_run["joined"].as_u64().expect("joined");
+    assert!(joined > 0, "{duet_run}");
+    assert_eq!(duet_run["peak_gpu_jobs"], 3);
+    assert_eq!(
+        duet_run["joined_measured"], 0,
+        "gavel-v100 measured no group"
+    );
+    let md = std::fs::read_to_string(in_process.join("report.md")).expect("report.md");
+    assert!(
+        md.contains("A GPU holds up to 3 jobs")
+            && md.contains(&format!(
+                "{joined} placements joined two or more residents; truth measured for 0, composed for {joined}"
+            )),
+        "{md}"
+    );
+
+    // The server answers the same groups: the same decisions over HTTP.
+    let server = Server::start_with(&[]);
+    let http = dir.path().join("http");
+    let o = simulate(
+        &http,
+        &[
+            "--policies",
+            "duet",
+            "--predictor-url",
+            server.base.as_str(),
+            "--gpu-jobs",
+            "3",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let over_http = &report(&http)["outcomes"][0];
+    for field in [
+        "avg_jct",
+        "co_located",
+        "joined",
+        "slo_violations",
+        "rounds",
+    ] {
+        assert_eq!(over_http[field], duet_run[field], "{field}");
+    }
+    drop(server);
+
+    // A dataset that measured its triples: their truth is the measurement.
+    let triples = dir.path().join("triples");
+    let o = simulate_on(
+        &repo("traces/alibaba-gpu-v2023"),
+        &repo("datasets/cpu-dev2c-triples"),
+        &triples,
+        &[
+            "--policies",
+            "exclusive,oracle",
+            "--gpus",
+            "64",
+            "--gpu-jobs",
+            "3",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let oracle = &report(&triples)["outcomes"][1];
+    let joined = oracle["joined"].as_u64().expect("joined");
+    assert!(
+        joined > 0 && oracle["joined_measured"] == joined,
+        "{oracle}"
+    );
+    assert_eq!(oracle["failed_placements"], 0);
+
+    for bad in ["1", "9"] {
+        let out = dir.path().join(format!("bad-{bad}"));
+        let o = simulate(&out, &["--policies", "exclusive", "--gpu-jobs", bad]);
+        let e = stderr(&o);
+        assert!(
+            !o.status.success() && e.contains(&format!("--gpu-jobs {bad}: a GPU holds 2 to 8")),
+            "{e}"
+        );
+        assert!(!out.exists());
+    }
+}
+
+#[test]
 fn an_unreachable_predictor_is_retried_then_named_and_nothing_is_written() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("r");

@@ -137,6 +137,7 @@ pub fn resident(pod: &PodInfo, gpu: usize, key: String) -> Resident {
     let job = pod.job.clone().unwrap_or_else(|_| JobSpec::unknown());
     Resident {
         gpu,
+        mode: None,
         workload: key,
         weight: job.priority,
         slo: job.objective,

@@ -317,6 +317,8 @@ fn round_on(
                     weight * speed - r_weight * (1.0 - resident_speed.min(1.0)),
                 )
             }
+            // The cluster's residents are one per GPU here (`gpu_jobs` 2): never offered.
+            Placement::Join { .. } => continue,
         };
         local.assume(pod.clone(), &node, shape.assignment());
         placed.push(d.job);

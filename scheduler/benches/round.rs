@@ -61,6 +61,7 @@ fn cluster(ids: &[String]) -> Cluster {
         .filter(|g| g % 4 != 0)
         .map(|gpu| Resident {
             gpu,
+            mode: None,
             workload: pick(),
             weight: 1.0,
             slo: None,

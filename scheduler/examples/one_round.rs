@@ -27,6 +27,7 @@ fn main() -> anyhow::Result<()> {
     // Two GPUs busy with one job each, one free GPU, three jobs waiting.
     let resident = |gpu, workload: &str| Resident {
         gpu,
+        mode: None,
         workload: workload.into(),
         weight: 1.0,
         slo: None,

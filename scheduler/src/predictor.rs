@@ -1,16 +1,19 @@
 //! Where the pricing loop gets its slowdowns: the `Predictor` trait and its three sources, the
-//! duet server over HTTP, the same model in process, and the measured pairs of a dataset (the
-//! oracle, which the simulator also uses as ground truth).
+//! duet server over HTTP, the same model in process, and the measured pairs and groups of a
+//! dataset (the oracle, which the simulator also uses as ground truth).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
-use duet_core::api::{Features, JobRef, PairQuery, PredictRequest, WorkloadBody};
+use duet_core::api::{
+    Features, GroupPrediction, GroupQuery as ApiGroup, JobRef, PairQuery, PredictRequest,
+    WorkloadBody,
+};
 use duet_core::dataset::{Dataset, Mode, Status, speed};
 pub use duet_model::EngineKind;
-use duet_model::{LoadedModel, Registry, predict};
+use duet_model::{LoadedModel, Registry, group, predict};
 
 use crate::client::PredictClient;
 
@@ -68,12 +71,192 @@ pub struct Outlook {
     pub safe_speed_b: f64,
 }
 
-/// A source of pair slowdowns. One call per pricing round carries every candidate pair.
+/// One candidate group of two or more jobs on one GPU under `mode`, with each job's MPS share
+/// in the order of `jobs` (`None` where the mode has no shares).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupQuery<'a> {
+    pub jobs: Vec<&'a str>,
+    pub mode: Mode,
+    pub shares: Option<Vec<f64>>,
+}
+
+impl GroupQuery<'_> {
+    /// Job `k`'s MPS share.
+    pub fn share(&self, k: usize) -> Option<f64> {
+        self.shares.as_ref().and_then(|s| s.get(k).copied())
+    }
+
+    /// The sharing of jobs `i` and `j` of the group as a pair.
+    pub fn sharing(&self, i: usize, j: usize) -> Sharing {
+        Sharing {
+            mode: self.mode,
+            share_a: self.share(i),
+            share_b: self.share(j),
+        }
+    }
+
+    /// The jobs' positions sorted by (workload, share): the order of [`GroupQuery::key`].
+    fn sorted(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.jobs.len()).collect();
+        order.sort_by(|&x, &y| {
+            (self.jobs[x], self.share(x).map(f64::to_bits))
+                .cmp(&(self.jobs[y], self.share(y).map(f64::to_bits)))
+        });
+        order
+    }
+
+    /// The same for every order of the jobs: mode and the sorted (workload, share) multiset.
+    pub fn key(&self) -> GroupKey {
+        let jobs = self
+            .sorted()
+            .into_iter()
+            .map(|k| (self.jobs[k].to_string(), self.share(k).map(f64::to_bits)))
+            .collect();
+        (self.mode, jobs)
+    }
+}
+
+/// Where the simulator's truth for a group comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Truth {
+    /// The dataset measured this group (or pair).
+    Measured,
+    /// The dataset has no such group: composed from its measured pairs by the rule duet's model
+    /// answers groups with, so a model's figure rather than a measurement.
+    Composed,
+}
+
+/// A group of jobs as a hashable key, the same for every order: the mode and the sorted
+/// (workload, share bits) multiset.
+pub type GroupKey = (Mode, Vec<(String, Option<u64>)>);
+
+/// What a predictor expects of a group: each job's speed and conservative (p10) speed, in the
+/// order of the query's jobs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupOutlook {
+    pub feasible: bool,
+    pub speeds: Vec<f64>,
+    pub safe_speeds: Vec<f64>,
+}
+
+impl GroupOutlook {
+    /// The outlook of a pair as a group of two.
+    pub fn of_pair(o: &Outlook) -> GroupOutlook {
+        GroupOutlook {
+            feasible: o.feasible,
+            speeds: vec![o.speed_a, o.speed_b],
+            safe_speeds: vec![o.safe_speed_a, o.safe_speed_b],
+        }
+    }
+
+    /// A group from the outlooks of its pairs in `duet_model::group::pairs_of` order, composed
+    /// by the rule the server answers groups with (each co-runner's excess slowdown added).
+    pub fn composed(size: usize, pairs: &[Outlook]) -> GroupOutlook {
+        let mut speeds: Vec<Vec<f64>> = vec![Vec::new(); size];
+        let mut safe: Vec<Vec<f64>> = vec![Vec::new(); size];
+        for (&(i, j), o) in group::pairs_of(size).iter().zip(pairs) {
+            speeds[i].push(o.speed_a);
+            speeds[j].push(o.speed_b);
+            safe[i].push(o.safe_speed_a);
+            safe[j].push(o.safe_speed_b);
+        }
+        let feasible = pairs.len() == group::pairs_in(size)
+            && pairs
+                .iter()
+                .all(|o| o.feasible && o.speed_a > 0.0 && o.speed_b > 0.0);
+        if !feasible {
+            return GroupOutlook::infeasible(size);
+        }
+        GroupOutlook {
+            feasible,
+            speeds: speeds.iter().map(|s| group::RULE.speed(s)).collect(),
+            safe_speeds: safe.iter().map(|s| group::RULE.speed(s)).collect(),
+        }
+    }
+
+    fn infeasible(size: usize) -> GroupOutlook {
+        GroupOutlook {
+            feasible: false,
+            speeds: vec![0.0; size],
+            safe_speeds: vec![0.0; size],
+        }
+    }
+
+    /// What a server's prediction says of a group.
+    pub fn of(p: &GroupPrediction) -> GroupOutlook {
+        GroupOutlook {
+            feasible: p.feasible,
+            speeds: p.jobs.iter().map(|j| f64::from(j.speed)).collect(),
+            safe_speeds: p
+                .jobs
+                .iter()
+                .map(|j| 1.0 / f64::from(j.slowdown_p90))
+                .collect(),
+        }
+    }
+}
+
+/// Groups answered from their pairs by one `predict` call (each distinct pair asked once),
+/// composed by [`GroupOutlook::composed`].
+pub fn groups_from_pairs(
+    predictor: &mut (impl Predictor + ?Sized),
+    gpu: &str,
+    groups: &[GroupQuery<'_>],
+) -> Result<Vec<GroupOutlook>> {
+    let mut index: HashMap<(&str, &str, SharingKey), usize> = HashMap::new();
+    let mut queries: Vec<Query<'_>> = Vec::new();
+    let mut asked: Vec<Vec<usize>> = Vec::with_capacity(groups.len());
+    for g in groups {
+        let mut own = Vec::new();
+        for (i, j) in group::pairs_of(g.jobs.len()) {
+            let q = Query {
+                a: g.jobs[i],
+                b: g.jobs[j],
+                sharing: g.sharing(i, j),
+            };
+            let at = *index.entry((q.a, q.b, q.sharing.key())).or_insert_with(|| {
+                queries.push(q);
+                queries.len() - 1
+            });
+            own.push(at);
+        }
+        asked.push(own);
+    }
+    let outlooks = predictor.predict(gpu, &queries)?;
+    if outlooks.len() != queries.len() {
+        bail!(
+            "the predictor answered {} of {} pairs",
+            outlooks.len(),
+            queries.len()
+        );
+    }
+    Ok(groups
+        .iter()
+        .zip(asked)
+        .map(|(g, own)| {
+            let pairs: Vec<Outlook> = own.iter().map(|&k| outlooks[k]).collect();
+            GroupOutlook::composed(g.jobs.len(), &pairs)
+        })
+        .collect())
+}
+
+/// A source of pair slowdowns. One call per pricing round carries every candidate pair (and one
+/// more every candidate group of three or more, where a GPU may hold more than two jobs).
 pub trait Predictor: std::fmt::Debug {
     /// What it is, for the report: `oracle datasets/gavel-v100`, `duet http://...`.
     fn describe(&self) -> String;
     /// One outlook per query, in order, for pairs on device `gpu`.
     fn predict(&mut self, gpu: &str, queries: &[Query<'_>]) -> Result<Vec<Outlook>>;
+
+    /// One outlook per group of two or more jobs, in order, on device `gpu`; by default composed
+    /// from [`Predictor::predict`]'s pairs.
+    fn predict_groups(
+        &mut self,
+        gpu: &str,
+        groups: &[GroupQuery<'_>],
+    ) -> Result<Vec<GroupOutlook>> {
+        groups_from_pairs(self, gpu, groups)
+    }
 
     /// Whether its slowdowns are the measured ones (the oracle), not predictions.
     fn is_measured(&self) -> bool {
@@ -106,6 +289,9 @@ pub struct Oracle {
     pub name: String,
     pub gpu: String,
     table: HashMap<PairKey, Outlook>,
+    /// Measured groups of three or more: each job's speed in the key's sorted order (averaged
+    /// over repeated rows; `None` where a run failed).
+    groups: HashMap<GroupKey, Option<Vec<f64>>>,
     sharings: Vec<Sharing>,
 }
 
@@ -184,6 +370,7 @@ impl Oracle {
                 (k, o)
             })
             .collect();
+        let groups = measured_groups(dataset, &solo);
         let sharings = sharings
             .into_iter()
             .map(|(mode, a, b)| Sharing {
@@ -196,6 +383,7 @@ impl Oracle {
             name: dir.display().to_string(),
             gpu: gpus.into_iter().next().unwrap_or_default().to_string(),
             table,
+            groups,
             sharings,
         })
     }
@@ -211,6 +399,86 @@ impl Oracle {
             .get(&(a.to_string(), b.to_string(), sharing.key()))
             .copied()
     }
+
+    /// How many groups of three or more the dataset measured (distinct settings).
+    pub fn measured_groups(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// The outcome of group `q` and where it comes from: measured where the dataset has the
+    /// pair or group, else composed from its measured pairs; `None` where a pair of it was
+    /// never measured.
+    pub fn lookup_group(&self, q: &GroupQuery<'_>) -> Option<(GroupOutlook, Truth)> {
+        let size = q.jobs.len();
+        if size == 2 {
+            let o = self.lookup(q.jobs[0], q.jobs[1], q.sharing(0, 1))?;
+            return Some((GroupOutlook::of_pair(&o), Truth::Measured));
+        }
+        if let Some(measured) = self.groups.get(&q.key()) {
+            let Some(sorted_speeds) = measured else {
+                return Some((GroupOutlook::infeasible(size), Truth::Measured));
+            };
+            let mut speeds = vec![0.0; size];
+            for (k, at) in q.sorted().into_iter().enumerate() {
+                speeds[at] = sorted_speeds[k];
+            }
+            let o = GroupOutlook {
+                feasible: speeds.iter().all(|s| *s > 0.0),
+                safe_speeds: speeds.clone(),
+                speeds,
+            };
+            return Some((o, Truth::Measured));
+        }
+        let pairs: Option<Vec<Outlook>> = group::pairs_of(size)
+            .into_iter()
+            .map(|(i, j)| self.lookup(q.jobs[i], q.jobs[j], q.sharing(i, j)))
+            .collect();
+        Some((GroupOutlook::composed(size, &pairs?), Truth::Composed))
+    }
+}
+
+/// The dataset's groups of three or more by setting: each job's speed in sorted order, averaged
+/// over repeated rows, `None` where any run of the setting failed.
+fn measured_groups(
+    dataset: &Dataset,
+    solo: &HashMap<&str, f64>,
+) -> HashMap<GroupKey, Option<Vec<f64>>> {
+    let mut sums: HashMap<GroupKey, Option<(Vec<f64>, f64)>> = HashMap::new();
+    for g in &dataset.groups {
+        let mut jobs: Vec<(&str, Option<u64>, f64)> = g
+            .jobs
+            .iter()
+            .map(|j| {
+                let s = solo
+                    .get(j.workload.as_str())
+                    .map_or(0.0, |x| speed(j.throughput, *x));
+                (j.workload.as_str(), j.share.map(f64::to_bits), s)
+            })
+            .collect();
+        jobs.sort_by(|x, y| (x.0, x.1).cmp(&(y.0, y.1)));
+        let key: GroupKey = (
+            g.mode,
+            jobs.iter()
+                .map(|(w, s, _)| ((*w).to_string(), *s))
+                .collect(),
+        );
+        let ok = g.status == Status::Ok && jobs.iter().all(|j| j.2 > 0.0);
+        let entry = sums
+            .entry(key)
+            .or_insert_with(|| Some((vec![0.0; jobs.len()], 0.0)));
+        match (entry.as_mut(), ok) {
+            (Some((total, n)), true) => {
+                for (t, j) in total.iter_mut().zip(&jobs) {
+                    *t += j.2;
+                }
+                *n += 1.0;
+            }
+            _ => *entry = None,
+        }
+    }
+    sums.into_iter()
+        .map(|(k, v)| (k, v.map(|(total, n)| total.iter().map(|t| t / n).collect())))
+        .collect()
 }
 
 impl Predictor for Oracle {
@@ -233,6 +501,20 @@ impl Predictor for Oracle {
                     safe_speed_a: 0.0,
                     safe_speed_b: 0.0,
                 })
+            })
+            .collect())
+    }
+
+    fn predict_groups(
+        &mut self,
+        _gpu: &str,
+        groups: &[GroupQuery<'_>],
+    ) -> Result<Vec<GroupOutlook>> {
+        Ok(groups
+            .iter()
+            .map(|q| {
+                self.lookup_group(q)
+                    .map_or_else(|| GroupOutlook::infeasible(q.jobs.len()), |(o, _)| o)
             })
             .collect())
     }
@@ -271,6 +553,56 @@ fn request(gpu: &str, queries: &[Query<'_>], inline: &InlineJobs) -> PredictRequ
             .collect(),
         groups: Vec::new(),
     }
+}
+
+/// The request for `groups` on `gpu`: a group of two as a pair, larger ones as groups.
+fn group_request(gpu: &str, groups: &[GroupQuery<'_>], inline: &InlineJobs) -> PredictRequest {
+    let job = |id: &str| job_ref(id, gpu, inline);
+    let mut request = PredictRequest {
+        gpu: Some(gpu.to_string()),
+        ..PredictRequest::default()
+    };
+    for g in groups {
+        if let [a, b] = g.jobs[..] {
+            let sharing = g.sharing(0, 1);
+            request.pairs.push(PairQuery {
+                a: job(a),
+                b: job(b),
+                mode: sharing.mode,
+                share_a: sharing.share_a,
+                share_b: sharing.share_b,
+                gpu: None,
+            });
+        } else {
+            request.groups.push(ApiGroup {
+                jobs: g.jobs.iter().map(|w| job(w)).collect(),
+                mode: g.mode,
+                shares: g.shares.clone(),
+                gpu: None,
+            });
+        }
+    }
+    request
+}
+
+/// The answers to [`group_request`]'s pairs and groups, back in the order of `groups`.
+fn group_outlooks(
+    groups: &[GroupQuery<'_>],
+    pairs: &[duet_core::api::Prediction],
+    answered: &[GroupPrediction],
+) -> Result<Vec<GroupOutlook>> {
+    let (mut pairs, mut answered) = (pairs.iter(), answered.iter());
+    groups
+        .iter()
+        .map(|g| {
+            let o = if g.jobs.len() == 2 {
+                pairs.next().map(|p| GroupOutlook::of_pair(&Outlook::of(p)))
+            } else {
+                answered.next().map(GroupOutlook::of)
+            };
+            o.ok_or_else(|| anyhow!("the predictor answered fewer groups than asked"))
+        })
+        .collect()
 }
 
 impl Outlook {
@@ -333,6 +665,51 @@ impl Predictor for ModelPredictor {
         let predictions = predict::predict(&self.model, &self.registry, &request, None)
             .map_err(|e| anyhow!("model {}: {e}", self.model.dir.display()))?;
         Ok(outlooks(&predictions))
+    }
+
+    /// Groups of three or more as the server answers them: composed from the model's pairs,
+    /// their p90 shifted by the model's calibration for the group's size.
+    fn predict_groups(
+        &mut self,
+        gpu: &str,
+        groups: &[GroupQuery<'_>],
+    ) -> Result<Vec<GroupOutlook>> {
+        if groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut request = group_request(gpu, groups, &InlineJobs::new());
+        let n = request.pairs.len();
+        for g in &request.groups {
+            for (i, j) in group::pairs_of(g.jobs.len()) {
+                let share = |k: usize| g.shares.as_ref().map(|s| s[k]);
+                request.pairs.push(PairQuery {
+                    a: g.jobs[i].clone(),
+                    b: g.jobs[j].clone(),
+                    mode: g.mode,
+                    share_a: share(i),
+                    share_b: share(j),
+                    gpu: None,
+                });
+            }
+        }
+        let asked = std::mem::take(&mut request.groups);
+        let predictions = predict::predict(&self.model, &self.registry, &request, None)
+            .map_err(|e| anyhow!("model {}: {e}", self.model.dir.display()))?;
+        let mut rest = predictions.get(n..).unwrap_or_default();
+        let mut composed = Vec::with_capacity(asked.len());
+        for g in &asked {
+            let size = g.jobs.len();
+            let (own, next) = rest.split_at(group::pairs_in(size).min(rest.len()));
+            rest = next;
+            let shift = self.model.meta.calibration.group_shift(size);
+            composed.push(group::compose(size, own, shift).ok_or_else(|| {
+                anyhow!(
+                    "model {}: a group's pairs are missing",
+                    self.model.dir.display()
+                )
+            })?);
+        }
+        group_outlooks(groups, &predictions[..n.min(predictions.len())], &composed)
     }
 }
 
@@ -403,6 +780,23 @@ impl Predictor for HttpPredictor {
             );
         }
         Ok(outlooks(&answer.predictions))
+    }
+
+    fn predict_groups(
+        &mut self,
+        gpu: &str,
+        groups: &[GroupQuery<'_>],
+    ) -> Result<Vec<GroupOutlook>> {
+        if groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.calls += 1;
+        let answer = self
+            .client
+            .predict(&group_request(gpu, groups, &self.inline))
+            .map_err(|e| anyhow!("predictor {e:#}"))?;
+        group_outlooks(groups, &answer.predictions, &answer.groups)
+            .map_err(|e| anyhow!("predictor {}: {e}", self.client.url()))
     }
 
     fn predict_on(&mut self, queries: &[(&str, Query<'_>)]) -> Result<Vec<Outlook>> {
@@ -490,6 +884,126 @@ mod tests {
                 .feasible
         );
         assert!(oracle.lookup("nobody", &pair.b, sharing).is_none());
+    }
+
+    #[test]
+    fn the_oracle_answers_a_measured_group_in_any_order_and_composes_the_others() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/cpu-dev2c-triples");
+        let dataset = Dataset::read(&dir).expect("test input");
+        let oracle = Oracle::new(&dir, &dataset).expect("test input");
+        assert!(
+            oracle.measured_groups() >= 50,
+            "{}",
+            oracle.measured_groups()
+        );
+        let g = dataset
+            .groups
+            .iter()
+            .find(|g| {
+                g.status == Status::Ok
+                    && g.jobs[0].workload != g.jobs[1].workload
+                    && g.jobs[1].workload != g.jobs[2].workload
+                    && g.jobs[0].workload != g.jobs[2].workload
+            })
+            .expect("a group of three distinct workloads");
+        let solo = |id: &str| dataset.workload(id).expect("test input").solo_throughput;
+        let repeats: Vec<&duet_core::dataset::Group> = dataset
+            .groups
+            .iter()
+            .filter(|h| h.setting_key() == g.setting_key())
+            .collect();
+        let measured = |w: &str| {
+            repeats
+                .iter()
+                .map(|h| {
+                    let j = h.jobs.iter().find(|j| j.workload == w).expect("in group");
+                    speed(j.throughput, solo(w))
+                })
+                .sum::<f64>()
+                / repeats.len() as f64
+        };
+        let names: Vec<&str> = g.jobs.iter().map(|j| j.workload.as_str()).collect();
+        for order in [[0, 1, 2], [2, 0, 1], [1, 2, 0]] {
+            let q = GroupQuery {
+                jobs: order.iter().map(|&k| names[k]).collect(),
+                mode: g.mode,
+                shares: None,
+            };
+            let (o, truth) = oracle.lookup_group(&q).expect("measured");
+            assert_eq!(truth, Truth::Measured);
+            for (w, s) in q.jobs.iter().zip(&o.speeds) {
+                assert!((s - measured(w)).abs() < 1e-12, "{w}: {s}");
+            }
+        }
+        // Four jobs were never measured together: composed from the measured pairs.
+        let mut four = names.clone();
+        four.push(names[0]);
+        let q = GroupQuery {
+            jobs: four,
+            mode: g.mode,
+            shares: None,
+        };
+        let (o, truth) = oracle.lookup_group(&q).expect("composed");
+        assert_eq!(truth, Truth::Composed);
+        let pairs: Vec<Outlook> = group::pairs_of(4)
+            .into_iter()
+            .map(|(i, j)| {
+                oracle
+                    .lookup(q.jobs[i], q.jobs[j], q.sharing(i, j))
+                    .expect("measured pair")
+            })
+            .collect();
+        assert_eq!(o, GroupOutlook::composed(4, &pairs));
+        assert!(o.speeds.iter().all(|s| *s > 0.0 && *s < 1.0), "{o:?}");
+        // A workload the dataset never ran: no truth.
+        let q = GroupQuery {
+            jobs: vec![names[0], names[1], "nobody"],
+            mode: g.mode,
+            shares: None,
+        };
+        assert!(oracle.lookup_group(&q).is_none());
+    }
+
+    #[test]
+    fn the_model_in_process_answers_groups_as_the_server_composes_them() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default");
+        let mut model = ModelPredictor::load(&dir, EngineKind::Burn).expect("default model");
+        let (_, dataset) = gavel();
+        let ids: Vec<&str> = dataset
+            .workloads
+            .iter()
+            .take(3)
+            .map(|w| w.workload.as_str())
+            .collect();
+        let queries = [
+            GroupQuery {
+                jobs: ids.clone(),
+                mode: Mode::Space,
+                shares: None,
+            },
+            GroupQuery {
+                jobs: vec![ids[1], ids[0]],
+                mode: Mode::Space,
+                shares: None,
+            },
+        ];
+        let answered = model.predict_groups("v100", &queries).expect("groups");
+        let composed = groups_from_pairs(&mut model, "v100", &queries).expect("pairs");
+        assert_eq!(answered.len(), 2);
+        assert_eq!(answered[0].speeds.len(), 3);
+        // The default model was trained without groups: no group shift, so the two agree up to
+        // the answer's single precision.
+        for (a, c) in answered.iter().zip(&composed) {
+            assert_eq!(a.feasible, c.feasible);
+            for (x, y) in a
+                .speeds
+                .iter()
+                .chain(&a.safe_speeds)
+                .zip(c.speeds.iter().chain(&c.safe_speeds))
+            {
+                assert!((x - y).abs() < 1e-5 * y.max(1.0), "{x} vs {y}");
+            }
+        }
     }
 
     #[test]

@@ -11,8 +11,14 @@
 //! that maximises value minus price, and the price of a GPU that more jobs want than it can hold
 //! rises (an auction: the asynchronous form of dual ascent, which ends with every GPU's demand
 //! within its capacity and each job within `epsilon` of its best shape at the final prices).
-//! All slowdowns of a round come from one `Predictor` call. A shape whose conservative (p10)
-//! speed would break a job's speed objective, the newcomer's or the resident's, is never offered.
+//! All slowdowns of a round come from one `Predictor` call for pairs (and one for groups). A
+//! shape whose conservative (p10) speed would break a job's speed objective, the newcomer's or
+//! a resident's, is never offered.
+//!
+//! Where a GPU may hold more than two jobs (`PricingConfig::gpu_jobs`), a GPU with several
+//! residents is offered too: the newcomer joins them under their mode, valued by its weighted
+//! speed in the group minus what every resident loses against its speed in the group as it is
+//! (`w_j s_j - sum_r w_r (now_r - s_r)`), both predicted in the same round.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -21,7 +27,7 @@ use anyhow::Result;
 
 use duet_core::dataset::Mode;
 
-use crate::predictor::{Outlook, Predictor, Query, Sharing};
+use crate::predictor::{GroupOutlook, GroupQuery, Outlook, Predictor, Query, Sharing};
 
 /// A job waiting to be placed.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,11 +48,15 @@ pub struct Waiting {
     pub memory_mib: Option<f64>,
 }
 
-/// A job running alone on one GPU that may take a neighbour.
+/// A job running on one GPU that may take a neighbour: alone, or (where a GPU may hold more
+/// than two jobs) with the other residents that name the same `gpu`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resident {
     /// The GPU, in the caller's numbering.
     pub gpu: usize,
+    /// How it shares its GPU with the other residents there (`None` alone); residents of one GPU
+    /// share under one mode, and a newcomer joins under it.
+    pub mode: Option<Mode>,
     pub workload: String,
     pub weight: f64,
     pub slo: Option<f64>,
@@ -75,6 +85,28 @@ pub enum Placement {
         speed: f64,
         resident_speed: f64,
     },
+    /// With the residents of `gpu` (two or more), under their `mode`; `share` is the
+    /// newcomer's MPS share.
+    Join {
+        gpu: usize,
+        mode: Mode,
+        share: Option<f64>,
+        /// The predicted speed of the newcomer.
+        speed: f64,
+        /// Each resident's predicted speed in the group: (its index in the round's residents,
+        /// speed).
+        resident_speeds: Vec<(usize, f64)>,
+    },
+}
+
+impl Placement {
+    /// The GPUs it takes or joins.
+    pub fn gpus(&self) -> Vec<usize> {
+        match self {
+            Placement::Whole { gpus } => gpus.clone(),
+            Placement::Beside { gpu, .. } | Placement::Join { gpu, .. } => vec![*gpu],
+        }
+    }
 }
 
 /// One job placed by a round (jobs not named wait).
@@ -100,6 +132,9 @@ pub struct PricingConfig {
     /// What the queue looks like, where the caller knows: a pair is then only formed where the
     /// wait it saves the newcomer outweighs what it costs both jobs in speed.
     pub queue: Option<Queue>,
+    /// Jobs one GPU may hold: 2 forms pairs only; more lets a newcomer join a GPU that already
+    /// holds two or more (up to `duet_core::dataset::MAX_GROUP_SIZE`, what the model answers).
+    pub gpu_jobs: usize,
 }
 
 /// The caller's view of its queue.
@@ -119,6 +154,7 @@ impl Default for PricingConfig {
             min_gain: 0.0,
             gpu_memory_mib: None,
             queue: None,
+            gpu_jobs: 2,
         }
     }
 }
@@ -126,7 +162,7 @@ impl Default for PricingConfig {
 /// What one round did and cost.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RoundStats {
-    /// Distinct pairs sent to the predictor.
+    /// Distinct pairs and groups sent to the predictor.
     pub queries: usize,
     pub bids: usize,
     pub predict_time: Duration,
@@ -193,7 +229,7 @@ impl std::fmt::Display for Refusal {
             ),
             Refusal::Loses { gain } => write!(
                 f,
-                "the pair adds {gain:.2} of a job's weighted throughput, not more than the resident alone"
+                "together they add {gain:.2} of a job's weighted throughput, not more than the residents as they are"
             ),
             Refusal::WaitIsShorter { wait_s, cost_s } => write!(
                 f,
@@ -258,6 +294,119 @@ pub fn value_beside(
     Ok(job.weight * o.speed_a - loss)
 }
 
+/// What placing `job` (`position`-th in line) with `members` on their GPU is worth, where `now`
+/// predicts the members as they run and `o` the group with the newcomer first (then the
+/// members, in order): the weighted speed it buys minus what every member loses, or why the
+/// loop does not offer it.
+pub fn value_among(
+    job: &Waiting,
+    members: &[&Resident],
+    now: &GroupOutlook,
+    o: &GroupOutlook,
+    position: usize,
+    config: &PricingConfig,
+) -> Result<f64, Refusal> {
+    if let (Some(capacity), Some(a), Some(rest)) = (
+        config.gpu_memory_mib,
+        job.memory_mib,
+        members.iter().map(|r| r.memory_mib).sum::<Option<f64>>(),
+    ) && a + rest > capacity
+    {
+        return Err(Refusal::Memory {
+            need_mib: a + rest,
+            capacity_mib: capacity,
+        });
+    }
+    let n = members.len();
+    if !o.feasible
+        || !now.feasible
+        || o.speeds.len() != n + 1
+        || now.speeds.len() != n
+        || o.speeds.iter().chain(&now.speeds).any(|s| *s <= 0.0)
+    {
+        return Err(Refusal::Infeasible);
+    }
+    if let Some(objective) = job.slo.filter(|m| o.safe_speeds[0] < *m) {
+        return Err(Refusal::Objective {
+            speed: o.safe_speeds[0],
+            objective,
+        });
+    }
+    for (r, safe) in members.iter().zip(&o.safe_speeds[1..]) {
+        if let Some(objective) = r.slo.filter(|m| *safe < *m) {
+            return Err(Refusal::ResidentObjective {
+                speed: *safe,
+                objective,
+            });
+        }
+    }
+    // What each member gives up: its speed as it runs now less its speed in the group.
+    let lost: Vec<f64> = now
+        .speeds
+        .iter()
+        .zip(&o.speeds[1..])
+        .map(|(before, after)| (before.min(1.0) - after.min(before.min(1.0))).max(0.0))
+        .collect();
+    let speed = o.speeds[0];
+    if let Some(q) = config.queue
+        && q.releases_per_s > 0.0
+    {
+        #[allow(clippy::cast_precision_loss)]
+        let wait_s = (position + 1) as f64 / q.releases_per_s;
+        let cost_s =
+            q.typical_runtime * ((1.0 - speed.min(1.0)) + lost.iter().sum::<f64>()) / speed;
+        if wait_s <= cost_s {
+            return Err(Refusal::WaitIsShorter { wait_s, cost_s });
+        }
+    }
+    let loss: f64 = members.iter().zip(&lost).map(|(r, l)| r.weight * l).sum();
+    let gain = job.priority * speed - loss;
+    let weights: f64 = members.iter().map(|r| r.weight).sum();
+    if gain <= config.min_gain * weights {
+        return Err(Refusal::Loses { gain });
+    }
+    Ok(job.weight * speed - loss)
+}
+
+/// The residents of one GPU, sorted by what decides their value (so that alike GPUs list them
+/// alike), with their indices in the round's residents.
+struct Host<'r> {
+    gpu: usize,
+    members: Vec<(usize, &'r Resident)>,
+}
+
+impl Host<'_> {
+    fn residents(&self) -> Vec<&Resident> {
+        self.members.iter().map(|(_, r)| *r).collect()
+    }
+
+    /// The mode its residents share under; `None` for one resident, or where they disagree.
+    fn mode(&self) -> Option<Mode> {
+        let first = self.members.first()?.1.mode;
+        self.members
+            .iter()
+            .all(|(_, r)| r.mode == first)
+            .then_some(first)
+            .flatten()
+    }
+
+    /// The shares its residents run with, where the mode has them (`None` where one is unknown).
+    fn shares(&self) -> Option<Vec<f64>> {
+        self.members.iter().map(|(_, r)| r.share).collect()
+    }
+}
+
+/// What a newcomer is offered on one class of alike GPUs.
+#[derive(Debug, Clone)]
+enum Offer {
+    Pair(usize, Outlook),
+    Group {
+        mode: Mode,
+        share: Option<f64>,
+        outlook: GroupOutlook,
+    },
+}
+
 /// One pricing round: decisions for `waiting` (in priority order) over the free GPUs and the
 /// residents that may take a neighbour, on device `gpu_model`.
 pub fn round(
@@ -298,46 +447,137 @@ pub fn round(
         return Ok((decisions, stats));
     }
 
-    // Residents grouped by what decides a pair's value: workload, weight, objective, memory.
-    let mut group_of: HashMap<GroupKey<'_>, usize> = HashMap::new();
-    let mut groups: Vec<(&Resident, Vec<usize>)> = Vec::new();
+    // Each GPU's residents; GPUs grouped by what decides a newcomer's value there (workloads,
+    // weights, objectives, memory, shares and, for several residents, their mode). A GPU
+    // already holding `gpu_jobs` jobs, or several under no one mode, takes nobody.
+    let mut host_of: HashMap<usize, usize> = HashMap::new();
+    let mut hosts: Vec<Host<'_>> = Vec::new();
     for (i, r) in residents.iter().enumerate() {
-        let g = *group_of.entry(group_key(r)).or_insert_with(|| {
-            groups.push((r, Vec::new()));
-            groups.len() - 1
+        let h = *host_of.entry(r.gpu).or_insert_with(|| {
+            hosts.push(Host {
+                gpu: r.gpu,
+                members: Vec::new(),
+            });
+            hosts.len() - 1
         });
-        groups[g].1.push(i);
+        hosts[h].members.push((i, r));
+    }
+    for host in &mut hosts {
+        host.members
+            .sort_by(|x, y| group_key(x.1).cmp(&group_key(y.1)));
+    }
+    type ClassKey<'k> = (Option<Mode>, Vec<GroupKey<'k>>);
+    let mut class_of: HashMap<ClassKey<'_>, usize> = HashMap::new();
+    // Each class: one host standing for it, and its hosts.
+    let mut classes: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut class_of_host: Vec<Option<usize>> = vec![None; hosts.len()];
+    for (h, host) in hosts.iter().enumerate() {
+        let open = host.members.len() == 1
+            || (host.members.len() < config.gpu_jobs && host.mode().is_some());
+        if !open {
+            continue;
+        }
+        let key: ClassKey<'_> = (
+            host.mode(),
+            host.members.iter().map(|(_, r)| group_key(r)).collect(),
+        );
+        let c = *class_of.entry(key).or_insert_with(|| {
+            classes.push((h, Vec::new()));
+            classes.len() - 1
+        });
+        classes[c].1.push(h);
+        class_of_host[h] = Some(c);
     }
 
-    // Every distinct (newcomer workload, resident workload, sharing) in one predictor call.
+    // Every distinct (newcomer workload, resident workload, sharing) in one predictor call, and
+    // every group (each class as it runs, and with each newcomer workload) in one more.
+    let workloads: BTreeSet<&str> = singles.iter().map(|j| j.workload.as_str()).collect();
     let mut query_of: HashMap<(&str, &str, usize), usize> = HashMap::new();
     let mut queries: Vec<Query<'_>> = Vec::new();
-    if !groups.is_empty() {
-        let workloads: BTreeSet<&str> = singles.iter().map(|j| j.workload.as_str()).collect();
-        let residents_wl: BTreeSet<&str> =
-            groups.iter().map(|(r, _)| r.workload.as_str()).collect();
-        for a in &workloads {
-            for b in &residents_wl {
-                for (s, sharing) in sharings.iter().enumerate() {
-                    query_of.insert((a, b, s), queries.len());
-                    queries.push(Query {
-                        a,
-                        b,
-                        sharing: *sharing,
-                    });
+    let mut group_queries: Vec<GroupQuery<'_>> = Vec::new();
+    // For a class of several residents: its query as it runs, and per (newcomer, sharing) the
+    // query with the newcomer.
+    let mut now_of: HashMap<usize, usize> = HashMap::new();
+    let mut joined_of: HashMap<(&str, usize, usize), usize> = HashMap::new();
+    let pair_residents: BTreeSet<&str> = classes
+        .iter()
+        .filter(|(h, _)| hosts[*h].members.len() == 1)
+        .map(|(h, _)| hosts[*h].members[0].1.workload.as_str())
+        .collect();
+    for a in &workloads {
+        for b in &pair_residents {
+            for (s, sharing) in sharings.iter().enumerate() {
+                query_of.insert((a, b, s), queries.len());
+                queries.push(Query {
+                    a,
+                    b,
+                    sharing: *sharing,
+                });
+            }
+        }
+    }
+    for (c, (h, _)) in classes.iter().enumerate() {
+        let host = &hosts[*h];
+        let Some(mode) = host.mode().filter(|_| host.members.len() > 1) else {
+            continue;
+        };
+        let members: Vec<&str> = host
+            .members
+            .iter()
+            .map(|(_, r)| r.workload.as_str())
+            .collect();
+        let shares = host.shares();
+        if mode == Mode::Mps && shares.is_none() {
+            continue; // an MPS group whose shares are not all known is not priced
+        }
+        now_of.insert(c, group_queries.len());
+        group_queries.push(GroupQuery {
+            jobs: members.clone(),
+            mode,
+            shares: shares.clone().filter(|_| mode == Mode::Mps),
+        });
+        let mut seen_shares: BTreeSet<Option<u64>> = BTreeSet::new();
+        for (s, sharing) in sharings.iter().enumerate() {
+            if sharing.mode != mode || !seen_shares.insert(sharing.share_a.map(f64::to_bits)) {
+                continue;
+            }
+            let with_share = match (mode, sharing.share_a, &shares) {
+                (Mode::Mps, Some(own), Some(theirs)) => {
+                    Some(std::iter::once(own).chain(theirs.iter().copied()).collect())
                 }
+                (Mode::Mps, _, _) => continue,
+                _ => None,
+            };
+            for a in &workloads {
+                joined_of.insert((a, c, s), group_queries.len());
+                group_queries.push(GroupQuery {
+                    jobs: std::iter::once(*a).chain(members.iter().copied()).collect(),
+                    mode,
+                    shares: with_share.clone(),
+                });
             }
         }
     }
     let predict_started = Instant::now();
     let outlooks = predictor.predict(gpu_model, &queries)?;
+    let group_outlooks = if group_queries.is_empty() {
+        Vec::new()
+    } else {
+        predictor.predict_groups(gpu_model, &group_queries)?
+    };
     stats.predict_time = predict_started.elapsed();
-    stats.queries = queries.len();
+    stats.queries = queries.len() + group_queries.len();
 
-    // The best sharing of each (job, group), by value, among the shapes that keep objectives.
-    let best_beside =
-        |position: usize, job: &Waiting, resident: &Resident| -> Option<(f64, usize, Outlook)> {
-            let mut best: Option<(f64, usize, Outlook)> = None;
+    // The best offer of each (job, class), by value, among the shapes that keep objectives.
+    let best_offer = |position: usize, job: &Waiting, c: usize| -> Option<(f64, Offer)> {
+        let host = &hosts[classes[c].0];
+        let mut best: Option<(f64, Offer)> = None;
+        let mut consider = |value: f64, offer: Offer| {
+            if best.as_ref().is_none_or(|(v, _)| value > *v) {
+                best = Some((value, offer));
+            }
+        };
+        if let [(_, resident)] = host.members[..] {
             for (s, sharing) in sharings.iter().enumerate() {
                 if !keeps_resident_share(resident, *sharing) {
                     continue;
@@ -348,30 +588,47 @@ pub fn round(
                     continue;
                 };
                 let o = outlooks[q];
-                let Ok(value) = value_beside(job, resident, &o, position, config) else {
-                    continue;
-                };
-                if best.as_ref().is_none_or(|(v, _, _)| value > *v) {
-                    best = Some((value, s, o));
+                if let Ok(value) = value_beside(job, resident, &o, position, config) {
+                    consider(value, Offer::Pair(s, o));
                 }
             }
-            best
-        };
-    let values: Vec<Vec<Option<(f64, usize, Outlook)>>> = singles
+            return best;
+        }
+        let now = &group_outlooks[*now_of.get(&c)?];
+        let members = host.residents();
+        for (s, sharing) in sharings.iter().enumerate() {
+            let Some(&q) = joined_of.get(&(job.workload.as_str(), c, s)) else {
+                continue;
+            };
+            let o = &group_outlooks[q];
+            if let Ok(value) = value_among(job, &members, now, o, position, config) {
+                consider(
+                    value,
+                    Offer::Group {
+                        mode: sharing.mode,
+                        share: sharing.share_a,
+                        outlook: o.clone(),
+                    },
+                );
+            }
+        }
+        best
+    };
+    let values: Vec<Vec<Option<(f64, Offer)>>> = singles
         .iter()
         .enumerate()
-        .map(|(k, j)| groups.iter().map(|(r, _)| best_beside(k, j, r)).collect())
+        .map(|(k, j)| (0..classes.len()).map(|c| best_offer(k, j, c)).collect())
         .collect();
 
-    // The auction. Objects: each empty GPU, each resident's GPU; prices start at zero.
+    // The auction. Objects: each empty GPU, each open resident GPU; prices start at zero.
     let n_empty = empties.len();
-    let mut price = vec![0.0f64; n_empty + residents.len()];
+    let mut price = vec![0.0f64; n_empty + hosts.len()];
     let mut owner: Vec<Option<usize>> = vec![None; price.len()];
     let key = |p: f64, o: usize| (p.to_bits(), o);
     let mut empty_set: BTreeSet<(u64, usize)> = (0..n_empty).map(|o| key(0.0, o)).collect();
-    let mut group_sets: Vec<BTreeSet<(u64, usize)>> = groups
+    let mut class_sets: Vec<BTreeSet<(u64, usize)>> = classes
         .iter()
-        .map(|(_, members)| members.iter().map(|&m| key(0.0, n_empty + m)).collect())
+        .map(|(_, members)| members.iter().map(|&h| key(0.0, n_empty + h)).collect())
         .collect();
     let mut unassigned: Vec<usize> = (0..singles.len()).rev().collect();
     while let Some(j) = unassigned.pop() {
@@ -393,8 +650,8 @@ pub fn round(
         for &(p, o) in cheapest.by_ref().take(2) {
             consider(job.weight - f64::from_bits(p), o, &mut best);
         }
-        for (g, set) in group_sets.iter().enumerate() {
-            if let Some((value, _, _)) = values[j][g] {
+        for (c, set) in class_sets.iter().enumerate() {
+            if let Some((value, _)) = values[j][c] {
                 for &(p, o) in set.iter().take(2) {
                     consider(value - f64::from_bits(p), o, &mut best);
                 }
@@ -408,9 +665,10 @@ pub fn round(
         let set = if object < n_empty {
             &mut empty_set
         } else {
-            let r = object - n_empty;
-            let g = group_of[&group_key(&residents[r])];
-            &mut group_sets[g]
+            let Some(c) = class_of_host[object - n_empty] else {
+                continue;
+            };
+            &mut class_sets[c]
         };
         set.remove(&key(old, object));
         set.insert(key(new, object));
@@ -428,16 +686,34 @@ pub fn round(
                 gpus: vec![empties[object]],
             }
         } else {
-            let r = &residents[object - n_empty];
-            let g = group_of[&group_key(r)];
-            let Some((_, s, o)) = values[j][g] else {
+            let host = &hosts[object - n_empty];
+            let Some(Some((_, offer))) = class_of_host[object - n_empty].map(|c| &values[j][c])
+            else {
                 continue;
             };
-            Placement::Beside {
-                gpu: r.gpu,
-                sharing: sharings[s],
-                speed: o.speed_a,
-                resident_speed: o.speed_b,
+            match offer {
+                Offer::Pair(s, o) => Placement::Beside {
+                    gpu: host.gpu,
+                    sharing: sharings[*s],
+                    speed: o.speed_a,
+                    resident_speed: o.speed_b,
+                },
+                Offer::Group {
+                    mode,
+                    share,
+                    outlook,
+                } => Placement::Join {
+                    gpu: host.gpu,
+                    mode: *mode,
+                    share: *share,
+                    speed: outlook.speeds[0],
+                    resident_speeds: host
+                        .members
+                        .iter()
+                        .zip(&outlook.speeds[1..])
+                        .map(|((i, _), s)| (*i, *s))
+                        .collect(),
+                },
             }
         };
         decisions.push(Decision {
@@ -503,6 +779,7 @@ mod tests {
     fn resident(gpu: usize, workload: &str) -> Resident {
         Resident {
             gpu,
+            mode: None,
             workload: workload.into(),
             weight: 1.0,
             slo: None,
@@ -572,13 +849,7 @@ mod tests {
         assert_eq!(of(0), Some(Placement::Whole { gpus: vec![7] }));
         assert!(matches!(of(1), Some(Placement::Beside { .. })));
         assert!(matches!(of(2), Some(Placement::Beside { .. })));
-        let gpus: BTreeSet<usize> = decisions
-            .iter()
-            .map(|d| match &d.placement {
-                Placement::Whole { gpus } => gpus[0],
-                Placement::Beside { gpu, .. } => *gpu,
-            })
-            .collect();
+        let gpus: BTreeSet<usize> = decisions.iter().map(|d| d.placement.gpus()[0]).collect();
         assert_eq!(gpus.len(), 3, "no GPU given twice: {decisions:?}");
     }
 
@@ -795,5 +1066,264 @@ mod tests {
             }
         );
         assert_eq!(decisions.len(), 2);
+    }
+
+    /// Two residents of `workload` sharing `gpu` in space sharing.
+    fn pair_on(gpu: usize, workload: &str) -> [Resident; 2] {
+        let mut r = resident(gpu, workload);
+        r.mode = Some(Mode::Space);
+        [r.clone(), r]
+    }
+
+    fn up_to(gpu_jobs: usize) -> PricingConfig {
+        PricingConfig {
+            gpu_jobs,
+            ..PricingConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_third_job_joins_a_shared_gpu_only_where_the_gpu_may_hold_three() {
+        // x beside r: 0.9 each; r beside r: 0.8 each. Composed (excess), x with the two r's runs
+        // at 1 / (1 + 2 (1/0.9 - 1)) = 0.818 and each r at 1 / (1 + 1/9 + 1/4) = 0.735.
+        let rows = [
+            ("x", "r", 0.9, 0.9, 0.9, 0.9),
+            ("r", "r", 0.8, 0.8, 0.8, 0.8),
+        ];
+        let residents = pair_on(4, "r");
+        let waiting = [job(0, "x", 1.0, None)];
+        let run = |config: &PricingConfig| {
+            let mut p = table(&rows);
+            round("g", &waiting, &[], &residents, &[SPACE], &mut p, config).expect("round")
+        };
+        let (decisions, stats) = run(&PricingConfig::default());
+        assert!(decisions.is_empty(), "two jobs fill a GPU by default");
+        assert_eq!(stats.queries, 0);
+        let (decisions, stats) = run(&up_to(3));
+        // One query for the pair as it runs, one for the group with x.
+        assert_eq!(stats.queries, 2);
+        let [d] = &decisions[..] else {
+            panic!("{decisions:?}")
+        };
+        let Placement::Join {
+            gpu,
+            mode,
+            share,
+            speed,
+            resident_speeds,
+        } = &d.placement
+        else {
+            panic!("{d:?}")
+        };
+        assert_eq!((*gpu, *mode, *share), (4, Mode::Space, None));
+        assert!((speed - 1.0 / (1.0 + 2.0 / 9.0)).abs() < 1e-9, "{speed}");
+        let indices: BTreeSet<usize> = resident_speeds.iter().map(|(i, _)| *i).collect();
+        assert_eq!(indices, BTreeSet::from([0, 1]));
+        for (_, s) in resident_speeds {
+            assert!((s - 1.0 / (1.0 + 1.0 / 9.0 + 0.25)).abs() < 1e-9, "{s}");
+        }
+        // A GPU already holding three takes nobody at three.
+        let mut three = residents.to_vec();
+        three.push(three[0].clone());
+        let mut p = table(&rows);
+        let (decisions, _) =
+            round("g", &waiting, &[], &three, &[SPACE], &mut p, &up_to(3)).expect("round");
+        assert!(decisions.is_empty(), "{decisions:?}");
+    }
+
+    #[test]
+    fn a_newcomer_joins_only_where_every_resident_keeps_its_objective_and_the_group_gains() {
+        let rows = [
+            ("x", "r", 0.9, 0.9, 0.9, 0.9),
+            ("r", "r", 0.8, 0.8, 0.8, 0.8),
+        ];
+        // Each resident would run at 0.735 at p10: an objective of 0.75 refuses the group.
+        let [a, mut b] = pair_on(0, "r");
+        b.slo = Some(0.75);
+        let mut p = table(&rows);
+        let (decisions, _) = round(
+            "g",
+            &[job(0, "x", 1.0, None)],
+            &[],
+            &[a.clone(), b],
+            &[SPACE],
+            &mut p,
+            &up_to(4),
+        )
+        .expect("round");
+        assert!(decisions.is_empty(), "{decisions:?}");
+        // A newcomer that slows both residents more than it gains is refused too: y at 0.3 beside
+        // r, r at 0.4 beside y.
+        let rows = [
+            ("y", "r", 0.3, 0.4, 0.3, 0.4),
+            ("r", "r", 0.8, 0.8, 0.8, 0.8),
+        ];
+        let members = pair_on(0, "r");
+        let mut p = table(&rows);
+        let now = p
+            .predict_groups(
+                "g",
+                &[GroupQuery {
+                    jobs: vec!["r", "r"],
+                    mode: Mode::Space,
+                    shares: None,
+                }],
+            )
+            .expect("now");
+        let with = p
+            .predict_groups(
+                "g",
+                &[GroupQuery {
+                    jobs: vec!["y", "r", "r"],
+                    mode: Mode::Space,
+                    shares: None,
+                }],
+            )
+            .expect("with");
+        let refs: Vec<&Resident> = members.iter().collect();
+        let e = value_among(
+            &job(0, "y", 1.0, None),
+            &refs,
+            &now[0],
+            &with[0],
+            0,
+            &up_to(3),
+        )
+        .expect_err("must be refused");
+        assert!(matches!(e, Refusal::Loses { .. }), "{e}");
+        // Footprints add up over the whole group.
+        let mut newcomer = job(0, "x", 1.0, None);
+        newcomer.memory_mib = Some(30_000.0);
+        let mut fat = pair_on(0, "r");
+        for r in &mut fat {
+            r.memory_mib = Some(30_000.0);
+        }
+        let refs: Vec<&Resident> = fat.iter().collect();
+        let config = PricingConfig {
+            gpu_memory_mib: Some(80_000.0),
+            ..up_to(3)
+        };
+        let mut p = table(&[
+            ("x", "r", 0.9, 0.9, 0.9, 0.9),
+            ("r", "r", 0.8, 0.8, 0.8, 0.8),
+        ]);
+        let asked = [
+            GroupQuery {
+                jobs: vec!["r", "r"],
+                mode: Mode::Space,
+                shares: None,
+            },
+            GroupQuery {
+                jobs: vec!["x", "r", "r"],
+                mode: Mode::Space,
+                shares: None,
+            },
+        ];
+        let o = p.predict_groups("g", &asked).expect("groups");
+        let e = value_among(&newcomer, &refs, &o[0], &o[1], 0, &config).expect_err("must fail");
+        assert_eq!(
+            e,
+            Refusal::Memory {
+                need_mib: 90_000.0,
+                capacity_mib: 80_000.0
+            }
+        );
+        let _ = a;
+    }
+
+    #[test]
+    fn under_mps_a_newcomer_joins_with_its_own_share_and_the_residents_keep_theirs() {
+        #[derive(Debug, Default)]
+        struct Recorder(Vec<(Vec<String>, Option<Vec<f64>>)>);
+        impl Predictor for Recorder {
+            fn describe(&self) -> String {
+                "recorder".into()
+            }
+            fn predict(&mut self, _gpu: &str, queries: &[Query<'_>]) -> Result<Vec<Outlook>> {
+                Ok(queries
+                    .iter()
+                    .map(|_| Outlook {
+                        feasible: true,
+                        speed_a: 0.9,
+                        speed_b: 0.9,
+                        safe_speed_a: 0.9,
+                        safe_speed_b: 0.9,
+                    })
+                    .collect())
+            }
+            fn predict_groups(
+                &mut self,
+                gpu: &str,
+                groups: &[GroupQuery<'_>],
+            ) -> Result<Vec<GroupOutlook>> {
+                self.0.extend(groups.iter().map(|g| {
+                    (
+                        g.jobs.iter().map(|j| (*j).to_string()).collect(),
+                        g.shares.clone(),
+                    )
+                }));
+                crate::predictor::groups_from_pairs(self, gpu, groups)
+            }
+        }
+        let mps = |a: f64, b: f64| Sharing {
+            mode: Mode::Mps,
+            share_a: Some(a),
+            share_b: Some(b),
+        };
+        let mut residents = pair_on(2, "r");
+        residents[0].mode = Some(Mode::Mps);
+        residents[1].mode = Some(Mode::Mps);
+        residents[0].share = Some(30.0);
+        residents[1].share = Some(40.0);
+        let mut p = Recorder::default();
+        let (decisions, _) = round(
+            "g",
+            &[job(0, "x", 1.0, None)],
+            &[],
+            &residents,
+            // Space sharing is not how this GPU runs: never offered to join it.
+            &[mps(20.0, 80.0), mps(20.0, 50.0), SPACE],
+            &mut p,
+            &up_to(3),
+        )
+        .expect("round");
+        let asked: Vec<(Vec<String>, Option<Vec<f64>>)> = p.0;
+        let names = |v: &[&str]| v.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            asked,
+            vec![
+                (names(&["r", "r"]), Some(vec![30.0, 40.0])),
+                (names(&["x", "r", "r"]), Some(vec![20.0, 30.0, 40.0])),
+            ],
+            "one group per newcomer share, the residents' shares kept"
+        );
+        let [d] = &decisions[..] else {
+            panic!("{decisions:?}")
+        };
+        assert!(
+            matches!(
+                d.placement,
+                Placement::Join {
+                    mode: Mode::Mps,
+                    share: Some(20.0),
+                    ..
+                }
+            ),
+            "{d:?}"
+        );
+        // Residents whose shares are unknown are not priced under MPS.
+        residents[1].share = None;
+        let mut p = Recorder::default();
+        let (decisions, _) = round(
+            "g",
+            &[job(0, "x", 1.0, None)],
+            &[],
+            &residents,
+            &[mps(20.0, 80.0)],
+            &mut p,
+            &up_to(3),
+        )
+        .expect("round");
+        assert!(decisions.is_empty() && p.0.is_empty(), "{decisions:?}");
     }
 }

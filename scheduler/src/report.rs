@@ -30,6 +30,10 @@ pub struct Report {
     pub gpu_models: std::collections::BTreeMap<String, u32>,
     pub seed: u64,
     pub slo: f64,
+    /// Jobs one GPU may hold under the pricing policies.
+    pub gpu_jobs: usize,
+    /// Distinct groups of three or more the dataset measured (the truth where one is formed).
+    pub measured_groups: usize,
     pub workload: Workload,
     pub outcomes: Vec<Outcome>,
     /// With `--feedback`: how the model learnt from what the cluster observed.
@@ -127,6 +131,28 @@ impl Report {
                 o.predictor_ms / 1e3,
                 o.wall_s
             );
+        }
+        if self.gpu_jobs > 2 {
+            let _ = writeln!(
+                md,
+                "\nA GPU holds up to {} jobs under the pricing policies (packing pairs at most). \
+                 Truth for a GPU of three or more: the group as `{}` measured it where it did \
+                 ({} groups measured), else composed from its measured pairs, each co-runner's \
+                 excess slowdown added (a model's figure, not a measurement).\n",
+                self.gpu_jobs, self.dataset, self.measured_groups
+            );
+            for o in self.outcomes.iter().filter(|o| o.joined > 0) {
+                let _ = writeln!(
+                    md,
+                    "- {}: {} placements joined two or more residents; truth measured for {}, \
+                     composed for {}; at most {} jobs on one GPU",
+                    o.policy,
+                    o.joined,
+                    o.joined_measured,
+                    o.joined - o.joined_measured,
+                    o.peak_gpu_jobs
+                );
+            }
         }
         if let Some(exclusive) = self.outcome(PolicyKind::Exclusive) {
             let _ = writeln!(md, "\nAgainst exclusive allocation:\n");

@@ -292,6 +292,9 @@ pub fn simulate_with(
             0.0
         },
         co_located: world.co_located,
+        joined: world.joined,
+        joined_measured: world.joined_measured,
+        peak_gpu_jobs: world.peak_gpu_jobs,
         failed_placements: world.failed_placements,
         rounds: rounds.len(),
         round_mean_ms: rounds.iter().sum::<f64>() / rounds.len().max(1) as f64,
@@ -477,6 +480,42 @@ mod tests {
         let blind = avg_jct(Policy::Pricing(&mut p), false);
         assert!(aware < exclusive, "{aware} >= {exclusive}");
         assert!(blind > 1.5 * exclusive, "{blind} vs {exclusive}");
+    }
+
+    #[test]
+    fn a_gpu_takes_a_third_job_only_when_allowed_and_its_truth_says_where_it_came_from() {
+        let dir = repo("datasets/cpu-dev2c-triples");
+        let dataset = Dataset::read(&dir).expect("cpu-dev2c-triples");
+        let s = setup_on(&dir, &dataset, None, 64, 1.3);
+        let with = |gpu_jobs: usize, s: &Setup| {
+            let mut settings = Settings::default();
+            settings.pricing.gpu_jobs = gpu_jobs;
+            let mut p = s.oracle.clone();
+            run_with(s, Policy::Pricing(&mut p), &settings)
+        };
+        let pairs = with(2, &s);
+        assert_eq!((pairs.joined, pairs.peak_gpu_jobs), (0, 2), "{pairs:?}");
+        let triples = with(3, &s);
+        assert!(triples.joined > 0, "{triples:?}");
+        assert_eq!(triples.peak_gpu_jobs, 3);
+        // Every triple is measured in this dataset, and the oracle knows which fail.
+        assert_eq!(triples.joined_measured, triples.joined);
+        assert_eq!(triples.failed_placements, 0);
+        assert_eq!(triples.slo_violations, 0);
+        for (jct, job) in triples.jct.iter().zip(&s.jobs) {
+            assert!(*jct >= job.work - 1e-3, "{jct} < {}", job.work);
+        }
+        // Four to a GPU: groups of four were never measured, so their truth is composed.
+        let fours = with(4, &s);
+        assert_eq!(fours.peak_gpu_jobs, 4);
+        assert!(fours.joined_measured < fours.joined, "{fours:?}");
+        // A dataset of pairs alone: every group's truth is composed.
+        let gavel = setup(1500, 64, 1.3);
+        let composed = with(3, &gavel);
+        assert!(
+            composed.joined > 0 && composed.joined_measured == 0,
+            "{composed:?}"
+        );
     }
 
     #[test]

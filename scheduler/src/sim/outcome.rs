@@ -39,6 +39,12 @@ pub struct Outcome {
     pub slo_violation_time: f64,
     /// Placements next to a resident job.
     pub co_located: usize,
+    /// Of those, placements with two or more residents (a GPU holding three jobs or more), and
+    /// how many of them had a measured truth (the others: composed from measured pairs).
+    pub joined: usize,
+    pub joined_measured: usize,
+    /// The most jobs one GPU held at once.
+    pub peak_gpu_jobs: usize,
     /// Placements that the oracle says fail (out of memory): the newcomer is put back in line.
     pub failed_placements: usize,
     pub rounds: usize,

@@ -7,7 +7,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::predictor::{Oracle, Outlook, PairKey, Predictor, Query, Sharing};
+use duet_core::dataset::Mode;
+
+use crate::predictor::{
+    GroupKey, GroupOutlook, GroupQuery, Oracle, Outlook, PairKey, Predictor, Query, Sharing, Truth,
+};
 use crate::pricing::{self, FreeNode, Placement, Resident, Waiting};
 
 use super::Settings;
@@ -38,11 +42,12 @@ pub(super) enum Event {
     },
 }
 
-/// A predictor that also knows which pairs already failed in this simulation.
+/// A predictor that also knows which pairs and groups already failed in this simulation.
 #[derive(Debug)]
 pub(super) struct Remembering<'p, 'f> {
     inner: &'p mut dyn Predictor,
     failed: &'f HashSet<PairKey>,
+    failed_groups: &'f HashSet<GroupKey>,
 }
 
 impl Predictor for Remembering<'_, '_> {
@@ -64,6 +69,22 @@ impl Predictor for Remembering<'_, '_> {
         }
         Ok(out)
     }
+
+    fn predict_groups(
+        &mut self,
+        gpu: &str,
+        groups: &[GroupQuery<'_>],
+    ) -> Result<Vec<GroupOutlook>> {
+        let mut out = self.inner.predict_groups(gpu, groups)?;
+        if !self.failed_groups.is_empty() {
+            for (o, q) in out.iter_mut().zip(groups) {
+                if self.failed_groups.contains(&q.key()) {
+                    o.feasible = false;
+                }
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// The simulator's state under one policy.
@@ -73,15 +94,25 @@ pub(super) struct World<'a> {
     pub(super) oracle: &'a Oracle,
     pub(super) settings: &'a Settings,
     pub(super) node_of: Vec<usize>,
-    /// The jobs on each GPU (at most two).
+    /// The jobs on each GPU (at most the pricing's `gpu_jobs`).
     pub(super) on_gpu: Vec<Vec<usize>>,
+    /// The mode the jobs of a shared GPU run under (`None` for an idle or unshared one).
+    pub(super) gpu_mode: Vec<Option<Mode>>,
+    /// Each job's MPS share where it was placed with one.
+    pub(super) share: Vec<Option<f64>>,
     pub(super) running: Vec<Option<Running>>,
     pub(super) finished: Vec<Option<f64>>,
     pub(super) started: Vec<Option<f64>>,
     pub(super) waiting: Vec<usize>,
     pub(super) events: BinaryHeap<Reverse<(u64, Event)>>,
     pub(super) failed: HashSet<PairKey>,
+    pub(super) failed_groups: HashSet<GroupKey>,
     pub(super) co_located: usize,
+    /// Placements with two or more residents, and how many of those had a measured truth.
+    pub(super) joined: usize,
+    pub(super) joined_measured: usize,
+    /// The most jobs one GPU has held at once.
+    pub(super) peak_gpu_jobs: usize,
     pub(super) failed_placements: usize,
     pub(super) slo_jobs_violated: HashSet<usize>,
     pub(super) slo_below_time: f64,
@@ -132,6 +163,8 @@ impl<'a> World<'a> {
             oracle,
             settings,
             on_gpu: vec![Vec::new(); node_of.len()],
+            gpu_mode: vec![None; node_of.len()],
+            share: vec![None; jobs.len()],
             node_of,
             running: vec![None; jobs.len()],
             finished: vec![None; jobs.len()],
@@ -139,7 +172,11 @@ impl<'a> World<'a> {
             waiting: Vec::new(),
             events,
             failed: HashSet::new(),
+            failed_groups: HashSet::new(),
             co_located: 0,
+            joined: 0,
+            joined_measured: 0,
+            peak_gpu_jobs: 0,
             failed_placements: 0,
             slo_jobs_violated: HashSet::new(),
             slo_below_time: 0.0,
@@ -219,6 +256,7 @@ impl<'a> World<'a> {
     pub(super) fn start(&mut self, j: usize, gpus: Vec<usize>, speed: f64, t: f64) {
         for &g in &gpus {
             self.on_gpu[g].push(j);
+            self.peak_gpu_jobs = self.peak_gpu_jobs.max(self.on_gpu[g].len());
         }
         self.started[j] = Some(t);
         if let (Some(seen), [g]) = (self.seen.as_mut(), &gpus[..])
@@ -263,9 +301,90 @@ impl<'a> World<'a> {
         self.finished_runtimes.insert(at, work);
         for &g in &run.gpus {
             self.on_gpu[g].retain(|&x| x != j);
-            // A job left alone runs at full speed again.
-            if let Some(&other) = self.on_gpu[g].first() {
-                self.set_speed(other, 1.0, t);
+            match self.on_gpu[g][..] {
+                // A job left alone runs at full speed again.
+                [other] => {
+                    self.set_speed(other, 1.0, t);
+                    self.gpu_mode[g] = None;
+                }
+                [] => self.gpu_mode[g] = None,
+                // Those left together run at their truth as the smaller group.
+                _ => self.regroup(g, t),
+            }
+        }
+    }
+
+    /// The query for the jobs on `gpu` with `newcomer` (first, with its share) where given.
+    fn group_query(
+        &self,
+        gpu: usize,
+        mode: Mode,
+        newcomer: Option<(usize, Option<f64>)>,
+    ) -> GroupQuery<'a> {
+        let jobs = self.jobs;
+        let members = newcomer
+            .iter()
+            .map(|(j, share)| (*j, *share))
+            .chain(self.on_gpu[gpu].iter().map(|&r| (r, self.share[r])));
+        let (ids, shares): (Vec<usize>, Vec<Option<f64>>) = members.unzip();
+        GroupQuery {
+            jobs: ids.iter().map(|&j| jobs[j].workload.as_str()).collect(),
+            mode,
+            shares: if mode == Mode::Mps {
+                shares.into_iter().collect()
+            } else {
+                None
+            },
+        }
+    }
+
+    /// Sets the speeds of the jobs left on `gpu` to the truth of their smaller group; where the
+    /// dataset has none (a pair it never measured), they keep their speeds.
+    fn regroup(&mut self, gpu: usize, t: f64) {
+        let Some(mode) = self.gpu_mode[gpu] else {
+            return;
+        };
+        let q = self.group_query(gpu, mode, None);
+        if let Some((truth, _)) = self.oracle.lookup_group(&q).filter(|(o, _)| o.feasible) {
+            for (r, speed) in self.on_gpu[gpu].clone().into_iter().zip(truth.speeds) {
+                self.set_speed(r, speed, t);
+            }
+        }
+    }
+
+    /// Places `j` on `gpu` with its two or more residents under `mode` (`share`: its MPS share),
+    /// at the truth of the group: measured where the dataset has the group, else composed from
+    /// its measured pairs. A group that fails puts `j` back in line and is remembered.
+    pub(super) fn place_among(
+        &mut self,
+        j: usize,
+        gpu: usize,
+        mode: Mode,
+        share: Option<f64>,
+        t: f64,
+    ) -> bool {
+        if self.on_gpu[gpu].len() < 2 || self.gpu_mode[gpu] != Some(mode) {
+            return false;
+        }
+        let q = self.group_query(gpu, mode, Some((j, share)));
+        match self.oracle.lookup_group(&q) {
+            Some((truth, source)) if truth.feasible => {
+                self.co_located += 1;
+                self.joined += 1;
+                if source == Truth::Measured {
+                    self.joined_measured += 1;
+                }
+                for (r, speed) in self.on_gpu[gpu].clone().into_iter().zip(&truth.speeds[1..]) {
+                    self.set_speed(r, *speed, t);
+                }
+                self.share[j] = share;
+                self.start(j, vec![gpu], truth.speeds[0], t);
+                true
+            }
+            _ => {
+                self.failed_placements += 1;
+                self.failed_groups.insert(q.key());
+                false
             }
         }
     }
@@ -290,6 +409,9 @@ impl<'a> World<'a> {
                     });
                 }
                 self.set_speed(resident, truth.speed_b, t);
+                self.gpu_mode[gpu] = Some(sharing.mode);
+                self.share[resident] = sharing.share_b;
+                self.share[j] = sharing.share_a;
                 self.start(j, vec![gpu], truth.speed_a, t);
                 true
             }
@@ -417,20 +539,27 @@ impl<'a> World<'a> {
         stats: &mut RoundLog,
     ) -> Result<()> {
         let free = self.free_nodes();
-        let residents: Vec<Resident> = self
+        // Every one-GPU job on a GPU that holds fewer than `gpu_jobs`: a job alone keeps no
+        // share (a newcomer may take any), jobs together keep theirs.
+        let room = self.settings.pricing.gpu_jobs.max(2);
+        let this = &*self;
+        let residents: Vec<Resident> = this
             .on_gpu
             .iter()
             .enumerate()
-            .filter_map(|(g, on)| match on[..] {
-                [r] if self.jobs[r].gpus == 1 => Some(Resident {
+            .filter(|(_, on)| {
+                !on.is_empty() && on.len() < room && on.iter().all(|&r| this.jobs[r].gpus == 1)
+            })
+            .flat_map(|(g, on)| {
+                on.iter().map(move |&r| Resident {
                     gpu: g,
-                    workload: self.jobs[r].workload.clone(),
-                    weight: self.weight(r, None),
-                    slo: self.jobs[r].inference.then_some(self.settings.slo),
-                    memory_mib: self.jobs[r].memory_mib,
-                    share: None,
-                }),
-                _ => None,
+                    mode: this.gpu_mode[g],
+                    workload: this.jobs[r].workload.clone(),
+                    weight: this.weight(r, None),
+                    slo: this.jobs[r].inference.then_some(this.settings.slo),
+                    memory_mib: this.jobs[r].memory_mib,
+                    share: if on.len() > 1 { this.share[r] } else { None },
+                })
             })
             .collect();
         if free.is_empty() && residents.is_empty() {
@@ -453,6 +582,7 @@ impl<'a> World<'a> {
         let mut remembering = Remembering {
             inner: predictor,
             failed: &self.failed,
+            failed_groups: &self.failed_groups,
         };
         let mut config = self.settings.pricing.clone();
         if self.settings.queue_aware {
@@ -476,6 +606,9 @@ impl<'a> World<'a> {
                     true
                 }
                 Placement::Beside { gpu, sharing, .. } => self.place_beside(d.job, gpu, sharing, t),
+                Placement::Join {
+                    gpu, mode, share, ..
+                } => self.place_among(d.job, gpu, mode, share, t),
             };
             if ok {
                 placed.insert(d.job);
