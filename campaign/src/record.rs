@@ -168,9 +168,12 @@ mod tests {
     use super::*;
 
     fn committed(name: &str) -> Dataset {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../datasets")
-            .join(name);
+        let dir = PathBuf::from(
+            std::env::var_os("CARGO_MANIFEST_DIR")
+                .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+        )
+        .join("../datasets")
+        .join(name);
         Dataset::read(&dir).expect("a committed dataset")
     }
 
@@ -221,7 +224,11 @@ mod tests {
         // A dataset without one has none.
         assert_eq!(
             CampaignRecord::read(
-                &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../datasets/cpu-dev2c")
+                &PathBuf::from(
+                    std::env::var_os("CARGO_MANIFEST_DIR")
+                        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
+                )
+                .join("../datasets/cpu-dev2c")
             )
             .expect("no record"),
             None

@@ -1,6 +1,7 @@
 //! One pricing round at cluster scale: 1,000 waiting jobs over 512 GPUs (128 free, 384 running one
 //! job each), Gavel V100 workloads, slowdowns from the measured pairs (the oracle) and from the
-//! default model in process, so that the loop's own cost and the model's show apart.
+//! default model in process, so that the loop's own cost and the model's show apart. Then the same
+//! with up to three jobs per GPU, half the busy GPUs already holding a pair: the groups' cost.
 //!
 //! `cargo bench -p duet-scheduler --bench round --profile dev` (the model rows need
 //! `ORT_DYLIB_PATH`, set by `eval "$(scripts/python-env.sh)"`).
@@ -119,6 +120,55 @@ fn bench(c: &mut Criterion) {
     c.bench_function(
         &format!("round 1000 waiting x 512 GPUs, model in process ({engine})"),
         |b| b.iter(|| black_box(run(&mut model))),
+    );
+
+    // Every other busy GPU holds a pair under the dataset's first sharing; three jobs per GPU.
+    let mode = sharings[0].mode;
+    let mut paired = cluster(&ids);
+    let mut rng = Rng::new(13);
+    let mut extra = Vec::new();
+    for (k, r) in paired.residents.iter_mut().enumerate() {
+        if k % 2 == 0 {
+            r.mode = Some(mode);
+            let mut other = r.clone();
+            other.workload.clone_from(&ids[rng.below(ids.len())]);
+            extra.push(other);
+        }
+    }
+    paired.residents.extend(extra);
+    let groups = PricingConfig {
+        gpu_jobs: 3,
+        ..PricingConfig::default()
+    };
+    let run_groups = |p: &mut dyn Predictor| {
+        pricing::round(
+            "v100",
+            &paired.waiting,
+            &paired.free,
+            &paired.residents,
+            &sharings,
+            p,
+            &groups,
+        )
+        .expect("round")
+    };
+    let (decisions, stats) = run_groups(&mut oracle);
+    let joined = decisions
+        .iter()
+        .filter(|d| matches!(d.placement, pricing::Placement::Join { .. }))
+        .count();
+    eprintln!(
+        "one round of up to three per GPU: {} placed ({joined} joining a pair), {} pairs and groups asked, {} bids",
+        decisions.len(),
+        stats.queries,
+        stats.bids
+    );
+    c.bench_function("round 1000 waiting x 512 GPUs, 3 per GPU, oracle", |b| {
+        b.iter(|| black_box(run_groups(&mut oracle)))
+    });
+    c.bench_function(
+        &format!("round 1000 waiting x 512 GPUs, 3 per GPU, model in process ({engine})"),
+        |b| b.iter(|| black_box(run_groups(&mut model))),
     );
 }
 

@@ -288,10 +288,12 @@ pub trait Predictor: std::fmt::Debug {
 pub struct Oracle {
     pub name: String,
     pub gpu: String,
-    table: HashMap<PairKey, Outlook>,
-    /// Measured groups of three or more: each job's speed in the key's sorted order (averaged
-    /// over repeated rows; `None` where a run failed).
-    groups: HashMap<GroupKey, Option<Vec<f64>>>,
+    /// `a` -> `b` -> sharing -> outcome (nested, so that a lookup by `&str` allocates nothing).
+    table: HashMap<String, HashMap<String, HashMap<SharingKey, Outlook>>>,
+    /// Measured groups of three or more by (mode, hash of the sorted jobs): each setting's sorted
+    /// jobs and each job's speed in that order (averaged over repeated rows; `None` where a run
+    /// failed).
+    groups: HashMap<(Mode, u64), Vec<MeasuredGroup>>,
     sharings: Vec<Sharing>,
 }
 
@@ -355,21 +357,25 @@ impl Oracle {
                 dir.display()
             );
         }
-        let table = sums
-            .into_iter()
-            .map(|(k, (a, b, n, ok))| {
-                let n = f64::from(n);
-                let (sa, sb) = (a / n, b / n);
-                let o = Outlook {
-                    feasible: ok && sa > 0.0 && sb > 0.0,
-                    speed_a: sa,
-                    speed_b: sb,
-                    safe_speed_a: sa,
-                    safe_speed_b: sb,
-                };
-                (k, o)
-            })
-            .collect();
+        let mut table: HashMap<String, HashMap<String, HashMap<SharingKey, Outlook>>> =
+            HashMap::new();
+        for ((a, b, sharing), (sum_a, sum_b, n, ok)) in sums {
+            let n = f64::from(n);
+            let (sa, sb) = (sum_a / n, sum_b / n);
+            let o = Outlook {
+                feasible: ok && sa > 0.0 && sb > 0.0,
+                speed_a: sa,
+                speed_b: sb,
+                safe_speed_a: sa,
+                safe_speed_b: sb,
+            };
+            table
+                .entry(a)
+                .or_default()
+                .entry(b)
+                .or_default()
+                .insert(sharing, o);
+        }
         let groups = measured_groups(dataset, &solo);
         let sharings = sharings
             .into_iter()
@@ -395,14 +401,12 @@ impl Oracle {
 
     /// The measured outcome of `a` next to `b`; `None` where the pair was never measured.
     pub fn lookup(&self, a: &str, b: &str, sharing: Sharing) -> Option<Outlook> {
-        self.table
-            .get(&(a.to_string(), b.to_string(), sharing.key()))
-            .copied()
+        self.table.get(a)?.get(b)?.get(&sharing.key()).copied()
     }
 
     /// How many groups of three or more the dataset measured (distinct settings).
     pub fn measured_groups(&self) -> usize {
-        self.groups.len()
+        self.groups.values().map(Vec::len).sum()
     }
 
     /// The outcome of group `q` and where it comes from: measured where the dataset has the
@@ -414,12 +418,27 @@ impl Oracle {
             let o = self.lookup(q.jobs[0], q.jobs[1], q.sharing(0, 1))?;
             return Some((GroupOutlook::of_pair(&o), Truth::Measured));
         }
-        if let Some(measured) = self.groups.get(&q.key()) {
-            let Some(sorted_speeds) = measured else {
+        let order = q.sorted();
+        let measured = self
+            .groups
+            .get(&(
+                q.mode,
+                jobs_hash(order.iter().map(|&k| (q.jobs[k], q.share(k)))),
+            ))
+            .and_then(|bucket| {
+                bucket.iter().find(|m| {
+                    m.jobs.len() == order.len()
+                        && m.jobs.iter().zip(&order).all(|((w, s), &k)| {
+                            w == q.jobs[k] && *s == q.share(k).map(f64::to_bits)
+                        })
+                })
+            });
+        if let Some(measured) = measured {
+            let Some(sorted_speeds) = &measured.speeds else {
                 return Some((GroupOutlook::infeasible(size), Truth::Measured));
             };
             let mut speeds = vec![0.0; size];
-            for (k, at) in q.sorted().into_iter().enumerate() {
+            for (k, &at) in order.iter().enumerate() {
                 speeds[at] = sorted_speeds[k];
             }
             let o = GroupOutlook {
@@ -437,12 +456,31 @@ impl Oracle {
     }
 }
 
+/// One measured group setting: its jobs sorted by (workload, share bits), each one's speed in
+/// that order.
+#[derive(Debug, Clone)]
+struct MeasuredGroup {
+    jobs: Vec<(String, Option<u64>)>,
+    speeds: Option<Vec<f64>>,
+}
+
+/// A hash of sorted (workload, share) jobs, the same for owned and borrowed names.
+fn jobs_hash<'a>(jobs: impl Iterator<Item = (&'a str, Option<f64>)>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for (w, s) in jobs {
+        w.hash(&mut h);
+        s.map(f64::to_bits).hash(&mut h);
+    }
+    h.finish()
+}
+
 /// The dataset's groups of three or more by setting: each job's speed in sorted order, averaged
 /// over repeated rows, `None` where any run of the setting failed.
 fn measured_groups(
     dataset: &Dataset,
     solo: &HashMap<&str, f64>,
-) -> HashMap<GroupKey, Option<Vec<f64>>> {
+) -> HashMap<(Mode, u64), Vec<MeasuredGroup>> {
     let mut sums: HashMap<GroupKey, Option<(Vec<f64>, f64)>> = HashMap::new();
     for g in &dataset.groups {
         let mut jobs: Vec<(&str, Option<u64>, f64)> = g
@@ -476,9 +514,18 @@ fn measured_groups(
             _ => *entry = None,
         }
     }
-    sums.into_iter()
-        .map(|(k, v)| (k, v.map(|(total, n)| total.iter().map(|t| t / n).collect())))
-        .collect()
+    let mut out: HashMap<(Mode, u64), Vec<MeasuredGroup>> = HashMap::new();
+    for ((mode, jobs), v) in sums {
+        let hash = jobs_hash(
+            jobs.iter()
+                .map(|(w, s)| (w.as_str(), s.map(f64::from_bits))),
+        );
+        out.entry((mode, hash)).or_default().push(MeasuredGroup {
+            jobs,
+            speeds: v.map(|(total, n)| total.iter().map(|t| t / n).collect()),
+        });
+    }
+    out
 }
 
 impl Predictor for Oracle {
@@ -667,49 +714,27 @@ impl Predictor for ModelPredictor {
         Ok(outlooks(&predictions))
     }
 
-    /// Groups of three or more as the server answers them: composed from the model's pairs,
-    /// their p90 shifted by the model's calibration for the group's size.
+    /// Groups of three or more as the server answers them: composed from the model's pairs
+    /// (each distinct pair predicted once), their p90 shifted by the model's calibration for the
+    /// group's size.
     fn predict_groups(
         &mut self,
         gpu: &str,
         groups: &[GroupQuery<'_>],
     ) -> Result<Vec<GroupOutlook>> {
-        if groups.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut request = group_request(gpu, groups, &InlineJobs::new());
-        let n = request.pairs.len();
-        for g in &request.groups {
-            for (i, j) in group::pairs_of(g.jobs.len()) {
-                let share = |k: usize| g.shares.as_ref().map(|s| s[k]);
-                request.pairs.push(PairQuery {
-                    a: g.jobs[i].clone(),
-                    b: g.jobs[j].clone(),
-                    mode: g.mode,
-                    share_a: share(i),
-                    share_b: share(j),
-                    gpu: None,
-                });
+        let mut out = groups_from_pairs(self, gpu, groups)?;
+        for (o, g) in out.iter_mut().zip(groups) {
+            let size = g.jobs.len();
+            if let Some((shift, _)) = self.model.meta.calibration.group_shift(size)
+                && size > 2
+                && o.feasible
+            {
+                for (safe, speed) in o.safe_speeds.iter_mut().zip(&o.speeds) {
+                    *safe = group::shifted_p10(*safe, *speed, shift);
+                }
             }
         }
-        let asked = std::mem::take(&mut request.groups);
-        let predictions = predict::predict(&self.model, &self.registry, &request, None)
-            .map_err(|e| anyhow!("model {}: {e}", self.model.dir.display()))?;
-        let mut rest = predictions.get(n..).unwrap_or_default();
-        let mut composed = Vec::with_capacity(asked.len());
-        for g in &asked {
-            let size = g.jobs.len();
-            let (own, next) = rest.split_at(group::pairs_in(size).min(rest.len()));
-            rest = next;
-            let shift = self.model.meta.calibration.group_shift(size);
-            composed.push(group::compose(size, own, shift).ok_or_else(|| {
-                anyhow!(
-                    "model {}: a group's pairs are missing",
-                    self.model.dir.display()
-                )
-            })?);
-        }
-        group_outlooks(groups, &predictions[..n.min(predictions.len())], &composed)
+        Ok(out)
     }
 }
 
@@ -749,6 +774,14 @@ impl HttpPredictor {
         &self.client
     }
 
+    /// One `/v1/predict` call (with its retries), counted.
+    fn post(&mut self, body: &PredictRequest) -> Result<duet_core::api::PredictResponse> {
+        self.calls += 1;
+        self.client
+            .predict(body)
+            .map_err(|e| anyhow!("predictor {e:#}"))
+    }
+
     /// Changes the retry policy: `attempts` tries, waiting `first_backoff`, then twice that ...
     #[must_use]
     pub fn with_retries(mut self, attempts: u32, first_backoff: Duration) -> HttpPredictor {
@@ -766,11 +799,7 @@ impl Predictor for HttpPredictor {
         if queries.is_empty() {
             return Ok(Vec::new());
         }
-        self.calls += 1;
-        let answer = self
-            .client
-            .predict(&request(gpu, queries, &self.inline))
-            .map_err(|e| anyhow!("predictor {e:#}"))?;
+        let answer = self.post(&request(gpu, queries, &self.inline))?;
         if answer.predictions.len() != queries.len() {
             bail!(
                 "predictor {} answered {} predictions for {} pairs",
@@ -790,11 +819,7 @@ impl Predictor for HttpPredictor {
         if groups.is_empty() {
             return Ok(Vec::new());
         }
-        self.calls += 1;
-        let answer = self
-            .client
-            .predict(&group_request(gpu, groups, &self.inline))
-            .map_err(|e| anyhow!("predictor {e:#}"))?;
+        let answer = self.post(&group_request(gpu, groups, &self.inline))?;
         group_outlooks(groups, &answer.predictions, &answer.groups)
             .map_err(|e| anyhow!("predictor {}: {e}", self.client.url()))
     }
@@ -803,7 +828,6 @@ impl Predictor for HttpPredictor {
         if queries.is_empty() {
             return Ok(Vec::new());
         }
-        self.calls += 1;
         let body = PredictRequest {
             gpu: None,
             pairs: queries
@@ -819,10 +843,7 @@ impl Predictor for HttpPredictor {
                 .collect(),
             groups: Vec::new(),
         };
-        let answer = self
-            .client
-            .predict(&body)
-            .map_err(|e| anyhow!("predictor {e:#}"))?;
+        let answer = self.post(&body)?;
         if answer.predictions.len() != queries.len() {
             bail!(
                 "predictor {} answered {} predictions for {} pairs",
@@ -836,219 +857,4 @@ impl Predictor for HttpPredictor {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::path::{Path, PathBuf};
-
-    use super::*;
-
-    fn gavel() -> (PathBuf, Dataset) {
-        let dir = Path::new(
-            &std::env::var_os("CARGO_MANIFEST_DIR")
-                .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
-        )
-        .join("../datasets/gavel-v100");
-        let dataset = Dataset::read(&dir).expect("test input");
-        (dir, dataset)
-    }
-
-    #[test]
-    fn the_oracle_answers_both_directions_from_the_measured_pairs() {
-        let (dir, dataset) = gavel();
-        let oracle = Oracle::new(&dir, &dataset).expect("test input");
-        assert_eq!(oracle.gpu, "v100");
-        let pair = dataset
-            .pairs
-            .iter()
-            .find(|p| p.status == Status::Ok && p.a != p.b)
-            .expect("test input");
-        let sharing = oracle.sharings()[0];
-        let ab = oracle
-            .lookup(&pair.a, &pair.b, sharing)
-            .expect("test input");
-        let ba = oracle
-            .lookup(&pair.b, &pair.a, sharing)
-            .expect("test input");
-        let solo = |id: &str| dataset.workload(id).expect("test input").solo_throughput;
-        assert!((ab.speed_a - pair.throughput_a / solo(&pair.a)).abs() < 1e-12);
-        assert_eq!((ab.speed_a, ab.speed_b), (ba.speed_b, ba.speed_a));
-        assert!(ab.feasible);
-        let failed = dataset
-            .pairs
-            .iter()
-            .find(|p| p.status != Status::Ok)
-            .expect("test input");
-        assert!(
-            !oracle
-                .lookup(&failed.a, &failed.b, sharing)
-                .expect("test input")
-                .feasible
-        );
-        assert!(oracle.lookup("nobody", &pair.b, sharing).is_none());
-    }
-
-    #[test]
-    fn the_oracle_answers_a_measured_group_in_any_order_and_composes_the_others() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/cpu-dev2c-triples");
-        let dataset = Dataset::read(&dir).expect("test input");
-        let oracle = Oracle::new(&dir, &dataset).expect("test input");
-        assert!(
-            oracle.measured_groups() >= 50,
-            "{}",
-            oracle.measured_groups()
-        );
-        let g = dataset
-            .groups
-            .iter()
-            .find(|g| {
-                g.status == Status::Ok
-                    && g.jobs[0].workload != g.jobs[1].workload
-                    && g.jobs[1].workload != g.jobs[2].workload
-                    && g.jobs[0].workload != g.jobs[2].workload
-            })
-            .expect("a group of three distinct workloads");
-        let solo = |id: &str| dataset.workload(id).expect("test input").solo_throughput;
-        let repeats: Vec<&duet_core::dataset::Group> = dataset
-            .groups
-            .iter()
-            .filter(|h| h.setting_key() == g.setting_key())
-            .collect();
-        let measured = |w: &str| {
-            repeats
-                .iter()
-                .map(|h| {
-                    let j = h.jobs.iter().find(|j| j.workload == w).expect("in group");
-                    speed(j.throughput, solo(w))
-                })
-                .sum::<f64>()
-                / repeats.len() as f64
-        };
-        let names: Vec<&str> = g.jobs.iter().map(|j| j.workload.as_str()).collect();
-        for order in [[0, 1, 2], [2, 0, 1], [1, 2, 0]] {
-            let q = GroupQuery {
-                jobs: order.iter().map(|&k| names[k]).collect(),
-                mode: g.mode,
-                shares: None,
-            };
-            let (o, truth) = oracle.lookup_group(&q).expect("measured");
-            assert_eq!(truth, Truth::Measured);
-            for (w, s) in q.jobs.iter().zip(&o.speeds) {
-                assert!((s - measured(w)).abs() < 1e-12, "{w}: {s}");
-            }
-        }
-        // Four jobs were never measured together: composed from the measured pairs.
-        let mut four = names.clone();
-        four.push(names[0]);
-        let q = GroupQuery {
-            jobs: four,
-            mode: g.mode,
-            shares: None,
-        };
-        let (o, truth) = oracle.lookup_group(&q).expect("composed");
-        assert_eq!(truth, Truth::Composed);
-        let pairs: Vec<Outlook> = group::pairs_of(4)
-            .into_iter()
-            .map(|(i, j)| {
-                oracle
-                    .lookup(q.jobs[i], q.jobs[j], q.sharing(i, j))
-                    .expect("measured pair")
-            })
-            .collect();
-        assert_eq!(o, GroupOutlook::composed(4, &pairs));
-        assert!(o.speeds.iter().all(|s| *s > 0.0 && *s < 1.0), "{o:?}");
-        // A workload the dataset never ran: no truth.
-        let q = GroupQuery {
-            jobs: vec![names[0], names[1], "nobody"],
-            mode: g.mode,
-            shares: None,
-        };
-        assert!(oracle.lookup_group(&q).is_none());
-    }
-
-    #[test]
-    fn the_model_in_process_answers_groups_as_the_server_composes_them() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/default");
-        let mut model = ModelPredictor::load(&dir, EngineKind::Burn).expect("default model");
-        let (_, dataset) = gavel();
-        let ids: Vec<&str> = dataset
-            .workloads
-            .iter()
-            .take(3)
-            .map(|w| w.workload.as_str())
-            .collect();
-        let queries = [
-            GroupQuery {
-                jobs: ids.clone(),
-                mode: Mode::Space,
-                shares: None,
-            },
-            GroupQuery {
-                jobs: vec![ids[1], ids[0]],
-                mode: Mode::Space,
-                shares: None,
-            },
-        ];
-        let answered = model.predict_groups("v100", &queries).expect("groups");
-        let composed = groups_from_pairs(&mut model, "v100", &queries).expect("pairs");
-        assert_eq!(answered.len(), 2);
-        assert_eq!(answered[0].speeds.len(), 3);
-        // The default model was trained without groups: no group shift, so the two agree up to
-        // the answer's single precision.
-        for (a, c) in answered.iter().zip(&composed) {
-            assert_eq!(a.feasible, c.feasible);
-            for (x, y) in a
-                .speeds
-                .iter()
-                .chain(&a.safe_speeds)
-                .zip(c.speeds.iter().chain(&c.safe_speeds))
-            {
-                assert!((x - y).abs() < 1e-5 * y.max(1.0), "{x} vs {y}");
-            }
-        }
-    }
-
-    #[test]
-    fn a_dataset_without_a_successful_pair_is_refused() {
-        let (dir, mut dataset) = gavel();
-        dataset.pairs.retain(|p| p.status != Status::Ok);
-        let e = Oracle::new(&dir, &dataset)
-            .expect_err("must fail")
-            .to_string();
-        assert!(
-            e.contains("gavel-v100") && e.contains("no successful pair"),
-            "{e}"
-        );
-        dataset.pairs.clear();
-        assert!(Oracle::new(&dir, &dataset).is_err());
-    }
-
-    #[test]
-    fn an_unreachable_server_is_retried_then_named() {
-        // A port nobody listens on: bind, read the port, close.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("test input")
-            .local_addr()
-            .expect("test input")
-            .port();
-        let url = format!("http://127.0.0.1:{port}");
-        let mut p = HttpPredictor::new(&url, None, Duration::from_secs(2))
-            .with_retries(3, Duration::from_millis(10));
-        let sharing = Sharing {
-            mode: Mode::Space,
-            share_a: None,
-            share_b: None,
-        };
-        let e = p
-            .predict(
-                "v100",
-                &[Query {
-                    a: "x",
-                    b: "y",
-                    sharing,
-                }],
-            )
-            .expect_err("must fail")
-            .to_string();
-        assert!(e.contains(&url) && e.contains("after 3 attempts"), "{e}");
-        assert_eq!(p.calls, 1);
-    }
-}
+mod tests;
