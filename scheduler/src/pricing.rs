@@ -229,7 +229,7 @@ impl std::fmt::Display for Refusal {
             ),
             Refusal::Loses { gain } => write!(
                 f,
-                "together they add {gain:.2} of a job's weighted throughput, not more than the residents as they are"
+                "the placement adds {gain:.2} of a job's weighted throughput, not more than the residents as they are"
             ),
             Refusal::WaitIsShorter { wait_s, cost_s } => write!(
                 f,
