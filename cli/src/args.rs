@@ -89,6 +89,11 @@ pub struct KubeArgs {
     /// How long one /v1/predict call may take, seconds.
     #[arg(long, default_value_t = 2.0)]
     pub predict_timeout: f64,
+    /// Pods one GPU may hold (2 to 8): above 2, a pod may join a GPU whose two or more pods
+    /// share it under one mode, where the model predicts the group gains (the device plugin's
+    /// replicas must allow as many).
+    #[arg(long, default_value_t = 2)]
+    pub gpu_jobs: usize,
 }
 
 #[derive(Debug, clap::Args)]

@@ -46,6 +46,13 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// The mapping and the server's token, checked before anything starts.
 fn common(args: &KubeArgs) -> Result<(View, Option<String>, Duration)> {
+    if !(2..=duet_core::dataset::MAX_GROUP_SIZE).contains(&args.gpu_jobs) {
+        bail!(
+            "--gpu-jobs {}: a GPU holds 2 to {} pods (the largest group duet answers)",
+            args.gpu_jobs,
+            duet_core::dataset::MAX_GROUP_SIZE
+        );
+    }
     let map = DeviceMap::read(&args.devices)?;
     let token = read_token(args.token_file.as_deref())?;
     let timeout = seconds("--predict-timeout", args.predict_timeout)?;
@@ -60,6 +67,7 @@ pub fn extender(args: ExtenderArgs) -> Result<()> {
         token,
         predict_timeout,
         max_body_bytes: args.max_body_bytes,
+        gpu_jobs: args.kube.gpu_jobs,
     };
     logs();
     runtime()?.block_on(async {
@@ -86,7 +94,10 @@ pub fn schedule(args: ScheduleArgs) -> Result<()> {
             .as_deref()
             .map(|l| address("--listen", l))
             .transpose()?,
-        pricing: PricingConfig::default(),
+        pricing: PricingConfig {
+            gpu_jobs: args.kube.gpu_jobs,
+            ..PricingConfig::default()
+        },
     };
     logs();
     runtime()?.block_on(async {

@@ -230,13 +230,50 @@ fn predicted_value(server: &Server, a: &str, b: &str) -> f64 {
     sa - (1.0 - sb.min(1.0))
 }
 
+/// The pricing loop's value of `newcomer` joining two pods of `resident` that share a GPU in
+/// space sharing, from `duet predict`'s answer for the pair as it runs and the group of three
+/// (both predicted to fit): the newcomer's speed less what each resident loses.
+fn predicted_join_value(server: &Server, newcomer: &str, resident: &str) -> f64 {
+    let out = duet()
+        .args(["predict", "--server", &server.base, "--gpu", "v100"])
+        .args(["--mode", "space", "--json"])
+        .arg(format!("{newcomer},{resident},{resident}"))
+        .arg(format!("{resident},{resident}"))
+        .output()
+        .expect("duet predict");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(
+        answer["predictions"][0]["feasible"] == true && answer["groups"][0]["feasible"] == true,
+        "{answer}"
+    );
+    let now = answer["predictions"][0]["speed_a"]
+        .as_f64()
+        .expect("speed")
+        .min(1.0);
+    let jobs = &answer["groups"][0]["jobs"];
+    let speed = |k: usize| jobs[k]["speed"].as_f64().expect("speed");
+    speed(0) - 2.0 * (now - speed(1).min(now)).max(0.0)
+}
+
 /// `duet extender` listening on 127.0.0.1:`port` (0: the kernel's choice), its output in `log`
 /// in the control plane's folder; returns it with the port it logged once listening.
-fn start_extender(plane: &ControlPlane, server: &Server, port: u16, log: &str) -> (Process, u16) {
+fn start_extender(
+    plane: &ControlPlane,
+    server: &Server,
+    port: u16,
+    log: &str,
+    extra: &[&str],
+) -> (Process, u16) {
     let extender = Process::spawn(
         duet()
             .args(["extender", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--predictor", &server.base])
+            .args(extra)
             .arg("--devices")
             .arg(root().join("deploy/k8s/devices.toml"))
             .arg("--kubeconfig")
@@ -369,7 +406,7 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     rt.block_on(apply_rbac(&admin));
     let server = Server::start_with(&[]);
-    let (mut extender, ext_port) = start_extender(&plane, &server, 0, "extender-1.log");
+    let (mut extender, ext_port) = start_extender(&plane, &server, 0, "extender-1.log", &[]);
     let ext = |path: &str| format!("http://127.0.0.1:{ext_port}{path}");
     wait_for(
         "the extender is ready",
@@ -612,7 +649,14 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
         );
         delete_all(&pods).await;
     });
-    let (extender, _) = start_extender(&plane, &server, ext_port, "extender-2.log");
+    // From here on a GPU may hold three pods through the extender too.
+    let (extender, _) = start_extender(
+        &plane,
+        &server,
+        ext_port,
+        "extender-2.log",
+        &["--gpu-jobs", "3"],
+    );
     wait_for(
         "the extender is ready again",
         Duration::from_secs(60),
@@ -693,7 +737,7 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });
-    let schedule_once = |log: &str| {
+    let schedule_once = |log: &str, extra: &[&str]| {
         let out = duet()
             .args([
                 "schedule",
@@ -702,6 +746,7 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
                 "--predictor",
                 &server.base,
             ])
+            .args(extra)
             .arg("--devices")
             .arg(root().join("deploy/k8s/devices.toml"))
             .arg("--kubeconfig")
@@ -716,7 +761,7 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
         (stdout, stderr)
     };
     let took = Instant::now();
-    let (stdout, stderr) = schedule_once("schedule-1.log");
+    let (stdout, stderr) = schedule_once("schedule-1.log", &[]);
     eprintln!(
         "duet schedule --once --compare: {:.1} s",
         took.elapsed().as_secs_f64()
@@ -776,8 +821,184 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
             &[("duet.io/workload", newcomer)],
         ),
     ));
-    schedule_once("schedule-2.log");
+    schedule_once("schedule-2.log", &[]);
     rt.block_on(check_capacity(&admin, &batch_nodes));
+
+    // Three pods to a GPU: two pods of `shared` share each trio node's GPU in space sharing;
+    // a pod joins them only where a GPU may hold three and the model predicts the group gains.
+    let (joins, shared) = ("resnet-18-bs16", "transformer-bs32");
+    let (loses, crowded) = ("recommendation-bs512", "transformer-bs32");
+    let (gain, loss) = (
+        predicted_join_value(&server, joins, shared),
+        predicted_join_value(&server, loses, crowded),
+    );
+    assert!(gain > 0.1 && loss < 0.0, "{gain} {loss}");
+    rt.block_on(async {
+        for (node, resident, newcomer) in [("trio-a", shared, joins), ("trio-b", crowded, loses)] {
+            create_node(
+                &admin,
+                node,
+                "Tesla-V100-SXM2-16GB",
+                1,
+                3,
+                "time-slicing",
+                &[("duet-e2e/pool", node)],
+            )
+            .await;
+            for k in 1..=2 {
+                create(
+                    &pods,
+                    pod_spec(
+                        &format!("{node}-r{k}"),
+                        "default-scheduler",
+                        Some(node),
+                        1,
+                        node,
+                        &[
+                            ("duet.io/workload", resident),
+                            ("duet.io/gpu", "0"),
+                            ("duet.io/sharing", "space"),
+                        ],
+                    ),
+                )
+                .await;
+            }
+            create(
+                &pods,
+                pod_spec(
+                    &format!("{node}-new"),
+                    "duet",
+                    None,
+                    1,
+                    node,
+                    &[("duet.io/workload", newcomer)],
+                ),
+            )
+            .await;
+        }
+    });
+    schedule_once("schedule-pairs.log", &[]);
+    rt.block_on(async {
+        assert_eq!(bound_node(&pods, "trio-a-new", Duration::ZERO).await, None);
+        let why = event_saying(&admin, "trio-a-new", &["duet:"], Duration::from_secs(10)).await;
+        assert!(why.contains("every GPU holds 2 pods"), "{why}");
+    });
+    schedule_once("schedule-trio.log", &["--gpu-jobs", "3"]);
+    rt.block_on(async {
+        let node = bound_node(&pods, "trio-a-new", Duration::from_secs(10)).await;
+        assert_eq!(
+            node.as_deref(),
+            Some("trio-a"),
+            "the predicted gain {gain}; its Events: {:#?}",
+            events(&admin, "trio-a-new").await
+        );
+        let placed = pods.get("trio-a-new").await.expect("pod");
+        let annotations = placed.metadata.annotations.unwrap_or_default();
+        let of = |k: &str| annotations.get(k).map(String::as_str);
+        assert_eq!(of("duet.io/gpu"), Some("0"), "{annotations:?}");
+        assert_eq!(of("duet.io/sharing"), Some("space"), "{annotations:?}");
+        let beside = of("duet.io/beside").unwrap_or_default();
+        assert!(
+            beside.contains("trio-a-r1") && beside.contains("trio-a-r2"),
+            "{annotations:?}"
+        );
+        // The predicted loss keeps the other pod waiting, and its event says why.
+        assert_eq!(bound_node(&pods, "trio-b-new", Duration::ZERO).await, None);
+        let why = event_saying(
+            &admin,
+            "trio-b-new",
+            &["duet:", "GPU 0 with default/trio-b-r", "adds"],
+            Duration::from_secs(10),
+        )
+        .await;
+        assert!(why.contains("adds"), "{why}");
+    });
+    eprintln!("three to a GPU: joined where the model predicts {gain:.3}, refused at {loss:.3}");
+
+    // Through the stock scheduler and the extender (`--gpu-jobs 3`): the same join.
+    rt.block_on(async {
+        create_node(
+            &admin,
+            "trio-c",
+            "Tesla-V100-SXM2-16GB",
+            1,
+            3,
+            "time-slicing",
+            &[("duet-e2e/pool", "trio-c")],
+        )
+        .await;
+        for k in 1..=2 {
+            create(
+                &pods,
+                pod_spec(
+                    &format!("trio-c-r{k}"),
+                    "default-scheduler",
+                    Some("trio-c"),
+                    1,
+                    "trio-c",
+                    &[
+                        ("duet.io/workload", shared),
+                        ("duet.io/gpu", "0"),
+                        ("duet.io/sharing", "space"),
+                    ],
+                ),
+            )
+            .await;
+        }
+    });
+    let probe = serde_json::to_string(&json!({
+        "Pod": pod_spec("probe", "default-scheduler", None, 1, "trio-c",
+            &[("duet.io/workload", joins)]),
+        "NodeNames": ["trio-c"]
+    }))
+    .expect("json");
+    wait_for(
+        "the extender sees both residents of trio-c",
+        Duration::from_secs(10),
+        || {
+            let (_, answer) = post(&ext("/prioritize"), &probe);
+            let scores: Vec<Value> = serde_json::from_str(&answer).unwrap_or_default();
+            // A free GPU scores 10; joining the pair scores ten times its value.
+            scores.len() == 1 && scores[0]["Score"].as_i64().is_some_and(|s| s > 0 && s < 10)
+        },
+        || extender.tail(20),
+    );
+    rt.block_on(async {
+        create(
+            &pods,
+            pod_spec(
+                "trio-c-new",
+                "default-scheduler",
+                None,
+                1,
+                "trio-c",
+                &[("duet.io/workload", joins)],
+            ),
+        )
+        .await;
+        let node = bound_node(&pods, "trio-c-new", Duration::from_secs(30)).await;
+        assert_eq!(
+            node.as_deref(),
+            Some("trio-c"),
+            "{}",
+            kube_scheduler.tail(20)
+        );
+        let placed = pods.get("trio-c-new").await.expect("pod");
+        let annotations = placed.metadata.annotations.unwrap_or_default();
+        assert_eq!(
+            annotations.get("duet.io/sharing").map(String::as_str),
+            Some("space"),
+            "{annotations:?}"
+        );
+        let beside = annotations
+            .get("duet.io/beside")
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            beside.contains("trio-c-r1") && beside.contains("trio-c-r2"),
+            "{annotations:?}"
+        );
+    });
 
     // The API server down: the extender answers from its cache and says it is stale; the
     // scheduler waits, and binds once the API server is back.

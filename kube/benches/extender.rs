@@ -32,7 +32,7 @@ fn benches(c: &mut Criterion) {
         "judge one pod on 1,000 nodes of 8 GPUs (half running a pod)",
         |b| {
             b.iter(|| {
-                let survey = placement::survey(&cluster, &map, &known, &pod, &names);
+                let survey = placement::survey(&cluster, &map, &known, &pod, &names, 2);
                 let outlooks = survey.predict(&mut predictor).expect("predict");
                 black_box(survey.verdicts(&outlooks))
             });

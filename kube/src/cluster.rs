@@ -130,7 +130,12 @@ pub enum GpuUse {
     Alone {
         pod: String,
     },
-    /// Two pods, or a pod of several GPUs, or pods duet cannot place on a GPU: closed.
+    /// Two or more pods of one GPU each, every one placed by its annotations: a GPU that may
+    /// hold more (`duet schedule --gpu-jobs`) may take another.
+    Shared {
+        pods: Vec<String>,
+    },
+    /// A pod of several GPUs, or pods duet cannot place on a GPU: closed.
     Full,
 }
 
@@ -325,6 +330,14 @@ impl Cluster {
                 [(pod, true)] => GpuUse::Alone {
                     pod: pod.uid.clone(),
                 },
+                many if many.iter().all(|(pod, one)| {
+                    *one && pod.assignment.as_ref().is_some_and(|a| a.gpus.len() == 1)
+                }) =>
+                {
+                    GpuUse::Shared {
+                        pods: many.iter().map(|(pod, _)| pod.uid.clone()).collect(),
+                    }
+                }
                 _ => GpuUse::Full,
             })
             .collect()
@@ -402,7 +415,9 @@ pub(crate) mod tests {
             vec![
                 GpuUse::Alone { pod: "p4".into() },
                 GpuUse::Free,
-                GpuUse::Full,
+                GpuUse::Shared {
+                    pods: vec!["p1".into(), "p2".into()]
+                },
                 GpuUse::Alone { pod: "p3".into() },
             ]
         );

@@ -44,6 +44,8 @@ pub struct ExtenderConfig {
     pub predict_timeout: Duration,
     /// The largest body taken (a node list without `nodeCacheCapable` is large).
     pub max_body_bytes: usize,
+    /// Pods one GPU may hold (2: pairs).
+    pub gpu_jobs: usize,
 }
 
 /// What the extender's calls share.
@@ -53,6 +55,7 @@ pub struct Extender {
     known: RwLock<Known>,
     client: PredictClient,
     kube: Option<Client>,
+    gpu_jobs: usize,
 }
 
 impl std::fmt::Debug for Extender {
@@ -72,7 +75,15 @@ impl Extender {
             known: RwLock::new(Known::default()),
             client,
             kube,
+            gpu_jobs: 2,
         }
+    }
+
+    /// Lets a GPU hold up to `gpu_jobs` pods (2: pairs).
+    #[must_use]
+    pub fn with_gpu_jobs(mut self, gpu_jobs: usize) -> Extender {
+        self.gpu_jobs = gpu_jobs;
+        self
     }
 
     /// Replaces the catalogue of known workloads (tests and benchmarks).
@@ -119,13 +130,13 @@ impl Extender {
                 .known
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            placement::survey(&cluster, &self.view.map, &known, pod, nodes)
+            placement::survey(&cluster, &self.view.map, &known, pod, nodes, self.gpu_jobs)
         };
         if let Some(why) = &survey.unknown {
             self.metrics.unknown(why);
         }
         if survey.query_count() == 0 {
-            return Ok(survey.verdicts(&[]));
+            return Ok(survey.verdicts(&placement::Predicted::default()));
         }
         let client = self.client.clone();
         tokio::task::spawn_blocking(move || {
@@ -356,13 +367,11 @@ async fn bind_pod(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
     };
     let (assignment, shape) = x.choose(&pod, &args.node).await;
     let annotations = match (&assignment, &shape) {
-        (
-            Some(a),
-            Some(Shape::Beside {
-                resident, speed, ..
-            }),
-        ) => contract::assignment_annotations(a, Some(resident), Some(*speed)),
-        (Some(a), _) => contract::assignment_annotations(a, None, None),
+        (Some(a), Some(shape)) => {
+            let (beside, speed) = shape.beside();
+            contract::assignment_annotations(a, beside.as_deref(), speed)
+        }
+        (Some(a), None) => contract::assignment_annotations(a, None, None),
         (None, _) => Default::default(),
     };
     match bind::bind(&kube, &pod, &args.node, annotations).await {
@@ -370,11 +379,8 @@ async fn bind_pod(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
             if let Some(a) = assignment {
                 x.view.write().assume(pod, &args.node, a);
             }
-            x.metrics.bound(match shape {
-                Some(Shape::Whole { .. }) => "whole",
-                Some(Shape::Beside { .. }) => "beside",
-                None => "unjudged",
-            });
+            x.metrics
+                .bound(shape.as_ref().map_or("unjudged", Shape::kind));
             x.metrics
                 .request("bind", "ok", started.elapsed().as_secs_f64());
             answer(String::new()).into_response()
@@ -396,7 +402,7 @@ pub async fn serve(config: ExtenderConfig, view: View, kube: Client) -> Result<(
         config.predict_timeout,
     );
     view.spawn_watches(&kube);
-    let extender = Arc::new(Extender::new(view, client, Some(kube)));
+    let extender = Arc::new(Extender::new(view, client, Some(kube)).with_gpu_jobs(config.gpu_jobs));
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("--listen {}", config.listen))?;

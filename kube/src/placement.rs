@@ -8,10 +8,13 @@
 //! It runs in three steps so that no lock is held while the predictor answers: `survey` reads
 //! the cluster, `Survey::queries` are predicted, `Survey::verdicts` judges.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use anyhow::Result;
-use duet_scheduler::predictor::{InlineJobs, Outlook, Predictor, Query, Sharing, SharingKey};
+use anyhow::{Result, anyhow};
+use duet_core::dataset::Mode;
+use duet_scheduler::predictor::{
+    GroupOutlook, GroupQuery, InlineJobs, Outlook, Predictor, Query, Sharing, SharingKey,
+};
 use duet_scheduler::pricing::{self, PricingConfig, Resident, Waiting};
 
 use crate::cluster::{Cluster, GpuUse, PodInfo};
@@ -37,9 +40,42 @@ pub enum Shape {
         speed: f64,
         resident_speed: f64,
     },
+    /// With the two or more residents of `gpu` (`duet schedule --gpu-jobs` above 2), under their
+    /// mode; `share` is the pod's MPS share.
+    Join {
+        gpu: u32,
+        /// The residents, `namespace/name`.
+        residents: Vec<String>,
+        mode: Mode,
+        share: Option<f64>,
+        speed: f64,
+        resident_speeds: Vec<f64>,
+    },
 }
 
 impl Shape {
+    /// Its kind, for metrics: `whole`, `beside` or `join`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Shape::Whole { .. } => "whole",
+            Shape::Beside { .. } => "beside",
+            Shape::Join { .. } => "join",
+        }
+    }
+
+    /// The residents it shares a GPU with (`duet.io/beside`) and its predicted speed there.
+    pub fn beside(&self) -> (Option<String>, Option<f64>) {
+        match self {
+            Shape::Whole { .. } => (None, None),
+            Shape::Beside {
+                resident, speed, ..
+            } => (Some(resident.clone()), Some(*speed)),
+            Shape::Join {
+                residents, speed, ..
+            } => (Some(residents.join(",")), Some(*speed)),
+        }
+    }
+
     /// How the pod's annotations record it.
     pub fn assignment(&self) -> Assignment {
         match self {
@@ -52,6 +88,13 @@ impl Shape {
                 gpus: vec![*gpu],
                 sharing: Some(sharing.mode),
                 mps_share: sharing.share_a,
+            },
+            Shape::Join {
+                gpu, mode, share, ..
+            } => Assignment {
+                gpus: vec![*gpu],
+                sharing: Some(*mode),
+                mps_share: *share,
             },
         }
     }
@@ -92,6 +135,66 @@ struct Option_ {
     query: usize,
 }
 
+/// A place with the two or more residents of one GPU under their mode, waiting for the group's
+/// predictions as it runs (`now`) and with the pod first (`with`).
+#[derive(Debug, Clone)]
+struct JoinOption {
+    gpu: u32,
+    residents: Vec<Resident>,
+    names: Vec<String>,
+    mode: Mode,
+    share: Option<f64>,
+    now: usize,
+    with: usize,
+}
+
+/// A group asked of the predictor: device, jobs, mode, each job's MPS share.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupAsk {
+    pub device: String,
+    pub jobs: Vec<String>,
+    pub mode: Mode,
+    pub shares: Option<Vec<f64>>,
+}
+
+/// What the predictor said of a survey's pairs and groups, in the order asked.
+#[derive(Debug, Clone, Default)]
+pub struct Predicted {
+    pub pairs: Vec<Outlook>,
+    pub groups: Vec<GroupOutlook>,
+}
+
+/// `asks` predicted with one `predict_groups` call per device, answered in their order.
+pub fn predict_groups_on(
+    predictor: &mut dyn Predictor,
+    asks: &[GroupAsk],
+) -> Result<Vec<GroupOutlook>> {
+    let mut by_device: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, a) in asks.iter().enumerate() {
+        by_device.entry(a.device.as_str()).or_default().push(i);
+    }
+    let mut out = vec![None; asks.len()];
+    for (device, indices) in by_device {
+        let queries: Vec<GroupQuery<'_>> = indices
+            .iter()
+            .map(|&i| GroupQuery {
+                jobs: asks[i].jobs.iter().map(String::as_str).collect(),
+                mode: asks[i].mode,
+                shares: asks[i].shares.clone(),
+            })
+            .collect();
+        for (i, o) in indices
+            .into_iter()
+            .zip(predictor.predict_groups(device, &queries)?)
+        {
+            out[i] = Some(o);
+        }
+    }
+    out.into_iter()
+        .map(|o| o.ok_or_else(|| anyhow!("the predictor answered fewer groups than asked")))
+        .collect()
+}
+
 #[derive(Debug, Clone)]
 enum NodeSurvey {
     Neutral(String),
@@ -101,6 +204,7 @@ enum NodeSurvey {
         whole_share: Option<f64>,
         memory_mib: Option<f64>,
         options: Vec<Option_>,
+        joins: Vec<JoinOption>,
         /// Why GPUs with a resident offer nothing, before any prediction.
         closed: Vec<String>,
     },
@@ -112,6 +216,9 @@ pub struct Survey {
     job: Waiting,
     nodes: Vec<(String, NodeSurvey)>,
     queries: Vec<(String, String, String, Sharing)>,
+    groups: Vec<GroupAsk>,
+    /// Jobs one GPU may hold.
+    gpu_jobs: usize,
     /// The inline features its queries name.
     pub inline: InlineJobs,
     /// Why duet does not know the pod, on the first device where it does not.
@@ -137,7 +244,7 @@ pub fn resident(pod: &PodInfo, gpu: usize, key: String) -> Resident {
     let job = pod.job.clone().unwrap_or_else(|_| JobSpec::unknown());
     Resident {
         gpu,
-        mode: None,
+        mode: pod.assignment.as_ref().and_then(|a| a.sharing),
         workload: key,
         weight: job.priority,
         slo: job.objective,
@@ -146,18 +253,21 @@ pub fn resident(pod: &PodInfo, gpu: usize, key: String) -> Resident {
     }
 }
 
-/// Reads what `pod` could have on each of `nodes`.
+/// Reads what `pod` could have on each of `nodes`, where a GPU may hold `gpu_jobs` pods.
 pub fn survey(
     cluster: &Cluster,
     map: &DeviceMap,
     known: &Known,
     pod: &PodInfo,
     nodes: &[String],
+    gpu_jobs: usize,
 ) -> Survey {
     let mut out = Survey {
         job: waiting(pod, String::new()),
         nodes: Vec::with_capacity(nodes.len()),
         queries: Vec::new(),
+        groups: Vec::new(),
+        gpu_jobs,
         inline: known::inline_jobs([pod]),
         unknown: None,
     };
@@ -209,9 +319,30 @@ pub fn survey(
             .collect();
         let sharings = known.sharings(strategy);
         let mut options = Vec::new();
+        let mut joins = Vec::new();
         let mut closed = Vec::new();
         if pod.gpus <= 1 {
             for (g, u) in uses.iter().enumerate() {
+                #[allow(clippy::cast_possible_truncation)]
+                let gpu = g as u32;
+                if let GpuUse::Shared { pods } = u
+                    && pods.len() < gpu_jobs
+                {
+                    match join_options(cluster, known, device, &key, gpu, pods, &sharings) {
+                        Ok((found, asks, members)) => {
+                            let base = out.groups.len();
+                            out.groups.extend(asks);
+                            joins.extend(found.into_iter().map(|mut j| {
+                                j.now += base;
+                                j.with += base;
+                                j
+                            }));
+                            residents_inline.extend(members);
+                        }
+                        Err(why) => closed.push(format!("GPU {g}: {why}")),
+                    }
+                    continue;
+                }
                 let GpuUse::Alone { pod: uid } = u else {
                     continue;
                 };
@@ -283,6 +414,7 @@ pub fn survey(
                 whole_share: strategy.whole_share,
                 memory_mib: node.memory_mib,
                 options,
+                joins,
                 closed,
             },
         ));
@@ -291,10 +423,102 @@ pub fn survey(
     out
 }
 
+/// The places beside the residents `pods` of GPU `gpu` for the pod known as `key`: one per
+/// newcomer share of the residents' mode, with the groups to ask (as it runs first, then with
+/// the pod), and the residents' pods; or why there is none.
+#[allow(clippy::type_complexity)]
+fn join_options(
+    cluster: &Cluster,
+    known: &Known,
+    device: &str,
+    key: &str,
+    gpu: u32,
+    pods: &[String],
+    sharings: &[Sharing],
+) -> Result<(Vec<JoinOption>, Vec<GroupAsk>, Vec<PodInfo>), String> {
+    let mut members = Vec::new();
+    let mut residents = Vec::new();
+    for uid in pods {
+        let r = cluster
+            .pod(uid)
+            .ok_or_else(|| format!("with {uid}, not in duet's view"))?;
+        let r_key = known
+            .key(r, device)
+            .map_err(|why| format!("with {}, {why}", r.key()))?;
+        residents.push(resident(r, 0, r_key));
+        members.push(r.clone());
+    }
+    let names: Vec<String> = members.iter().map(PodInfo::key).collect();
+    let first = residents.first().and_then(|r| r.mode);
+    let Some(mode) = first.filter(|_| residents.iter().all(|r| r.mode == first)) else {
+        return Err(format!(
+            "held by {}, which share it under no one mode",
+            names.join(", ")
+        ));
+    };
+    let shares: Option<Vec<f64>> = residents.iter().map(|r| r.share).collect();
+    if mode == Mode::Mps && shares.is_none() {
+        return Err(format!(
+            "held by {} under mps, not every one with a known share",
+            names.join(", ")
+        ));
+    }
+    let jobs: Vec<String> = residents.iter().map(|r| r.workload.clone()).collect();
+    let mut asks = vec![GroupAsk {
+        device: device.to_string(),
+        jobs: jobs.clone(),
+        mode,
+        shares: shares.clone().filter(|_| mode == Mode::Mps),
+    }];
+    let mut found = Vec::new();
+    let mut seen = BTreeSet::new();
+    for sharing in sharings.iter().filter(|s| s.mode == mode) {
+        if !seen.insert(sharing.share_a.map(f64::to_bits)) {
+            continue;
+        }
+        let with_shares = match (mode, sharing.share_a, &shares) {
+            (Mode::Mps, Some(own), Some(theirs)) => {
+                Some(std::iter::once(own).chain(theirs.iter().copied()).collect())
+            }
+            (Mode::Mps, _, _) => continue,
+            _ => None,
+        };
+        asks.push(GroupAsk {
+            device: device.to_string(),
+            jobs: std::iter::once(key.to_string())
+                .chain(jobs.iter().cloned())
+                .collect(),
+            mode,
+            shares: with_shares,
+        });
+        found.push(JoinOption {
+            gpu,
+            residents: residents.clone(),
+            names: names.clone(),
+            mode,
+            share: sharing.share_a,
+            now: 0,
+            with: asks.len() - 1,
+        });
+    }
+    if found.is_empty() {
+        return Err(format!(
+            "held by {} under {mode}, which no sharing the model predicts here continues",
+            names.join(", ")
+        ));
+    }
+    Ok((found, asks, members))
+}
+
 impl Survey {
-    /// How many pairs it asks the predictor about.
+    /// How many pairs and groups it asks the predictor about.
     pub fn query_count(&self) -> usize {
-        self.queries.len()
+        self.queries.len() + self.groups.len()
+    }
+
+    /// Its groups, each with its device.
+    pub fn owned_groups(&self) -> Vec<GroupAsk> {
+        self.groups.clone()
     }
 
     /// Its pairs: device, the pod's id, the resident's id, the sharing.
@@ -302,8 +526,19 @@ impl Survey {
         self.queries.clone()
     }
 
-    /// Its pairs' outlooks, in one predictor call (none where it has no pair).
-    pub fn predict(&self, predictor: &mut dyn Predictor) -> Result<Vec<Outlook>> {
+    /// Its pairs' outlooks in one predictor call (none where it has no pair), and its groups'
+    /// in one more per device (none where it has no group).
+    pub fn predict(&self, predictor: &mut dyn Predictor) -> Result<Predicted> {
+        let pairs = self.predict_pairs(predictor)?;
+        let groups = if self.groups.is_empty() {
+            Vec::new()
+        } else {
+            predict_groups_on(predictor, &self.groups)?
+        };
+        Ok(Predicted { pairs, groups })
+    }
+
+    fn predict_pairs(&self, predictor: &mut dyn Predictor) -> Result<Vec<Outlook>> {
         let queries: Vec<(&str, Query<'_>)> = self
             .queries
             .iter()
@@ -321,21 +556,23 @@ impl Survey {
         predictor.predict_on(&queries)
     }
 
-    /// Each node's verdict, given the outlooks of `queries` in order.
-    pub fn verdicts(&self, outlooks: &[Outlook]) -> Vec<(String, Verdict)> {
+    /// Each node's verdict, given what was predicted of its pairs and groups.
+    pub fn verdicts(&self, outlooks: &Predicted) -> Vec<(String, Verdict)> {
         self.nodes
             .iter()
             .map(|(name, survey)| (name.clone(), self.verdict(survey, outlooks)))
             .collect()
     }
 
-    fn verdict(&self, survey: &NodeSurvey, outlooks: &[Outlook]) -> Verdict {
+    fn verdict(&self, survey: &NodeSurvey, predicted: &Predicted) -> Verdict {
+        let outlooks = &predicted.pairs;
         let NodeSurvey::Judged {
             gpus,
             free,
             whole_share,
             memory_mib,
             options,
+            joins,
             closed,
         } = survey
         else {
@@ -389,6 +626,39 @@ impl Survey {
                 )),
             }
         }
+        for j in joins {
+            let (Some(now), Some(with)) =
+                (predicted.groups.get(j.now), predicted.groups.get(j.with))
+            else {
+                continue;
+            };
+            let members: Vec<&Resident> = j.residents.iter().collect();
+            match pricing::value_among(job, &members, now, with, 0, &config) {
+                Ok(value) => {
+                    let value = value / job.weight;
+                    if best.as_ref().is_none_or(|(v, _)| value > *v) {
+                        best = Some((
+                            value,
+                            Shape::Join {
+                                gpu: j.gpu,
+                                residents: j.names.clone(),
+                                mode: j.mode,
+                                share: j.share,
+                                speed: with.speeds[0],
+                                resident_speeds: with.speeds[1..].to_vec(),
+                            },
+                        ));
+                    }
+                }
+                Err(refusal) => refusals.push(format!(
+                    "GPU {} with {} ({}{}): {refusal}",
+                    j.gpu,
+                    j.names.join(", "),
+                    j.mode,
+                    j.share.map_or(String::new(), |s| format!(" {s}%"))
+                )),
+            }
+        }
         match best {
             Some((value, shape)) => Verdict::Fits { value, shape },
             None => {
@@ -401,7 +671,10 @@ impl Survey {
                     let full = gpus.saturating_sub(u32::try_from(free.len()).unwrap_or(0));
                     let judged = refusals.len();
                     if judged == 0 && full > 0 {
-                        why.push_str("; every GPU holds two pods or one of several GPUs");
+                        why.push_str(&format!(
+                            "; every GPU holds {} pods or one of several GPUs",
+                            self.gpu_jobs
+                        ));
                     }
                     for r in refusals.iter().take(3) {
                         why.push_str("; ");
@@ -479,10 +752,80 @@ mod tests {
         p: &PodInfo,
         table: &mut Table,
     ) -> Vec<(String, Verdict)> {
+        judge_with(cluster, known, p, table, 2)
+    }
+
+    fn judge_with(
+        cluster: &Cluster,
+        known: &Known,
+        p: &PodInfo,
+        table: &mut Table,
+        gpu_jobs: usize,
+    ) -> Vec<(String, Verdict)> {
         let nodes: Vec<String> = cluster.nodes().map(|n| n.name.clone()).collect();
-        let s = survey(cluster, &map(), known, p, &nodes);
+        let s = survey(cluster, &map(), known, p, &nodes, gpu_jobs);
         let outlooks = s.predict(table).expect("predict");
         s.verdicts(&outlooks)
+    }
+
+    #[test]
+    fn a_third_pod_joins_two_that_share_a_gpu_only_where_the_gpu_may_hold_three() {
+        let mut c = Cluster::default();
+        c.apply_node(node("trio", 1));
+        for r in ["r1", "r2"] {
+            let mut p = on(pod(r, Some("trio"), 1, "x"), 0);
+            if let Some(a) = p.assignment.as_mut() {
+                a.sharing = Some(Mode::Space);
+            }
+            c.apply_pod(p);
+        }
+        let known = Known::of(&[("w", &["v100"]), ("x", &["v100"])]);
+        let mut table = Table(
+            [
+                (("w".into(), "x".into()), [0.9, 0.9, 0.9, 0.9]),
+                (("x".into(), "x".into()), [0.8, 0.8, 0.8, 0.8]),
+            ]
+            .into_iter()
+            .collect(),
+            0,
+        );
+        let newcomer = pod("p", None, 1, "w");
+        let v = judge_with(&c, &known, &newcomer, &mut table, 2);
+        let Verdict::Fails(why) = &v[0].1 else {
+            panic!("{v:?}")
+        };
+        assert!(why.contains("every GPU holds 2 pods"), "{why}");
+        // Three to a GPU: w runs at 1 / (1 + 2/9) = 0.818 with the pair, each x at
+        // 1 / (1 + 1/9 + 1/4) = 0.735 instead of 0.8: worth 0.818 - 2 (0.8 - 0.735) = 0.69.
+        let v = judge_with(&c, &known, &newcomer, &mut table, 3);
+        let Verdict::Fits { value, shape } = &v[0].1 else {
+            panic!("{v:?}")
+        };
+        let each = 1.0 / (1.0 + 1.0 / 9.0 + 0.25);
+        assert!((value - (1.0 / (1.0 + 2.0 / 9.0) - 2.0 * (0.8 - each))).abs() < 1e-9);
+        let Shape::Join {
+            gpu,
+            residents,
+            mode,
+            share,
+            ..
+        } = shape
+        else {
+            panic!("{shape:?}")
+        };
+        assert_eq!((*gpu, *mode, *share), (0, Mode::Space, None));
+        assert_eq!(residents, &["ns/r1".to_string(), "ns/r2".to_string()]);
+        assert_eq!(shape.assignment().sharing, Some(Mode::Space));
+        // Two pods that share a GPU under no one mode take nobody, and the verdict says why.
+        let mut c = Cluster::default();
+        c.apply_node(node("trio", 1));
+        c.apply_pod(on(pod("r1", Some("trio"), 1, "x"), 0));
+        c.apply_pod(on(pod("r2", Some("trio"), 1, "x"), 0));
+        let v = judge_with(&c, &known, &newcomer, &mut table, 3);
+        let Verdict::Fails(why) = &v[0].1 else {
+            panic!("{v:?}")
+        };
+        assert!(why.contains("under no one mode"), "{why}");
     }
 
     #[test]

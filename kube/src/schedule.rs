@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use duet_scheduler::client::PredictClient;
-use duet_scheduler::predictor::{HttpPredictor, Outlook, Predictor, Query};
+use duet_scheduler::predictor::{
+    GroupOutlook, GroupQuery, HttpPredictor, Outlook, Predictor, Query,
+};
 use duet_scheduler::pricing::{self, FreeNode, Placement, PricingConfig, Waiting};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
@@ -40,7 +42,7 @@ pub struct Bound {
     pub node: String,
     pub shape: Shape,
     /// What it adds to the cluster's predicted weighted throughput: its weight alone, or its
-    /// weighted speed minus what the resident loses.
+    /// weighted speed minus what the residents lose.
     pub value: f64,
 }
 
@@ -99,6 +101,36 @@ impl Predictor for KnownOnly<'_> {
         let subset: Vec<Query<'_>> = asked.iter().map(|&i| queries[i]).collect();
         self.asked += subset.len();
         for (i, o) in asked.into_iter().zip(self.inner.predict(gpu, &subset)?) {
+            out[i] = o;
+        }
+        Ok(out)
+    }
+
+    fn predict_groups(
+        &mut self,
+        gpu: &str,
+        groups: &[GroupQuery<'_>],
+    ) -> Result<Vec<GroupOutlook>> {
+        let asked: Vec<usize> = (0..groups.len())
+            .filter(|&i| groups[i].jobs.iter().all(|j| self.keys.contains(*j)))
+            .collect();
+        let mut out: Vec<GroupOutlook> = groups
+            .iter()
+            .map(|g| GroupOutlook {
+                feasible: false,
+                speeds: vec![0.0; g.jobs.len()],
+                safe_speeds: vec![0.0; g.jobs.len()],
+            })
+            .collect();
+        if asked.is_empty() {
+            return Ok(out);
+        }
+        let subset: Vec<GroupQuery<'_>> = asked.iter().map(|&i| groups[i].clone()).collect();
+        self.asked += subset.len();
+        for (i, o) in asked
+            .into_iter()
+            .zip(self.inner.predict_groups(gpu, &subset)?)
+        {
             out[i] = o;
         }
         Ok(out)
@@ -203,6 +235,8 @@ fn round_on(
     let mut residents = Vec::new();
     let mut keys: HashSet<String> = HashSet::new();
     let mut resident_pods: HashMap<usize, PodInfo> = HashMap::new();
+    // Pods of the round's residents, by their index in `residents`.
+    let mut resident_of: Vec<PodInfo> = Vec::new();
     for (n, name) in nodes.iter().enumerate() {
         let Some(node) = local.node(name) else {
             continue;
@@ -219,10 +253,27 @@ fn round_on(
                     if let Ok(key) = known.key(r, device) {
                         keys.insert(key.clone());
                         residents.push(placement::resident(r, index, key));
+                        resident_of.push(r.clone());
                         resident_pods.insert(index, r.clone());
                     }
                 }
-                GpuUse::Full => {}
+                // Several residents take another only where the GPU may hold more and duet
+                // knows every one of them.
+                GpuUse::Shared { pods } if pods.len() < config.gpu_jobs => {
+                    let group: Vec<(&PodInfo, String)> = pods
+                        .iter()
+                        .filter_map(|p| local.pod(p))
+                        .filter_map(|r| known.key(r, device).ok().map(|k| (r, k)))
+                        .collect();
+                    if group.len() == pods.len() {
+                        for (r, key) in group {
+                            keys.insert(key.clone());
+                            residents.push(placement::resident(r, index, key));
+                            resident_of.push(r.clone());
+                        }
+                    }
+                }
+                GpuUse::Shared { .. } | GpuUse::Full => {}
             }
         }
         if !node_free.is_empty() {
@@ -317,8 +368,32 @@ fn round_on(
                     weight * speed - r_weight * (1.0 - resident_speed.min(1.0)),
                 )
             }
-            // The cluster's residents are one per GPU here (`gpu_jobs` 2): never offered.
-            Placement::Join { .. } => continue,
+            Placement::Join {
+                gpu,
+                mode,
+                share,
+                speed,
+                resident_speeds,
+                value,
+            } => {
+                let (n, g) = gpu_at[gpu];
+                let residents = resident_speeds
+                    .iter()
+                    .map(|(i, _)| resident_of[*i].key())
+                    .collect();
+                (
+                    nodes[n].clone(),
+                    Shape::Join {
+                        gpu: g,
+                        residents,
+                        mode,
+                        share,
+                        speed,
+                        resident_speeds: resident_speeds.iter().map(|(_, s)| *s).collect(),
+                    },
+                    value,
+                )
+            }
         };
         local.assume(pod.clone(), &node, shape.assignment());
         placed.push(d.job);
@@ -372,6 +447,7 @@ pub fn explain(
     known: &Known,
     pods: &[PodInfo],
     predictor: &mut dyn Predictor,
+    gpu_jobs: usize,
 ) -> Result<Vec<String>> {
     let gpu_nodes: Vec<&NodeInfo> = after
         .nodes()
@@ -390,18 +466,20 @@ pub fn explain(
     let surveys: Vec<placement::Survey> = pods
         .iter()
         .zip(&eligible)
-        .map(|(p, nodes)| placement::survey(after, map, known, p, nodes))
+        .map(|(p, nodes)| placement::survey(after, map, known, p, nodes, gpu_jobs))
         .collect();
     let mut inline = known::inline_jobs(pods);
     for s in &surveys {
         inline.extend(s.inline.clone());
     }
     let mut all = Vec::new();
+    let mut groups = Vec::new();
     let mut spans = Vec::new();
     for s in &surveys {
-        let start = all.len();
+        let (start, group_start) = (all.len(), groups.len());
         all.extend(s.owned_queries());
-        spans.push(start..all.len());
+        groups.extend(s.owned_groups());
+        spans.push((start..all.len(), group_start..groups.len()));
     }
     let queries: Vec<(&str, Query<'_>)> = all
         .iter()
@@ -417,6 +495,11 @@ pub fn explain(
         })
         .collect();
     let outlooks = predictor.predict_on(&queries)?;
+    let group_outlooks = if groups.is_empty() {
+        Vec::new()
+    } else {
+        placement::predict_groups_on(predictor, &groups)?
+    };
     Ok(surveys
         .iter()
         .zip(spans)
@@ -444,7 +527,13 @@ pub fn explain(
                         nodes.len()
                     )
                 }
-                None => summarise(&s.verdicts(&outlooks[span]), nodes.len()),
+                None => {
+                    let predicted = placement::Predicted {
+                        pairs: outlooks[span.0].to_vec(),
+                        groups: group_outlooks[span.1].to_vec(),
+                    };
+                    summarise(&s.verdicts(&predicted), nodes.len())
+                }
             };
             if excluded > 0 {
                 why.push_str(&format!(
@@ -672,7 +761,14 @@ async fn step(
             .filter(|p| batch.unplaced.contains(&p.uid))
             .cloned()
             .collect();
-        let reasons = explain(&after, &map, &k, &unplaced, &mut predictor)?;
+        let reasons = explain(
+            &after,
+            &map,
+            &k,
+            &unplaced,
+            &mut predictor,
+            pricing.gpu_jobs,
+        )?;
         Ok((
             batch,
             alone,
@@ -687,20 +783,13 @@ async fn step(
         let Some(pod) = view.read().pod(&b.pod).cloned() else {
             continue;
         };
-        let (beside, speed) = match &b.shape {
-            Shape::Beside {
-                resident, speed, ..
-            } => (Some(resident.as_str()), Some(*speed)),
-            Shape::Whole { .. } => (None, None),
-        };
-        let annotations = contract::assignment_annotations(&b.shape.assignment(), beside, speed);
+        let (beside, speed) = b.shape.beside();
+        let annotations =
+            contract::assignment_annotations(&b.shape.assignment(), beside.as_deref(), speed);
         match bind::bind(kube, &pod, &b.node, annotations).await {
             Ok(()) => {
                 view.write().assume(pod, &b.node, b.shape.assignment());
-                metrics.bound(match b.shape {
-                    Shape::Whole { .. } => "whole",
-                    Shape::Beside { .. } => "beside",
-                });
+                metrics.bound(b.shape.kind());
                 told.remove(&b.pod);
                 bound += 1;
             }
@@ -764,4 +853,76 @@ async fn step(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use duet_core::dataset::Mode;
+
+    use super::*;
+    use crate::cluster::tests::{node, pod};
+    use crate::contract::Assignment;
+
+    /// Every pair at 0.9 apart from `x` beside `x` at 0.8: a third pod gains beside two `x`.
+    #[derive(Debug)]
+    struct Flat;
+
+    impl Predictor for Flat {
+        fn describe(&self) -> String {
+            "flat".into()
+        }
+        fn predict(&mut self, _gpu: &str, queries: &[Query<'_>]) -> Result<Vec<Outlook>> {
+            Ok(queries
+                .iter()
+                .map(|q| {
+                    let s = if q.a == "x" && q.b == "x" { 0.8 } else { 0.9 };
+                    Outlook {
+                        feasible: true,
+                        speed_a: s,
+                        speed_b: s,
+                        safe_speed_a: s,
+                        safe_speed_b: s,
+                    }
+                })
+                .collect())
+        }
+    }
+
+    #[test]
+    fn a_pod_joins_a_gpu_two_pods_share_where_it_may_hold_three() {
+        let mut c = Cluster::default();
+        c.apply_node(node("trio", 1));
+        for r in ["r1", "r2"] {
+            let mut p = pod(r, Some("trio"), 1, "x");
+            p.assignment = Some(Assignment {
+                gpus: vec![0],
+                sharing: Some(Mode::Space),
+                mps_share: None,
+            });
+            c.apply_pod(p);
+        }
+        let map = DeviceMap::parse(
+            "[[device]]\nmatch = \"V100\"\ndevice = \"v100\"\n[[strategy]]\nname = \"mps\"\nsharings = [{ mode = \"space\" }]",
+        )
+        .expect("valid");
+        let known = Known::of(&[("w", &["v100"]), ("x", &["v100"])]);
+        let pending = [pod("p", None, 1, "w")];
+        let run = |gpu_jobs: usize| {
+            let config = PricingConfig {
+                gpu_jobs,
+                ..PricingConfig::default()
+            };
+            plan(&c, &map, &known, &pending, &mut Flat, &config).expect("plan")
+        };
+        assert!(run(2).bound.is_empty());
+        let three = run(3);
+        let [b] = &three.bound[..] else {
+            panic!("{three:?}")
+        };
+        let Shape::Join { residents, .. } = &b.shape else {
+            panic!("{b:?}")
+        };
+        assert_eq!(residents, &["ns/r1".to_string(), "ns/r2".to_string()]);
+        assert_eq!(b.node, "trio");
+    }
 }

@@ -96,6 +96,9 @@ pub enum Placement {
         /// Each resident's predicted speed in the group: (its index in the round's residents,
         /// speed).
         resident_speeds: Vec<(usize, f64)>,
+        /// What it adds to the predicted weighted throughput: the newcomer's weighted speed
+        /// less every resident's loss against the group as it runs.
+        value: f64,
     },
 }
 
@@ -690,7 +693,7 @@ pub fn round(
             }
         } else {
             let host = &hosts[object - n_empty];
-            let Some(Some((_, offer))) = class_of_host[object - n_empty].map(|c| &values[j][c])
+            let Some(Some((value, offer))) = class_of_host[object - n_empty].map(|c| &values[j][c])
             else {
                 continue;
             };
@@ -712,6 +715,7 @@ pub fn round(
                         .zip(&group_outlooks[*query].speeds[1..])
                         .map(|((i, _), s)| (*i, *s))
                         .collect(),
+                    value: *value,
                 },
             }
         };

@@ -384,6 +384,7 @@ fn a_third_job_joins_a_shared_gpu_only_where_the_gpu_may_hold_three() {
         share,
         speed,
         resident_speeds,
+        value,
     } = &d.placement
     else {
         panic!("{d:?}")
@@ -392,9 +393,15 @@ fn a_third_job_joins_a_shared_gpu_only_where_the_gpu_may_hold_three() {
     assert!((speed - 1.0 / (1.0 + 2.0 / 9.0)).abs() < 1e-9, "{speed}");
     let indices: BTreeSet<usize> = resident_speeds.iter().map(|(i, _)| *i).collect();
     assert_eq!(indices, BTreeSet::from([0, 1]));
+    let each = 1.0 / (1.0 + 1.0 / 9.0 + 0.25);
     for (_, s) in resident_speeds {
-        assert!((s - 1.0 / (1.0 + 1.0 / 9.0 + 0.25)).abs() < 1e-9, "{s}");
+        assert!((s - each).abs() < 1e-9, "{s}");
     }
+    // Its weighted speed less what each resident loses against the pair as it runs (0.8).
+    assert!(
+        (value - (speed - 2.0 * (0.8 - each))).abs() < 1e-9,
+        "{value}"
+    );
     // A GPU already holding three takes nobody at three.
     let mut three = residents.to_vec();
     three.push(three[0].clone());
