@@ -3,6 +3,7 @@
 //! measures the real HTTP path against a running server):
 //! - the extender's judgement of one pending pod on 1,000 nodes of 8 GPUs, half of them running a
 //!   pod (the survey, one prediction call, the verdicts: what filter and prioritize do);
+//! - the same where two GPUs of every node are shared by a pair and a GPU may hold three pods;
 //! - `duet schedule`'s step over 200 pending pods on 512 GPUs (64 nodes), to quiescence.
 //!
 //! `cargo bench -p duet-kube --bench extender --profile dev`
@@ -33,6 +34,18 @@ fn benches(c: &mut Criterion) {
         |b| {
             b.iter(|| {
                 let survey = placement::survey(&cluster, &map, &known, &pod, &names, 2);
+                let outlooks = survey.predict(&mut predictor).expect("predict");
+                black_box(survey.verdicts(&outlooks))
+            });
+        },
+    );
+
+    let shared = synthetic::shared_cluster(1000, &ids);
+    c.bench_function(
+        "judge one pod on 1,000 nodes of 8 GPUs (two shared by pairs, two by one pod), 3 per GPU",
+        |b| {
+            b.iter(|| {
+                let survey = placement::survey(&shared, &map, &known, &pod, &names, 3);
                 let outlooks = survey.predict(&mut predictor).expect("predict");
                 black_box(survey.verdicts(&outlooks))
             });

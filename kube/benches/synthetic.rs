@@ -97,6 +97,34 @@ pub fn cluster(nodes: usize, ids: &[String]) -> Cluster {
     c
 }
 
+/// The same cluster with the first two GPUs of every node each shared by two pods in space
+/// sharing (a GPU that may take a third pod where `--gpu-jobs` allows).
+pub fn shared_cluster(nodes: usize, ids: &[String]) -> Cluster {
+    let mut c = cluster(nodes, ids);
+    let mut rng = Rng::new(19);
+    for n in 0..nodes {
+        let name = format!("node-{n:04}");
+        for g in 0..2 {
+            let first = format!("r-{n}-{g}");
+            if let Some(mut p) = c.pod(&first).cloned() {
+                if let Some(a) = p.assignment.as_mut() {
+                    a.sharing = Some(Mode::Space);
+                }
+                c.apply_pod(p);
+            }
+            let workload = ids[rng.below(ids.len())].clone();
+            let mut p = pod(format!("s-{n}-{g}"), Some(name.clone()), workload, &mut rng);
+            p.assignment = Some(Assignment {
+                gpus: vec![g],
+                sharing: Some(Mode::Space),
+                mps_share: None,
+            });
+            c.apply_pod(p);
+        }
+    }
+    c
+}
+
 /// `count` pending pods, in arrival order.
 pub fn pending(count: usize, ids: &[String]) -> Vec<PodInfo> {
     let mut rng = Rng::new(23);
