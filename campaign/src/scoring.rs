@@ -88,8 +88,8 @@ fn feasible_settings(datasets: &[Dataset]) -> usize {
 impl Scorer {
     /// Fits the model on every measured setting of `known` and `priors` (earlier datasets:
     /// more to learn from, never candidates). `calibrated`: the final-only fit as `duet train
-    /// --final-only` ships it (an ensemble to calibrate the p90 split-conformally, then the
-    /// refit); otherwise the refit's networks alone, uncalibrated (half the cost; enough for
+    /// --final-only` ships it (an ensemble per calibration fold to calibrate the p90
+    /// cross-conformally, then the refit); otherwise the refit's networks alone, uncalibrated (half the cost; enough for
     /// the members' disagreement and the point predictions). None where too little is known
     /// to fit anything: fewer than [`MIN_FEASIBLE_SETTINGS`] feasible settings in `known` and in
     /// `priors`.

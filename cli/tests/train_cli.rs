@@ -456,9 +456,10 @@ fn read_meta(dir: &Path) -> Value {
     serde_json::from_str(&fs::read_to_string(dir.join("model.json")).expect("read")).expect("json")
 }
 
-/// `--final-only` on a committed dataset: the same networks as a full run, split-conformal
-/// shifts where the full run's are cross-conformal (on every pair and workload), no metrics, an `evaluation` that says so, and a folder the server's model crate loads and
-/// predicts with.
+/// `--final-only` on a committed dataset: the same networks as a full run, shifts from its own
+/// calibration folds where the full run's come from the evaluation's (both on every pair and
+/// workload), no metrics, an `evaluation` that says so, and a folder the server's model crate
+/// loads and predicts with.
 #[test]
 fn final_only_trains_the_shipped_model_alone_and_it_serves() {
     use duet_core::api::PredictRequest;
@@ -523,20 +524,19 @@ fn final_only_trains_the_shipped_model_alone_and_it_serves() {
     // Another calibration is another model: the version says so.
     assert_ne!(meta["version"], full_meta["version"]);
     let (fast_cal, full_cal) = (&meta["calibration"], &full_meta["calibration"]);
-    assert_eq!(fast_cal["method"], "split-conformal");
+    assert_eq!(
+        fast_cal["method"],
+        "cross-conformal over the final fit's folds"
+    );
     assert_eq!(full_cal["method"], "cross-conformal");
+    // Every workload held out in one of the five folds, and every unordered pair of the others:
+    // far more than a split's hold-out of 10% of the 21 pairs (3) and 15% of the 6 workloads (1).
+    let groups = |c: &Value, kind: &str| c[kind]["groups"].as_u64().expect("groups");
+    assert!(groups(fast_cal, "known") > 3, "{fast_cal}");
+    assert!(groups(fast_cal, "new") > 1, "{fast_cal}");
     for kind in ["known", "new"] {
-        let rows = |c: &Value| c[kind]["rows"].as_u64().expect("rows");
-        let groups = |c: &Value| c[kind]["groups"].as_u64().expect("groups");
-        assert!(
-            rows(full_cal) > rows(fast_cal),
-            "{kind}: {full_cal} {fast_cal}"
-        );
-        assert!(
-            groups(full_cal) > groups(fast_cal),
-            "{kind}: {full_cal} {fast_cal}"
-        );
         assert!(full_cal[kind]["shift"].as_f64().expect("shift").is_finite());
+        assert!(fast_cal[kind]["shift"].as_f64().expect("shift").is_finite());
     }
     // Every pair is a known-workload group: enough rows and groups for the 90% bound.
     assert!(full_cal["known"].get("fallback").is_none(), "{full_cal}");

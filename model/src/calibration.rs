@@ -71,6 +71,10 @@ pub struct Calibration {
 pub const CROSS_CONFORMAL: &str = "cross-conformal";
 /// `Calibration::method` of a model whose shifts come from rows held out inside the final fit.
 pub const SPLIT_CONFORMAL: &str = "split-conformal";
+/// `Calibration::method` of a final-only fit calibrated on folds of its own rows: every
+/// workload and every unordered pair held out once, each fold's ensemble scoring what it did
+/// not see (`duet train --final-only`, budgeted campaigns).
+pub const FOLDED_CONFORMAL: &str = "cross-conformal over the final fit's folds";
 
 /// The two shifts of one device.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use burn::backend::{Autodiff, Flex};
 use duet_core::api::Calibration as Kind;
 use duet_core::dataset::Dataset;
-use duet_model::calibration::{Calibration, SPLIT_CONFORMAL};
+use duet_model::calibration::{Calibration, FOLDED_CONFORMAL, SPLIT_CONFORMAL};
 use duet_model::encoding::{FeatureSpec, IDENTITY, JobFeatures, job_features};
 use duet_model::network::{
     Mlp, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig, TrainDevice, TrainOutcome, ensemble_forward,
@@ -153,13 +153,7 @@ impl Corpus {
     /// Calibration rows are used for nothing else: no member trains or early-stops on them.
     pub fn calibration_split(&self, rows: &[usize], seed: u64) -> CalibrationSplit {
         let mut rng = Rng::new(seed ^ 0xCA1B_0A7E);
-        let mut ids: Vec<&str> = rows
-            .iter()
-            .flat_map(|&i| [self.examples[i].a.as_str(), self.examples[i].b.as_str()])
-            .collect::<BTreeSet<&str>>()
-            .into_iter()
-            .collect();
-        rng.shuffle(&mut ids);
+        let ids = self.shuffled_workloads(rows, &mut rng);
         #[allow(
             clippy::cast_possible_truncation,
             clippy::cast_sign_loss,
@@ -204,12 +198,85 @@ impl Corpus {
         }
     }
 
-    /// Calibrates split-conformally, then refits (what `--final-only` ships): an ensemble
-    /// trained on `rows` minus the calibration rows gives the conformal shifts (scored on those
-    /// rows, which none of its members trained or early-stopped on); the returned ensemble is
-    /// then refitted on all of `rows` with the same configuration (the networks `fit` gives)
-    /// and carries those shifts. The refit sees more data than the calibrated ensemble, so its
-    /// errors are no larger in expectation. One thread.
+    /// The workloads of `rows`, in `rng`'s order: the draw both calibrations hold out from.
+    fn shuffled_workloads(&self, rows: &[usize], rng: &mut Rng) -> Vec<&str> {
+        let mut ids: Vec<&str> = rows
+            .iter()
+            .flat_map(|&i| [self.examples[i].a.as_str(), self.examples[i].b.as_str()])
+            .collect::<BTreeSet<&str>>()
+            .into_iter()
+            .collect();
+        rng.shuffle(&mut ids);
+        ids
+    }
+
+    /// The calibration folds of `rows` with `seed`: in fold `f`, every row touching a workload
+    /// of the `f`-th share of them (drawn; none when fewer than `MIN_WORKLOADS_FOR_NEW`), and
+    /// of the other rows those of the `f`-th share of the unordered pairs; so every workload and
+    /// every pair is held out once over the `folds` folds. A fold that would leave nothing to
+    /// train on is left out.
+    pub fn calibration_folds(
+        &self,
+        rows: &[usize],
+        seed: u64,
+        folds: usize,
+    ) -> Vec<CalibrationSplit> {
+        let folds = folds.max(2);
+        let mut rng = Rng::new(seed ^ 0xCA1B_0A7E);
+        let ids = self.shuffled_workloads(rows, &mut rng);
+        let mut pairs: Vec<usize> = rows
+            .iter()
+            .map(|&i| self.examples[i].pair)
+            .collect::<BTreeSet<usize>>()
+            .into_iter()
+            .collect();
+        rng.shuffle(&mut pairs);
+        let pair_fold: std::collections::HashMap<usize, usize> = pairs
+            .iter()
+            .enumerate()
+            .map(|(k, &p)| (p, k % folds))
+            .collect();
+        let hold_workloads = ids.len() >= MIN_WORKLOADS_FOR_NEW;
+        (0..folds)
+            .filter_map(|f| {
+                let held: BTreeSet<String> = if hold_workloads {
+                    ids.iter()
+                        .enumerate()
+                        .filter(|(k, _)| k % folds == f)
+                        .map(|(_, id)| (*id).to_string())
+                        .collect()
+                } else {
+                    BTreeSet::new()
+                };
+                let (new, rest): (Vec<usize>, Vec<usize>) = rows.iter().partition(|&&i| {
+                    let e = &self.examples[i];
+                    held.contains(&e.a) || held.contains(&e.b)
+                });
+                let (known, train): (Vec<usize>, Vec<usize>) = rest
+                    .into_iter()
+                    .partition(|&i| pair_fold.get(&self.examples[i].pair) == Some(&f));
+                let known_pairs = known
+                    .iter()
+                    .map(|&i| self.examples[i].pair)
+                    .collect::<BTreeSet<usize>>()
+                    .len();
+                (!train.is_empty()).then(|| CalibrationSplit {
+                    held_workloads: held,
+                    known_pairs,
+                    calibration: new.into_iter().chain(known).collect(),
+                    train,
+                })
+            })
+            .collect()
+    }
+
+    /// Calibrates cross-conformally over its own folds, then refits (what `--final-only`
+    /// ships): for each of [`CALIBRATION_FOLDS`] folds (`calibration_folds`) an ensemble trained
+    /// without the fold's rows scores them, so every measured pair and every workload calibrates
+    /// once; the returned ensemble is refitted on all of `rows` with the same configuration (the
+    /// networks `fit` gives) and carries the shifts of every fold's scores pooled. The refit
+    /// sees more data than any fold's ensemble, so its errors are no larger in expectation.
+    /// Where no fold leaves anything to train on, it calibrates split-conformally. One thread.
     pub fn train(&self, rows: &[usize], config: &TrainConfig) -> Result<Trained, TrainError> {
         self.train_on(rows, config, 1)
     }
@@ -224,14 +291,32 @@ impl Corpus {
         config: &TrainConfig,
         workers: usize,
     ) -> Result<Trained, TrainError> {
-        let split = self.calibration_split(rows, config.seed);
-        let mut fitted = self
-            .fit_ensembles(&[&split.train, rows], config, workers)?
-            .into_iter();
-        let (Some(held), Some(mut trained)) = (fitted.next(), fitted.next()) else {
-            return Err(TrainError::Empty);
-        };
-        trained.calibration = self.calibrate(&held, &split);
+        let folds = self.calibration_folds(rows, config.seed, CALIBRATION_FOLDS);
+        if folds.is_empty() {
+            let split = self.calibration_split(rows, config.seed);
+            let mut fitted = self
+                .fit_ensembles(&[&split.train, rows], config, workers)?
+                .into_iter();
+            let (Some(held), Some(mut trained)) = (fitted.next(), fitted.next()) else {
+                return Err(TrainError::Empty);
+            };
+            let mut scores = Scores::default();
+            self.score(&held, &split, &mut scores);
+            trained.calibration = scores.calibration(SPLIT_CONFORMAL);
+            return Ok(trained);
+        }
+        let sets: Vec<&[usize]> = folds
+            .iter()
+            .map(|f| f.train.as_slice())
+            .chain(std::iter::once(rows))
+            .collect();
+        let mut fitted = self.fit_ensembles(&sets, config, workers)?;
+        let mut trained = fitted.pop().ok_or(TrainError::Empty)?;
+        let mut scores = Scores::default();
+        for (held, fold) in fitted.iter().zip(&folds) {
+            self.score(held, fold, &mut scores);
+        }
+        trained.calibration = scores.calibration(FOLDED_CONFORMAL);
         Ok(trained)
     }
 
@@ -332,10 +417,10 @@ impl Corpus {
     /// The two split-conformal shifts of `trained`'s conservative output, from the ensemble's
     /// scores on the calibration rows, each row counted in the kind the encoder gives it (both
     /// identity slots set: known) and grouped by its held-out workload or unordered pair.
-    fn calibrate(&self, trained: &Trained, split: &CalibrationSplit) -> Calibration {
+    /// Scores `split`'s calibration rows with `trained` (which never saw them) into `scores`.
+    fn score(&self, trained: &Trained, split: &CalibrationSplit, scores: &mut Scores) {
         let batch = self.encode(&trained.spec, &split.calibration);
         let out = trained.forward(&batch.inputs);
-        let mut scores = Scores::default();
         for (k, &i) in split.calibration.iter().enumerate() {
             let e = &self.examples[i];
             let Some(speed) = e.speed else {
@@ -360,7 +445,6 @@ impl Corpus {
                 &group,
             );
         }
-        scores.calibration(SPLIT_CONFORMAL)
     }
 }
 
@@ -400,6 +484,8 @@ pub fn run_parallel<T: Sync, R: Send>(
         .collect()
 }
 
+/// Folds of a final-only fit's own cross-conformal calibration.
+pub const CALIBRATION_FOLDS: usize = 5;
 /// Share of workloads held out for the new-workload calibration.
 pub const CALIBRATION_WORKLOADS: f64 = 0.15;
 /// Share of the remaining unordered pairs held out for the known-workload calibration.

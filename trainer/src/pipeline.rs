@@ -193,7 +193,12 @@ pub fn run_with(
             .map(|(split, seed)| crate::eval::folds(split, &corpus, seed).len() as u64)
             .sum()
     };
-    let total = folds * members + if options.final_only { 2 } else { 1 } * members;
+    let final_ensembles = if options.final_only {
+        crate::corpus::CALIBRATION_FOLDS as u64 + 1
+    } else {
+        1
+    };
+    let total = folds * members + final_ensembles * members;
     progress.event(Event::Start {
         stage: "train",
         total,
@@ -248,10 +253,14 @@ pub fn run_with(
     let trained = if options.final_only {
         let trained = corpus.train_on(&all, &final_config, workers)?;
         progress.line(&format!(
-            "final model: 2 ensembles of {} members (calibrated on held-out rows, then refitted \
-             on every row) on {} thread(s) in {:.1} s",
+            "final model: {final_ensembles} ensembles of {} members (one per calibration fold, \
+             each scoring the rows it did not see, then the refit on every row) on {} thread(s) \
+             in {:.1} s",
             final_config.ensemble.max(1),
-            workers.min(2 * final_config.ensemble.max(1)),
+            workers.min(
+                usize::try_from(final_ensembles).unwrap_or(usize::MAX)
+                    * final_config.ensemble.max(1)
+            ),
             started.elapsed().as_secs_f64()
         ));
         trained

@@ -205,7 +205,12 @@ pub fn render(
             t.epochs, t.best_epoch, t.best_validation_loss
         );
     }
-    let how = if meta.calibration.method == CROSS_CONFORMAL {
+    let how = if meta.calibration.method == duet_model::calibration::FOLDED_CONFORMAL {
+        "Cross-conformal over the final fit's own folds (`--final-only`): the rows are cut into 5 \
+         folds, every workload's rows in one (`new`) and every other unordered pair in one \
+         (`known`); an ensemble trained without a fold scores its rows, so every measured pair \
+         and workload calibrates once; the shipped ensemble is then refitted on every row."
+    } else if meta.calibration.method == CROSS_CONFORMAL {
         "Cross-conformal: the scores are the evaluation's out-of-fold ones, from the per-fold \
          refits of every seed on their own test rows (`known` from the unseen-pairs folds, where \
          every measured pair is held out once; `new` from the leave-one-workload-out folds, where \

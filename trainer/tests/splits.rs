@@ -405,3 +405,57 @@ fn a_held_out_family_is_new_to_its_fold_and_training_hides_families() {
     assert_eq!(unknown(&with.inputs), hidden);
     assert_eq!(&with.inputs[..without.inputs.len()], &without.inputs[..]);
 }
+
+/// A final-only fit's own calibration folds: every workload held out in exactly one fold and no
+/// training row touches it there, every unordered pair calibrates in at most one fold and is
+/// then unmeasured in that fold's training, and each fold's rows split into calibration and
+/// training.
+#[test]
+fn calibration_folds_hold_every_workload_out_once_and_never_train_on_what_they_score() {
+    let corpus = gavel();
+    let all: Vec<usize> = (0..corpus.examples.len()).collect();
+    let workloads: BTreeSet<String> = corpus
+        .examples
+        .iter()
+        .flat_map(|e| [e.a.clone(), e.b.clone()])
+        .collect();
+    let folds = corpus.calibration_folds(&all, 7, duet_trainer::corpus::CALIBRATION_FOLDS);
+    assert_eq!(folds.len(), duet_trainer::corpus::CALIBRATION_FOLDS);
+    let mut held_once: Vec<String> = folds
+        .iter()
+        .flat_map(|f| f.held_workloads.iter().cloned())
+        .collect();
+    held_once.sort();
+    assert_eq!(
+        held_once,
+        workloads.iter().cloned().collect::<Vec<_>>(),
+        "each workload held out exactly once"
+    );
+    let mut known_seen: BTreeSet<(String, String)> = BTreeSet::new();
+    for f in &folds {
+        let train: BTreeSet<usize> = f.train.iter().copied().collect();
+        assert!(f.calibration.iter().all(|i| !train.contains(i)));
+        assert_eq!(f.train.len() + f.calibration.len(), all.len());
+        assert!(f.train.iter().all(|&i| {
+            let e = &corpus.examples[i];
+            !f.held_workloads.contains(&e.a) && !f.held_workloads.contains(&e.b)
+        }));
+        let known: Vec<usize> = f
+            .calibration
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let e = &corpus.examples[i];
+                !f.held_workloads.contains(&e.a) && !f.held_workloads.contains(&e.b)
+            })
+            .collect();
+        let known_pairs = pairs_of(&corpus, &known);
+        assert!(!known_pairs.is_empty());
+        assert!(known_pairs.is_disjoint(&pairs_of(&corpus, &f.train)));
+        assert!(
+            known_pairs.is_disjoint(&known_seen),
+            "a pair calibrates in two folds"
+        );
+        known_seen.extend(known_pairs);
+    }
+}
