@@ -1,0 +1,70 @@
+//! `duet schedule`'s plan on a small cluster with a table of predictions.
+
+use duet_core::dataset::Mode;
+
+use super::*;
+use crate::cluster::tests::{node, pod};
+use crate::contract::Assignment;
+
+/// Every pair at 0.9 apart from `x` beside `x` at 0.8: a third pod gains beside two `x`.
+#[derive(Debug)]
+struct Flat;
+
+impl Predictor for Flat {
+    fn describe(&self) -> String {
+        "flat".into()
+    }
+    fn predict(&mut self, _gpu: &str, queries: &[Query<'_>]) -> Result<Vec<Outlook>> {
+        Ok(queries
+            .iter()
+            .map(|q| {
+                let s = if q.a == "x" && q.b == "x" { 0.8 } else { 0.9 };
+                Outlook {
+                    feasible: true,
+                    speed_a: s,
+                    speed_b: s,
+                    safe_speed_a: s,
+                    safe_speed_b: s,
+                }
+            })
+            .collect())
+    }
+}
+
+#[test]
+fn a_pod_joins_a_gpu_two_pods_share_where_it_may_hold_three() {
+    let mut c = Cluster::default();
+    c.apply_node(node("trio", 1));
+    for r in ["r1", "r2"] {
+        let mut p = pod(r, Some("trio"), 1, "x");
+        p.assignment = Some(Assignment {
+            gpus: vec![0],
+            sharing: Some(Mode::Space),
+            mps_share: None,
+        });
+        c.apply_pod(p);
+    }
+    let map = DeviceMap::parse(
+        "[[device]]\nmatch = \"V100\"\ndevice = \"v100\"\n[[strategy]]\nname = \"mps\"\nsharings = [{ mode = \"space\" }]",
+    )
+    .expect("valid");
+    let known = Known::of(&[("w", &["v100"]), ("x", &["v100"])]);
+    let pending = [pod("p", None, 1, "w")];
+    let run = |gpu_jobs: usize| {
+        let config = PricingConfig {
+            gpu_jobs,
+            ..PricingConfig::default()
+        };
+        plan(&c, &map, &known, &pending, &mut Flat, &config).expect("plan")
+    };
+    assert!(run(2).bound.is_empty());
+    let three = run(3);
+    let [b] = &three.bound[..] else {
+        panic!("{three:?}")
+    };
+    let Shape::Join { residents, .. } = &b.shape else {
+        panic!("{b:?}")
+    };
+    assert_eq!(residents, &["ns/r1".to_string(), "ns/r2".to_string()]);
+    assert_eq!(b.node, "trio");
+}
