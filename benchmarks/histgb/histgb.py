@@ -10,8 +10,9 @@ data and seeds, and writes every per-seed figure as JSON.
 
 Workload identities (`--identities`):
   onehot   (default) the identity one-hot columns where the split leaves workloads known
-           (random, unseen_pairs); none on unseen_workloads, where the held-out workload has no
-           column and every training row has two set;
+           (random, unseen_pairs); none on unseen_workloads or unseen_<feature> (the export's
+           `--group-by`), where the held-out workloads have no column and every training row has
+           two set;
   none     never;
   doubled  as duet trains: each training row twice, with its identity columns and with them
            zeroed; test rows as the fold's encoder writes them.
@@ -75,7 +76,10 @@ def design(meta, x, split: str, identities: str):
     """Training and test matrices of one fold, as `--identities` asks."""
     ids = np.array([IDENTITY_COLUMN in c for c in meta["columns"]])
     train, test = np.array(meta["train"]), np.array(meta["test"])
-    keep_ids = identities == "doubled" or (identities == "onehot" and split != "unseen_workloads")
+    # Identities only where the split leaves the test rows' workloads known.
+    keep_ids = identities == "doubled" or (
+        identities == "onehot" and split in ("random", "unseen_pairs")
+    )
     cols = np.ones(len(ids), bool) if keep_ids else ~ids
     x_train, x_test = x[train][:, cols], x[test][:, cols]
     train_rows = train
@@ -128,7 +132,7 @@ def main():
     # (seed, split, gpu, mode) -> absolute percentage errors
     errors = defaultdict(list)
     for seed in seeds:
-        for split in SPLITS:
+        for split in info.get("splits", SPLITS):
             for base in fold_files(args.export, seed, split):
                 meta, x = load_fold(base)
                 x_train, train_rows, x_test, test_rows = design(meta, x, split, args.identities)
@@ -155,7 +159,8 @@ def main():
     duet, duet_seeds = duet_figures(args.duet) if args.duet else ({}, None)
     if duet_seeds is not None and list(duet_seeds) != list(seeds):
         print(f"warning: {args.duet} was evaluated on seeds {duet_seeds}, the export on {seeds}", file=sys.stderr)
-    groups = sorted({k[1:] for k in errors}, key=lambda g: (SPLITS.index(g[0]), g[1] != "all", g[1], g[2]))
+    order = list(info.get("splits", SPLITS))
+    groups = sorted({k[1:] for k in errors}, key=lambda g: (order.index(g[0]), g[1] != "all", g[1], g[2]))
     table = []
     print(f"HistGB (scikit-learn {sklearn.__version__}, {args.iterations} iterations, learning rate "
           f"{args.learning_rate}, identities {args.identities}) on {info['data']}, seeds {seeds}: "

@@ -12,5 +12,5 @@ out="${1:-$(mktemp -d)}"
 shift || true
 seeds=$("$DUET_VENV/bin/python" -c 'import json; print(",".join(map(str, json.load(open("models/default/model.json"))["evaluation"]["seeds"])))')
 cargo build -q --workspace --examples >&2
-"$CARGO_TARGET_DIR/debug/examples/export_folds" "$out" --seeds "$seeds" >&2
+"$CARGO_TARGET_DIR/debug/examples/export_folds" "$out" --seeds "$seeds" --group-by model >&2
 "$DUET_VENV/bin/python" benchmarks/histgb/histgb.py "$out" --duet models/default/model.json "$@"

@@ -1,25 +1,30 @@
 //! Writes duet's evaluation folds and encoded features for `benchmarks/histgb/histgb.py` (layout:
-//! `duet_trainer::export`): every fold of the three splits for each seed, each encoded with the
-//! feature spec fitted on the fold's training rows.
+//! `duet_trainer::export`): every fold of the three splits (and with `--group-by FEATURE` the
+//! leave-one-value-out split `unseen_<FEATURE>`) for each seed, each encoded with the feature
+//! spec fitted on the fold's training rows.
 //!
-//! Usage: export_folds <dir> [--seeds 7,8,9] [--data <dataset folder>]...
+//! Usage: export_folds <dir> [--seeds 7,8,9] [--group-by model] [--data <dataset folder>]...
 //! (default data: the three Gavel datasets, as the default model is trained)
 
 use std::path::{Path, PathBuf};
 
 use duet_core::dataset::Dataset;
 use duet_trainer::corpus::Corpus;
+use duet_trainer::eval::Split;
 use duet_trainer::export;
 
-const USAGE: &str = "usage: export_folds <dir> [--seeds 7,8,9] [--data <dataset folder>]...";
+const USAGE: &str =
+    "usage: export_folds <dir> [--seeds 7,8,9] [--group-by model] [--data <dataset folder>]...";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let mut out = None;
     let mut seeds = vec![7, 8, 9];
     let mut data: Vec<PathBuf> = Vec::new();
+    let mut splits = Split::ALL.to_vec();
     while let Some(arg) = args.next() {
         match arg.as_str() {
+            "--group-by" => splits.push(Split::unseen(&args.next().ok_or(USAGE)?)),
             "--seeds" => {
                 seeds = args
                     .next()
@@ -50,7 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|d| Dataset::read(d))
         .collect::<Result<Vec<_>, _>>()?;
     let corpus = Corpus::new(datasets);
-    let folds = export::write(&corpus, &seeds, &out, |f| {
+    let folds = export::write(&corpus, &splits, &seeds, &out, |f| {
         eprintln!(
             "seed {} {} fold {}: {} train, {} test rows, {} inputs",
             f.seed,
@@ -66,6 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         serde_json::to_string_pretty(&serde_json::json!({
             "data": data.iter().map(|d| d.display().to_string()).collect::<Vec<_>>(),
             "seeds": seeds,
+            "splits": splits.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
             "rows": corpus.examples.len(),
             "folds": folds,
         }))?,

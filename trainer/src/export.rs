@@ -127,10 +127,11 @@ pub fn rows_csv(corpus: &Corpus) -> String {
     out
 }
 
-/// Writes `rows.csv` and every fold of every split for each of `seeds` under `dir` (created);
-/// `progress` hears each fold written. Returns the number of folds written.
+/// Writes `rows.csv` and every fold of each of `splits` for each of `seeds` under `dir`
+/// (created); `progress` hears each fold written. Returns the number of folds written.
 pub fn write(
     corpus: &Corpus,
+    splits: &[Split],
     seeds: &[u64],
     dir: &Path,
     mut progress: impl FnMut(&FoldFile),
@@ -139,7 +140,7 @@ pub fn write(
     std::fs::write(dir.join("rows.csv"), rows_csv(corpus))?;
     let mut written = 0;
     for &seed in seeds {
-        for split in Split::ALL {
+        for &split in splits {
             let folder = dir.join(format!("seed-{seed}")).join(split.as_str());
             std::fs::create_dir_all(&folder)?;
             for (k, fold) in folds(split, corpus, seed).iter().enumerate() {

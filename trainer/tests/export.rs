@@ -60,7 +60,8 @@ fn written_folds_are_the_evaluation_folds_with_their_invariants() {
     let dir = tempfile::tempdir().expect("tmp");
     let seed = 11;
     let mut heard = 0;
-    let written = export::write(&corpus, &[seed], dir.path(), |_| heard += 1).expect("write");
+    let written =
+        export::write(&corpus, &Split::ALL, &[seed], dir.path(), |_| heard += 1).expect("write");
     assert_eq!(written, heard);
     let rows_csv = std::fs::read_to_string(dir.path().join("rows.csv")).expect("rows.csv");
     assert_eq!(rows_csv.lines().count(), corpus.examples.len() + 1);
