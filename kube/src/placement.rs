@@ -8,7 +8,7 @@
 //! It runs in three steps so that no lock is held while the predictor answers: `survey` reads
 //! the cluster, `Survey::queries` are predicted, `Survey::verdicts` judges.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{Result, anyhow};
 use duet_core::dataset::Mode;
@@ -449,8 +449,7 @@ fn join_options(
         members.push(r.clone());
     }
     let names: Vec<String> = members.iter().map(PodInfo::key).collect();
-    let first = residents.first().and_then(|r| r.mode);
-    let Some(mode) = first.filter(|_| residents.iter().all(|r| r.mode == first)) else {
+    let Some(mode) = pricing::shared_mode(&residents) else {
         return Err(format!(
             "held by {}, which share it under no one mode",
             names.join(", ")
@@ -471,18 +470,7 @@ fn join_options(
         shares: shares.clone().filter(|_| mode == Mode::Mps),
     }];
     let mut found = Vec::new();
-    let mut seen = BTreeSet::new();
-    for sharing in sharings.iter().filter(|s| s.mode == mode) {
-        if !seen.insert(sharing.share_a.map(f64::to_bits)) {
-            continue;
-        }
-        let with_shares = match (mode, sharing.share_a, &shares) {
-            (Mode::Mps, Some(own), Some(theirs)) => {
-                Some(std::iter::once(own).chain(theirs.iter().copied()).collect())
-            }
-            (Mode::Mps, _, _) => continue,
-            _ => None,
-        };
+    for (_, share, with_shares) in pricing::join_sharings(mode, shares.as_deref(), sharings) {
         asks.push(GroupAsk {
             device: device.to_string(),
             jobs: std::iter::once(key.to_string())
@@ -496,7 +484,7 @@ fn join_options(
             residents: residents.clone(),
             names: names.clone(),
             mode,
-            share: sharing.share_a,
+            share,
             now: 0,
             with: asks.len() - 1,
         });

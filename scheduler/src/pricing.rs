@@ -371,6 +371,39 @@ pub fn value_among(
     Ok(job.weight * speed - loss)
 }
 
+/// The mode the residents of one GPU share it under; `None` where one has none or they disagree.
+pub fn shared_mode<'r>(residents: impl IntoIterator<Item = &'r Resident>) -> Option<Mode> {
+    let mut modes = residents.into_iter().map(|r| r.mode);
+    let first = modes.next()??;
+    modes.all(|m| m == Some(first)).then_some(first)
+}
+
+/// The ways a newcomer may join residents sharing a GPU under `mode` whose MPS shares are
+/// `theirs` (in order; `None` where one is unknown): each of `sharings` of that mode, once per
+/// newcomer share, as (its index in `sharings`, the newcomer's share, the group's shares with
+/// the newcomer first). Under MPS none without every share known.
+pub fn join_sharings(
+    mode: Mode,
+    theirs: Option<&[f64]>,
+    sharings: &[Sharing],
+) -> Vec<(usize, Option<f64>, Option<Vec<f64>>)> {
+    let mut seen: BTreeSet<Option<u64>> = BTreeSet::new();
+    sharings
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.mode == mode && seen.insert(s.share_a.map(f64::to_bits)))
+        .filter_map(|(k, s)| match (mode, s.share_a, theirs) {
+            (Mode::Mps, Some(own), Some(theirs)) => Some((
+                k,
+                s.share_a,
+                Some(std::iter::once(own).chain(theirs.iter().copied()).collect()),
+            )),
+            (Mode::Mps, _, _) => None,
+            _ => Some((k, s.share_a, None)),
+        })
+        .collect()
+}
+
 /// The residents of one GPU, sorted by what decides their value (so that alike GPUs list them
 /// alike), with their indices in the round's residents.
 struct Host<'r> {
@@ -385,12 +418,7 @@ impl Host<'_> {
 
     /// The mode its residents share under; `None` for one resident, or where they disagree.
     fn mode(&self) -> Option<Mode> {
-        let first = self.members.first()?.1.mode;
-        self.members
-            .iter()
-            .all(|(_, r)| r.mode == first)
-            .then_some(first)
-            .flatten()
+        shared_mode(self.members.iter().map(|(_, r)| *r))
     }
 
     /// The shares its residents run with, where the mode has them (`None` where one is unknown).
@@ -540,18 +568,7 @@ pub fn round(
             mode,
             shares: shares.clone().filter(|_| mode == Mode::Mps),
         });
-        let mut seen_shares: BTreeSet<Option<u64>> = BTreeSet::new();
-        for (s, sharing) in sharings.iter().enumerate() {
-            if sharing.mode != mode || !seen_shares.insert(sharing.share_a.map(f64::to_bits)) {
-                continue;
-            }
-            let with_share = match (mode, sharing.share_a, &shares) {
-                (Mode::Mps, Some(own), Some(theirs)) => {
-                    Some(std::iter::once(own).chain(theirs.iter().copied()).collect())
-                }
-                (Mode::Mps, _, _) => continue,
-                _ => None,
-            };
+        for (s, _, with_share) in join_sharings(mode, shares.as_deref(), sharings) {
             for a in &workloads {
                 joined_of.insert((a, c, s), group_queries.len());
                 group_queries.push(GroupQuery {

@@ -169,13 +169,7 @@ impl Corpus {
             let e = &self.examples[i];
             held.contains(&e.a) || held.contains(&e.b)
         });
-        let mut pairs: Vec<usize> = rest
-            .iter()
-            .map(|&i| self.examples[i].pair)
-            .collect::<BTreeSet<usize>>()
-            .into_iter()
-            .collect();
-        rng.shuffle(&mut pairs);
+        let pairs = self.shuffled_pairs(&rest, &mut rng);
         #[allow(
             clippy::cast_possible_truncation,
             clippy::cast_sign_loss,
@@ -210,6 +204,18 @@ impl Corpus {
         ids
     }
 
+    /// The unordered pairs of `rows`, in `rng`'s order.
+    fn shuffled_pairs(&self, rows: &[usize], rng: &mut Rng) -> Vec<usize> {
+        let mut pairs: Vec<usize> = rows
+            .iter()
+            .map(|&i| self.examples[i].pair)
+            .collect::<BTreeSet<usize>>()
+            .into_iter()
+            .collect();
+        rng.shuffle(&mut pairs);
+        pairs
+    }
+
     /// The calibration folds of `rows` with `seed`: in fold `f`, every row touching a workload
     /// of the `f`-th share of them (drawn; none when fewer than `MIN_WORKLOADS_FOR_NEW`), and
     /// of the other rows those of the `f`-th share of the unordered pairs; so every workload and
@@ -224,13 +230,7 @@ impl Corpus {
         let folds = folds.max(2);
         let mut rng = Rng::new(seed ^ 0xCA1B_0A7E);
         let ids = self.shuffled_workloads(rows, &mut rng);
-        let mut pairs: Vec<usize> = rows
-            .iter()
-            .map(|&i| self.examples[i].pair)
-            .collect::<BTreeSet<usize>>()
-            .into_iter()
-            .collect();
-        rng.shuffle(&mut pairs);
+        let pairs = self.shuffled_pairs(rows, &mut rng);
         let pair_fold: std::collections::HashMap<usize, usize> = pairs
             .iter()
             .enumerate()

@@ -126,12 +126,13 @@ pub(crate) async fn event_saying(
     }
 }
 
-/// `duet predict`'s value of the newcomer `a` beside resident `b` (the pricing loop's rule at
-/// equal weights: a's speed minus what b loses).
-pub(crate) fn predicted_value(server: &Server, a: &str, b: &str) -> f64 {
+/// `duet predict --json`'s answer for `asked` (pairs `a,b` and groups `a,b,c`) on a V100 in space
+/// sharing.
+fn predict_space(server: &Server, asked: &[String]) -> Value {
     let out = duet()
         .args(["predict", "--server", &server.base, "--gpu", "v100"])
-        .args(["--mode", "space", "--json", &format!("{a},{b}")])
+        .args(["--mode", "space", "--json"])
+        .args(asked)
         .output()
         .expect("duet predict");
     assert!(
@@ -139,7 +140,13 @@ pub(crate) fn predicted_value(server: &Server, a: &str, b: &str) -> f64 {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let answer: Value = serde_json::from_slice(&out.stdout).expect("json");
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// `duet predict`'s value of the newcomer `a` beside resident `b` (the pricing loop's rule at
+/// equal weights: a's speed minus what b loses).
+pub(crate) fn predicted_value(server: &Server, a: &str, b: &str) -> f64 {
+    let answer = predict_space(server, &[format!("{a},{b}")]);
     let p = &answer["predictions"][0];
     let (sa, sb) = (
         p["speed_a"].as_f64().expect("speed_a"),
@@ -152,19 +159,13 @@ pub(crate) fn predicted_value(server: &Server, a: &str, b: &str) -> f64 {
 /// space sharing, from `duet predict`'s answer for the pair as it runs and the group of three
 /// (both predicted to fit): the newcomer's speed less what each resident loses.
 pub(crate) fn predicted_join_value(server: &Server, newcomer: &str, resident: &str) -> f64 {
-    let out = duet()
-        .args(["predict", "--server", &server.base, "--gpu", "v100"])
-        .args(["--mode", "space", "--json"])
-        .arg(format!("{newcomer},{resident},{resident}"))
-        .arg(format!("{resident},{resident}"))
-        .output()
-        .expect("duet predict");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let answer = predict_space(
+        server,
+        &[
+            format!("{newcomer},{resident},{resident}"),
+            format!("{resident},{resident}"),
+        ],
     );
-    let answer: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert!(
         answer["predictions"][0]["feasible"] == true && answer["groups"][0]["feasible"] == true,
         "{answer}"
