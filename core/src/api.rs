@@ -128,6 +128,14 @@ impl JobRef {
             features: None,
         }
     }
+
+    /// The registered workload's id where the job is given by it alone (no inline features).
+    pub fn workload_id(&self) -> Option<&str> {
+        match (&self.workload, &self.features) {
+            (Some(id), None) => Some(id),
+            _ => None,
+        }
+    }
 }
 
 /// One candidate co-location: `a` next to `b` on one device under `mode`.
@@ -245,6 +253,23 @@ pub struct Prediction {
     /// `new_family` when a new one's model family was never in training, `conservative` when
     /// no calibrated class covers the pair (see [`Calibration`]).
     pub calibration: Calibration,
+}
+
+impl Prediction {
+    /// The same prediction with `a` and `b` exchanged: what the model answers for the pair
+    /// asked the other way round (both directions are encoded and run either way).
+    #[must_use]
+    pub fn swapped(self) -> Prediction {
+        Prediction {
+            speed_a: self.speed_b,
+            speed_b: self.speed_a,
+            slowdown_a: self.slowdown_b,
+            slowdown_b: self.slowdown_a,
+            slowdown_a_p90: self.slowdown_b_p90,
+            slowdown_b_p90: self.slowdown_a_p90,
+            ..self
+        }
+    }
 }
 
 /// The conformal calibration a prediction's p90 slowdowns come from. Each calibrated class

@@ -7,6 +7,7 @@
 //! (`Calibration::group_shift`), never narrower than the point.
 
 use duet_core::api::{Calibration, GroupJobPrediction, GroupPrediction, Prediction};
+use duet_core::dataset::MAX_GROUP_SIZE;
 use duet_core::dataset::compose::Composition;
 
 /// The rule the answers compose by.
@@ -35,31 +36,37 @@ pub fn pairs_of(size: usize) -> Vec<(usize, usize)> {
 /// order (job `i` as `a`, `j` as `b`), its composed ln(p10 speed) shifted by `shift` (and the
 /// count of groups that fitted it) where the model has one for the size. `feasible` says every
 /// pair fits (necessary, not sufficient: memory is known pairwise only); the probability and
-/// the calibration class are the least of the pairs'. `None` where the count does not match.
+/// the calibration class are the least of the pairs'. `None` where the count does not match or
+/// the group holds more than `MAX_GROUP_SIZE` jobs.
 pub fn compose(
     size: usize,
     predictions: &[Prediction],
     shift: Option<(f64, usize)>,
 ) -> Option<GroupPrediction> {
-    let pairs = pairs_of(size);
-    if pairs.len() != predictions.len() || size < 2 {
+    if pairs_in(size) != predictions.len() || !(2..=MAX_GROUP_SIZE).contains(&size) {
         return None;
     }
-    let mut speeds: Vec<Vec<f64>> = vec![Vec::with_capacity(size - 1); size];
-    let mut p90s: Vec<Vec<f64>> = vec![Vec::with_capacity(size - 1); size];
-    for (&(i, j), p) in pairs.iter().zip(predictions) {
-        speeds[i].push(f64::from(p.speed_a));
-        speeds[j].push(f64::from(p.speed_b));
-        p90s[i].push(1.0 / f64::from(p.slowdown_a_p90));
-        p90s[j].push(1.0 / f64::from(p.slowdown_b_p90));
+    // Each job's pairwise speeds and p10s, on the stack: a large request composes many groups.
+    let mut speeds = [[0f64; MAX_GROUP_SIZE]; MAX_GROUP_SIZE];
+    let mut p90s = [[0f64; MAX_GROUP_SIZE]; MAX_GROUP_SIZE];
+    let mut filled = [0usize; MAX_GROUP_SIZE];
+    let mut next = predictions.iter();
+    for i in 0..size {
+        for j in i + 1..size {
+            let p = next.next()?;
+            speeds[i][filled[i]] = f64::from(p.speed_a);
+            p90s[i][filled[i]] = 1.0 / f64::from(p.slowdown_a_p90);
+            filled[i] += 1;
+            speeds[j][filled[j]] = f64::from(p.speed_b);
+            p90s[j][filled[j]] = 1.0 / f64::from(p.slowdown_b_p90);
+            filled[j] += 1;
+        }
     }
     #[allow(clippy::cast_possible_truncation)]
-    let jobs: Vec<GroupJobPrediction> = speeds
-        .iter()
-        .zip(&p90s)
-        .map(|(s, p)| {
-            let speed = RULE.speed(s);
-            let p10 = RULE.speed(p);
+    let jobs: Vec<GroupJobPrediction> = (0..size)
+        .map(|k| {
+            let speed = RULE.speed(&speeds[k][..filled[k]]);
+            let p10 = RULE.speed(&p90s[k][..filled[k]]);
             let p10 = shift.map_or(p10, |(by, _)| shifted_p10(p10, speed, by));
             GroupJobPrediction {
                 speed: speed as f32,

@@ -1,7 +1,8 @@
 //! The prediction path in process on the shipped default model: one 10,000-pair request by
 //! workload id (parse, encode both directions, one forward pass, serialize), one of 10,000
-//! groups of four (60,000 pairs composed), and each engine's forward pass alone on the same
-//! 20,000 rows.
+//! groups of four (60,000 pairs composed, the distinct ones run once), the same two with every
+//! job's features inline and no two jobs alike (every pair its own), and each engine's forward
+//! pass alone on the same 20,000 rows.
 //!
 //! `cargo bench -p duet-server --bench predict --profile dev` (the ONNX rows need
 //! `ORT_DYLIB_PATH`, set by `eval "$(scripts/python-env.sh)"`).
@@ -10,7 +11,7 @@ use std::hint::black_box;
 use std::path::Path;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use duet_core::api::{GroupQuery, JobRef, PairQuery, PredictRequest};
+use duet_core::api::{FeatureInput, Features, GroupQuery, JobRef, PairQuery, PredictRequest};
 use duet_core::dataset::Mode;
 use duet_server::{AppState, Config, EngineKind};
 
@@ -45,6 +46,74 @@ fn request(ids: &[String], n: usize) -> Vec<u8> {
         gpu: Some("v100".into()),
         pairs,
         groups: Vec::new(),
+    })
+    .expect("json")
+}
+
+/// The xorshift draw of the requests below: indexes into `n` things.
+fn draws(seed: u64, n: usize) -> impl FnMut() -> usize {
+    let mut x = seed;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        usize::try_from(x % n as u64).expect("index")
+    }
+}
+
+/// Job `k` by its features inline: a registered profile with its solo throughput scaled by
+/// `1 + k / 1e7`, so no two jobs of a request are alike.
+fn inline(profiles: &[Features], k: usize, pick: usize) -> JobRef {
+    let mut features = profiles[pick].clone();
+    if let Some(FeatureInput::Number(solo)) = features.get_mut("solo_throughput") {
+        #[allow(clippy::cast_precision_loss)]
+        let scale = 1.0 + k as f64 / 1e7;
+        *solo *= scale;
+    }
+    JobRef {
+        workload: None,
+        features: Some(features),
+    }
+}
+
+/// `n` pairs of jobs given inline, every job different.
+fn inline_request(profiles: &[Features], n: usize) -> Vec<u8> {
+    let mut next = draws(0x9E37_79B9_7F4A_7C15, profiles.len());
+    let pairs = (0..n)
+        .map(|i| PairQuery {
+            a: inline(profiles, 2 * i, next()),
+            b: inline(profiles, 2 * i + 1, next()),
+            mode: Mode::Space,
+            share_a: None,
+            share_b: None,
+            gpu: None,
+        })
+        .collect();
+    serde_json::to_vec(&PredictRequest {
+        gpu: Some("v100".into()),
+        pairs,
+        groups: Vec::new(),
+    })
+    .expect("json")
+}
+
+/// `n` groups of four jobs given inline, every job different: no pair is shared.
+fn inline_group_request(profiles: &[Features], n: usize) -> Vec<u8> {
+    let mut next = draws(0x2545_F491_4F6C_DD1D, profiles.len());
+    let groups = (0..n)
+        .map(|g| GroupQuery {
+            jobs: (0..4)
+                .map(|j| inline(profiles, 4 * g + j, next()))
+                .collect(),
+            mode: Mode::Space,
+            shares: None,
+            gpu: None,
+        })
+        .collect();
+    serde_json::to_vec(&PredictRequest {
+        gpu: Some("v100".into()),
+        pairs: Vec::new(),
+        groups,
     })
     .expect("json")
 }
@@ -125,8 +194,40 @@ fn bench(c: &mut Criterion) {
             });
         }
         let groups = group_request(&ids, 10_000);
+        if engine == EngineKind::Burn {
+            c.bench_function("parse_10k_groups_of_4", |b| {
+                b.iter(|| {
+                    black_box(
+                        serde_json::from_slice::<PredictRequest>(black_box(&groups))
+                            .expect("parse"),
+                    )
+                });
+            });
+        }
         c.bench_function(&format!("predict_10k_groups_of_4_{engine}"), |b| {
             b.iter(|| black_box(duet_server::answer(&state, black_box(&groups)).expect("answer")));
+        });
+        let profiles: Vec<Features> = {
+            let guard = state.serving.load_full();
+            let serving = guard.as_ref().expect("loaded");
+            serving
+                .registry
+                .list()
+                .iter()
+                .filter_map(|w| w.body.profiles.get("v100").cloned())
+                .collect()
+        };
+        let inline_pairs = inline_request(&profiles, 10_000);
+        c.bench_function(&format!("predict_10k_inline_pairs_{engine}"), |b| {
+            b.iter(|| {
+                black_box(duet_server::answer(&state, black_box(&inline_pairs)).expect("answer"))
+            });
+        });
+        let inline_groups = inline_group_request(&profiles, 10_000);
+        c.bench_function(&format!("predict_10k_inline_groups_of_4_{engine}"), |b| {
+            b.iter(|| {
+                black_box(duet_server::answer(&state, black_box(&inline_groups)).expect("answer"))
+            });
         });
         let single = request(&ids, 1);
         c.bench_function(&format!("predict_1_pair_{engine}"), |b| {

@@ -168,3 +168,61 @@ async fn bad_groups_name_the_field_within_the_group() {
     let (status, _) = call(&app, "POST", "/v1/predict", Some(one), None).await;
     assert_eq!(status, StatusCode::OK, "the server keeps serving");
 }
+
+#[tokio::test]
+async fn groups_sharing_pairs_are_answered_as_each_alone() {
+    let app = app();
+    let ask = |groups: Vec<Value>| {
+        let app = app.clone();
+        async move {
+            let body = json!({"gpu": "v100", "groups": groups});
+            let (status, answer) = call(&app, "POST", "/v1/predict", Some(body), None).await;
+            assert_eq!(status, StatusCode::OK, "{answer}");
+            answer["groups"].as_array().expect("groups").clone()
+        }
+    };
+    let (a, b, c, d) = ("resnet-50-bs64", "transformer-bs32", "a3c", "cyclegan");
+    let inline =
+        json!({"features": {"solo_throughput": 11.2, "model": "ResNet-50", "batch_size": 64}});
+    let mut with_inline = group(&[a, b]);
+    with_inline["jobs"]
+        .as_array_mut()
+        .expect("jobs")
+        .push(inline.clone());
+    let mut inline_twice = group(&[c]);
+    inline_twice["jobs"]
+        .as_array_mut()
+        .expect("jobs")
+        .extend([inline.clone(), inline]);
+    // The pairs of these groups repeat, in both orders; the inline jobs are their own.
+    let groups = vec![
+        group(&[a, b, c]),
+        group(&[c, b, a]),
+        group(&[b, d, a, c]),
+        with_inline,
+        group(&[d, d, d]),
+        inline_twice,
+        group(&[a, b, c]),
+    ];
+    let together = ask(groups.clone()).await;
+    assert_eq!(together.len(), groups.len());
+    for (k, g) in groups.into_iter().enumerate() {
+        let alone = ask(vec![g]).await;
+        let (x, y) = (&together[k], &alone[0]);
+        assert_eq!(x["calibration"], y["calibration"], "group {k}");
+        assert_eq!(x["feasible"], y["feasible"], "group {k}");
+        let jobs = x["jobs"].as_array().expect("jobs");
+        for (j, job) in jobs.iter().enumerate() {
+            for field in ["speed", "slowdown", "slowdown_p90"] {
+                let (u, v) = (job[field].as_f64(), y["jobs"][j][field].as_f64());
+                let (u, v) = (u.expect(field), v.expect(field));
+                assert!(
+                    (u - v).abs() <= 1e-5 * v.abs(),
+                    "group {k} job {j} {field}: {u} vs {v}"
+                );
+            }
+        }
+    }
+    // The same group twice in one request: the same answer, bit for bit.
+    assert_eq!(together[0], together[6]);
+}

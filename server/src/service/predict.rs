@@ -9,8 +9,10 @@ use axum::http::StatusCode;
 use std::sync::Arc;
 
 use duet_core::api::{GroupPrediction, GroupQuery, PairQuery, PredictRequest, Prediction};
-use duet_core::dataset::MAX_GROUP_SIZE;
+use duet_core::dataset::{MAX_GROUP_SIZE, Mode};
 use duet_model::{LoadedModel, group};
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use crate::error::Failure;
 use crate::state::{AppState, not_ready};
@@ -79,39 +81,116 @@ pub fn pair_count(request: &PredictRequest) -> usize {
 /// Where the pair at `index` of an expanded request came from: `(group, job a, job b)`.
 type Origin = (usize, usize, usize);
 
-/// `request`'s pairs (moved, not copied) followed by the pairs within each group (checked
-/// first: 3 to `MAX_GROUP_SIZE` jobs, one share per job where shares are given), the groups,
-/// and where each of the groups' pairs came from.
-fn expand(
+/// Where one pair of a group (in `group::pairs_of` order) reads its prediction: the index of a
+/// distinct pair among the groups' pairs, and whether that pair was asked the other way round.
+type Read = (usize, bool);
+
+/// A distinct pair of two registered workloads under one device, mode and shares: the pairs a
+/// request's groups share (a pricing round asks the same residents beside many newcomers) are
+/// encoded and run once. Workloads and devices by their number in the request (`Interned`).
+type PairKey = (u32, u32, u32, Mode, Option<u64>, Option<u64>);
+
+/// Numbers for the strings of one request, each hashed once per group rather than per pair.
+#[derive(Default)]
+struct Interned<'r>(HashMap<&'r str, u32>);
+
+impl<'r> Interned<'r> {
+    fn number(&mut self, text: &'r str) -> u32 {
+        let next = u32::try_from(self.0.len()).unwrap_or(u32::MAX);
+        *self.0.entry(text).or_insert(next)
+    }
+}
+
+/// `request` expanded for its groups.
+struct Expanded {
+    /// The request's pairs (moved, not copied) followed by the distinct pairs within its
+    /// groups, in the order they first appear.
     request: PredictRequest,
-) -> Result<(PredictRequest, Vec<GroupQuery>, Vec<Origin>), Failure> {
+    groups: Vec<GroupQuery>,
+    /// Where each distinct group pair first came from.
+    origins: Vec<Origin>,
+    /// Every group's pairs, group after group, each as the distinct pair it reads.
+    reads: Vec<Read>,
+}
+
+/// `request`'s pairs followed by the distinct pairs within its groups (checked first: 3 to
+/// `MAX_GROUP_SIZE` jobs, one share per job where shares are given). Two group pairs are one
+/// where both jobs are registered workloads and the device, mode and shares agree, in either
+/// order; a job given by its features is its own pair's.
+fn expand(request: PredictRequest) -> Result<Expanded, Failure> {
     let PredictRequest {
         gpu,
         mut pairs,
         groups,
     } = request;
-    let mut origins = Vec::new();
     for (g, query) in groups.iter().enumerate() {
         check_group(g, query)?;
+    }
+    let mut origins = Vec::new();
+    let mut reads = Vec::with_capacity(groups.iter().map(|g| group::pairs_in(g.jobs.len())).sum());
+    let mut seen: HashMap<PairKey, (usize, bool)> = HashMap::new();
+    let mut names = Interned::default();
+    for (g, query) in groups.iter().enumerate() {
+        let share = |k: usize| query.shares.as_ref().map(|s| s[k]);
+        // A job given by its registered id alone, by number; a job with features, none.
+        let mut numbers = [None; MAX_GROUP_SIZE];
+        for (k, job) in query.jobs.iter().enumerate() {
+            numbers[k] = job.workload_id().map(|id| names.number(id));
+        }
+        let gpu = query.gpu.as_deref().map_or(u32::MAX, |d| names.number(d));
         for (i, j) in group::pairs_of(query.jobs.len()) {
-            let share = |k: usize| query.shares.as_ref().map(|s| s[k]);
-            pairs.push(PairQuery {
-                a: query.jobs[i].clone(),
-                b: query.jobs[j].clone(),
-                mode: query.mode,
-                share_a: share(i),
-                share_b: share(j),
-                gpu: query.gpu.clone(),
+            // The pair's key in a canonical order of its two jobs (number, then share), so a
+            // pair asked either way round is one lookup; `swapped` where the group asks it the
+            // other way round from the key.
+            let key = numbers[i].zip(numbers[j]).map(|(x, y)| {
+                let x = (x, share(i).map(f64::to_bits));
+                let y = (y, share(j).map(f64::to_bits));
+                let swapped = y < x;
+                let (first, second) = if swapped { (y, x) } else { (x, y) };
+                let key: PairKey = (first.0, second.0, gpu, query.mode, first.1, second.1);
+                (key, swapped)
             });
+            if let Some((key, swapped)) = key {
+                match seen.entry(key) {
+                    Entry::Occupied(e) => {
+                        // The distinct pair runs as its first asker ordered it.
+                        let (index, first_swapped) = *e.get();
+                        reads.push((index, swapped != first_swapped));
+                        continue;
+                    }
+                    Entry::Vacant(e) => {
+                        e.insert((origins.len(), swapped));
+                    }
+                }
+            }
+            reads.push((origins.len(), false));
             origins.push((g, i, j));
         }
     }
-    let expanded = PredictRequest {
+    drop((seen, names));
+    for &(g, i, j) in &origins {
+        let query = &groups[g];
+        let share = |k: usize| query.shares.as_ref().map(|s| s[k]);
+        pairs.push(PairQuery {
+            a: query.jobs[i].clone(),
+            b: query.jobs[j].clone(),
+            mode: query.mode,
+            share_a: share(i),
+            share_b: share(j),
+            gpu: query.gpu.clone(),
+        });
+    }
+    let request = PredictRequest {
         gpu,
         pairs,
         groups: Vec::new(),
     };
-    Ok((expanded, groups, origins))
+    Ok(Expanded {
+        request,
+        groups,
+        origins,
+        reads,
+    })
 }
 
 fn check_group(g: usize, query: &GroupQuery) -> Result<(), Failure> {
@@ -175,33 +254,34 @@ fn failure_of_request(mut failure: Failure, pairs: usize, origins: &[Origin]) ->
     failure
 }
 
-/// The groups' answers from the predictions of their pairs (`origins` order), in the order of
-/// `groups`, by `model` (its group calibration).
+/// The groups' answers, in the order of `groups`, from the predictions of their distinct pairs
+/// (`distinct`, read as `reads` says), by `model` (its group calibration).
 fn compose_groups(
     groups: &[GroupQuery],
-    origins: &[Origin],
-    predictions: &[Prediction],
+    reads: &[Read],
+    distinct: &[Prediction],
     model: &LoadedModel,
 ) -> Result<Vec<GroupPrediction>, Failure> {
     let mut out = Vec::with_capacity(groups.len());
+    let mut own = Vec::with_capacity(group::pairs_in(MAX_GROUP_SIZE));
     let mut next = 0;
     for (g, query) in groups.iter().enumerate() {
         let size = query.jobs.len();
         let n = group::pairs_in(size);
-        let own = predictions
-            .get(next..next + n)
-            .filter(|_| origins.get(next).is_some_and(|o| o.0 == g));
+        own.clear();
+        for &(index, swapped) in reads.get(next..next + n).unwrap_or_default() {
+            if let Some(&p) = distinct.get(index) {
+                own.push(if swapped { p.swapped() } else { p });
+            }
+        }
         next += n;
         let shift = model.meta.calibration.group_shift(size);
-        out.push(
-            own.and_then(|p| group::compose(size, p, shift))
-                .ok_or_else(|| {
-                    Failure::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        format!("group {g}: its pairs' predictions are missing"),
-                    )
-                })?,
-        );
+        out.push(group::compose(size, &own, shift).ok_or_else(|| {
+            Failure::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("group {g}: its pairs' predictions are missing"),
+            )
+        })?);
     }
     Ok(out)
 }
@@ -215,13 +295,13 @@ pub fn predict_with_groups(
     cancelled: &AtomicBool,
 ) -> Result<(String, Vec<Prediction>, Vec<GroupPrediction>), Failure> {
     let n = request.pairs.len();
-    let (expanded, groups, origins) = expand(request)?;
-    let predicted = predict::<Vec<Prediction>>(state, &expanded, cancelled)
-        .map_err(|f| failure_of_request(f, n, &origins))?;
+    let expanded = expand(request)?;
+    let predicted = predict::<Vec<Prediction>>(state, &expanded.request, cancelled)
+        .map_err(|f| failure_of_request(f, n, &expanded.origins))?;
     let mut all: Vec<Prediction> = predicted.parts.into_iter().flatten().collect();
     let groups = compose_groups(
-        &groups,
-        &origins,
+        &expanded.groups,
+        &expanded.reads,
         &all[n.min(all.len())..],
         &predicted.model,
     )?;
