@@ -10,7 +10,7 @@ The KServe tensor is the model's encoding of each pair, rows (a, b) then (b, a),
 `spec` in model.json by scripts/encoding.py as duet's encoder builds it; its outputs are, per
 row, ln speed, ln p10 speed and the feasibility logit. So `speed_a` of /v1/predict is exp of the first row's
 first output, `speed_b` of the second row's, and `feasible_probability` the logistic of the two
-rows' mean logit.
+rows' mean logit; the `calibrated` output is -ln of the p90 slowdowns, `calibration` the class.
 
 Prints one line per check and a closing 'N passed, N failed'; exits non-zero on any failure.
 
@@ -128,6 +128,23 @@ def same_as_predict(outputs, what):
             assert abs(got - want) <= 2e-6 * abs(want), f"{what}: pair {i} {key} {got} != {want}"
 
 
+CLASSES = ["known", "new", "new_family", "conservative"]
+
+
+def calibration_as_predict(calibrated, classes, what):
+    """The KServe `calibrated` and `calibration` outputs of INPUTS against /v1/predict's p90
+    slowdowns and classes for PAIRS: row (a, b) of a pair carries slowdown_a_p90, (b, a)
+    slowdown_b_p90, both rows the pair's class."""
+    calibrated, classes = np.asarray(calibrated), np.asarray(classes)
+    assert calibrated.dtype == np.float32 and classes.dtype == np.int32, f"{what}: dtypes"
+    assert calibrated.shape == classes.shape == (2 * len(PAIRS), 1), f"{what}: shapes"
+    for i, p in enumerate(PREDICTED):
+        for row, key in ((2 * i, "slowdown_a_p90"), (2 * i + 1, "slowdown_b_p90")):
+            got, want = math.exp(-float(calibrated[row, 0])), p[key]
+            assert abs(got - want) <= 1e-5 * want, f"{what}: pair {i} {key} {got} != {want}"
+            assert CLASSES[classes[row, 0]] == p["calibration"], f"{what}: pair {i} class"
+
+
 # tritonclient over HTTP ------------------------------------------------------------------------
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -145,7 +162,11 @@ def _():
     meta = http.get_model_metadata(MODEL, headers=dict(AUTH))
     assert meta["inputs"][0]["name"] == "pairs", meta
     assert meta["inputs"][0]["shape"] == [-1, INPUTS.shape[1]], meta
-    assert meta["outputs"][0] == {"name": "outputs", "datatype": "FP32", "shape": [-1, 3]}, meta
+    assert meta["outputs"] == [
+        {"name": "outputs", "datatype": "FP32", "shape": [-1, 3]},
+        {"name": "calibrated", "datatype": "FP32", "shape": [-1, 1]},
+        {"name": "calibration", "datatype": "INT32", "shape": [-1, 1]},
+    ], meta
     version = meta["versions"][0]
     assert http.is_model_ready(MODEL, model_version=version, headers=dict(AUTH))
     assert http.get_model_metadata(MODEL, model_version=version, headers=dict(AUTH)) == meta
@@ -155,7 +176,10 @@ def _():
 def http_infer(binary, version=""):
     tensor = httpclient.InferInput("pairs", list(INPUTS.shape), "FP32")
     tensor.set_data_from_numpy(INPUTS, binary_data=binary)
-    outputs = None if binary else [httpclient.InferRequestedOutput("outputs", binary_data=False)]
+    outputs = None if binary else [
+        httpclient.InferRequestedOutput(name, binary_data=False)
+        for name in ("outputs", "calibrated", "calibration")
+    ]
     return http.infer(MODEL, [tensor], model_version=version, outputs=outputs, request_id="c1",
                       headers=dict(AUTH))
 
@@ -173,6 +197,9 @@ def _():
     assert "data" not in output, output
     HTTP_OUTPUTS["binary"] = result.as_numpy("outputs")
     same_as_predict(HTTP_OUTPUTS["binary"], "http binary")
+    calibration_as_predict(result.as_numpy("calibrated"), result.as_numpy("calibration"),
+                           "http binary")
+    assert {p["calibration"] for p in PREDICTED} >= {"new", "new_family"}, PREDICTED
 
 
 @check("tritonclient.http, binary_data=False (JSON in and out) = binary = /v1/predict")
@@ -181,6 +208,8 @@ def _():
     assert "data" in result.get_response()["outputs"][0]
     HTTP_OUTPUTS["json"] = result.as_numpy("outputs")
     same_as_predict(HTTP_OUTPUTS["json"], "http json")
+    calibration_as_predict(result.as_numpy("calibrated"), result.as_numpy("calibration"),
+                           "http json")
     assert np.array_equal(HTTP_OUTPUTS["json"], HTTP_OUTPUTS["binary"])
 
 
@@ -244,6 +273,8 @@ if args.grpc:
         assert result.get_response().id == "g1"
         outputs = result.as_numpy("outputs")
         same_as_predict(outputs, "grpc")
+        calibration_as_predict(result.as_numpy("calibrated"), result.as_numpy("calibration"),
+                               "grpc")
         assert "binary" not in HTTP_OUTPUTS or np.array_equal(outputs, HTTP_OUTPUTS["binary"])
         version = result.get_response().model_version
         named = triton.infer(MODEL, [tensor], model_version=version, headers=dict(METADATA))

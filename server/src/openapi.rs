@@ -313,16 +313,20 @@ fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
     plain["200"]["content"]["application/octet-stream"]["schema"] = json!({
         "type": "string", "format": "binary",
         "description": "the answer's JSON header (Inference-Header-Content-Length bytes, \
-                        outputs with parameters.binary_data_size), then their values as \
-                        little-endian FP32"});
+                        binary outputs with parameters.binary_data_size), then their values as \
+                        little-endian bytes (FP32, INT32 for calibration), output after output"});
     // A version's infer answers as the plain one does, and 404 for another version too.
     let mut answers = plain.clone();
     let versioned = &mut doc["paths"]["/v2/models/{name}/versions/{version}/infer"]["post"];
     answers["404"] = versioned["responses"]["404"].take();
     versioned["responses"] = answers;
     let schemas = &mut doc["components"]["schemas"];
+    let names: Vec<&str> = crate::service::kserve::output_specs()
+        .iter()
+        .map(|s| s.name)
+        .collect();
     schemas["InferRequestedOutput"]["properties"]["name"] =
-        json!({"type": "string", "const": duet_model::onnx::OUTPUT});
+        json!({"type": "string", "enum": names});
     schemas["InferRequestedOutput"]["properties"]["parameters"] = binary_flag(
         "binary_data",
         "true: this output's values as raw little-endian bytes after the answer's JSON header",

@@ -167,9 +167,29 @@ async fn kserve_over_grpc_answers_what_http_answers() {
     let body = json!({"inputs": [{"name": "pairs", "shape": [3, width], "datatype": "FP32",
                                    "data": data}]});
     let (_, over_http) = http_call(&app, body).await;
-    let over_http: Vec<f32> =
-        serde_json::from_value(over_http["outputs"][0]["data"].clone()).expect("floats");
-    assert_eq!(outputs, over_http);
+    let floats =
+        |v: &Value| -> Vec<f32> { serde_json::from_value(v["data"].clone()).expect("floats") };
+    assert_eq!(outputs, floats(&over_http["outputs"][0]));
+    // Every output where the request names none: the calibrated p10 and each row's class, in
+    // raw little-endian bytes as over HTTP in JSON.
+    let names: Vec<&str> = answer.outputs.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(names, ["outputs", "calibrated", "calibration"]);
+    assert_eq!(answer.outputs[2].datatype, "INT32");
+    assert_eq!(answer.outputs[2].shape, [3, 1]);
+    assert_eq!(answer.raw_output_contents.len(), 3);
+    assert_eq!(
+        values(&answer.raw_output_contents[1]),
+        floats(&over_http["outputs"][1])
+    );
+    let codes: Vec<i64> = answer.raw_output_contents[2]
+        .chunks_exact(4)
+        .map(|b| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+        .collect();
+    let over_http_codes: Vec<i64> =
+        serde_json::from_value(over_http["outputs"][2]["data"].clone()).expect("integers");
+    assert_eq!(codes, over_http_codes);
+    assert_eq!(meta.outputs.len(), 3);
+    assert_eq!(meta.outputs[2].datatype, "INT32");
     // Typed contents in: the same.
     let mut typed = infer_request(3, width, Vec::new());
     typed.raw_input_contents.clear();

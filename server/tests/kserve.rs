@@ -1,6 +1,7 @@
 //! `POST /v2/models/{name}/infer` with the binary tensor data extension, in process: a binary
 //! input answered as the same tensor in JSON is (a large JSON tensor too, read on every core),
-//! binary outputs where asked, the outputs those of `/v1/predict` for the same pairs, and every
+//! binary outputs where asked, the outputs those of `/v1/predict` for the same pairs (each row's
+//! calibration class and calibrated p90 too), and every
 //! way a binary body can disagree with its JSON header refused with a 400 or 422 naming the
 //! field; the KServe v2 routes (health, metadata, versions) around the same model.
 
@@ -34,10 +35,22 @@ impl Answer {
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&self.body).into_owned()))
     }
 
-    /// The bytes after the JSON header, as FP32 values.
+    /// The bytes of output `k` after the JSON header: the outputs' bytes follow one another,
+    /// each `binary_data_size` long.
+    fn binary_of(&self, k: usize) -> &[u8] {
+        let head = self.json();
+        let size = |i: usize| {
+            head["outputs"][i]["parameters"]["binary_data_size"]
+                .as_u64()
+                .map_or(0, |n| usize::try_from(n).expect("size"))
+        };
+        let start = self.header_length.expect("a binary answer") + (0..k).map(size).sum::<usize>();
+        &self.body[start..start + size(k)]
+    }
+
+    /// The first output's bytes after the JSON header, as FP32 values.
     fn binary_values(&self) -> Vec<f32> {
-        let start = self.header_length.expect("a binary answer");
-        self.body[start..]
+        self.binary_of(0)
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect()
@@ -425,7 +438,7 @@ async fn a_binary_body_that_disagrees_with_its_header_is_refused_naming_the_fiel
     post(&app, &unknown, &data, None).await.assert_error(
         StatusCode::UNPROCESSABLE_ENTITY,
         "outputs[0].name",
-        "the model's output is `outputs`",
+        "the model's outputs are `outputs`, `calibrated`, `calibration`, not `probabilities`",
     );
     let flag = json!({"inputs": [binary_input(2, width, size)],
                       "parameters": {"binary_data_output": "yes"}});
@@ -588,4 +601,114 @@ async fn kserve_v2_aliases_run_the_same_model() {
             "no version `0` of model `default`",
         );
     }
+}
+
+/// Each row's calibration class and its calibrated ln p10 speed: those `/v1/predict` gives the
+/// pair the row encodes, for a pair of training workloads (known), of new workloads of known
+/// families (new), with a family the model never saw (new_family) and with a solo throughput
+/// far outside training's (conservative); in JSON, in binary, asked for alone and in any order.
+#[tokio::test]
+async fn every_row_says_its_calibration_class_and_its_calibrated_p90() {
+    let (app, state) = app_with(Config::new(model_dir()));
+    let model = state.model().expect("model");
+    let width = model.meta.spec.pair_width();
+    let (registry, _) = duet_model::registry::Registry::build(&model, Default::default());
+    let pairs = json!({"gpu": "v100", "pairs": [
+        {"a": {"workload": "resnet-50-bs64"}, "b": {"workload": "transformer-bs32"}, "mode": "space"},
+        {"a": {"features": features(11.2, "ResNet-50", 64.0)},
+         "b": {"workload": "a3c"}, "mode": "space"},
+        {"a": {"features": features(5.0, "VGG-16", 32.0)},
+         "b": {"features": features(3.1, "Transformer", 32.0)}, "mode": "space"},
+        {"a": {"features": features(1e9, "ResNet-50", 64.0)},
+         "b": {"workload": "a3c"}, "mode": "space"},
+    ]});
+    let request: PredictRequest = serde_json::from_value(pairs.clone()).expect("request");
+    let data = duet_model::predict::encode(&model, &registry, &request, None).expect("encoded");
+    let rows = data.len() / width;
+    let (s, predicted) = call(&app, "POST", "/v1/predict", Some(pairs), None).await;
+    assert_eq!(s, StatusCode::OK, "{predicted}");
+    let predicted = predicted["predictions"]
+        .as_array()
+        .expect("predictions")
+        .clone();
+    let classes: Vec<&str> = predicted
+        .iter()
+        .map(|p| p["calibration"].as_str().expect("class"))
+        .collect();
+    assert_eq!(classes, ["known", "new", "new_family", "conservative"]);
+    let body = json!({"inputs": [{"name": "pairs", "shape": [rows, width], "datatype": "FP32",
+                                   "data": data}]});
+    let (s, out) = call(&app, "POST", URI, Some(body), None).await;
+    assert_eq!(s, StatusCode::OK, "{out}");
+    let names: Vec<&str> = out["outputs"]
+        .as_array()
+        .expect("outputs")
+        .iter()
+        .map(|o| o["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["outputs", "calibrated", "calibration"]);
+    assert_eq!(out["outputs"][1]["datatype"], "FP32");
+    assert_eq!(out["outputs"][1]["shape"], json!([rows, 1]));
+    assert_eq!(out["outputs"][2]["datatype"], "INT32");
+    assert_eq!(out["outputs"][2]["shape"], json!([rows, 1]));
+    let codes: Vec<i64> = out["outputs"][2]["data"]
+        .as_array()
+        .expect("codes")
+        .iter()
+        .map(|v| v.as_i64().expect("an integer"))
+        .collect();
+    // Both rows of a pair in the pair's class: 0 known, 1 new, 2 new_family, 3 conservative.
+    assert_eq!(codes, [0, 0, 1, 1, 2, 2, 3, 3]);
+    let calibrated: Vec<f32> =
+        serde_json::from_value(out["outputs"][1]["data"].clone()).expect("f32");
+    for (i, p) in predicted.iter().enumerate() {
+        for (row, key) in [(2 * i, "slowdown_a_p90"), (2 * i + 1, "slowdown_b_p90")] {
+            let want = p[key].as_f64().expect(key);
+            let got = (-f64::from(calibrated[row])).exp();
+            assert!(
+                (got - want).abs() <= 1e-5 * want,
+                "pair {i} {key}: {got} vs {want}"
+            );
+        }
+    }
+    // The raw p10 is the network's: the calibrated one is it less the class's shift.
+    let raw: Vec<f32> = serde_json::from_value(out["outputs"][0]["data"].clone()).expect("f32");
+    for (row, code) in codes.iter().enumerate() {
+        let class = duet_core::api::Calibration::ALL[usize::try_from(*code).expect("code")];
+        let shift = model.meta.calibration.shift(class, Some("v100"));
+        let want = f64::from(raw[3 * row + 1]) - shift;
+        assert!(
+            (f64::from(calibrated[row]) - want).abs() < 1e-5,
+            "row {row}"
+        );
+    }
+    // Asked for alone and in another order, in binary: the same values, in that order.
+    let header = json!({"inputs": [binary_input(rows, width, data.len() * 4)],
+                        "outputs": [{"name": "calibration"}, {"name": "calibrated"},
+                                    {"name": "calibration"}],
+                        "parameters": {"binary_data_output": true}});
+    let binary = post(&app, &header, &bytes(&data), None).await;
+    assert_eq!(binary.status, StatusCode::OK, "{}", binary.json());
+    let head = binary.json();
+    assert_eq!(head["outputs"].as_array().map(Vec::len), Some(2), "{head}");
+    assert_eq!(head["outputs"][0]["name"], "calibration");
+    let ints: Vec<i64> = binary
+        .binary_of(0)
+        .chunks_exact(4)
+        .map(|b| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+        .collect();
+    assert_eq!(ints, codes);
+    let floats: Vec<f32> = binary
+        .binary_of(1)
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    assert_eq!(floats, calibrated);
+    let (_, meta) = call(&app, "GET", "/v2/models/default", None, None).await;
+    assert_eq!(
+        meta["outputs"],
+        json!([{"name": "outputs", "datatype": "FP32", "shape": [-1, 3]},
+               {"name": "calibrated", "datatype": "FP32", "shape": [-1, 1]},
+               {"name": "calibration", "datatype": "INT32", "shape": [-1, 1]}])
+    );
 }

@@ -1,13 +1,14 @@
 //! The Open Inference Protocol's `inference.GRPCInferenceService` over the serving model: the
 //! same checks and answers as the HTTP routes (`crate::service::kserve`). An input's values
 //! come in `raw_input_contents` (little-endian bytes, as tritonclient sends them) or in
-//! `contents.fp32_contents`; the output's go in `raw_output_contents`.
+//! `contents.fp32_contents`; the outputs' go in `raw_output_contents`, one entry per output in
+//! the order of `outputs` (every output where the request names none).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use duet_model::LoadedModel;
-use duet_model::onnx::{INPUT, OUTPUT};
+use duet_model::onnx::INPUT;
 use prost::Message;
 use tonic::{Request, Response, Status};
 
@@ -130,7 +131,7 @@ impl GrpcInferenceService for Kserve {
                 versions: vec![model.version().to_string()],
                 platform: service::platform(&model),
                 inputs: vec![metadata(service::input_spec(&model))],
-                outputs: vec![metadata(service::output_spec())],
+                outputs: service::output_specs().into_iter().map(metadata).collect(),
             })
         })
         .await
@@ -234,14 +235,13 @@ fn infer(
 ) -> Result<ModelInferResponse, Failure> {
     let width = model.meta.spec.pair_width();
     let max_rows = state.config.max_infer_rows;
-    for (i, output) in request.outputs.iter().enumerate() {
-        if output.name != OUTPUT {
-            return Err(Failure::field(
-                format!("outputs[{i}].name"),
-                format!("the model's output is `{OUTPUT}`, not `{}`", output.name),
-            ));
-        }
-    }
+    let wanted = service::requested_outputs(
+        request
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(i, o)| (format!("outputs[{i}]"), o.name.as_str())),
+    )?;
     if request.inputs.len() != 1 {
         return Err(Failure::field(
             "inputs",
@@ -262,22 +262,25 @@ fn infer(
     )?;
     let (data, field) = values(&mut request, rows, width)?;
     service::check_values(field, &data, rows, width)?;
-    let outputs = service::run(state, model, data, cancelled)?;
-    let output = service::output_spec();
+    let values = service::run(state, model, data, &wanted, cancelled)?;
+    let specs = service::output_specs();
     #[allow(clippy::cast_possible_wrap)]
-    let shape = vec![rows as i64, output.shape[1]];
+    let outputs = wanted
+        .iter()
+        .map(|&k| InferOutputTensor {
+            name: specs[k].name.into(),
+            datatype: specs[k].datatype.into(),
+            shape: vec![rows as i64, specs[k].shape[1]],
+            parameters: Default::default(),
+            contents: None,
+        })
+        .collect();
     Ok(ModelInferResponse {
         model_name: model.meta.name.clone(),
         model_version: model.version().to_string(),
         id: request.id,
         parameters: Default::default(),
-        outputs: vec![InferOutputTensor {
-            name: output.name.into(),
-            datatype: output.datatype.into(),
-            shape,
-            parameters: Default::default(),
-            contents: None,
-        }],
-        raw_output_contents: vec![service::to_le_bytes(&outputs).into()],
+        outputs,
+        raw_output_contents: values.iter().map(|v| v.to_le_bytes().into()).collect(),
     })
 }

@@ -1,6 +1,8 @@
 //! The Open Inference Protocol (KServe v2) over HTTP: health, model metadata, and `infer` on the
 //! encoded tensor (`pairs`, FP32 `[N, width]` -> `outputs`, FP32 `[N, 3]`: ln speed, ln p10
-//! speed, feasibility logit), for tooling that speaks the protocol. `infer` takes JSON or the
+//! speed, feasibility logit; `calibrated`, FP32 `[N, 1]`: the ln p10 speed after the row's
+//! calibration shift; `calibration`, INT32 `[N, 1]`: that class), for tooling that speaks the
+//! protocol. `infer` takes JSON or the
 //! binary tensor data extension (a JSON header of `Inference-Header-Content-Length` bytes, then
 //! each tensor's raw little-endian bytes), and answers in binary where the request asks for it.
 //! What the tensors must be is `crate::service::kserve`'s, shared with gRPC.
@@ -15,8 +17,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use duet_model::network::OUTPUTS;
-use duet_model::onnx::{INPUT, OUTPUT};
+use duet_model::onnx::INPUT;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -184,7 +185,10 @@ fn model_metadata(
         versions: vec![model.version().to_string()],
         platform: service::platform(&model),
         inputs: vec![service::input_spec(&model).into()],
-        outputs: vec![service::output_spec().into()],
+        outputs: service::output_specs()
+            .into_iter()
+            .map(Into::into)
+            .collect(),
     }))
 }
 
@@ -274,13 +278,36 @@ pub struct InferRequest {
 }
 duet_core::object_only!(InferRequest);
 
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct InferResponse {
     pub model_name: String,
     pub model_version: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
-    pub outputs: Vec<InferTensor>,
+    pub outputs: Vec<InferOutput>,
+}
+
+/// An output of an answer: its values in `data`, or, in a binary answer, as
+/// `parameters.binary_data_size` bytes after the JSON header, in the order of the outputs.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct InferOutput {
+    pub name: String,
+    pub shape: Vec<i64>,
+    pub datatype: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub parameters: Option<Parameters>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<f64>>)]
+    pub data: Option<OutputData>,
+}
+
+/// An output's values in its datatype: FP32 as numbers, INT32 as integers.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum OutputData {
+    Fp32(Vec<f32>),
+    Int32(Vec<i32>),
 }
 
 /// A boolean parameter: absent, or true or false (422 naming it otherwise).
@@ -313,31 +340,38 @@ fn binary_size(parameters: Option<&Parameters>, field: &str) -> Result<Option<us
     }
 }
 
-/// Whether the answer's output goes in binary: its requested output's `binary_data`, else the
-/// request's `binary_data_output`. A requested output must be the model's.
-fn binary_output(request: &InferRequest) -> Result<bool, Failure> {
+/// The outputs the answer carries (indexes in `service::output_specs`, in the request's
+/// order, every output where it names none) and whether each goes in binary: its requested
+/// output's `binary_data`, else the request's `binary_data_output`.
+fn wanted_outputs(request: &InferRequest) -> Result<Vec<(usize, bool)>, Failure> {
     let all = flag(
         request.parameters.as_ref(),
         "binary_data_output",
         "parameters",
+    )?
+    .unwrap_or(false);
+    let listed = request.outputs.as_deref().unwrap_or_default();
+    let wanted = service::requested_outputs(
+        listed
+            .iter()
+            .enumerate()
+            .map(|(i, o)| (format!("outputs[{i}]"), o.name.as_str())),
     )?;
-    let mut own = None;
-    for (i, output) in request.outputs.iter().flatten().enumerate() {
-        let field = format!("outputs[{i}]");
-        if output.name != OUTPUT {
-            return Err(Failure::field(
-                format!("{field}.name"),
-                format!("the model's output is `{OUTPUT}`, not `{}`", output.name),
-            ));
-        }
-        own = flag(
-            output.parameters.as_ref(),
-            "binary_data",
-            &format!("{field}.parameters"),
-        )?
-        .or(own);
-    }
-    Ok(own.or(all).unwrap_or(false))
+    wanted
+        .into_iter()
+        .map(|k| {
+            let name = service::output_specs()[k].name;
+            let mut binary = None;
+            for (i, output) in listed.iter().enumerate().filter(|(_, o)| o.name == name) {
+                binary = binary.or(flag(
+                    output.parameters.as_ref(),
+                    "binary_data",
+                    &format!("outputs[{i}].parameters"),
+                )?);
+            }
+            Ok((k, binary.unwrap_or(all)))
+        })
+        .collect()
 }
 
 /// The body's JSON header and the tensors' bytes after it: the whole body and none without
@@ -503,7 +537,7 @@ fn answer(
         }
         Err(Refused::Invalid(f)) => return Err(f),
     };
-    let binary_out = binary_output(&request)?;
+    let wanted = wanted_outputs(&request)?;
     let InferRequest { id, mut inputs, .. } = request;
     if inputs.len() != 1 {
         return Err(Failure::field(
@@ -522,20 +556,40 @@ fn answer(
     )?;
     let data = input_values(input, binary, header_length.is_some(), rows, width)?;
     service::check_values("inputs[0].data", &data, rows, width)?;
-    let outputs = service::run(state, model, data, cancelled)?;
-    #[allow(clippy::cast_possible_wrap)]
-    let shape = vec![rows as i64, OUTPUTS as i64];
-    let mut response = InferResponse {
+    let indexes: Vec<usize> = wanted.iter().map(|(k, _)| *k).collect();
+    let values = service::run(state, model, data, &indexes, cancelled)?;
+    let specs = service::output_specs();
+    let mut binary = Vec::new();
+    let mut outputs = Vec::with_capacity(wanted.len());
+    for (&(k, in_binary), values) in wanted.iter().zip(values) {
+        let spec = &specs[k];
+        #[allow(clippy::cast_possible_wrap)]
+        let mut tensor = InferOutput {
+            name: spec.name.into(),
+            shape: vec![rows as i64, spec.shape[1]],
+            datatype: spec.datatype.into(),
+            parameters: None,
+            data: None,
+        };
+        if in_binary {
+            let bytes = values.to_le_bytes();
+            let mut parameters = Parameters::new();
+            parameters.insert("binary_data_size".into(), Value::from(bytes.len()));
+            tensor.parameters = Some(parameters);
+            binary.extend_from_slice(&bytes);
+        } else {
+            tensor.data = Some(match values {
+                service::Values::Fp32(v) => OutputData::Fp32(v),
+                service::Values::Int32(v) => OutputData::Int32(v),
+            });
+        }
+        outputs.push(tensor);
+    }
+    let response = InferResponse {
         model_name: model.meta.name.clone(),
         model_version: model.version().to_string(),
         id,
-        outputs: vec![InferTensor {
-            name: OUTPUT.into(),
-            shape,
-            datatype: FP32.into(),
-            parameters: None,
-            data: None,
-        }],
+        outputs,
     };
     let internal = |e: serde_json::Error| {
         Failure::new(
@@ -543,18 +597,12 @@ fn answer(
             format!("cannot write the answer: {e}"),
         )
     };
-    if !binary_out {
-        response.outputs[0].data = Some(outputs);
-        let bytes = serde_json::to_vec(&response).map_err(internal)?;
+    let mut bytes = serde_json::to_vec(&response).map_err(internal)?;
+    if wanted.iter().all(|(_, b)| !b) {
         return Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response());
     }
-    let values = service::to_le_bytes(&outputs);
-    let mut parameters = Parameters::new();
-    parameters.insert("binary_data_size".into(), Value::from(values.len()));
-    response.outputs[0].parameters = Some(parameters);
-    let mut bytes = serde_json::to_vec(&response).map_err(internal)?;
     let json_length = bytes.len();
-    bytes.extend_from_slice(&values);
+    bytes.extend_from_slice(&binary);
     Ok((
         [
             (
@@ -578,10 +626,12 @@ fn answer(
 /// values as raw little-endian FP32 bytes, where the input's `parameters.binary_data_size`
 /// stands for its `data` (rows x width x 4 bytes). The answer is JSON, or, where the request
 /// asks for it (`parameters.binary_data_output` true on the request, or
-/// `parameters.binary_data` true on the requested output), `application/octet-stream`: a JSON
-/// header of `Inference-Header-Content-Length` bytes, whose output has
-/// `parameters.binary_data_size` in place of `data`, then its values as raw little-endian FP32
-/// bytes. The limits are the same in both encodings.
+/// `parameters.binary_data` true on a requested output), `application/octet-stream`: a JSON
+/// header of `Inference-Header-Content-Length` bytes, whose binary outputs have
+/// `parameters.binary_data_size` in place of `data`, then their values as raw little-endian
+/// bytes, output after output. The answer carries the outputs the request names, in its order,
+/// or all three (`outputs`, `calibrated`, `calibration`). The limits are the same in both
+/// encodings.
 #[utoipa::path(post, path = "/v2/models/{name}/infer", tag = "kserve", params(ModelName),
     request_body = InferRequest, responses(
     (status = 200, description = "the outputs: JSON, or a JSON header and the outputs' bytes where the request asked for binary outputs",

@@ -1,16 +1,20 @@
 //! The Open Inference Protocol (KServe v2) over the serving model, whatever carries it: the
 //! model a request names, the checks of its one input tensor (`pairs`, FP32 `[N, width]`) and
-//! the forward pass to its one output (`outputs`, FP32 `[N, 3]`: ln speed, ln p10 speed,
-//! feasibility logit). The HTTP route (`crate::routes::kserve`, JSON or the binary tensor
-//! extension) and the gRPC service (`crate::grpc::kserve`) parse their wire format into these
-//! calls, so both refuse the same tensors with the same words.
+//! the forward pass to its outputs: `outputs` (FP32 `[N, 3]`: ln speed, ln p10 speed as the
+//! network gives it, feasibility logit), `calibrated` (FP32 `[N, 1]`: the ln p10 speed after the
+//! conformal shift of the row's calibration class, `-ln slowdown_p90` of `/v1/predict`) and
+//! `calibration` (INT32 `[N, 1]`: that class, 0 known, 1 new, 2 new_family, 3 conservative).
+//! The HTTP route (`crate::routes::kserve`, JSON or the binary tensor extension) and the gRPC
+//! service (`crate::grpc::kserve`) parse their wire format into these calls, so both refuse the
+//! same tensors with the same words.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::http::StatusCode;
+use duet_core::api::Calibration;
 use duet_model::LoadedModel;
-use duet_model::network::OUTPUTS;
+use duet_model::network::{OUT_LOG_SPEED_P10, OUTPUTS};
 use duet_model::onnx::{INPUT, OUTPUT};
 
 use crate::error::Failure;
@@ -20,8 +24,17 @@ use crate::state::AppState;
 /// bound only refuses values no encoding produces, and keeps every output finite.
 pub const MAX_INPUT: f32 = 1e6;
 
-/// The datatype of the input and the output.
+/// The datatype of the input and of the outputs but `calibration`.
 pub const FP32: &str = "FP32";
+
+/// The datatype of `calibration`.
+pub const INT32: &str = "INT32";
+
+/// The output of each row's ln p10 speed after its calibration class's shift.
+pub const CALIBRATED: &str = "calibrated";
+
+/// The output of each row's calibration class, as its index in `Calibration::ALL`.
+pub const CALIBRATION: &str = "calibration";
 
 /// Bytes of one FP32 value in a binary tensor (little-endian).
 pub const FP32_BYTES: usize = 4;
@@ -97,13 +110,74 @@ pub fn input_spec(model: &LoadedModel) -> TensorSpec {
     }
 }
 
-/// The model's one output, `[-1, 3]`.
+/// The model's outputs, in the order an answer lists them where the request names none.
 #[allow(clippy::cast_possible_wrap)]
-pub fn output_spec() -> TensorSpec {
-    TensorSpec {
-        name: OUTPUT,
-        datatype: FP32,
-        shape: [-1, OUTPUTS as i64],
+pub fn output_specs() -> [TensorSpec; 3] {
+    [
+        TensorSpec {
+            name: OUTPUT,
+            datatype: FP32,
+            shape: [-1, OUTPUTS as i64],
+        },
+        TensorSpec {
+            name: CALIBRATED,
+            datatype: FP32,
+            shape: [-1, 1],
+        },
+        TensorSpec {
+            name: CALIBRATION,
+            datatype: INT32,
+            shape: [-1, 1],
+        },
+    ]
+}
+
+/// The outputs a request asks for, by name (`field` says where, `outputs[i]`): their indexes in
+/// [`output_specs`], in the request's order, a name asked twice once; every output where it
+/// names none.
+pub fn requested_outputs<'n>(
+    names: impl IntoIterator<Item = (String, &'n str)>,
+) -> Result<Vec<usize>, Failure> {
+    let specs = output_specs();
+    let mut wanted = Vec::new();
+    for (field, name) in names {
+        let index = specs.iter().position(|s| s.name == name).ok_or_else(|| {
+            Failure::field(
+                format!("{field}.name"),
+                format!(
+                    "the model's outputs are {}, not `{name}`",
+                    specs
+                        .iter()
+                        .map(|s| format!("`{}`", s.name))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })?;
+        if !wanted.contains(&index) {
+            wanted.push(index);
+        }
+    }
+    if wanted.is_empty() {
+        wanted = (0..specs.len()).collect();
+    }
+    Ok(wanted)
+}
+
+/// One output's values.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Values {
+    Fp32(Vec<f32>),
+    Int32(Vec<i32>),
+}
+
+impl Values {
+    /// The values as little-endian bytes (a binary output).
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        match self {
+            Values::Fp32(v) => to_le_bytes(v),
+            Values::Int32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
     }
 }
 
@@ -215,23 +289,65 @@ pub fn check_values(field: &str, data: &[f32], rows: usize, width: usize) -> Res
     Ok(())
 }
 
-/// Runs the checked input through the model: `rows x 3` outputs. Nothing runs once the
-/// request was given up (`cancelled`).
+/// Runs the checked input (`rows` of the model's width) through the model and gives the
+/// outputs `wanted` (indexes in [`output_specs`]), in that order. A row's calibration class is
+/// the one `/v1/predict` gives the pair it encodes (its less known job's, on its device), so
+/// `calibrated` of a pair's `(a, b)` row is `-ln slowdown_a_p90`. Nothing runs once the request
+/// was given up (`cancelled`).
 pub fn run(
     state: &AppState,
     model: &LoadedModel,
     data: Vec<f32>,
+    wanted: &[usize],
     cancelled: &AtomicBool,
-) -> Result<Vec<f32>, Failure> {
+) -> Result<Vec<Values>, Failure> {
     if cancelled.load(Ordering::Relaxed) {
         return Err(state.metrics.guards.gave_up());
     }
-    model.engine.run(data).map_err(|e| {
+    let spec = &model.meta.spec;
+    let width = spec.pair_width();
+    // The classes are read from the rows before the engine takes them.
+    let classes: Vec<(Calibration, f64)> = if wanted.iter().any(|&k| k > 0) && width > 0 {
+        data.chunks_exact(width)
+            .map(|row| {
+                model
+                    .meta
+                    .calibration
+                    .resolve(spec.calibration_kind(row), spec.row_gpu(row))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let outputs = model.engine.run(data).map_err(|e| {
         Failure::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("inference failed: {e}"),
         )
-    })
+    })?;
+    #[allow(clippy::cast_possible_truncation)]
+    let mut calibrated = wanted.contains(&1).then(|| {
+        outputs
+            .chunks_exact(OUTPUTS)
+            .zip(&classes)
+            .map(|(row, (_, shift))| (f64::from(row[OUT_LOG_SPEED_P10]) - shift) as f32)
+            .collect::<Vec<f32>>()
+    });
+    #[allow(clippy::cast_possible_wrap)]
+    let mut codes = wanted
+        .contains(&2)
+        .then(|| classes.iter().map(|(c, _)| *c as i32).collect::<Vec<i32>>());
+    let mut raw = Some(outputs);
+    // `wanted` names each output once: each is moved out once.
+    let values = wanted
+        .iter()
+        .map(|&k| match k {
+            1 => Values::Fp32(calibrated.take().unwrap_or_default()),
+            2 => Values::Int32(codes.take().unwrap_or_default()),
+            _ => Values::Fp32(raw.take().unwrap_or_default()),
+        })
+        .collect();
+    Ok(values)
 }
 
 /// The output's values as little-endian bytes (a binary output).
