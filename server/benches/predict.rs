@@ -23,33 +23,6 @@ fn model_dir() -> std::path::PathBuf {
     .join("../models/default")
 }
 
-/// `n` pairs of the model's workloads, by id, in a fixed pseudo-random order.
-fn request(ids: &[String], n: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        usize::try_from(x % ids.len() as u64).expect("index")
-    };
-    let pairs = (0..n)
-        .map(|_| PairQuery {
-            a: JobRef::workload(ids[next()].clone()),
-            b: JobRef::workload(ids[next()].clone()),
-            mode: Mode::Space,
-            share_a: None,
-            share_b: None,
-            gpu: None,
-        })
-        .collect();
-    serde_json::to_vec(&PredictRequest {
-        gpu: Some("v100".into()),
-        pairs,
-        groups: Vec::new(),
-    })
-    .expect("json")
-}
-
 /// The xorshift draw of the requests below: indexes into `n` things.
 fn draws(seed: u64, n: usize) -> impl FnMut() -> usize {
     let mut x = seed;
@@ -59,6 +32,47 @@ fn draws(seed: u64, n: usize) -> impl FnMut() -> usize {
         x ^= x << 17;
         usize::try_from(x % n as u64).expect("index")
     }
+}
+
+/// A request's body on V100.
+fn body(pairs: Vec<PairQuery>, groups: Vec<GroupQuery>) -> Vec<u8> {
+    serde_json::to_vec(&PredictRequest {
+        gpu: Some("v100".into()),
+        pairs,
+        groups,
+    })
+    .expect("json")
+}
+
+/// `n` pairs under space sharing; job `k` of the request is `job(k, d)`, `d` a fixed
+/// pseudo-random draw among `choices`.
+fn pair_request(n: usize, choices: usize, mut job: impl FnMut(usize, usize) -> JobRef) -> Vec<u8> {
+    let mut next = draws(0x9E37_79B9_7F4A_7C15, choices);
+    let pairs = (0..n)
+        .map(|i| PairQuery {
+            a: job(2 * i, next()),
+            b: job(2 * i + 1, next()),
+            mode: Mode::Space,
+            share_a: None,
+            share_b: None,
+            gpu: None,
+        })
+        .collect();
+    body(pairs, Vec::new())
+}
+
+/// `n` groups of four under space sharing, their jobs drawn as [`pair_request`]'s.
+fn group_request(n: usize, choices: usize, mut job: impl FnMut(usize, usize) -> JobRef) -> Vec<u8> {
+    let mut next = draws(0x2545_F491_4F6C_DD1D, choices);
+    let groups = (0..n)
+        .map(|g| GroupQuery {
+            jobs: (0..4).map(|j| job(4 * g + j, next())).collect(),
+            mode: Mode::Space,
+            shares: None,
+            gpu: None,
+        })
+        .collect();
+    body(Vec::new(), groups)
 }
 
 /// Job `k` by its features inline: a registered profile with its solo throughput scaled by
@@ -74,75 +88,6 @@ fn inline(profiles: &[Features], k: usize, pick: usize) -> JobRef {
         workload: None,
         features: Some(features),
     }
-}
-
-/// `n` pairs of jobs given inline, every job different.
-fn inline_request(profiles: &[Features], n: usize) -> Vec<u8> {
-    let mut next = draws(0x9E37_79B9_7F4A_7C15, profiles.len());
-    let pairs = (0..n)
-        .map(|i| PairQuery {
-            a: inline(profiles, 2 * i, next()),
-            b: inline(profiles, 2 * i + 1, next()),
-            mode: Mode::Space,
-            share_a: None,
-            share_b: None,
-            gpu: None,
-        })
-        .collect();
-    serde_json::to_vec(&PredictRequest {
-        gpu: Some("v100".into()),
-        pairs,
-        groups: Vec::new(),
-    })
-    .expect("json")
-}
-
-/// `n` groups of four jobs given inline, every job different: no pair is shared.
-fn inline_group_request(profiles: &[Features], n: usize) -> Vec<u8> {
-    let mut next = draws(0x2545_F491_4F6C_DD1D, profiles.len());
-    let groups = (0..n)
-        .map(|g| GroupQuery {
-            jobs: (0..4)
-                .map(|j| inline(profiles, 4 * g + j, next()))
-                .collect(),
-            mode: Mode::Space,
-            shares: None,
-            gpu: None,
-        })
-        .collect();
-    serde_json::to_vec(&PredictRequest {
-        gpu: Some("v100".into()),
-        pairs: Vec::new(),
-        groups,
-    })
-    .expect("json")
-}
-
-/// `n` groups of four of the model's workloads, by id, in a fixed pseudo-random order.
-fn group_request(ids: &[String], n: usize) -> Vec<u8> {
-    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        usize::try_from(x % ids.len() as u64).expect("index")
-    };
-    let groups = (0..n)
-        .map(|_| GroupQuery {
-            jobs: (0..4)
-                .map(|_| JobRef::workload(ids[next()].clone()))
-                .collect(),
-            mode: Mode::Space,
-            shares: None,
-            gpu: None,
-        })
-        .collect();
-    serde_json::to_vec(&PredictRequest {
-        gpu: Some("v100".into()),
-        pairs: Vec::new(),
-        groups,
-    })
-    .expect("json")
 }
 
 fn state(engine: EngineKind) -> std::sync::Arc<AppState> {
@@ -163,17 +108,20 @@ fn bench(c: &mut Criterion) {
     }
     for engine in engines {
         let state = state(engine);
-        let ids: Vec<String> = {
+        // The registered workloads: by id, and their V100 profiles to send inline.
+        let (ids, profiles): (Vec<String>, Vec<Features>) = {
             let guard = state.serving.load_full();
             let serving = guard.as_ref().expect("loaded");
-            serving
-                .registry
-                .list()
-                .iter()
-                .map(|w| w.workload.clone())
-                .collect()
+            let list = serving.registry.list();
+            (
+                list.iter().map(|w| w.workload.clone()).collect(),
+                list.iter()
+                    .filter_map(|w| w.body.profiles.get("v100").cloned())
+                    .collect(),
+            )
         };
-        let body = request(&ids, 10_000);
+        let by_id = |_: usize, pick: usize| JobRef::workload(ids[pick].clone());
+        let body = pair_request(10_000, ids.len(), by_id);
         c.bench_function(&format!("predict_10k_pairs_{engine}"), |b| {
             b.iter(|| black_box(duet_server::answer(&state, black_box(&body)).expect("answer")));
         });
@@ -193,7 +141,7 @@ fn bench(c: &mut Criterion) {
                 b.iter(|| black_box(serde_json::to_vec(black_box(&parsed)).expect("json")));
             });
         }
-        let groups = group_request(&ids, 10_000);
+        let groups = group_request(10_000, ids.len(), by_id);
         if engine == EngineKind::Burn {
             c.bench_function("parse_10k_groups_of_4", |b| {
                 b.iter(|| {
@@ -207,29 +155,21 @@ fn bench(c: &mut Criterion) {
         c.bench_function(&format!("predict_10k_groups_of_4_{engine}"), |b| {
             b.iter(|| black_box(duet_server::answer(&state, black_box(&groups)).expect("answer")));
         });
-        let profiles: Vec<Features> = {
-            let guard = state.serving.load_full();
-            let serving = guard.as_ref().expect("loaded");
-            serving
-                .registry
-                .list()
-                .iter()
-                .filter_map(|w| w.body.profiles.get("v100").cloned())
-                .collect()
-        };
-        let inline_pairs = inline_request(&profiles, 10_000);
+        let inline_pairs =
+            pair_request(10_000, profiles.len(), |k, pick| inline(&profiles, k, pick));
         c.bench_function(&format!("predict_10k_inline_pairs_{engine}"), |b| {
             b.iter(|| {
                 black_box(duet_server::answer(&state, black_box(&inline_pairs)).expect("answer"))
             });
         });
-        let inline_groups = inline_group_request(&profiles, 10_000);
+        let inline_groups =
+            group_request(10_000, profiles.len(), |k, pick| inline(&profiles, k, pick));
         c.bench_function(&format!("predict_10k_inline_groups_of_4_{engine}"), |b| {
             b.iter(|| {
                 black_box(duet_server::answer(&state, black_box(&inline_groups)).expect("answer"))
             });
         });
-        let single = request(&ids, 1);
+        let single = pair_request(1, ids.len(), by_id);
         c.bench_function(&format!("predict_1_pair_{engine}"), |b| {
             b.iter(|| black_box(duet_server::answer(&state, black_box(&single)).expect("answer")));
         });
