@@ -138,6 +138,8 @@ pub struct Metrics {
     /// Pairs predicted, by the calibration class of their p90 (`known`, `new`, `new_family`,
     /// `conservative`).
     predicted: Family<CalibrationClass, Counter>,
+    /// KServe v2 rows answered, by the calibration class of the pair each encodes.
+    kserve_rows: Family<CalibrationClass, Counter>,
     reloads: Counter,
     reload_failures: Counter,
     observations: Family<Outcome, Counter>,
@@ -165,6 +167,7 @@ impl Default for Metrics {
             latency: Latency::new_with_constructor(|| Histogram::new(LATENCY)),
             pairs: Histogram::new(PAIRS),
             predicted: Family::default(),
+            kserve_rows: Family::default(),
             reloads: Counter::default(),
             reload_failures: Counter::default(),
             observations: Family::default(),
@@ -178,9 +181,11 @@ impl Default for Metrics {
             let _ = m.observations.get_or_create(&Outcome { outcome });
         }
         for class in duet_core::api::Calibration::ALL {
-            let _ = m.predicted.get_or_create(&CalibrationClass {
+            let label = CalibrationClass {
                 calibration: class.as_str(),
-            });
+            };
+            let _ = m.predicted.get_or_create(&label);
+            let _ = m.kserve_rows.get_or_create(&label);
         }
         let mut registry = Registry::default();
         let r = &mut registry;
@@ -208,6 +213,13 @@ impl Default for Metrics {
             "Pairs predicted, by the calibration class of their p90 slowdowns (conservative: no \
              calibrated class covers them; the widest p90 the model has).",
             m.predicted.clone(),
+        );
+        register(
+            r,
+            "duet_kserve_rows",
+            "KServe v2 rows answered (HTTP and gRPC), by the calibration class of the pair each \
+             row encodes.",
+            m.kserve_rows.clone(),
         );
         register(
             r,
@@ -277,15 +289,12 @@ impl Metrics {
     /// Counts predicted pairs by calibration class: `counts` in the order of
     /// `Calibration::ALL`.
     pub fn predicted(&self, counts: [u64; 4]) {
-        for (class, n) in duet_core::api::Calibration::ALL.into_iter().zip(counts) {
-            if n > 0 {
-                self.predicted
-                    .get_or_create(&CalibrationClass {
-                        calibration: class.as_str(),
-                    })
-                    .inc_by(n);
-            }
-        }
+        by_class(&self.predicted, counts);
+    }
+
+    /// Counts answered KServe rows by calibration class, as [`Metrics::predicted`].
+    pub fn kserve_rows(&self, counts: [u64; 4]) {
+        by_class(&self.kserve_rows, counts);
     }
 
     pub fn reload(&self, ok: bool) {
@@ -597,6 +606,19 @@ impl Now {
             constant(e, name, help, None, &ConstGauge::new(value))?;
         }
         Ok(())
+    }
+}
+
+/// Adds `counts` (in the order of `Calibration::ALL`) to `family`'s series.
+fn by_class(family: &Family<CalibrationClass, Counter>, counts: [u64; 4]) {
+    for (class, n) in duet_core::api::Calibration::ALL.into_iter().zip(counts) {
+        if n > 0 {
+            family
+                .get_or_create(&CalibrationClass {
+                    calibration: class.as_str(),
+                })
+                .inc_by(n);
+        }
     }
 }
 

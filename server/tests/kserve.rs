@@ -704,6 +704,25 @@ async fn every_row_says_its_calibration_class_and_its_calibrated_p90() {
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
     assert_eq!(floats, calibrated);
+    // Both requests' rows counted by class: two of each class per request.
+    let scrape = app
+        .clone()
+        .oneshot(
+            Request::builder()
+                .uri("/metrics")
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await
+        .expect("response");
+    let text = axum::body::to_bytes(scrape.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    let text = String::from_utf8_lossy(&text);
+    for class in ["known", "new", "new_family", "conservative"] {
+        let line = format!("duet_kserve_rows_total{{calibration=\"{class}\"}} 4");
+        assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+    }
     let (_, meta) = call(&app, "GET", "/v2/models/default", None, None).await;
     assert_eq!(
         meta["outputs"],

@@ -22,11 +22,12 @@ use http::{call, model_dir};
 const TOKEN: &str = "scraper-token";
 
 /// Every family as OpenMetrics names it, its type, and its series' label names.
-const FAMILIES: [(&str, &str, &[&str]); 33] = [
+const FAMILIES: [(&str, &str, &[&str]); 34] = [
     ("duet_requests", "counter", &["route", "status"]),
     ("duet_request_duration_seconds", "histogram", &["route"]),
     ("duet_predict_pairs", "histogram", &[]),
     ("duet_predicted_pairs", "counter", &["calibration"]),
+    ("duet_kserve_rows", "counter", &["calibration"]),
     ("duet_model_reloads", "counter", &[]),
     ("duet_model_reload_failures", "counter", &[]),
     ("duet_observations", "counter", &["outcome"]),

@@ -292,8 +292,9 @@ pub fn check_values(field: &str, data: &[f32], rows: usize, width: usize) -> Res
 /// Runs the checked input (`rows` of the model's width) through the model and gives the
 /// outputs `wanted` (indexes in [`output_specs`]), in that order. A row's calibration class is
 /// the one `/v1/predict` gives the pair it encodes (its less known job's, on its device), so
-/// `calibrated` of a pair's `(a, b)` row is `-ln slowdown_a_p90`. Nothing runs once the request
-/// was given up (`cancelled`).
+/// `calibrated` of a pair's `(a, b)` row is `-ln slowdown_a_p90`; `/metrics` counts the rows
+/// answered by class (`duet_kserve_rows_total`). Nothing runs once the request was given up
+/// (`cancelled`).
 pub fn run(
     state: &AppState,
     model: &LoadedModel,
@@ -307,7 +308,7 @@ pub fn run(
     let spec = &model.meta.spec;
     let width = spec.pair_width();
     // The classes are read from the rows before the engine takes them.
-    let classes: Vec<(Calibration, f64)> = if wanted.iter().any(|&k| k > 0) && width > 0 {
+    let classes: Vec<(Calibration, f64)> = if width > 0 {
         data.chunks_exact(width)
             .map(|row| {
                 model
@@ -319,12 +320,17 @@ pub fn run(
     } else {
         Vec::new()
     };
+    let mut counts = [0u64; 4];
+    for (class, _) in &classes {
+        counts[*class as usize] += 1;
+    }
     let outputs = model.engine.run(data).map_err(|e| {
         Failure::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("inference failed: {e}"),
         )
     })?;
+    state.metrics.kserve_rows(counts);
     #[allow(clippy::cast_possible_truncation)]
     let mut calibrated = wanted.contains(&1).then(|| {
         outputs
