@@ -263,16 +263,18 @@ fn infer(
     let (data, field) = values(&mut request, rows, width)?;
     service::check_values(field, &data, rows, width)?;
     let values = service::run(state, model, data, &wanted, cancelled)?;
-    let specs = service::output_specs();
     #[allow(clippy::cast_possible_wrap)]
     let outputs = wanted
         .iter()
-        .map(|&k| InferOutputTensor {
-            name: specs[k].name.into(),
-            datatype: specs[k].datatype.into(),
-            shape: vec![rows as i64, specs[k].shape[1]],
-            parameters: Default::default(),
-            contents: None,
+        .map(|output| {
+            let spec = output.spec();
+            InferOutputTensor {
+                name: spec.name.into(),
+                datatype: spec.datatype.into(),
+                shape: vec![rows as i64, spec.shape[1]],
+                parameters: Default::default(),
+                contents: None,
+            }
         })
         .collect();
     Ok(ModelInferResponse {

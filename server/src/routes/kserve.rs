@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use crate::bounded::Refused;
 use crate::error::{Failure, body_failure};
-use crate::service::kserve::{self as service, FP32, FP32_BYTES};
+use crate::service::kserve::{self as service, FP32, FP32_BYTES, Output};
 use crate::shed::Work;
 use crate::state::{AppState, not_ready};
 
@@ -297,17 +297,10 @@ pub struct InferOutput {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub parameters: Option<Parameters>,
+    /// The values in the output's datatype: FP32 as numbers, INT32 as integers.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<f64>>)]
-    pub data: Option<OutputData>,
-}
-
-/// An output's values in its datatype: FP32 as numbers, INT32 as integers.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
-pub enum OutputData {
-    Fp32(Vec<f32>),
-    Int32(Vec<i32>),
+    pub data: Option<service::Values>,
 }
 
 /// A boolean parameter: absent, or true or false (422 naming it otherwise).
@@ -340,10 +333,10 @@ fn binary_size(parameters: Option<&Parameters>, field: &str) -> Result<Option<us
     }
 }
 
-/// The outputs the answer carries (indexes in `service::output_specs`, in the request's
-/// order, every output where it names none) and whether each goes in binary: its requested
-/// output's `binary_data`, else the request's `binary_data_output`.
-fn wanted_outputs(request: &InferRequest) -> Result<Vec<(usize, bool)>, Failure> {
+/// The outputs the answer carries (in the request's order, every output where it names none)
+/// and whether each goes in binary: its requested output's `binary_data`, else the request's
+/// `binary_data_output`.
+fn wanted_outputs(request: &InferRequest) -> Result<Vec<(Output, bool)>, Failure> {
     let all = flag(
         request.parameters.as_ref(),
         "binary_data_output",
@@ -359,8 +352,8 @@ fn wanted_outputs(request: &InferRequest) -> Result<Vec<(usize, bool)>, Failure>
     )?;
     wanted
         .into_iter()
-        .map(|k| {
-            let name = service::output_specs()[k].name;
+        .map(|output| {
+            let name = output.spec().name;
             let mut binary = None;
             for (i, output) in listed.iter().enumerate().filter(|(_, o)| o.name == name) {
                 binary = binary.or(flag(
@@ -369,7 +362,7 @@ fn wanted_outputs(request: &InferRequest) -> Result<Vec<(usize, bool)>, Failure>
                     &format!("outputs[{i}].parameters"),
                 )?);
             }
-            Ok((k, binary.unwrap_or(all)))
+            Ok((output, binary.unwrap_or(all)))
         })
         .collect()
 }
@@ -556,13 +549,12 @@ fn answer(
     )?;
     let data = input_values(input, binary, header_length.is_some(), rows, width)?;
     service::check_values("inputs[0].data", &data, rows, width)?;
-    let indexes: Vec<usize> = wanted.iter().map(|(k, _)| *k).collect();
-    let values = service::run(state, model, data, &indexes, cancelled)?;
-    let specs = service::output_specs();
+    let names: Vec<Output> = wanted.iter().map(|(output, _)| *output).collect();
+    let values = service::run(state, model, data, &names, cancelled)?;
     let mut binary = Vec::new();
     let mut outputs = Vec::with_capacity(wanted.len());
-    for (&(k, in_binary), values) in wanted.iter().zip(values) {
-        let spec = &specs[k];
+    for (&(output, in_binary), values) in wanted.iter().zip(values) {
+        let spec = output.spec();
         #[allow(clippy::cast_possible_wrap)]
         let mut tensor = InferOutput {
             name: spec.name.into(),
@@ -578,10 +570,7 @@ fn answer(
             tensor.parameters = Some(parameters);
             binary.extend_from_slice(&bytes);
         } else {
-            tensor.data = Some(match values {
-                service::Values::Fp32(v) => OutputData::Fp32(v),
-                service::Values::Int32(v) => OutputData::Int32(v),
-            });
+            tensor.data = Some(values);
         }
         outputs.push(tensor);
     }

@@ -110,62 +110,85 @@ pub fn input_spec(model: &LoadedModel) -> TensorSpec {
     }
 }
 
-/// The model's outputs, in the order an answer lists them where the request names none.
-#[allow(clippy::cast_possible_wrap)]
-pub fn output_specs() -> [TensorSpec; 3] {
-    [
-        TensorSpec {
-            name: OUTPUT,
-            datatype: FP32,
-            shape: [-1, OUTPUTS as i64],
-        },
-        TensorSpec {
-            name: CALIBRATED,
-            datatype: FP32,
-            shape: [-1, 1],
-        },
-        TensorSpec {
-            name: CALIBRATION,
-            datatype: INT32,
-            shape: [-1, 1],
-        },
-    ]
+/// The model's outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// `outputs`: the network's ln speed, ln p10 speed and feasibility logit.
+    Raw,
+    /// `calibrated`: the ln p10 speed after the row's calibration shift.
+    Calibrated,
+    /// `calibration`: the row's calibration class, its index in `Calibration::ALL`.
+    Calibration,
 }
 
-/// The outputs a request asks for, by name (`field` says where, `outputs[i]`): their indexes in
-/// [`output_specs`], in the request's order, a name asked twice once; every output where it
-/// names none.
+impl Output {
+    /// Every output, in the order an answer lists them where the request names none.
+    pub const ALL: [Output; 3] = [Output::Raw, Output::Calibrated, Output::Calibration];
+
+    /// Its name, datatype and shape, as the model's metadata states them.
+    #[allow(clippy::cast_possible_wrap)]
+    pub fn spec(self) -> TensorSpec {
+        match self {
+            Output::Raw => TensorSpec {
+                name: OUTPUT,
+                datatype: FP32,
+                shape: [-1, OUTPUTS as i64],
+            },
+            Output::Calibrated => TensorSpec {
+                name: CALIBRATED,
+                datatype: FP32,
+                shape: [-1, 1],
+            },
+            Output::Calibration => TensorSpec {
+                name: CALIBRATION,
+                datatype: INT32,
+                shape: [-1, 1],
+            },
+        }
+    }
+}
+
+/// The specs of [`Output::ALL`].
+pub fn output_specs() -> [TensorSpec; 3] {
+    Output::ALL.map(Output::spec)
+}
+
+/// The outputs a request asks for, by name (`field` says where, `outputs[i]`), in the request's
+/// order, a name asked twice once; every output where it names none.
 pub fn requested_outputs<'n>(
     names: impl IntoIterator<Item = (String, &'n str)>,
-) -> Result<Vec<usize>, Failure> {
-    let specs = output_specs();
+) -> Result<Vec<Output>, Failure> {
     let mut wanted = Vec::new();
     for (field, name) in names {
-        let index = specs.iter().position(|s| s.name == name).ok_or_else(|| {
-            Failure::field(
-                format!("{field}.name"),
-                format!(
-                    "the model's outputs are {}, not `{name}`",
-                    specs
-                        .iter()
-                        .map(|s| format!("`{}`", s.name))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            )
-        })?;
-        if !wanted.contains(&index) {
-            wanted.push(index);
+        let output = Output::ALL
+            .into_iter()
+            .find(|o| o.spec().name == name)
+            .ok_or_else(|| {
+                Failure::field(
+                    format!("{field}.name"),
+                    format!(
+                        "the model's outputs are {}, not `{name}`",
+                        output_specs()
+                            .iter()
+                            .map(|s| format!("`{}`", s.name))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })?;
+        if !wanted.contains(&output) {
+            wanted.push(output);
         }
     }
     if wanted.is_empty() {
-        wanted = (0..specs.len()).collect();
+        wanted = Output::ALL.to_vec();
     }
     Ok(wanted)
 }
 
-/// One output's values.
-#[derive(Debug, Clone, PartialEq)]
+/// One output's values, in its datatype (in JSON: FP32 as numbers, INT32 as integers).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(untagged)]
 pub enum Values {
     Fp32(Vec<f32>),
     Int32(Vec<i32>),
@@ -290,7 +313,7 @@ pub fn check_values(field: &str, data: &[f32], rows: usize, width: usize) -> Res
 }
 
 /// Runs the checked input (`rows` of the model's width) through the model and gives the
-/// outputs `wanted` (indexes in [`output_specs`]), in that order. A row's calibration class is
+/// outputs `wanted`, in that order. A row's calibration class is
 /// the one `/v1/predict` gives the pair it encodes (its less known job's, on its device), so
 /// `calibrated` of a pair's `(a, b)` row is `-ln slowdown_a_p90`; `/metrics` counts the rows
 /// answered by class (`duet_kserve_rows_total`). Nothing runs once the request was given up
@@ -299,7 +322,7 @@ pub fn run(
     state: &AppState,
     model: &LoadedModel,
     data: Vec<f32>,
-    wanted: &[usize],
+    wanted: &[Output],
     cancelled: &AtomicBool,
 ) -> Result<Vec<Values>, Failure> {
     if cancelled.load(Ordering::Relaxed) {
@@ -320,19 +343,17 @@ pub fn run(
     } else {
         Vec::new()
     };
-    let mut counts = [0u64; 4];
-    for (class, _) in &classes {
-        counts[*class as usize] += 1;
-    }
     let outputs = model.engine.run(data).map_err(|e| {
         Failure::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("inference failed: {e}"),
         )
     })?;
-    state.metrics.kserve_rows(counts);
+    state
+        .metrics
+        .kserve_rows(classes.iter().map(|(class, _)| *class));
     #[allow(clippy::cast_possible_truncation)]
-    let mut calibrated = wanted.contains(&1).then(|| {
+    let mut calibrated = wanted.contains(&Output::Calibrated).then(|| {
         outputs
             .chunks_exact(OUTPUTS)
             .zip(&classes)
@@ -341,16 +362,16 @@ pub fn run(
     });
     #[allow(clippy::cast_possible_wrap)]
     let mut codes = wanted
-        .contains(&2)
+        .contains(&Output::Calibration)
         .then(|| classes.iter().map(|(c, _)| *c as i32).collect::<Vec<i32>>());
     let mut raw = Some(outputs);
     // `wanted` names each output once: each is moved out once.
     let values = wanted
         .iter()
-        .map(|&k| match k {
-            1 => Values::Fp32(calibrated.take().unwrap_or_default()),
-            2 => Values::Int32(codes.take().unwrap_or_default()),
-            _ => Values::Fp32(raw.take().unwrap_or_default()),
+        .map(|output| match output {
+            Output::Raw => Values::Fp32(raw.take().unwrap_or_default()),
+            Output::Calibrated => Values::Fp32(calibrated.take().unwrap_or_default()),
+            Output::Calibration => Values::Int32(codes.take().unwrap_or_default()),
         })
         .collect();
     Ok(values)

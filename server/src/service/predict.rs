@@ -131,7 +131,6 @@ fn expand(request: PredictRequest) -> Result<Expanded, Failure> {
     let mut seen: HashMap<PairKey, (usize, bool)> = HashMap::new();
     let mut names = Interned::default();
     for (g, query) in groups.iter().enumerate() {
-        let share = |k: usize| query.shares.as_ref().map(|s| s[k]);
         // A job given by its registered id alone, by number; a job with features, none.
         let mut numbers = [None; MAX_GROUP_SIZE];
         for (k, job) in query.jobs.iter().enumerate() {
@@ -143,8 +142,8 @@ fn expand(request: PredictRequest) -> Result<Expanded, Failure> {
             // pair asked either way round is one lookup; `swapped` where the group asks it the
             // other way round from the key.
             let key = numbers[i].zip(numbers[j]).map(|(x, y)| {
-                let x = (x, share(i).map(f64::to_bits));
-                let y = (y, share(j).map(f64::to_bits));
+                let x = (x, share_of(query, i).map(f64::to_bits));
+                let y = (y, share_of(query, j).map(f64::to_bits));
                 let swapped = y < x;
                 let (first, second) = if swapped { (y, x) } else { (x, y) };
                 let key: PairKey = (first.0, second.0, gpu, query.mode, first.1, second.1);
@@ -167,16 +166,14 @@ fn expand(request: PredictRequest) -> Result<Expanded, Failure> {
             origins.push((g, i, j));
         }
     }
-    drop((seen, names));
     for &(g, i, j) in &origins {
         let query = &groups[g];
-        let share = |k: usize| query.shares.as_ref().map(|s| s[k]);
         pairs.push(PairQuery {
             a: query.jobs[i].clone(),
             b: query.jobs[j].clone(),
             mode: query.mode,
-            share_a: share(i),
-            share_b: share(j),
+            share_a: share_of(query, i),
+            share_b: share_of(query, j),
             gpu: query.gpu.clone(),
         });
     }
@@ -191,6 +188,11 @@ fn expand(request: PredictRequest) -> Result<Expanded, Failure> {
         origins,
         reads,
     })
+}
+
+/// Job `k`'s MPS share in `query`, where the group gives shares.
+fn share_of(query: &GroupQuery, k: usize) -> Option<f64> {
+    query.shares.as_ref().map(|s| s[k])
 }
 
 fn check_group(g: usize, query: &GroupQuery) -> Result<(), Failure> {
@@ -353,11 +355,9 @@ pub fn predict<S: Sink>(
             )?;
             let kinds =
                 duet_model::predict::kinds(&model.meta.spec, &model.meta.calibration, &inputs);
-            let mut classes = [0u64; 4];
-            for (class, _) in &kinds {
-                classes[*class as usize] += 1;
-            }
-            state.metrics.predicted(classes);
+            state
+                .metrics
+                .predicted(kinds.iter().map(|(class, _)| *class));
             let outputs = if serial {
                 model.engine.run_serial(inputs)
             } else {
