@@ -739,6 +739,30 @@ fn group_by_adds_a_leave_one_model_out_split() {
             || String::from_utf8_lossy(&result.stdout).contains("new-family"),
         "the run names the new-family calibration"
     );
+    // A new family's effects prior: every training device's, the network's weight chosen on
+    // the held-out families' rows, every training workload's effects.
+    let devices = family["calibration"]["family_prior"]["devices"]
+        .as_object()
+        .expect("a family prior");
+    assert!(!devices.is_empty());
+    for (gpu, d) in devices {
+        let weight = d["weight"].as_f64().expect("weight");
+        assert!((0.0..=1.0).contains(&weight), "{gpu}: {d}");
+        assert!(d["chosen_on"].as_u64().expect("rows") > 0, "{gpu}: {d}");
+        assert!(d["mean"].as_f64().expect("mean").is_finite(), "{gpu}: {d}");
+        for effects in ["partner", "own"] {
+            assert_eq!(
+                d[effects].as_object().map(serde_json::Map::len),
+                Some(6),
+                "{gpu} {effects}: {d}"
+            );
+        }
+    }
+    let report = fs::read_to_string(tmp.path().join("family").join("report.md")).expect("report");
+    assert!(
+        report.contains("| device | the network's weight | chosen on rows |"),
+        "{report}"
+    );
 
     let err = refused(&train(
         &[&data],

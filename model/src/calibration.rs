@@ -26,6 +26,7 @@ use duet_core::api::Calibration as Kind;
 use serde::{Deserialize, Serialize};
 
 use crate::network::CONSERVATIVE_QUANTILE;
+use crate::prior::FamilyPrior;
 
 /// Miscoverage the conservative output is calibrated to: 0.1 (the p90 slowdown).
 pub const ALPHA: f64 = CONSERVATIVE_QUANTILE;
@@ -65,6 +66,12 @@ pub struct Calibration {
     /// group's p90 is the composition of its pairs' p90s, calibrated on no group.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub groups: std::collections::BTreeMap<String, Offset>,
+    /// A pair with a job of a new family: its ln speeds weighted between the network's and the
+    /// effects prior's (`crate::prior`), the `new_family` shift fitted on the weighted ones.
+    /// Absent without leave-one-family-out folds (no family feature, `--final-only`, files
+    /// written before it): the network alone answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family_prior: Option<FamilyPrior>,
 }
 
 /// `Calibration::method` of a model whose shifts come from the evaluation's out-of-fold scores.
@@ -260,6 +267,7 @@ mod tests {
             .into(),
             method: String::new(),
             groups: std::collections::BTreeMap::new(),
+            family_prior: None,
         };
         assert_eq!(c.shift(Kind::Known, Some("v100")), 0.3);
         assert_eq!(c.shift(Kind::New, Some("v100")), 0.4);
@@ -290,6 +298,7 @@ mod tests {
             .into(),
             method: String::new(),
             groups: std::collections::BTreeMap::new(),
+            family_prior: None,
         };
         assert_eq!(c.resolve(Kind::NewFamily, None), (Kind::NewFamily, 0.35));
         // On v100 the new-workload shift is wider: a new family's p90 is never narrower.

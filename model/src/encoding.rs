@@ -215,23 +215,40 @@ impl FeatureSpec {
                 return Novelty::OutOfRange;
             }
         }
-        let mut new_family = false;
-        for c in &self.categorical {
-            let slots = &job[at..at + c.vocabulary.len() + 1];
-            at += slots.len();
-            if self.family.as_deref() == Some(c.name.as_str()) {
-                // The unknown slot (a value not in the vocabulary, or none declared).
-                let known = slots[..c.vocabulary.len()].iter().any(|&x| x != 0.0);
-                new_family = !known;
-            }
-        }
-        if job[at..].iter().any(|&x| x != 0.0) {
+        if self.identity_of(job).is_some() {
             Novelty::Known
-        } else if new_family {
+        } else if self.family_is_new(job) {
             Novelty::NewFamily
         } else {
             Novelty::New
         }
+    }
+
+    /// The training workload whose identity slot is set in the job encoded in `job`, if any.
+    pub fn identity_of(&self, job: &[f32]) -> Option<&str> {
+        let slots = job.get(job.len().checked_sub(self.identities.len())?..)?;
+        let i = slots.iter().position(|&x| x != 0.0)?;
+        Some(self.identities[i].as_str())
+    }
+
+    /// Whether the job encoded in `job` is of a family training never had: the spec has a
+    /// family feature and the job's is none of its values (or it declares none).
+    pub fn family_is_new(&self, job: &[f32]) -> bool {
+        let Some(family) = self.family.as_deref() else {
+            return false;
+        };
+        let mut at = self.numeric.len() * 2;
+        for c in &self.categorical {
+            let Some(slots) = job.get(at..at + c.vocabulary.len() + 1) else {
+                return false;
+            };
+            at += slots.len();
+            if c.name == family {
+                // The unknown slot (a value not in the vocabulary, or none declared).
+                return !slots[..c.vocabulary.len()].iter().any(|&x| x != 0.0);
+            }
+        }
+        false
     }
 
     /// Length of one job's encoding.

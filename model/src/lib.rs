@@ -29,6 +29,7 @@ pub mod loaded;
 pub mod network;
 pub mod onnx;
 pub mod predict;
+pub mod prior;
 pub mod registry;
 
 pub use engine::EngineKind;

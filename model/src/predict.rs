@@ -9,6 +9,7 @@ use crate::encoding::FeatureSpec;
 use crate::error::ModelError;
 use crate::loaded::LoadedModel;
 use crate::network::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS};
+use crate::prior::weigh_outputs;
 use crate::registry::Registry;
 
 /// Encodes every pair of `request` twice, `(a, b)` then `(b, a)`, for `model`; checks every
@@ -190,37 +191,87 @@ fn bounded_exp(x: impl Into<f64>) -> f64 {
     x.clamp(-LOG_BOUND, LOG_BOUND).exp()
 }
 
-/// The calibration of each pair of rows `encode` built (one per pair, from its `(a, b)` row):
-/// its class (that of its less known job: `FeatureSpec::calibration_kind`, resolved by
-/// `Calibration::resolve`) and the shift of its class on its device. Call it before the engine takes the inputs.
-pub fn kinds(
-    spec: &FeatureSpec,
-    calibration: &CalibrationShifts,
-    inputs: &[f32],
-) -> Vec<(Calibration, f64)> {
+/// How one pair's outputs become its prediction: its calibration class (that of its less known
+/// job: `FeatureSpec::calibration_kind`, resolved by `Calibration::resolve`), the shift of that
+/// class on its device, and, where a job is of a new family and the model has a family prior
+/// (`crate::prior`), each direction's prior ln speed and the network's weight.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decode {
+    pub class: Calibration,
+    pub shift: f64,
+    /// `(prior ln speed, the network's weight)` of `(a, b)` and of `(b, a)`.
+    pub prior: [Option<(f64, f64)>; 2],
+}
+
+impl Decode {
+    /// The decoding of the encoded pair row `row` (either direction). The prior is looked for
+    /// only where the class can be a new family's (the class of a pair of known workloads
+    /// costs one look at the row).
+    pub fn of_row(spec: &FeatureSpec, calibration: &CalibrationShifts, row: &[f32]) -> Decode {
+        let (class, shift) = calibration.resolve(spec.calibration_kind(row), spec.row_gpu(row));
+        let prior = match (&calibration.family_prior, class) {
+            (Some(p), Calibration::NewFamily | Calibration::Conservative) => p.for_row(spec, row),
+            _ => None,
+        };
+        Decode {
+            class,
+            shift,
+            prior: [prior, None],
+        }
+    }
+
+    /// The decoding of a pair from its two rows, `(a, b)` then `(b, a)`.
+    pub fn of_pair(spec: &FeatureSpec, calibration: &CalibrationShifts, rows: &[f32]) -> Decode {
+        let width = spec.pair_width();
+        let mut d = Decode::of_row(spec, calibration, &rows[..width]);
+        if d.prior[0].is_some() {
+            d.prior[1] = calibration
+                .family_prior
+                .as_ref()
+                .and_then(|p| p.for_row(spec, &rows[width..2 * width]));
+        }
+        d
+    }
+
+    /// One direction's ln speed and ln p10 speed (before the shift) from its network outputs:
+    /// the network's, or weighted with the prior's where `side` has one.
+    pub fn ln_speeds(&self, side: usize, out: &[f32]) -> (f64, f64) {
+        let (speed, p10) = (
+            f64::from(out[OUT_LOG_SPEED]),
+            f64::from(out[OUT_LOG_SPEED_P10]),
+        );
+        match self.prior[side] {
+            Some((prior, weight)) => weigh_outputs(weight, speed, p10, prior),
+            None => (speed, p10),
+        }
+    }
+}
+
+/// The decoding of each pair of rows `encode` built (one per pair, from its `(a, b)` and
+/// `(b, a)` rows). Call it before the engine takes the inputs.
+pub fn kinds(spec: &FeatureSpec, calibration: &CalibrationShifts, inputs: &[f32]) -> Vec<Decode> {
     let width = spec.pair_width();
     if width == 0 {
         return Vec::new();
     }
     inputs
         .chunks_exact(2 * width)
-        .map(|rows| {
-            let row = &rows[..width];
-            calibration.resolve(spec.calibration_kind(row), spec.row_gpu(row))
-        })
+        .map(|rows| Decode::of_pair(spec, calibration, rows))
         .collect()
 }
 
 /// Predictions from the engine's outputs for the rows `encode` built, with each pair's p90
 /// slowdowns shifted by its calibration (`kinds`, one per pair).
-pub fn predictions(kinds: &[(Calibration, f64)], outputs: &[f32]) -> Vec<Prediction> {
+pub fn predictions(kinds: &[Decode], outputs: &[f32]) -> Vec<Prediction> {
     outputs
         .chunks_exact(2 * OUTPUTS)
         .zip(kinds)
-        .map(|(rows, &(kind, shift))| {
+        .map(|(rows, d)| {
             let (ab, ba) = rows.split_at(OUTPUTS);
-            let speed_a = bounded_exp(ab[OUT_LOG_SPEED]);
-            let speed_b = bounded_exp(ba[OUT_LOG_SPEED]);
+            let (ln_a, ln_a_p10) = d.ln_speeds(0, ab);
+            let (ln_b, ln_b_p10) = d.ln_speeds(1, ba);
+            let speed_a = bounded_exp(ln_a);
+            let speed_b = bounded_exp(ln_b);
             let logit =
                 (f64::from(ab[OUT_FEASIBLE_LOGIT]) + f64::from(ba[OUT_FEASIBLE_LOGIT])) / 2.0;
             let p = 1.0 / (1.0 + (-logit).exp());
@@ -233,10 +284,10 @@ pub fn predictions(kinds: &[(Calibration, f64)], outputs: &[f32]) -> Vec<Predict
                 speed_b: single(speed_b),
                 slowdown_a: single(1.0 / speed_a),
                 slowdown_b: single(1.0 / speed_b),
-                slowdown_a_p90: single(bounded_exp(shift - f64::from(ab[OUT_LOG_SPEED_P10]))),
-                slowdown_b_p90: single(bounded_exp(shift - f64::from(ba[OUT_LOG_SPEED_P10]))),
+                slowdown_a_p90: single(bounded_exp(d.shift - ln_a_p10)),
+                slowdown_b_p90: single(bounded_exp(d.shift - ln_b_p10)),
                 combined: single(speed_a + speed_b),
-                calibration: kind,
+                calibration: d.class,
             }
         })
         .collect()
@@ -265,7 +316,12 @@ mod tests {
     #[test]
     fn extreme_outputs_give_finite_predictions() {
         let outputs = [f32::MAX, f32::NAN, 0.0, -f32::MAX, f32::MAX, 0.0];
-        let p = predictions(&[(Calibration::New, 0.3)], &outputs)[0];
+        let decode = Decode {
+            class: Calibration::New,
+            shift: 0.3,
+            prior: [None, None],
+        };
+        let p = predictions(&[decode], &outputs)[0];
         for v in [
             p.speed_a,
             p.speed_b,

@@ -2,12 +2,12 @@
 //! (both identity slots set), `new` when a job is unknown to it, `new_family` when a job's model
 //! family is, `conservative` when a job lies far outside training's range, each shifted by its
 //! device's conformal offset (the widest shift for `conservative`), and says which in the
-//! answer.
+//! answer; a new family's speed and p10 weighed with the model's effects prior first.
 
 use std::path::PathBuf;
 
 use duet_core::api::{Calibration, PredictRequest};
-use duet_model::network::{OUT_LOG_SPEED_P10, OUTPUTS};
+use duet_model::network::{OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS};
 use duet_model::{EngineKind, LoadedModel, Registry, predict};
 
 fn root() -> PathBuf {
@@ -84,18 +84,37 @@ fn each_pair_uses_the_calibration_of_its_kind_and_device() {
         .engine
         .run(predict::encode(&model, &registry, &request, None).expect("encode"))
         .expect("run");
+    // A job of a new family next to a training workload on v100 is weighed with the effects
+    // prior (the known job's own effect: its partner is the new one); on a device the prior
+    // never measured (a100), and for every other pair, the network answers alone.
+    let v100 = &c.family_prior.as_ref().expect("a family prior").devices["v100"];
+    let prior = |k: usize| (k == 1).then(|| v100.mean + v100.own[&ids[0]]);
     for (k, (p, gpu)) in answer
         .iter()
         .zip([Some("v100"), Some("v100"), None, Some("v100"), Some("v100")])
         .enumerate()
     {
         let shift = meta.calibration.shift(p.calibration, gpu);
+        let speed = f64::from(raw[2 * k * OUTPUTS + OUT_LOG_SPEED]);
         let p10 = f64::from(raw[2 * k * OUTPUTS + OUT_LOG_SPEED_P10]);
+        let (speed, p10) = match prior(k) {
+            Some(prior) => {
+                let weighted = v100.weight * speed + (1.0 - v100.weight) * prior;
+                (weighted, p10.min(weighted + p10 - speed))
+            }
+            None => (speed, p10),
+        };
         let expected = (shift - p10).exp();
         assert!(
             (f64::from(p.slowdown_a_p90) - expected).abs() <= 1e-5 * expected,
             "pair {k}: {} against {expected}",
             p.slowdown_a_p90
+        );
+        let expected = speed.exp();
+        assert!(
+            (f64::from(p.speed_a) - expected).abs() <= 1e-5 * expected,
+            "pair {k}: {} against {expected}",
+            p.speed_a
         );
     }
 }

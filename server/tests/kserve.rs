@@ -671,9 +671,10 @@ async fn every_row_says_its_calibration_class_and_its_calibrated_p90() {
             );
         }
     }
-    // The raw p10 is the network's: the calibrated one is it less the class's shift.
+    // The raw p10 is the network's: the calibrated one is it less the class's shift (a new
+    // family's is weighed with the effects prior first: the next test).
     let raw: Vec<f32> = serde_json::from_value(out["outputs"][0]["data"].clone()).expect("f32");
-    for (row, code) in codes.iter().enumerate() {
+    for (row, code) in codes.iter().enumerate().filter(|(_, code)| **code != 2) {
         let class = duet_core::api::Calibration::ALL[usize::try_from(*code).expect("code")];
         let shift = model.meta.calibration.shift(class, Some("v100"));
         let want = f64::from(raw[3 * row + 1]) - shift;
@@ -730,4 +731,68 @@ async fn every_row_says_its_calibration_class_and_its_calibrated_p90() {
                {"name": "calibrated", "datatype": "FP32", "shape": [-1, 1]},
                {"name": "calibration", "datatype": "INT32", "shape": [-1, 1]}])
     );
+}
+
+/// A job of a family the model never saw, next to a training workload: `/v1/predict` answers
+/// with the network's ln speeds (KServe's `outputs`) weighed with the model's effects prior
+/// (the device's mean, the partner's effect on its neighbours, the known job's own), the p90
+/// from the lower of the network's p10 and the weighted speed less the network's spread, shifted
+/// by `new_family`'s shift; KServe's `calibrated` says the same. A pair of training workloads
+/// is the network's alone.
+#[tokio::test]
+async fn a_new_familys_speed_is_weighed_with_the_effects_prior() {
+    let (app, state) = app_with(Config::new(model_dir()));
+    let model = state.model().expect("model");
+    let prior = model.meta.calibration.family_prior.as_ref();
+    let v100 = &prior.expect("the default model has a family prior").devices["v100"];
+    let width = model.meta.spec.pair_width();
+    let (registry, _) = duet_model::registry::Registry::build(&model, Default::default());
+    let pairs = json!({"gpu": "v100", "pairs": [
+        {"a": {"features": features(5.0, "VGG-16", 32.0)},
+         "b": {"workload": "resnet-50-bs16"}, "mode": "space"},
+        {"a": {"workload": "resnet-50-bs16"}, "b": {"workload": "transformer-bs32"},
+         "mode": "space"},
+    ]});
+    let request: PredictRequest = serde_json::from_value(pairs.clone()).expect("request");
+    let data = duet_model::predict::encode(&model, &registry, &request, None).expect("encoded");
+    let rows = data.len() / width;
+    let (s, predicted) = call(&app, "POST", "/v1/predict", Some(pairs), None).await;
+    assert_eq!(s, StatusCode::OK, "{predicted}");
+    let body = json!({"inputs": [{"name": "pairs", "shape": [rows, width], "datatype": "FP32",
+                                   "data": data}]});
+    let (s, out) = call(&app, "POST", URI, Some(body), None).await;
+    assert_eq!(s, StatusCode::OK, "{out}");
+    let raw: Vec<f32> = serde_json::from_value(out["outputs"][0]["data"].clone()).expect("f32");
+    let calibrated: Vec<f32> =
+        serde_json::from_value(out["outputs"][1]["data"].clone()).expect("f32");
+    let new = &predicted["predictions"][0];
+    assert_eq!(new["calibration"], "new_family", "{new}");
+    let shift = model
+        .meta
+        .calibration
+        .shift(duet_core::api::Calibration::NewFamily, Some("v100"));
+    let w = v100.weight;
+    for (row, prior, side) in [
+        (0, v100.mean + v100.partner["resnet-50-bs16"], "a"),
+        (1, v100.mean + v100.own["resnet-50-bs16"], "b"),
+    ] {
+        let (speed, p10) = (f64::from(raw[3 * row]), f64::from(raw[3 * row + 1]));
+        let weighted = w * speed + (1.0 - w) * prior;
+        let close = |got: &Value, want: f64| {
+            let got = got.as_f64().expect("a number");
+            assert!((got - want).abs() <= 1e-5 * want, "{side}: {got} vs {want}");
+        };
+        close(&new[format!("speed_{side}")], weighted.exp());
+        let p90 = (shift - p10.min(weighted + p10 - speed)).exp();
+        close(&new[format!("slowdown_{side}_p90")], p90);
+        close(&json!((-f64::from(calibrated[row])).exp()), p90);
+    }
+    // Two training workloads: the network's speeds.
+    let known = &predicted["predictions"][1];
+    assert_eq!(known["calibration"], "known", "{known}");
+    for (row, side) in [(2, "a"), (3, "b")] {
+        let want = f64::from(raw[3 * row]).exp();
+        let got = known[format!("speed_{side}")].as_f64().expect("speed");
+        assert!((got - want).abs() <= 1e-5 * want, "{side}: {got} vs {want}");
+    }
 }

@@ -119,6 +119,7 @@ impl Scores {
             by_device,
             method: method.to_string(),
             groups: BTreeMap::new(),
+            family_prior: None,
         }
     }
 }

@@ -14,6 +14,7 @@ use duet_model::encoding::{FeatureSpec, IDENTITY, JobFeatures, job_features};
 use duet_model::network::{
     Mlp, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig, TrainDevice, TrainOutcome, ensemble_forward,
 };
+use duet_model::prior::{EffectRow, FamilyPrior};
 
 use crate::conformal::Scores;
 use crate::rows::{Example, examples};
@@ -48,6 +49,20 @@ impl Corpus {
 
     pub fn encode(&self, spec: &FeatureSpec, rows: &[usize]) -> Batch {
         self.encode_as(spec, rows, true)
+    }
+
+    /// The effects prior of a new family's pairs (`duet_model::prior`), fitted on the feasible
+    /// rows of `rows`; every weight 1 until weighed.
+    pub fn family_prior(&self, rows: &[usize]) -> FamilyPrior {
+        FamilyPrior::fit(rows.iter().filter_map(|&i| {
+            let e = &self.examples[i];
+            Some(EffectRow {
+                gpu: &e.gpu,
+                a: &e.a,
+                b: &e.b,
+                ln_speed: e.speed?.ln(),
+            })
+        }))
     }
 
     /// The feature spec fitted on the jobs, devices and modes of `rows`.

@@ -19,6 +19,7 @@ use duet_model::calibration::{CROSS_CONFORMAL, Calibration};
 use duet_model::network::{
     OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig,
 };
+use duet_model::prior::{Candidate, Weights, weigh_outputs};
 use serde::{Deserialize, Serialize};
 
 use crate::baselines::{LowRank, Ridge, constant, utilisation_sum};
@@ -328,6 +329,15 @@ pub struct Evaluation {
     /// The MLP's held-out conformity scores, for the shipped model's calibration.
     #[serde(skip)]
     pub out_of_fold: OutOfFold,
+    /// The leave-one-family-out folds' rows with a job of the held-out family: the network's
+    /// and the fold's effects prior's ln speed, for the shipped model's weights
+    /// (`duet_model::prior`).
+    #[serde(skip)]
+    pub family_candidates: Vec<Candidate>,
+    /// Each held-out family and the weights its fold's rows were scored with (chosen on the
+    /// other families' rows).
+    #[serde(skip)]
+    pub family_weights: BTreeMap<String, Weights>,
 }
 
 /// The MLP's raw outputs for one test row of a fold, and the kind of pair its fold's model
@@ -336,6 +346,8 @@ pub struct Evaluation {
 struct MlpRow {
     out: [f32; OUTPUTS],
     kind: Kind,
+    /// The fold's effects prior's ln speed, where a job of the row is of a new family.
+    prior: Option<f64>,
 }
 
 /// One fold's test rows: the baselines' predictions and the MLP's uncalibrated outputs (its p90
@@ -353,6 +365,7 @@ fn score_fold(
     config: &TrainConfig,
 ) -> Result<FoldScores, TrainError> {
     let trained = corpus.fit(&fold.train, config, 1)?;
+    let prior = corpus.family_prior(&fold.train);
     let test_batch = corpus.encode(&trained.spec, &fold.test);
     let out = trained.forward(&test_batch.inputs);
     let train_rows: Vec<&Example> = fold.train.iter().map(|&i| &corpus.examples[i]).collect();
@@ -389,6 +402,7 @@ fn score_fold(
         mlp.push(MlpRow {
             out: o,
             kind: trained.spec.calibration_kind(row),
+            prior: prior.for_row(&trained.spec, row).map(|(ln, _)| ln),
         });
         let entries = [
             ("ridge", plain(ridge.predict(row).exp())),
@@ -584,10 +598,13 @@ pub fn evaluate_splits(
         })
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
-        for (fold, scored) in folds.iter().zip(&results) {
-            out_of_fold.add(corpus, split, fold, &scored.mlp);
-        }
         runs.push((split, folds, results));
+    }
+    let (family_candidates, family_weights) = weigh_family_priors(corpus, &mut runs);
+    for (split, folds, results) in &runs {
+        for (fold, scored) in folds.iter().zip(results) {
+            out_of_fold.add(corpus, *split, fold, &scored.mlp);
+        }
     }
     let mut table = Vec::new();
     let mut held_out = Vec::new();
@@ -648,127 +665,109 @@ pub fn evaluate_splits(
         table,
         held_out,
         out_of_fold,
+        family_candidates,
+        family_weights,
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use std::path::PathBuf;
-
-    use duet_core::dataset::Dataset;
-
-    use super::*;
-
-    fn corpus(names: &[&str]) -> Corpus {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../datasets");
-        Corpus::new(
-            names
+/// Weighs every new-family row's network outputs with its fold's effects prior
+/// (`duet_model::prior`), as the shipped model will. In the leave-one-family-out folds each
+/// fold's weights are chosen on the other families' rows alone; a new-family row of another
+/// split (a workload alone in its family, held out by `unseen_workloads`) takes the weights its
+/// family's fold was scored with. Returns every family fold's rows (for the shipped weights)
+/// and the weights each held-out family was scored with.
+fn weigh_family_priors(
+    corpus: &Corpus,
+    runs: &mut [(Split, Vec<Fold>, Vec<FoldScores>)],
+) -> (Vec<Candidate>, BTreeMap<String, Weights>) {
+    let Some(family) = corpus.family.clone() else {
+        return (Vec::new(), BTreeMap::new());
+    };
+    let mut by_family: BTreeMap<String, Weights> = BTreeMap::new();
+    let mut all = Vec::new();
+    if let Some((_, folds, results)) = runs
+        .iter_mut()
+        .find(|(split, ..)| matches!(split, Split::UnseenGroup(g) if g.feature() == family))
+    {
+        let per_fold: Vec<Vec<Candidate>> = folds
+            .iter()
+            .zip(results.iter())
+            .map(|(fold, scored)| candidates(corpus, fold, &scored.mlp))
+            .collect();
+        for (k, (fold, scored)) in folds.iter().zip(results.iter_mut()).enumerate() {
+            let others: Vec<Candidate> = per_fold
                 .iter()
-                .map(|n| Dataset::read(&root.join(n)).expect("a committed dataset"))
-                .collect(),
-        )
-    }
-
-    /// Every feasible row of the unseen-pairs, unseen-workloads and unseen-family folds as a
-    /// score, as an evaluation would record it (known in the first, new in the second, new
-    /// family in the third).
-    fn every_score(corpus: &Corpus, seed: u64) -> OutOfFold {
-        let mut oof = OutOfFold::default();
-        for (split, kind) in [
-            (Split::UnseenPairs, Kind::Known),
-            (Split::UnseenWorkloads, Kind::New),
-            (Split::unseen("model"), Kind::NewFamily),
-        ] {
-            for fold in folds(split, corpus, seed) {
-                let mlp = vec![
-                    MlpRow {
-                        out: [0.0; OUTPUTS],
-                        kind
-                    };
-                    fold.test.len()
-                ];
-                oof.add(corpus, split, &fold, &mlp);
-            }
+                .enumerate()
+                .filter(|(j, _)| *j != k)
+                .flat_map(|(_, c)| c.iter().cloned())
+                .collect();
+            let weights = Weights::choose(&others);
+            apply_prior(corpus, fold, &mut scored.mlp, |_| &weights);
+            by_family.insert(fold.value.clone().unwrap_or_default(), weights);
         }
-        oof
+        all = per_fold.into_iter().flatten().collect();
     }
-
-    #[test]
-    fn no_test_row_calibrates_itself() {
-        let mut corpus = corpus(&["gavel-k80", "gavel-v100"]);
-        corpus.family = family_feature(&corpus, None).expect("a family feature");
-        assert_eq!(corpus.family.as_deref(), Some(DEFAULT_FAMILY));
-        let oof = every_score(&corpus, 7);
-        let feasible = corpus.examples.iter().filter(|e| e.speed.is_some()).count();
-        // Every feasible row once as a known score, and once per workload it touches as a new
-        // one (a workload's self-pair once).
-        let (known, rest) = oof
-            .scores
-            .iter()
-            .partition::<Vec<_>, _>(|s| s.kind == Kind::Known);
-        let (new, family) = rest
-            .into_iter()
-            .partition::<Vec<_>, _>(|s| s.kind == Kind::New);
-        // Every feasible row once per family it touches.
-        assert!(family.len() >= feasible && family.len() <= 2 * feasible);
-        assert_eq!(known.len(), feasible);
-        assert!(new.len() > feasible && new.len() <= 2 * feasible);
-        let models = values_of(&corpus, "model");
-        for split in splits(None, corpus.family.as_deref()) {
-            for fold in folds(split, &corpus, 7) {
-                let tests: Vec<&Example> = fold.test.iter().map(|&i| &corpus.examples[i]).collect();
-                let kept = oof.kept_for(&corpus, split, &fold);
-                assert!(
-                    kept.len() > oof.scores.len() / 2,
-                    "{split:?}: {}",
-                    kept.len()
-                );
-                for s in kept {
-                    let e = &corpus.examples[s.row];
-                    assert!(
-                        !fold.test.contains(&s.row),
-                        "{split:?}: a test row calibrates"
-                    );
-                    match split {
-                        Split::Random => {
-                            assert!(tests.iter().all(|t| t.setting != e.setting));
-                        }
-                        Split::UnseenPairs => assert!(tests.iter().all(|t| t.pair != e.pair)),
-                        Split::UnseenWorkloads => {
-                            let held = fold.workload.as_deref().expect("one workload per fold");
-                            assert!(tests.iter().all(|t| t.a == held || t.b == held));
-                            assert!(e.a != held && e.b != held);
-                        }
-                        Split::UnseenGroup(_) => {
-                            let held = fold.value.as_ref().expect("one value per fold");
-                            let model = |t: &Example, id: &str| models[t.dataset].get(id);
-                            assert!(tests.iter().all(|t| {
-                                model(t, &t.a) == Some(held) || model(t, &t.b) == Some(held)
-                            }));
-                            assert!(model(e, &e.a) != Some(held) && model(e, &e.b) != Some(held));
-                        }
-                    }
-                }
-            }
+    let pooled = Weights::choose(&all);
+    let values = values_of(corpus, &family);
+    for (split, folds, results) in runs.iter_mut() {
+        if matches!(split, Split::UnseenGroup(g) if g.feature() == family) {
+            continue;
         }
-        // The shipped shifts use every score, grouped by pair and by workload.
-        let c = OutOfFold::pooled(&corpus, &[&oof]);
-        assert_eq!(c.known.rows, known.len());
-        assert_eq!(c.new.rows, new.len());
-        let workloads: BTreeSet<&str> = corpus
-            .examples
-            .iter()
-            .flat_map(|e| [e.a.as_str(), e.b.as_str()])
-            .collect();
-        assert_eq!(c.new.groups, workloads.len());
-        assert_eq!(c.by_device.len(), 2);
-        let families: BTreeSet<String> = values_of(&corpus, "model")
-            .into_iter()
-            .flat_map(|d| d.into_values())
-            .collect();
-        assert_eq!(c.new_family.rows, family.len());
-        assert_eq!(c.new_family.groups, families.len());
-        assert!(c.families_calibrated(), "{:?}", c.new_family);
-        assert!(c.by_device.values().all(|d| !d.new_family.is_empty()));
+        for (fold, scored) in folds.iter().zip(results.iter_mut()) {
+            apply_prior(corpus, fold, &mut scored.mlp, |e| {
+                let held = fold.workload.as_deref().unwrap_or_default();
+                let value = values[e.dataset].get(held);
+                value.and_then(|v| by_family.get(v)).unwrap_or(&pooled)
+            });
+        }
+    }
+    (all, by_family)
+}
+
+/// The rows of a fold's test set that have a prior and a measured speed, as weights are
+/// chosen on them.
+fn candidates(corpus: &Corpus, fold: &Fold, mlp: &[MlpRow]) -> Vec<Candidate> {
+    fold.test
+        .iter()
+        .zip(mlp)
+        .filter_map(|(&i, r)| {
+            let e = &corpus.examples[i];
+            Some(Candidate {
+                family: fold.value.clone().unwrap_or_default(),
+                gpu: e.gpu.clone(),
+                network: f64::from(r.out[OUT_LOG_SPEED]),
+                prior: r.prior?,
+                ln_speed: e.speed?.ln(),
+            })
+        })
+        .collect()
+}
+
+/// Each of a fold's rows with a prior: its ln speed and ln p10 speed weighed with the prior
+/// (`weigh_outputs`) by the weight `weights` gives for its example.
+fn apply_prior<'w>(
+    corpus: &Corpus,
+    fold: &Fold,
+    mlp: &mut [MlpRow],
+    weights: impl Fn(&Example) -> &'w Weights,
+) {
+    for (&i, r) in fold.test.iter().zip(mlp) {
+        let Some(prior) = r.prior else { continue };
+        let e = &corpus.examples[i];
+        let (w, _) = weights(e).of(&e.gpu);
+        let (speed, p10) = weigh_outputs(
+            w,
+            f64::from(r.out[OUT_LOG_SPEED]),
+            f64::from(r.out[OUT_LOG_SPEED_P10]),
+            prior,
+        );
+        #[allow(clippy::cast_possible_truncation)]
+        {
+            r.out[OUT_LOG_SPEED] = speed as f32;
+            r.out[OUT_LOG_SPEED_P10] = p10 as f32;
+        }
     }
 }
+
+#[cfg(test)]
+mod tests;

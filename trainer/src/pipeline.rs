@@ -268,6 +268,38 @@ pub fn run_with(
         let mut trained = corpus.fit(&all, &final_config, workers)?;
         let scores: Vec<&OutOfFold> = evaluations.iter().map(|e| &e.out_of_fold).collect();
         trained.calibration = OutOfFold::pooled(&corpus, &scores);
+        let candidates: Vec<_> = evaluations
+            .iter()
+            .flat_map(|e| e.family_candidates.iter().cloned())
+            .collect();
+        for (seed, e) in seeds.iter().zip(&evaluations) {
+            for (family, w) in &e.family_weights {
+                let devices: Vec<String> = w
+                    .by_device
+                    .iter()
+                    .map(|(gpu, (weight, _))| format!("{gpu} {weight:.1}"))
+                    .collect();
+                progress.line(&format!(
+                    "seed {seed}: new family {family} scored with the network's weight {} \
+                     (every device together {:.1}), chosen on the other families' {} rows",
+                    devices.join(", "),
+                    w.pooled.0,
+                    w.pooled.1
+                ));
+            }
+        }
+        if !candidates.is_empty() {
+            let mut prior = corpus.family_prior(&all);
+            prior.weigh(&candidates);
+            for (gpu, d) in &prior.devices {
+                progress.line(&format!(
+                    "final model, new family on {gpu}: the network's weight {:.1} beside the \
+                     effects prior, chosen on {} held-out rows",
+                    d.weight, d.chosen_on
+                ));
+            }
+            trained.calibration.family_prior = Some(prior);
+        }
         progress.line(&format!(
             "final model: an ensemble of {} members on every row on {} thread(s) in {:.1} s, \
              its p90 calibrated on the evaluation's out-of-fold scores",

@@ -257,6 +257,23 @@ pub fn render(
             );
         }
     }
+    if let Some(prior) = &c.family_prior {
+        let _ = writeln!(
+            md,
+            "\nA pair with a job of a new family is answered with its ln speed weighted between \
+             the network's and an effects prior's (the device's mean ln speed plus the \
+             partner's effect on the jobs that ran next to it plus the job's own, where training \
+             measured them), its ln p10 speed the lower of the network's and the weighted \
+             speed less the network's spread. The network's weight, of 0, 0.1, ..., 1, is \
+             the one with the least MAPE of speed on the leave-one-family-out folds' rows (in \
+             the evaluation, each fold's on the other families' rows alone); `new_family`'s \
+             shift above is fitted on the weighted rows.\n\n\
+             | device | the network's weight | chosen on rows |\n|---|---|---|"
+        );
+        for (gpu, d) in &prior.devices {
+            let _ = writeln!(md, "| {gpu} | {:.1} | {} |", d.weight, d.chosen_on);
+        }
+    }
     if let Some(e) = meta.evaluation.as_ref().filter(|e| e.final_only) {
         let _ = writeln!(
             md,

@@ -2,7 +2,8 @@
 //! model a request names, the checks of its one input tensor (`pairs`, FP32 `[N, width]`) and
 //! the forward pass to its outputs: `outputs` (FP32 `[N, 3]`: ln speed, ln p10 speed as the
 //! network gives it, feasibility logit), `calibrated` (FP32 `[N, 1]`: the ln p10 speed after the
-//! conformal shift of the row's calibration class, `-ln slowdown_p90` of `/v1/predict`) and
+//! conformal shift of the row's calibration class, `-ln slowdown_p90` of `/v1/predict`; for a
+//! row with a job of a new family, weighted with the model's family prior first, as there) and
 //! `calibration` (INT32 `[N, 1]`: that class, 0 known, 1 new, 2 new_family, 3 conservative).
 //! The HTTP route (`crate::routes::kserve`, JSON or the binary tensor extension) and the gRPC
 //! service (`crate::grpc::kserve`) parse their wire format into these calls, so both refuse the
@@ -12,10 +13,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::http::StatusCode;
-use duet_core::api::Calibration;
 use duet_model::LoadedModel;
-use duet_model::network::{OUT_LOG_SPEED_P10, OUTPUTS};
+use duet_model::network::OUTPUTS;
 use duet_model::onnx::{INPUT, OUTPUT};
+use duet_model::predict::Decode;
 
 use crate::error::Failure;
 use crate::state::AppState;
@@ -330,15 +331,11 @@ pub fn run(
     }
     let spec = &model.meta.spec;
     let width = spec.pair_width();
-    // The classes are read from the rows before the engine takes them.
-    let classes: Vec<(Calibration, f64)> = if width > 0 {
+    // The classes (and a new family's prior) are read from the rows before the engine takes
+    // them.
+    let classes: Vec<Decode> = if width > 0 {
         data.chunks_exact(width)
-            .map(|row| {
-                model
-                    .meta
-                    .calibration
-                    .resolve(spec.calibration_kind(row), spec.row_gpu(row))
-            })
+            .map(|row| Decode::of_row(spec, &model.meta.calibration, row))
             .collect()
     } else {
         Vec::new()
@@ -349,21 +346,19 @@ pub fn run(
             format!("inference failed: {e}"),
         )
     })?;
-    state
-        .metrics
-        .kserve_rows(classes.iter().map(|(class, _)| *class));
+    state.metrics.kserve_rows(classes.iter().map(|d| d.class));
     #[allow(clippy::cast_possible_truncation)]
     let mut calibrated = wanted.contains(&Output::Calibrated).then(|| {
         outputs
             .chunks_exact(OUTPUTS)
             .zip(&classes)
-            .map(|(row, (_, shift))| (f64::from(row[OUT_LOG_SPEED_P10]) - shift) as f32)
+            .map(|(row, d)| (d.ln_speeds(0, row).1 - d.shift) as f32)
             .collect::<Vec<f32>>()
     });
     #[allow(clippy::cast_possible_wrap)]
     let mut codes = wanted
         .contains(&Output::Calibration)
-        .then(|| classes.iter().map(|(c, _)| *c as i32).collect::<Vec<i32>>());
+        .then(|| classes.iter().map(|d| d.class as i32).collect::<Vec<i32>>());
     let mut raw = Some(outputs);
     // `wanted` names each output once: each is moved out once.
     let values = wanted

@@ -355,9 +355,7 @@ pub fn predict<S: Sink>(
             )?;
             let kinds =
                 duet_model::predict::kinds(&model.meta.spec, &model.meta.calibration, &inputs);
-            state
-                .metrics
-                .predicted(kinds.iter().map(|(class, _)| *class));
+            state.metrics.predicted(kinds.iter().map(|d| d.class));
             let outputs = if serial {
                 model.engine.run_serial(inputs)
             } else {

@@ -1,0 +1,236 @@
+//! What a job of a new model family is answered with beside the network.
+//!
+//! A new family's features lie where training had no job, and a network extrapolates there: on
+//! the committed Gavel devices every learner given the job's profile (duet's network, gradient
+//! boosting, ridge) is further off for a held-out family than the plain additive effects of the
+//! jobs it knows (BENCHMARKS.md, "A new model family"). So such a pair's ln speed is a weighted
+//! mean of the network's and of the **effects prior**: the device's mean ln speed, plus how much
+//! slower than that mean jobs ran next to the partner (where training measured the partner), plus
+//! how much slower the job itself ran next to anyone (where training measured the job). The
+//! network's weight is chosen per device on the evaluation's leave-one-family-out folds (the same
+//! folds that calibrate the `new_family` p90, which is then fitted on the weighted predictions),
+//! so a device whose features do transfer keeps the network and one whose do not leans on the
+//! effects. The p10 is the more pessimistic of the network's and the weighted speed less the
+//! network's spread (`weigh_outputs`). A pair of
+//! known or new workloads of known families is answered by the network alone.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::encoding::FeatureSpec;
+
+/// The network's weights tried for a new family's pairs: 0, 0.1, ..., 1.
+pub const WEIGHTS: usize = 11;
+
+/// Rows a device needs among the held-out families' for a weight of its own; with fewer it
+/// takes the weight chosen on every device's rows together.
+pub const MIN_WEIGHT_ROWS: usize = 30;
+
+/// The effects prior of every training device and the network's weight on each.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct FamilyPrior {
+    pub devices: BTreeMap<String, DeviceEffects>,
+}
+
+/// One device's additive effects (ln speed) and the network's weight there.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct DeviceEffects {
+    /// The network's weight in a new family's ln speed (the effects prior has the rest).
+    pub weight: f64,
+    /// The held-out families' rows the weight was chosen on (0: none, the network alone).
+    pub chosen_on: usize,
+    /// Mean ln speed of every feasible directed row measured on the device.
+    pub mean: f64,
+    /// Per training workload: mean ln speed of the jobs that ran next to it, less `mean`.
+    pub partner: BTreeMap<String, f64>,
+    /// Per training workload: its own mean ln speed next to any partner, less `mean`.
+    pub own: BTreeMap<String, f64>,
+}
+
+/// One measured directed row: job `a` at `ln_speed` next to `b` on `gpu`.
+#[derive(Debug, Clone, Copy)]
+pub struct EffectRow<'a> {
+    pub gpu: &'a str,
+    pub a: &'a str,
+    pub b: &'a str,
+    pub ln_speed: f64,
+}
+
+impl FamilyPrior {
+    /// The effects of `rows`, every weight 1 (the network alone) until [`FamilyPrior::weigh`].
+    pub fn fit<'a>(rows: impl IntoIterator<Item = EffectRow<'a>>) -> FamilyPrior {
+        #[derive(Default)]
+        struct Sums<'a> {
+            total: (f64, usize),
+            partner: BTreeMap<&'a str, (f64, usize)>,
+            own: BTreeMap<&'a str, (f64, usize)>,
+        }
+        let add = |s: &mut (f64, usize), x: f64| {
+            s.0 += x;
+            s.1 += 1;
+        };
+        let mut by_device: BTreeMap<&str, Sums> = BTreeMap::new();
+        for r in rows {
+            if !r.ln_speed.is_finite() {
+                continue;
+            }
+            let s = by_device.entry(r.gpu).or_default();
+            add(&mut s.total, r.ln_speed);
+            add(s.partner.entry(r.b).or_default(), r.ln_speed);
+            add(s.own.entry(r.a).or_default(), r.ln_speed);
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let mean = |s: &(f64, usize)| s.0 / s.1 as f64;
+        let devices = by_device
+            .into_iter()
+            .map(|(gpu, s)| {
+                let m = mean(&s.total);
+                let less = |map: BTreeMap<&str, (f64, usize)>| {
+                    map.into_iter()
+                        .map(|(id, v)| (id.to_string(), mean(&v) - m))
+                        .collect()
+                };
+                let effects = DeviceEffects {
+                    weight: 1.0,
+                    chosen_on: 0,
+                    mean: m,
+                    partner: less(s.partner),
+                    own: less(s.own),
+                };
+                (gpu.to_string(), effects)
+            })
+            .collect();
+        FamilyPrior { devices }
+    }
+
+    /// The effects prior's ln speed of job a of an encoded pair row, and the network's weight,
+    /// where one of the row's jobs is of a new family (`FeatureSpec::family_is_new`) on a device
+    /// the prior knows; `None` otherwise (the network alone answers).
+    pub fn for_row(&self, spec: &FeatureSpec, row: &[f32]) -> Option<(f64, f64)> {
+        let width = spec.job_width();
+        let (a, b) = (row.get(..width)?, row.get(width..2 * width)?);
+        if !(spec.family_is_new(a) || spec.family_is_new(b)) {
+            return None;
+        }
+        let device = self.devices.get(spec.row_gpu(row)?)?;
+        let effect = |map: &BTreeMap<String, f64>, job: &[f32]| {
+            spec.identity_of(job)
+                .and_then(|id| map.get(id))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let prior = device.mean + effect(&device.partner, b) + effect(&device.own, a);
+        Some((prior, device.weight))
+    }
+
+    /// Sets each device's weight to the one [`Weights::choose`] picks on `rows`.
+    pub fn weigh(&mut self, rows: &[Candidate]) {
+        let weights = Weights::choose(rows);
+        for (gpu, device) in &mut self.devices {
+            (device.weight, device.chosen_on) = weights.of(gpu);
+        }
+    }
+}
+
+/// The network's weight per device, as chosen on a held-out family's rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Weights {
+    /// Devices with [`MIN_WEIGHT_ROWS`] rows or more: the weight and the rows it was chosen on.
+    pub by_device: BTreeMap<String, (f64, usize)>,
+    /// Chosen on every row together.
+    pub pooled: (f64, usize),
+}
+
+impl Weights {
+    /// For each device, the weight of `0, 0.1, ..., 1` whose weighted predictions of its
+    /// `rows` (a held-out family's: the network's ln speed, the prior's, the measured one) have
+    /// the lowest mean relative error of speed ([`best_weight`]); a device with fewer than
+    /// [`MIN_WEIGHT_ROWS`] rows, or none, takes the weight of every row together (no rows at
+    /// all: 1, the network).
+    pub fn choose(rows: &[Candidate]) -> Weights {
+        let mut gpus: Vec<&str> = rows.iter().map(|r| r.gpu.as_str()).collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        let by_device = gpus
+            .into_iter()
+            .filter_map(|gpu| {
+                let own = rows.iter().filter(move |r| r.gpu == gpu);
+                (own.clone().count() >= MIN_WEIGHT_ROWS)
+                    .then(|| (gpu.to_string(), best_weight(own)))
+            })
+            .collect();
+        Weights {
+            by_device,
+            pooled: best_weight(rows.iter()),
+        }
+    }
+
+    /// The weight on `gpu` and the rows it was chosen on.
+    pub fn of(&self, gpu: &str) -> (f64, usize) {
+        self.by_device.get(gpu).copied().unwrap_or(self.pooled)
+    }
+}
+
+/// A held-out family's directed row, as the weight is chosen on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// The family held out.
+    pub family: String,
+    pub gpu: String,
+    pub network: f64,
+    pub prior: f64,
+    pub ln_speed: f64,
+}
+
+/// The weight of the network with the least mean relative error of speed over `rows`, each
+/// held-out family weighing the same (a family with many workloads, or with a few pairs the
+/// network gets very wrong, does not choose for the others), the smaller one on a tie; and how
+/// many rows chose it. 1 where there are none.
+pub fn best_weight<'a>(rows: impl Iterator<Item = &'a Candidate> + Clone) -> (f64, usize) {
+    let n = rows.clone().count();
+    if n == 0 {
+        return (1.0, 0);
+    }
+    let error = |w: f64| -> f64 {
+        let mut by_family: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
+        for r in rows.clone() {
+            let e = by_family.entry(r.family.as_str()).or_default();
+            e.0 += (blend(w, r.network, r.prior) - r.ln_speed).exp_m1().abs();
+            e.1 += 1;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        by_family.values().map(|(sum, n)| sum / *n as f64).sum()
+    };
+    #[allow(clippy::cast_precision_loss)]
+    let best = (0..WEIGHTS)
+        .map(|k| k as f64 / (WEIGHTS - 1) as f64)
+        .map(|w| (w, error(w)))
+        .fold(
+            (1.0, f64::INFINITY),
+            |best, (w, e)| {
+                if e < best.1 { (w, e) } else { best }
+            },
+        );
+    (best.0, n)
+}
+
+/// The network's `network` and the prior's `prior` ln speed weighted by `weight`.
+pub fn blend(weight: f64, network: f64, prior: f64) -> f64 {
+    weight * network + (1.0 - weight) * prior
+}
+
+/// A new family's ln speed and ln p10 speed from the network's (`speed`, `p10`), the prior's
+/// ln speed and the network's weight: the speed weighted ([`blend`]); the p10 the lower of the
+/// network's and the weighted speed less the network's spread (`speed - p10`). The prior has no
+/// spread of its own, so the network's quantile head says how uncertain the job is, and where
+/// the network and the prior disagree the p10 takes the more pessimistic of the two: their
+/// disagreement is uncertainty too. The `new_family` shift, fitted on these, makes the p90 hold
+/// on average; the lower of the two puts the width where the answers disagree.
+pub fn weigh_outputs(weight: f64, speed: f64, p10: f64, prior: f64) -> (f64, f64) {
+    let weighted = blend(weight, speed, prior);
+    (weighted, p10.min(weighted + (p10 - speed)))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,176 @@
+use duet_core::dataset::{FeatureValue, Mode};
+
+use super::*;
+use crate::encoding::{CategoricalFeature, IDENTITY, JobFeatures, NumericFeature, SOLO_THROUGHPUT};
+
+fn spec() -> FeatureSpec {
+    FeatureSpec {
+        numeric: vec![NumericFeature {
+            name: SOLO_THROUGHPUT.to_string(),
+            log: true,
+            mean: 0.0,
+            std: 1.0,
+            lo: Some(-2.0),
+            hi: Some(2.0),
+        }],
+        categorical: vec![CategoricalFeature {
+            name: "model".to_string(),
+            vocabulary: vec!["LM".to_string(), "ResNet-50".to_string()],
+        }],
+        identities: vec!["lm-8".to_string(), "resnet-16".to_string()],
+        gpus: vec!["k80".to_string(), "v100".to_string()],
+        modes: vec![Mode::Space],
+        dropped: Vec::new(),
+        family: None,
+    }
+    .with_family(Some("model"))
+}
+
+fn job(id: Option<&str>, family: Option<&str>) -> JobFeatures {
+    let mut j = JobFeatures::new();
+    j.insert(SOLO_THROUGHPUT.to_string(), FeatureValue::Number(Some(1.0)));
+    if let Some(f) = family {
+        j.insert("model".to_string(), FeatureValue::Category(Some(f.into())));
+    }
+    if let Some(id) = id {
+        j.insert(
+            IDENTITY.to_string(),
+            FeatureValue::Category(Some(id.into())),
+        );
+    }
+    j
+}
+
+fn row(a: &JobFeatures, b: &JobFeatures, gpu: &str) -> Vec<f32> {
+    let mut out = Vec::new();
+    spec().encode_pair(a, b, gpu, Mode::Space, None, None, &mut out);
+    out
+}
+
+fn prior() -> FamilyPrior {
+    let r = |a, b, ln_speed| EffectRow {
+        gpu: "v100",
+        a,
+        b,
+        ln_speed,
+    };
+    // Mean -0.5; next to resnet-16 jobs run at -0.9 (effect -0.4), next to lm-8 at -0.1.
+    FamilyPrior::fit([
+        r("lm-8", "resnet-16", -0.8),
+        r("resnet-16", "resnet-16", -1.0),
+        r("resnet-16", "lm-8", -0.2),
+        r("lm-8", "lm-8", 0.0),
+        r("lm-8", "gone", f64::NAN),
+    ])
+}
+
+#[test]
+fn effects_are_the_devices_means_by_partner_and_by_job() {
+    let p = prior();
+    let v100 = &p.devices["v100"];
+    assert!((v100.mean + 0.5).abs() < 1e-12);
+    assert!((v100.partner["resnet-16"] + 0.4).abs() < 1e-12);
+    assert!((v100.partner["lm-8"] - 0.4).abs() < 1e-12);
+    // lm-8 ran at -0.8 and 0.0 (mean -0.4), resnet-16 at -1.0 and -0.2 (-0.6).
+    assert!((v100.own["lm-8"] - 0.1).abs() < 1e-12);
+    assert!((v100.own["resnet-16"] + 0.1).abs() < 1e-12);
+    // The non-finite row counts nowhere; until weighed the network answers alone.
+    assert!(!v100.partner.contains_key("gone"));
+    assert_eq!((v100.weight, v100.chosen_on), (1.0, 0));
+}
+
+#[test]
+fn only_a_pair_with_a_new_family_on_a_known_device_has_a_prior() {
+    let p = prior();
+    let s = spec();
+    let known = job(Some("lm-8"), Some("LM"));
+    let new_workload = job(None, Some("LM"));
+    let new_family = job(None, Some("Unseen-Net"));
+    let resnet = job(Some("resnet-16"), Some("ResNet-50"));
+    assert_eq!(p.for_row(&s, &row(&known, &resnet, "v100")), None);
+    assert_eq!(p.for_row(&s, &row(&new_workload, &resnet, "v100")), None);
+    // The new job next to resnet-16: the mean and resnet-16's effect as a partner.
+    let (ln, weight) = p
+        .for_row(&s, &row(&new_family, &resnet, "v100"))
+        .expect("a prior");
+    assert!((ln + 0.9).abs() < 1e-12, "{ln}");
+    assert_eq!(weight, 1.0);
+    // resnet-16 next to the new job: the mean and resnet-16's own effect.
+    let (ln, _) = p
+        .for_row(&s, &row(&resnet, &new_family, "v100"))
+        .expect("a prior");
+    assert!((ln + 0.6).abs() < 1e-12, "{ln}");
+    // Two jobs of new families: the device's mean.
+    let (ln, _) = p
+        .for_row(&s, &row(&new_family, &job(None, None), "v100"))
+        .expect("a prior");
+    assert!((ln + 0.5).abs() < 1e-12, "{ln}");
+    // A device the prior never measured: the network alone.
+    assert_eq!(p.for_row(&s, &row(&new_family, &resnet, "k80")), None);
+    assert_eq!(p.for_row(&s, &row(&new_family, &resnet, "a100")), None);
+}
+
+#[test]
+fn the_weight_is_the_one_with_the_least_error_per_device() {
+    let candidate = |gpu: &str, network: f64, prior: f64| Candidate {
+        family: "LM".to_string(),
+        gpu: gpu.to_string(),
+        network,
+        prior,
+        ln_speed: 0.0,
+    };
+    let mut p = prior();
+    p.devices
+        .insert("k80".to_string(), DeviceEffects::default());
+    // On v100 the prior is right and the network far off; on k80 (too few rows for a weight
+    // of its own) the pooled choice.
+    let mut rows: Vec<Candidate> = (0..MIN_WEIGHT_ROWS)
+        .map(|_| candidate("v100", 1.0, 0.0))
+        .collect();
+    rows.push(candidate("k80", 0.0, 1.0));
+    p.weigh(&rows);
+    assert_eq!(p.devices["v100"].weight, 0.0);
+    assert_eq!(p.devices["v100"].chosen_on, MIN_WEIGHT_ROWS);
+    assert_eq!(p.devices["k80"].weight, 0.0);
+    assert_eq!(p.devices["k80"].chosen_on, MIN_WEIGHT_ROWS + 1);
+    // Where the network is right it keeps its whole weight; in between, a mix.
+    assert_eq!(best_weight([candidate("v100", 0.0, 2.0)].iter()), (1.0, 1));
+    let (w, _) = best_weight([candidate("v100", 0.5, -0.5), candidate("v100", -0.1, 0.3)].iter());
+    assert!(w > 0.0 && w < 1.0, "{w}");
+    // No rows: the network alone.
+    assert_eq!(best_weight(std::iter::empty()), (1.0, 0));
+    assert!((blend(0.25, 1.0, 0.0) - 0.25).abs() < 1e-12);
+}
+
+#[test]
+fn the_p10_is_the_more_pessimistic_of_the_networks_and_the_weighted_speeds() {
+    // The prior below the network: the weighted speed less the network's spread (0.2).
+    let (speed, p10) = weigh_outputs(0.25, 1.0, 0.8, 0.0);
+    assert!((speed - 0.25).abs() < 1e-12);
+    assert!((p10 - 0.05).abs() < 1e-12);
+    // The prior above it: the network's own p10, lower than the weighted speed's.
+    let (speed, p10) = weigh_outputs(0.25, 1.0, 0.8, 2.0);
+    assert!((speed - 1.75).abs() < 1e-12);
+    assert_eq!(p10, 0.8);
+    // The network alone: its own outputs.
+    assert_eq!(weigh_outputs(1.0, 1.0, 0.8, -3.0), (1.0, 0.8));
+}
+
+#[test]
+fn each_family_weighs_the_same_in_the_choice() {
+    let row = |family: &str, network: f64, prior: f64| Candidate {
+        family: family.to_string(),
+        gpu: "v100".to_string(),
+        network,
+        prior,
+        ln_speed: 0.0,
+    };
+    // Fifty rows of a family the network gets right and the prior 35% off; one row of a family
+    // the network gets 172% off and the prior right. By rows the network would win (0 against
+    // 17.5 in all); each family weighing the same, the prior does (0.35 against 1.72).
+    let mut rows: Vec<Candidate> = (0..50).map(|_| row("LM", 0.0, 0.3)).collect();
+    rows.push(row("ResNet-50", 1.0, 0.0));
+    assert_eq!(best_weight(rows.iter()), (0.0, 51));
+    // Without the far-off family, the network.
+    assert_eq!(best_weight(rows[..50].iter()), (1.0, 50));
+}

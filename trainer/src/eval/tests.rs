@@ -1,0 +1,119 @@
+use std::path::PathBuf;
+
+use duet_core::dataset::Dataset;
+
+use super::*;
+
+fn corpus(names: &[&str]) -> Corpus {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../datasets");
+    Corpus::new(
+        names
+            .iter()
+            .map(|n| Dataset::read(&root.join(n)).expect("a committed dataset"))
+            .collect(),
+    )
+}
+
+/// Every feasible row of the unseen-pairs, unseen-workloads and unseen-family folds as a
+/// score, as an evaluation would record it (known in the first, new in the second, new
+/// family in the third).
+fn every_score(corpus: &Corpus, seed: u64) -> OutOfFold {
+    let mut oof = OutOfFold::default();
+    for (split, kind) in [
+        (Split::UnseenPairs, Kind::Known),
+        (Split::UnseenWorkloads, Kind::New),
+        (Split::unseen("model"), Kind::NewFamily),
+    ] {
+        for fold in folds(split, corpus, seed) {
+            let mlp = vec![
+                MlpRow {
+                    out: [0.0; OUTPUTS],
+                    kind,
+                    prior: None,
+                };
+                fold.test.len()
+            ];
+            oof.add(corpus, split, &fold, &mlp);
+        }
+    }
+    oof
+}
+
+#[test]
+fn no_test_row_calibrates_itself() {
+    let mut corpus = corpus(&["gavel-k80", "gavel-v100"]);
+    corpus.family = family_feature(&corpus, None).expect("a family feature");
+    assert_eq!(corpus.family.as_deref(), Some(DEFAULT_FAMILY));
+    let oof = every_score(&corpus, 7);
+    let feasible = corpus.examples.iter().filter(|e| e.speed.is_some()).count();
+    // Every feasible row once as a known score, and once per workload it touches as a new
+    // one (a workload's self-pair once).
+    let (known, rest) = oof
+        .scores
+        .iter()
+        .partition::<Vec<_>, _>(|s| s.kind == Kind::Known);
+    let (new, family) = rest
+        .into_iter()
+        .partition::<Vec<_>, _>(|s| s.kind == Kind::New);
+    // Every feasible row once per family it touches.
+    assert!(family.len() >= feasible && family.len() <= 2 * feasible);
+    assert_eq!(known.len(), feasible);
+    assert!(new.len() > feasible && new.len() <= 2 * feasible);
+    let models = values_of(&corpus, "model");
+    for split in splits(None, corpus.family.as_deref()) {
+        for fold in folds(split, &corpus, 7) {
+            let tests: Vec<&Example> = fold.test.iter().map(|&i| &corpus.examples[i]).collect();
+            let kept = oof.kept_for(&corpus, split, &fold);
+            assert!(
+                kept.len() > oof.scores.len() / 2,
+                "{split:?}: {}",
+                kept.len()
+            );
+            for s in kept {
+                let e = &corpus.examples[s.row];
+                assert!(
+                    !fold.test.contains(&s.row),
+                    "{split:?}: a test row calibrates"
+                );
+                match split {
+                    Split::Random => {
+                        assert!(tests.iter().all(|t| t.setting != e.setting));
+                    }
+                    Split::UnseenPairs => assert!(tests.iter().all(|t| t.pair != e.pair)),
+                    Split::UnseenWorkloads => {
+                        let held = fold.workload.as_deref().expect("one workload per fold");
+                        assert!(tests.iter().all(|t| t.a == held || t.b == held));
+                        assert!(e.a != held && e.b != held);
+                    }
+                    Split::UnseenGroup(_) => {
+                        let held = fold.value.as_ref().expect("one value per fold");
+                        let model = |t: &Example, id: &str| models[t.dataset].get(id);
+                        assert!(tests.iter().all(|t| {
+                            model(t, &t.a) == Some(held) || model(t, &t.b) == Some(held)
+                        }));
+                        assert!(model(e, &e.a) != Some(held) && model(e, &e.b) != Some(held));
+                    }
+                }
+            }
+        }
+    }
+    // The shipped shifts use every score, grouped by pair and by workload.
+    let c = OutOfFold::pooled(&corpus, &[&oof]);
+    assert_eq!(c.known.rows, known.len());
+    assert_eq!(c.new.rows, new.len());
+    let workloads: BTreeSet<&str> = corpus
+        .examples
+        .iter()
+        .flat_map(|e| [e.a.as_str(), e.b.as_str()])
+        .collect();
+    assert_eq!(c.new.groups, workloads.len());
+    assert_eq!(c.by_device.len(), 2);
+    let families: BTreeSet<String> = values_of(&corpus, "model")
+        .into_iter()
+        .flat_map(|d| d.into_values())
+        .collect();
+    assert_eq!(c.new_family.rows, family.len());
+    assert_eq!(c.new_family.groups, families.len());
+    assert!(c.families_calibrated(), "{:?}", c.new_family);
+    assert!(c.by_device.values().all(|d| !d.new_family.is_empty()));
+}
