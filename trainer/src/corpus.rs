@@ -12,8 +12,10 @@ use duet_core::dataset::Dataset;
 use duet_model::calibration::{Calibration, FOLDED_CONFORMAL, SPLIT_CONFORMAL};
 use duet_model::encoding::{FeatureSpec, IDENTITY, JobFeatures, job_features};
 use duet_model::network::{
-    Mlp, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig, TrainDevice, TrainOutcome, ensemble_forward,
+    Mlp, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig, TrainDevice, TrainOutcome,
+    ensemble_forward,
 };
+use duet_model::predict::Decode;
 use duet_model::prior::{EffectRow, FamilyPrior};
 
 use crate::conformal::Scores;
@@ -580,6 +582,30 @@ impl Trained {
     pub fn shift(&self, row: &[f32]) -> f64 {
         self.calibration
             .shift(self.spec.calibration_kind(row), self.spec.row_gpu(row))
+    }
+
+    /// Each encoded row's outputs as a server answers them: the network's, weighed with the
+    /// model's effects prior where a job is of a new family (`duet_model::predict::Decode`),
+    /// and each row's shift of ln(p10 speed).
+    pub fn decode(&self, inputs: &[f32], out: &mut [f32]) -> Vec<f64> {
+        let width = self.spec.pair_width();
+        if width == 0 {
+            return Vec::new();
+        }
+        inputs
+            .chunks_exact(width)
+            .zip(out.chunks_exact_mut(OUTPUTS))
+            .map(|(row, o)| {
+                let d = Decode::of_row(&self.spec, &self.calibration, row);
+                let (speed, p10) = d.ln_speeds(0, o);
+                #[allow(clippy::cast_possible_truncation)]
+                {
+                    o[OUT_LOG_SPEED] = speed as f32;
+                    o[OUT_LOG_SPEED_P10] = p10 as f32;
+                }
+                d.shift
+            })
+            .collect()
     }
 
     /// Network outputs for `rows` of the corpus.

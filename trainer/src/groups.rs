@@ -108,7 +108,8 @@ pub fn scored(corpus: &Corpus, trained: &Trained) -> Vec<Scored> {
         return Vec::new();
     }
     let batch = corpus.encode_examples(&trained.spec, &examples);
-    let out = trained.forward(&batch.inputs);
+    let mut out = trained.forward(&batch.inputs);
+    let shifts = trained.decode(&batch.inputs, &mut out);
     let mut next = 0;
     let mut scored = Vec::new();
     for (number, (gpu, mode, measured)) in groups.into_iter().enumerate() {
@@ -119,8 +120,7 @@ pub fn scored(corpus: &Corpus, trained: &Trained) -> Vec<Scored> {
         for (i, j) in pairs_of(size) {
             for job in [i, j] {
                 let o = &out[next * OUTPUTS..(next + 1) * OUTPUTS];
-                let row = &batch.inputs[next * batch.width..(next + 1) * batch.width];
-                let ln_p10 = f64::from(o[OUT_LOG_SPEED_P10]) - trained.shift(row);
+                let ln_p10 = f64::from(o[OUT_LOG_SPEED_P10]) - shifts[next];
                 p10s[job].push(ln_p10.exp());
                 points[job].push(f64::from(o[OUT_LOG_SPEED]).exp());
                 next += 1;

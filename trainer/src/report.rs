@@ -265,9 +265,10 @@ pub fn render(
              partner's effect on the jobs that ran next to it plus the job's own, where training \
              measured them), its ln p10 speed the lower of the network's and the weighted \
              speed less the network's spread. The network's weight, of 0, 0.1, ..., 1, is \
-             the one with the least MAPE of speed on the leave-one-family-out folds' rows (in \
-             the evaluation, each fold's on the other families' rows alone); `new_family`'s \
-             shift above is fitted on the weighted rows.\n\n\
+             the one with the least MAPE of speed on the leave-one-family-out folds' rows, each \
+             held-out family weighing the same (in the evaluation, each family's fold is scored \
+             with the weight the other families' rows chose); `new_family`'s shift above is \
+             fitted on the weighted rows.\n\n\
              | device | the network's weight | chosen on rows |\n|---|---|---|"
         );
         for (gpu, d) in &prior.devices {

@@ -117,3 +117,106 @@ fn no_test_row_calibrates_itself() {
     assert!(c.families_calibrated(), "{:?}", c.new_family);
     assert!(c.by_device.values().all(|d| !d.new_family.is_empty()));
 }
+
+/// Each held-out family is weighed with the weight the other families' rows chose, never its
+/// own: the other families' network is right and their prior 1% off (alone they choose the
+/// network), the LM fold's network is 65% off and its prior right (counted with the others, it
+/// would choose the prior). A new-family row of another split (a3c, the one workload of its
+/// family, held out by `unseen_workloads`) is weighed as its family's fold was.
+#[test]
+fn a_held_out_family_is_weighed_by_the_other_families_choice() {
+    let mut corpus = corpus(&["gavel-k80"]);
+    corpus.family = family_feature(&corpus, None).expect("a family feature");
+    let rows = |split: Split, off: &dyn Fn(&Fold) -> (f64, f64)| {
+        let folds = folds(split, &corpus, 7);
+        let scores: Vec<FoldScores> = folds
+            .iter()
+            .map(|fold| {
+                let (network, prior) = off(fold);
+                let mlp = fold
+                    .test
+                    .iter()
+                    .map(|&i| {
+                        let truth = corpus.examples[i].speed.map_or(0.0, f64::ln);
+                        #[allow(clippy::cast_possible_truncation)]
+                        let out = [
+                            (truth + network) as f32,
+                            (truth + network - 0.1) as f32,
+                            0.0,
+                        ];
+                        MlpRow {
+                            out,
+                            kind: Kind::NewFamily,
+                            prior: Some(truth + prior),
+                        }
+                    })
+                    .collect();
+                FoldScores {
+                    baselines: BTreeMap::new(),
+                    mlp,
+                }
+            })
+            .collect();
+        (split, folds, scores)
+    };
+    let family = |fold: &Fold| {
+        if fold.value.as_deref() == Some("LM") {
+            (0.5, 0.0)
+        } else {
+            (0.0, 0.01)
+        }
+    };
+    let workload = |fold: &Fold| {
+        if fold.workload.as_deref() == Some("a3c") {
+            (0.2, 0.0)
+        } else {
+            (0.0, 0.0)
+        }
+    };
+    let mut runs = vec![
+        rows(Split::UnseenWorkloads, &workload),
+        rows(Split::unseen("model"), &family),
+    ];
+    let (candidates, weights) = weigh_family_priors(&corpus, &mut runs);
+    let feasible: usize = runs[1]
+        .1
+        .iter()
+        .map(|f| {
+            f.test
+                .iter()
+                .filter(|&&i| corpus.examples[i].speed.is_some())
+                .count()
+        })
+        .sum();
+    assert_eq!(candidates.len(), feasible);
+    assert_eq!(weights.len(), 7, "{weights:?}");
+    assert_eq!(weights["LM"].of("k80").0, 1.0);
+    // The six others are scored with a weight LM's rows chose among others'.
+    assert!(weights["A3C"].of("k80").0 < 1.0, "{:?}", weights["A3C"]);
+    let (_, folds, scores) = &runs[1];
+    for (fold, s) in folds.iter().zip(scores) {
+        let (w, _) = weights[fold.value.as_deref().expect("a family")].of("k80");
+        let (network, prior) = family(fold);
+        for (&i, r) in fold.test.iter().zip(&s.mlp) {
+            let truth = corpus.examples[i].speed.map_or(0.0, f64::ln);
+            let want = truth + w * network + (1.0 - w) * prior;
+            assert!(
+                (f64::from(r.out[OUT_LOG_SPEED]) - want).abs() < 1e-5,
+                "{fold:?}"
+            );
+        }
+    }
+    // a3c's rows in unseen_workloads: A3C's fold's weight.
+    let (_, folds, scores) = &runs[0];
+    let (w, _) = weights["A3C"].of("k80");
+    let (fold, s) = folds
+        .iter()
+        .zip(scores)
+        .find(|(f, _)| f.workload.as_deref() == Some("a3c"))
+        .expect("a3c's fold");
+    for (&i, r) in fold.test.iter().zip(&s.mlp) {
+        let truth = corpus.examples[i].speed.map_or(0.0, f64::ln);
+        let want = truth + w * 0.2;
+        assert!((f64::from(r.out[OUT_LOG_SPEED]) - want).abs() < 1e-5);
+    }
+}
