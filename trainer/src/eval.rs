@@ -672,9 +672,9 @@ pub fn evaluate_splits(
 
 /// Weighs every new-family row's network outputs with its fold's effects prior
 /// (`duet_model::prior`), as the shipped model will. In the leave-one-family-out folds each
-/// fold's weights are chosen on the other families' rows alone; a new-family row of another
-/// split (a workload alone in its family, held out by `unseen_workloads`) takes the weights its
-/// family's fold was scored with. Returns every family fold's rows (for the shipped weights)
+/// fold's weights are chosen on the other families' rows that touch none of its workloads; a
+/// new-family row of another split (a workload alone in its family, held out by
+/// `unseen_workloads`) takes the weights its family's fold was scored with. Returns every family fold's rows (for the shipped weights)
 /// and the weights each held-out family was scored with.
 fn weigh_family_priors(
     corpus: &Corpus,
@@ -689,23 +689,33 @@ fn weigh_family_priors(
         .iter_mut()
         .find(|(split, ..)| matches!(split, Split::UnseenGroup(g) if g.feature() == family))
     {
-        let per_fold: Vec<Vec<Candidate>> = folds
+        let values = values_of(corpus, &family);
+        let per_fold: Vec<Vec<(usize, Candidate)>> = folds
             .iter()
             .zip(results.iter())
             .map(|(fold, scored)| candidates(corpus, fold, &scored.mlp))
             .collect();
         for (k, (fold, scored)) in folds.iter().zip(results.iter_mut()).enumerate() {
+            // The other families' rows, but none touching this one (a pair of the two is a
+            // test row of both folds): no row of the fold chooses its own weight.
+            let held = fold.value.as_ref();
             let others: Vec<Candidate> = per_fold
                 .iter()
                 .enumerate()
                 .filter(|(j, _)| *j != k)
-                .flat_map(|(_, c)| c.iter().cloned())
+                .flat_map(|(_, c)| c.iter())
+                .filter(|(i, _)| {
+                    let e = &corpus.examples[*i];
+                    let value = |id: &str| values[e.dataset].get(id);
+                    value(&e.a) != held && value(&e.b) != held
+                })
+                .map(|(_, c)| c.clone())
                 .collect();
             let weights = Weights::choose(&others);
             apply_prior(corpus, fold, &mut scored.mlp, |_| &weights);
             by_family.insert(fold.value.clone().unwrap_or_default(), weights);
         }
-        all = per_fold.into_iter().flatten().collect();
+        all = per_fold.into_iter().flatten().map(|(_, c)| c).collect();
     }
     let pooled = Weights::choose(&all);
     let values = values_of(corpus, &family);
@@ -725,20 +735,21 @@ fn weigh_family_priors(
 }
 
 /// The rows of a fold's test set that have a prior and a measured speed, as weights are
-/// chosen on them.
-fn candidates(corpus: &Corpus, fold: &Fold, mlp: &[MlpRow]) -> Vec<Candidate> {
+/// chosen on them, each with its example.
+fn candidates(corpus: &Corpus, fold: &Fold, mlp: &[MlpRow]) -> Vec<(usize, Candidate)> {
     fold.test
         .iter()
         .zip(mlp)
         .filter_map(|(&i, r)| {
             let e = &corpus.examples[i];
-            Some(Candidate {
+            let candidate = Candidate {
                 family: fold.value.clone().unwrap_or_default(),
                 gpu: e.gpu.clone(),
                 network: f64::from(r.out[OUT_LOG_SPEED]),
                 prior: r.prior?,
                 ln_speed: e.speed?.ln(),
-            })
+            };
+            Some((i, candidate))
         })
         .collect()
 }
