@@ -413,11 +413,13 @@ fn fit_numeric(name: &str, values: &[f64]) -> Result<NumericFeature, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use duet_core::api::Calibration as Class;
 
-    fn spec() -> FeatureSpec {
+    /// A spec with one numeric feature, the family `model` (LM, ResNet-50), two training
+    /// workloads and one device (v100); also the prior's tests'.
+    pub(crate) fn spec() -> FeatureSpec {
         FeatureSpec {
             numeric: vec![NumericFeature {
                 name: SOLO_THROUGHPUT.to_string(),
@@ -440,7 +442,7 @@ mod tests {
         .with_family(Some("model"))
     }
 
-    fn job(id: Option<&str>, family: Option<&str>, solo: f64) -> JobFeatures {
+    pub(crate) fn job(id: Option<&str>, family: Option<&str>, solo: f64) -> JobFeatures {
         let mut j = JobFeatures::new();
         j.insert(
             SOLO_THROUGHPUT.to_string(),

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::FeatureSpec;
+use crate::network::{OUT_LOG_SPEED, OUT_LOG_SPEED_P10};
 
 /// The network's weights tried for a new family's pairs: 0, 0.1, ..., 1.
 pub const WEIGHTS: usize = 11;
@@ -230,6 +231,22 @@ pub fn blend(weight: f64, network: f64, prior: f64) -> f64 {
 pub fn weigh_outputs(weight: f64, speed: f64, p10: f64, prior: f64) -> (f64, f64) {
     let weighted = blend(weight, speed, prior);
     (weighted, p10.min(weighted + (p10 - speed)))
+}
+
+/// One row of network outputs (`OUTPUTS` values) weighed in place with the prior's ln speed by
+/// `weight` ([`weigh_outputs`]); the feasibility logit stays the network's.
+pub fn weigh_in(out: &mut [f32], weight: f64, prior: f64) {
+    let (speed, p10) = weigh_outputs(
+        weight,
+        f64::from(out[OUT_LOG_SPEED]),
+        f64::from(out[OUT_LOG_SPEED_P10]),
+        prior,
+    );
+    #[allow(clippy::cast_possible_truncation)]
+    {
+        out[OUT_LOG_SPEED] = speed as f32;
+        out[OUT_LOG_SPEED_P10] = p10 as f32;
+    }
 }
 
 #[cfg(test)]

@@ -12,11 +12,10 @@ use duet_core::dataset::Dataset;
 use duet_model::calibration::{Calibration, FOLDED_CONFORMAL, SPLIT_CONFORMAL};
 use duet_model::encoding::{FeatureSpec, IDENTITY, JobFeatures, job_features};
 use duet_model::network::{
-    Mlp, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig, TrainDevice, TrainOutcome,
-    ensemble_forward,
+    Mlp, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig, TrainDevice, TrainOutcome, ensemble_forward,
 };
 use duet_model::predict::Decode;
-use duet_model::prior::{EffectRow, FamilyPrior};
+use duet_model::prior::{EffectRow, FamilyPrior, weigh_in};
 
 use crate::conformal::Scores;
 use crate::rows::{Example, examples};
@@ -597,11 +596,8 @@ impl Trained {
             .zip(out.chunks_exact_mut(OUTPUTS))
             .map(|(row, o)| {
                 let d = Decode::of_row(&self.spec, &self.calibration, row);
-                let (speed, p10) = d.ln_speeds(0, o);
-                #[allow(clippy::cast_possible_truncation)]
-                {
-                    o[OUT_LOG_SPEED] = speed as f32;
-                    o[OUT_LOG_SPEED_P10] = p10 as f32;
+                if let Some((prior, weight)) = d.prior[0] {
+                    weigh_in(o, weight, prior);
                 }
                 d.shift
             })

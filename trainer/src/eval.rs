@@ -19,7 +19,7 @@ use duet_model::calibration::{CROSS_CONFORMAL, Calibration};
 use duet_model::network::{
     OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig,
 };
-use duet_model::prior::{Candidate, Weights, weigh_outputs};
+use duet_model::prior::{Candidate, Weights, weigh_in};
 use serde::{Deserialize, Serialize};
 
 use crate::baselines::{LowRank, Ridge, constant, utilisation_sum};
@@ -674,8 +674,9 @@ pub fn evaluate_splits(
 /// (`duet_model::prior`), as the shipped model will. In the leave-one-family-out folds each
 /// fold's weights are chosen on the other families' rows that touch none of its workloads; a
 /// new-family row of another split (a workload alone in its family, held out by
-/// `unseen_workloads`) takes the weights its family's fold was scored with. Returns every family fold's rows (for the shipped weights)
-/// and the weights each held-out family was scored with.
+/// `unseen_workloads`) takes the weights its family's fold was scored with. Returns every
+/// family fold's rows (for the shipped weights) and the weights each held-out family was scored
+/// with.
 fn weigh_family_priors(
     corpus: &Corpus,
     runs: &mut [(Split, Vec<Fold>, Vec<FoldScores>)],
@@ -683,13 +684,12 @@ fn weigh_family_priors(
     let Some(family) = corpus.family.clone() else {
         return (Vec::new(), BTreeMap::new());
     };
+    let is_family_split =
+        |split: &Split| matches!(split, Split::UnseenGroup(g) if g.feature() == family);
+    let values = values_of(corpus, &family);
     let mut by_family: BTreeMap<String, Weights> = BTreeMap::new();
     let mut all = Vec::new();
-    if let Some((_, folds, results)) = runs
-        .iter_mut()
-        .find(|(split, ..)| matches!(split, Split::UnseenGroup(g) if g.feature() == family))
-    {
-        let values = values_of(corpus, &family);
+    if let Some((_, folds, results)) = runs.iter_mut().find(|(split, ..)| is_family_split(split)) {
         let per_fold: Vec<Vec<(usize, Candidate)>> = folds
             .iter()
             .zip(results.iter())
@@ -718,9 +718,8 @@ fn weigh_family_priors(
         all = per_fold.into_iter().flatten().map(|(_, c)| c).collect();
     }
     let pooled = Weights::choose(&all);
-    let values = values_of(corpus, &family);
     for (split, folds, results) in runs.iter_mut() {
-        if matches!(split, Split::UnseenGroup(g) if g.feature() == family) {
+        if is_family_split(split) {
             continue;
         }
         for (fold, scored) in folds.iter().zip(results.iter_mut()) {
@@ -766,17 +765,7 @@ fn apply_prior<'w>(
         let Some(prior) = r.prior else { continue };
         let e = &corpus.examples[i];
         let (w, _) = weights(e).of(&e.gpu);
-        let (speed, p10) = weigh_outputs(
-            w,
-            f64::from(r.out[OUT_LOG_SPEED]),
-            f64::from(r.out[OUT_LOG_SPEED_P10]),
-            prior,
-        );
-        #[allow(clippy::cast_possible_truncation)]
-        {
-            r.out[OUT_LOG_SPEED] = speed as f32;
-            r.out[OUT_LOG_SPEED_P10] = p10 as f32;
-        }
+        weigh_in(&mut r.out, w, prior);
     }
 }
 

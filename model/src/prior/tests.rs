@@ -1,44 +1,18 @@
-use duet_core::dataset::{FeatureValue, Mode};
+use duet_core::dataset::Mode;
 
 use super::*;
-use crate::encoding::{CategoricalFeature, IDENTITY, JobFeatures, NumericFeature, SOLO_THROUGHPUT};
+use crate::encoding::JobFeatures;
 
+/// The encoding tests' spec with a second device (k80), one the prior below never measured.
 fn spec() -> FeatureSpec {
     FeatureSpec {
-        numeric: vec![NumericFeature {
-            name: SOLO_THROUGHPUT.to_string(),
-            log: true,
-            mean: 0.0,
-            std: 1.0,
-            lo: Some(-2.0),
-            hi: Some(2.0),
-        }],
-        categorical: vec![CategoricalFeature {
-            name: "model".to_string(),
-            vocabulary: vec!["LM".to_string(), "ResNet-50".to_string()],
-        }],
-        identities: vec!["lm-8".to_string(), "resnet-16".to_string()],
         gpus: vec!["k80".to_string(), "v100".to_string()],
-        modes: vec![Mode::Space],
-        dropped: Vec::new(),
-        family: None,
+        ..crate::encoding::tests::spec()
     }
-    .with_family(Some("model"))
 }
 
 fn job(id: Option<&str>, family: Option<&str>) -> JobFeatures {
-    let mut j = JobFeatures::new();
-    j.insert(SOLO_THROUGHPUT.to_string(), FeatureValue::Number(Some(1.0)));
-    if let Some(f) = family {
-        j.insert("model".to_string(), FeatureValue::Category(Some(f.into())));
-    }
-    if let Some(id) = id {
-        j.insert(
-            IDENTITY.to_string(),
-            FeatureValue::Category(Some(id.into())),
-        );
-    }
-    j
+    crate::encoding::tests::job(id, family, 1.0)
 }
 
 fn row(a: &JobFeatures, b: &JobFeatures, gpu: &str) -> Vec<f32> {
