@@ -285,7 +285,7 @@ pub(crate) fn solo_tasks<'a>(
     campaign: &Campaign,
     workloads: impl Iterator<Item = &'a String> + Clone,
 ) -> Vec<Task> {
-    (0..campaign.repetitions)
+    (0..campaign.solo_repetitions)
         .flat_map(|repetition| {
             workloads.clone().map(move |w| Task::Solo {
                 workload: w.clone(),
@@ -637,7 +637,8 @@ pub fn run(
 
 fn scheduled_len(chosen: &[RecordedChoice], audited: &[Setting], campaign: &Campaign) -> u64 {
     let reps = campaign.repetitions as usize;
-    (campaign.catalog.workloads.len() * reps + (chosen.len() + audited.len()) * reps) as u64
+    let solo_reps = campaign.solo_repetitions as usize;
+    (campaign.catalog.workloads.len() * solo_reps + (chosen.len() + audited.len()) * reps) as u64
 }
 
 /// The lines printed at the end: the choices by round and rule, and the audit's estimate.

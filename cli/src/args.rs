@@ -621,9 +621,13 @@ pub enum WorkloadCommand {
         /// `cpu` (Burn's Flex backend) or `cuda` / `cuda:N` (burn-cuda; `--features cuda`).
         #[arg(long, default_value = "cpu")]
         device: String,
-        /// Seconds to run (the first second is a warm-up, not counted).
+        /// Seconds measured, after a warm-up of at least 1 s and the first 3 iterations (kernel
+        /// compilation and autotuning on a GPU), which is not counted.
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
+        /// Seconds the warm-up may take before the run is abandoned as too slow to measure.
+        #[arg(long, default_value_t = 120.0)]
+        timeout: f64,
         /// Print a line per finished iteration and run until stopped (what the profiler uses).
         #[arg(long)]
         progress: bool,
@@ -636,7 +640,8 @@ pub struct ProfileArgs {
     /// The workload catalog (TOML).
     #[arg(long)]
     pub catalog: PathBuf,
-    /// Sharing modes, comma-separated: cpu (processes sharing this machine's cores), timeslice.
+    /// Sharing modes, comma-separated: cpu (processes sharing this machine's cores), timeslice
+    /// (processes time-slicing one GPU), mps (NVIDIA MPS with --shares; --device cuda).
     #[arg(long, default_value = "cpu", value_delimiter = ',')]
     pub modes: Vec<String>,
     /// MPS active-thread percentages, comma-separated (for the mps mode).
@@ -678,6 +683,11 @@ pub struct ProfileArgs {
     /// Measurements of every setting.
     #[arg(long, default_value_t = 3)]
     pub repetitions: u32,
+    /// Measurements of each workload alone (default: --repetitions). The solos are n runs where
+    /// the pairs are n², and every slowdown divides by them: a short campaign can repeat them
+    /// more often than its pairs.
+    #[arg(long)]
+    pub solo_repetitions: Option<u32>,
     /// The most jobs measured together: 2 measures every pair; 3 or more measures also every
     /// group of 3 up to this many (a workload may appear more than once in a group), written to
     /// the dataset's groups.parquet. Not with --budget or --onto, which choose pairs.

@@ -8,7 +8,7 @@ use duet_core::dataset::Mode;
 use duet_profiler::builtin::{self, Device};
 use duet_profiler::campaign::{Campaign, WARM_ITERATIONS, parse_shard};
 use duet_profiler::catalog::{Catalog, Source};
-use duet_profiler::process::{ITERATION_LINE, Launcher, Running};
+use duet_profiler::process::{ITERATION_LINE, Launcher, Rate, Running};
 
 use duet_campaign::budgeted::{self, BudgetOptions};
 use duet_campaign::probes::{self, ProbeOptions};
@@ -34,6 +34,7 @@ pub fn workload(command: WorkloadCommand) -> Result<()> {
         catalog,
         device,
         seconds: run_for,
+        timeout,
         progress,
     } = command;
     let catalog = Catalog::read(&catalog)?;
@@ -45,6 +46,7 @@ pub fn workload(command: WorkloadCommand) -> Result<()> {
         .parse()
         .map_err(|e: String| anyhow!("--device: {e}"))?;
     let run_for = seconds(run_for, "--seconds")?;
+    let warm_limit = seconds(timeout, "--timeout")?;
     match &spec.source {
         Source::Builtin { builtin, size } if progress => {
             let mut out = std::io::stdout().lock();
@@ -57,25 +59,49 @@ pub fn workload(command: WorkloadCommand) -> Result<()> {
         }
         Source::Builtin { builtin, size } => {
             let start = Instant::now();
-            let warm = Duration::from_secs(1).min(run_for / 2);
-            let (mut counted, mut from) = (0u64, None);
+            // Warm (the first iterations compile kernels and autotune, seconds on a GPU), then
+            // the measured window: every iteration's finishing time within it.
+            let (mut done, mut opened, mut arrivals) = (0usize, None, Vec::new());
+            let mut late = false;
             builtin::run(*builtin, spec.kind, *size, device, &mut || {
                 let now = start.elapsed();
-                if now >= warm {
-                    from.get_or_insert(now);
-                    counted += 1;
+                done += 1;
+                match opened {
+                    None if done >= WARM_ITERATIONS && now >= WARM_UP => {
+                        opened = Some(now);
+                        arrivals.push(0.0);
+                        true
+                    }
+                    None => {
+                        late = now >= warm_limit;
+                        !late
+                    }
+                    Some(at) => {
+                        arrivals.push((now - at).as_secs_f64());
+                        now - at < run_for
+                    }
                 }
-                now < run_for
             })
             .map_err(|e| anyhow!("workload `{name}`: {e}"))?;
-            let span = start.elapsed() - from.unwrap_or(warm);
-            #[allow(clippy::cast_precision_loss)]
-            let rate = counted as f64 / span.as_secs_f64();
+            if late {
+                bail!(
+                    "workload `{name}` was not warm within its {:.1} s limit (--timeout): {done} \
+                     iterations finished; a warm-up is at least {WARM_ITERATIONS} iterations and \
+                     {:.0} s",
+                    warm_limit.as_secs_f64(),
+                    WARM_UP.as_secs_f64()
+                );
+            }
+            let rate = window_rate(&name, &arrivals, run_for)?;
             println!(
-                "{name}: {rate:.2} iterations/s ({builtin}, {}, {}, {device}, {counted} iterations in {:.2} s)",
+                "{name}: {:.2} iterations/s ({builtin}, {}, {}, {device}, {} iterations in the \
+                 {:.2} s window after a {:.2} s warm-up)",
+                rate.per_second,
                 spec.kind,
                 size.precision,
-                span.as_secs_f64()
+                rate.intervals,
+                arrivals.last().copied().unwrap_or(0.0),
+                opened.unwrap_or_default().as_secs_f64(),
             );
             Ok(())
         }
@@ -91,26 +117,74 @@ pub fn workload(command: WorkloadCommand) -> Result<()> {
             };
             let mut running = Running::start(&launcher, &spec, &[]).map_err(|e| anyhow!(e))?;
             let start = Instant::now();
-            let warm = Duration::from_secs(1).min(run_for / 2);
-            while start.elapsed() < run_for {
-                if let Some(how) = running.exited() {
-                    bail!(
+            let exited = |running: &mut Running| {
+                running.exited().map(|how| {
+                    anyhow!(
                         "workload `{name}` exited ({how}) after {:.1} s\n{}",
                         start.elapsed().as_secs_f64(),
                         running.stderr_tail()
+                    )
+                })
+            };
+            let opened = loop {
+                if let Some(e) = exited(&mut running) {
+                    return Err(e);
+                }
+                let now = Instant::now();
+                if running.iterations() >= WARM_ITERATIONS && now - start >= WARM_UP {
+                    break now;
+                }
+                if now - start >= warm_limit {
+                    let done = running.iterations();
+                    running.stop();
+                    bail!(
+                        "workload `{name}` was not warm within its {:.1} s limit (--timeout): \
+                         {done} progress lines matched; a warm-up is at least {WARM_ITERATIONS} \
+                         iterations and {:.0} s. Does its `progress` pattern match what it prints?",
+                        warm_limit.as_secs_f64(),
+                        WARM_UP.as_secs_f64()
                     );
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            while opened.elapsed() < run_for {
+                if let Some(e) = exited(&mut running) {
+                    return Err(e);
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
             let end = Instant::now();
-            let counted = running.iterations_between(start + warm, end);
+            let rate = running.rate_between(opened, end);
             running.stop();
-            #[allow(clippy::cast_precision_loss)]
-            let rate = counted as f64 / (end - (start + warm)).as_secs_f64();
-            println!("{name}: {rate:.2} iterations/s (command, {counted} iterations matched)");
+            let rate = rate.ok_or_else(|| too_few(&name, run_for))?;
+            println!(
+                "{name}: {:.2} iterations/s (command, {} iterations in the {:.2} s window after a \
+                 {:.2} s warm-up)",
+                rate.per_second,
+                rate.intervals,
+                (end - opened).as_secs_f64(),
+                (opened - start).as_secs_f64()
+            );
             Ok(())
         }
     }
+}
+
+/// The warm-up of `duet workload run`: at least this long, and [`WARM_ITERATIONS`] iterations.
+const WARM_UP: Duration = Duration::from_secs(1);
+
+/// The rate of a built-in's window from its iterations' finishing times (seconds from the
+/// window's opening): the intervals between the first and the last over the time between them.
+fn window_rate(name: &str, arrivals: &[f64], run_for: Duration) -> Result<Rate> {
+    duet_profiler::process::rate(arrivals).ok_or_else(|| too_few(name, run_for))
+}
+
+fn too_few(name: &str, run_for: Duration) -> anyhow::Error {
+    anyhow!(
+        "workload `{name}` finished fewer than 2 iterations in the {:.1} s window, too few for a \
+         rate; give more --seconds",
+        run_for.as_secs_f64()
+    )
 }
 
 pub fn profile(args: ProfileArgs) -> Result<()> {
@@ -171,6 +245,7 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
         window_max: seconds(args.window_max, "--window-max")?,
         precision: args.precision,
         repetitions: args.repetitions,
+        solo_repetitions: args.solo_repetitions.unwrap_or(args.repetitions),
         timeout: seconds(args.timeout, "--timeout")?,
         sample_interval: Duration::from_millis(args.sample_ms),
         seed: args.seed,

@@ -97,14 +97,18 @@ fn a_budgeted_campaign_chooses_measures_retrains_and_audits() {
     let dir = tempfile::tempdir().expect("tmp");
     let catalog = write_catalog(dir.path());
     let out = dir.path().join("budgeted");
-    let run = profile(&catalog, &out, BUDGET);
+    let run = profile(
+        &catalog,
+        &out,
+        &[BUDGET, &["--solo-repetitions", "2"]].concat(),
+    );
     let log = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{log}");
-    // 4 solo runs and 8 pair settings, numbered against that plan.
-    assert!(log.contains("[12/12]"), "{log}");
+    // 4 workloads alone twice each and 8 pair settings once, numbered against that plan.
+    assert!(log.contains("[16/16]"), "{log}");
     assert_eq!(
         log.lines().filter(|l| l.starts_with('[')).count(),
-        12,
+        16,
         "{log}"
     );
     assert!(log.contains("budget: 8 of 10 pair settings"), "{log}");
@@ -116,6 +120,8 @@ fn a_budgeted_campaign_chooses_measures_retrains_and_audits() {
     assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
     let d = Dataset::read(&out).expect("dataset");
     assert_eq!((d.workloads.len(), d.pairs.len()), (4, 8));
+    assert!(d.workloads.iter().all(|w| w.repetitions == Some(2)));
+    assert!(d.pairs.iter().all(|p| p.repetitions == Some(1)));
 
     let r = record(&out);
     assert_eq!(r["format"], "duet-campaign/1");

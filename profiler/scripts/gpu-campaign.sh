@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # One GPU campaign that ends within 8 minutes: eight workloads (Burn on CUDA: an MLP in fp32, a
 # transformer encoder in bf16, a KV-cache decoder in fp16, a convolutional net, a matrix product
-# and a memory stream; PyTorch: a training and an inference loop) each alone, then a budgeted
-# set of their pairs (`duet profile --budget`: 16 of the 72 settings in time-slicing and MPS at
-# 50%, chosen in rounds by the model fitted between them, 5 of them the uniform audit), written
-# as a duet dataset with its campaign.json and a log.
+# and a memory stream; PyTorch: a training and an inference loop) each alone three times
+# (DUET_SOLO_REPETITIONS), then a budgeted set of their pairs measured once (`duet profile
+# --budget`: DUET_BUDGET, default 16, of the 72 settings in time-slicing and MPS at 50%, or the
+# whole grid where fewer workloads pass their check; chosen in rounds by the model fitted between
+# them, up to 5 of them the uniform audit), written as a duet dataset with its campaign.json and
+# a log.
 #
 #   profiler/scripts/gpu-campaign.sh <duet binary built with --features cuda> <output folder> [gpu label]
 #
@@ -13,7 +15,9 @@
 # driver 580: an NVRTC newer than the driver fails at kernel load), and python3 with PyTorch
 # (CUDA) for the two PyTorch workloads.
 #
-# Leaves in <output folder>, whatever happens (at most 8 files):
+# Then `duet train --device cuda --final-only` on the dataset with what time is left (model/).
+#
+# Leaves in <output folder>, whatever happens:
 #   campaign.log     everything: nvidia-smi, driver, toolkit, each workload's check, duet
 #                    profile's lines (what NVML, GPM and MPS said), the dataset's summary
 #   catalog.toml     the workloads measured (those that passed their check)
@@ -21,6 +25,7 @@
 #   partial/         instead, when the campaign was stopped early: what its journal held
 #   journal.jsonl    then also the journal (`duet profile --resume` goes on from it)
 #   choices.jsonl    and the rounds' choices recorded before they were measured
+#   model/           the model trained on the GPU, when there was time for it
 #
 # DUET_GROUP_SIZE=3 (or 4) measures groups instead of the budgeted pairs: the first four
 # workloads that pass their check, alone, in every pair and in every group of 3 (to 4) jobs,
@@ -113,7 +118,7 @@ for d in "${CUDA_PATH:-/none}/lib64" "${CUDA_PATH:-/none}/lib" \
   "$("$python" -c 'import nvidia.cuda_nvrtc as m, os; print(os.path.dirname(m.__file__))' 2>/dev/null || echo /none)/lib"; do
   [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
 done
-say "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-unset}; libnvrtc: $( (ldconfig -p 2>/dev/null | grep -o 'libnvrtc.so[.0-9]*' | sort -u | tr '\n' ' '; for d in ${LD_LIBRARY_PATH//:/ }; do ls "$d" 2>/dev/null | grep '^libnvrtc' ; done) | tr '\n' ' ')"
+say "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-unset}; libnvrtc: $( (ldconfig -p 2>/dev/null | grep -o 'libnvrtc.so[.0-9]*' | sort -u | tr '\n' ' '; ld="${LD_LIBRARY_PATH:-}"; for d in ${ld//:/ }; do ls "$d" 2>/dev/null | grep '^libnvrtc' ; done) | tr '\n' ' ')"
 say "python: $("$python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 | tail -1)"
 
 # cubecl's kernel cache on disk (read from cubecl.toml in the working folder, which the
@@ -173,12 +178,13 @@ catalog_of() {
 }
 catalog_of "${names[@]}" > "$work/catalog-all.toml"
 
-# Each workload alone for 5 s: one that fails is dropped with its pairs, not the campaign.
+# Each workload alone for 3 s (its kernels compiled into the cache): one that fails is dropped
+# with its pairs, not the campaign.
 kept=()
 for n in "${names[@]}"; do
   if [ "$(left)" -lt 120 ]; then say "check $n: skipped, too little time left"; continue; fi
   if timeout -s INT -k 5 45 "$duet" workload run "$n" --catalog "$work/catalog-all.toml" \
-    --device "$device" --seconds 5 >> "$log" 2>&1; then
+    --device "$device" --seconds 3 >> "$log" 2>&1; then
     kept+=("$n"); say "check $n: ok"
   else
     say "check $n: FAILED (status $?, output above); dropped with its pairs"
@@ -195,11 +201,19 @@ if [ "$group_size" -gt 2 ]; then
   catalog_of "${kept[@]:0:4}" > "$work/catalog.toml"
   plan=(--modes timeslice --group-size "$group_size")
 else
-  plan=(--modes timeslice,mps --shares 50 --budget 16 --audit 5 --round-size 2 --ensemble 3)
+  # 16 settings, or the whole grid where fewer workloads passed (MPS only on a GPU); the audit a
+  # third of the budget at most.
+  n=${#kept[@]}
+  settings=$((n * (n + 1) / 2 * $([ "$device" = cpu ] && echo 1 || echo 2)))
+  budget_settings=$((settings < ${DUET_BUDGET:-16} ? settings : ${DUET_BUDGET:-16}))
+  audit=$((budget_settings / 3 < 5 ? budget_settings / 3 : 5))
+  plan=(--modes timeslice,mps --shares 50 --budget "$budget_settings" --audit "$audit"
+    --round-size 2 --ensemble 3)
 fi
 timeout --foreground -s INT -k 20 "$budget" "$duet" profile --catalog "$work/catalog.toml" \
-  --device "$device" --gpu "$gpu" --warmup 1 --window 3 \
-  --window-max 8 --repetitions 1 --timeout 45 --sample-ms 100 "${plan[@]}" \
+  --device "$device" --gpu "$gpu" --warmup 1 --window 2 \
+  --window-max 6 --repetitions 1 --solo-repetitions "${DUET_SOLO_REPETITIONS:-3}" \
+  --timeout 45 --sample-ms 100 "${plan[@]}" \
   --out "$work/ds" --name "${gpu}-$(date -u +%F)" \
   2>&1 | tee -a "$log" >&2 || status=$?
 say "duet profile ended with status $status$([ "$status" = 124 ] && echo ' (the time limit: stopped early)')"
@@ -208,5 +222,18 @@ for d in "$work/ds" "$work/.ds.campaign/partial"; do
     "$duet" dataset validate "$d" >> "$log" 2>&1 || say "$d does not validate"
     "$duet" dataset inspect "$d" >> "$log" 2>&1 || true
   fi
+done
+# Then `duet train` on the GPU with what time is left (the shipped network alone, one seed: the
+# evaluation against the baselines is run afterwards on a CPU), stopped like the campaign.
+for d in "$work/ds" "$work/.ds.campaign/partial"; do
+  [ -f "$d/dataset.json" ] || continue
+  if [ "$(left)" -lt 25 ]; then say "duet train: skipped, $(left) s left"; break; fi
+  say "duet train --device $device on $d: $(left) s left"
+  tstatus=0
+  timeout --foreground -s INT -k 10 "$(($(left) - 5))" "$duet" train --data "$d" \
+    --device "$device" --final-only --ensemble 3 --max-epochs 300 \
+    --out "$out/model" --name "${gpu}-gpu-trained" 2>&1 | tee -a "$log" >&2 || tstatus=$?
+  say "duet train ended with status $tstatus"
+  break
 done
 exit "$status"

@@ -311,7 +311,7 @@ impl Campaign {
             name: self.name.clone(),
             description: format!(
                 "co-location campaign by duet profile: {} workloads alone and in every pair{}, \
-                 modes {}, {} repetitions, {:.1} s warm-up and measured windows of {:.1} s to \
+                 modes {}, {} repetitions{}, {:.1} s warm-up and measured windows of {:.1} s to \
                  {:.1} s, each until the rates' relative standard errors were at most {}%",
                 self.catalog.workloads.len(),
                 match self.group_size {
@@ -325,6 +325,11 @@ impl Campaign {
                     .collect::<Vec<_>>()
                     .join(", "),
                 self.repetitions,
+                if self.solo_repetitions == self.repetitions {
+                    String::new()
+                } else {
+                    format!(" ({} of each workload alone)", self.solo_repetitions)
+                },
                 self.warmup.as_secs_f64(),
                 self.window.as_secs_f64(),
                 self.window_max.as_secs_f64(),

@@ -62,6 +62,11 @@ impl Campaign {
         .into_iter()
         // Recorded only where groups are measured: journals of pairs stay resumable.
         .chain((self.group_size > 2).then(|| ("group-size", self.group_size.to_string())))
+        // Likewise only where the solos are repeated differently from the pairs.
+        .chain(
+            (self.solo_repetitions != self.repetitions)
+                .then(|| ("solo-repetitions", self.solo_repetitions.to_string())),
+        )
         .collect()
     }
 
@@ -106,8 +111,9 @@ impl Campaign {
         done: &BTreeMap<String, Record>,
         gpu: Option<&GpuCounters>,
         message: String,
+        planned: Option<usize>,
     ) -> CampaignError {
-        let said = match self.write_partial(done, gpu) {
+        let said = match self.write_partial(done, gpu, planned) {
             Ok(Some((workloads, pairs))) => format!(
                 "\nwhat the journal holds so far is in {} ({workloads} of {} workloads, {pairs} \
                  pair settings); the finished campaign replaces it",
@@ -120,11 +126,14 @@ impl Campaign {
         fail(format!("{message}{said}"))
     }
 
-    /// Writes the partial dataset; `None` where no workload has run alone successfully yet.
+    /// Writes the partial dataset, its description counting the journal's measurements against
+    /// `planned` (the whole grid's where `None`); `None` where no workload has run alone
+    /// successfully yet.
     pub(super) fn write_partial(
         &self,
         done: &BTreeMap<String, Record>,
         gpu: Option<&GpuCounters>,
+        planned: Option<usize>,
     ) -> Result<Option<(usize, usize)>, String> {
         let (partial, kept) = self.partial(done);
         if partial.catalog.workloads.is_empty() {
@@ -134,7 +143,7 @@ impl Campaign {
         dataset.meta.description = format!(
             "PARTIAL ({} of {} measurements): {}",
             kept.len(),
-            self.tasks().len(),
+            planned.unwrap_or_else(|| self.tasks().len()),
             dataset.meta.description
         );
         let dir = self.partial_dir();

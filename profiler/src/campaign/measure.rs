@@ -102,7 +102,9 @@ impl Campaign {
             .values()
             .filter(|r| matches!(&r.task, Task::Solo { workload: w, .. } if w == workload))
             .collect();
-        if solos.len() as u32 >= self.repetitions && solos.iter().all(|r| r.status != Status::Ok) {
+        if solos.len() as u32 >= self.solo_repetitions
+            && solos.iter().all(|r| r.status != Status::Ok)
+        {
             let note = solos
                 .last()
                 .and_then(|r| r.note.clone())

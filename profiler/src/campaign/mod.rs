@@ -68,6 +68,10 @@ pub struct Campaign {
     /// between `window` and `window_max` (0.02: 2%).
     pub precision: f64,
     pub repetitions: u32,
+    /// Measurements of each workload alone (`--solo-repetitions`, at least 1): the solo rates
+    /// every slowdown is divided by, and the repeatability figure, cost n runs where the pairs
+    /// cost n², so a short campaign can repeat them more often than its pairs.
+    pub solo_repetitions: u32,
     /// Longest a run may take to reach its measured window.
     pub timeout: Duration,
     pub sample_interval: Duration,
@@ -295,6 +299,9 @@ impl Campaign {
         if self.repetitions == 0 {
             return Err(fail("--repetitions must be at least 1"));
         }
+        if self.solo_repetitions == 0 {
+            return Err(fail("--solo-repetitions must be at least 1"));
+        }
         if !(2..=duet_core::dataset::MAX_GROUP_SIZE).contains(&self.group_size) {
             return Err(fail(format!(
                 "--group-size {}: give 2 (pairs) to {} jobs on one device",
@@ -339,7 +346,7 @@ impl Campaign {
             .map(|w| w.name.as_str())
             .collect();
         let mut solos = Vec::new();
-        for repetition in 0..self.repetitions {
+        for repetition in 0..self.solo_repetitions {
             for w in &names {
                 solos.push(Task::Solo {
                     workload: (*w).to_string(),

@@ -26,6 +26,9 @@ pub struct Session<'c> {
     modes: Vec<Mode>,
     started: Instant,
     measured: usize,
+    /// The planned measurements as the last [`Session::measure`] counted them (a budgeted
+    /// campaign plans fewer than the grid): a partial dataset says how many of them it holds.
+    planned: Option<usize>,
 }
 
 impl Campaign {
@@ -121,6 +124,7 @@ impl Campaign {
             modes,
             started: Instant::now(),
             measured: 0,
+            planned: None,
         })
     }
 }
@@ -158,6 +162,7 @@ impl Session<'_> {
         total: usize,
         progress: &mut dyn Progress,
     ) -> Result<(), CampaignError> {
+        self.planned = Some(total);
         let todo: Vec<&Task> = tasks.iter().filter(|t| !self.is_done(t)).collect();
         for (k, task) in todo.into_iter().enumerate() {
             let position = already + k;
@@ -255,7 +260,7 @@ impl Session<'_> {
     pub fn stop(&mut self, message: String) -> CampaignError {
         drop(self.mps.take());
         self.campaign
-            .stop_early(&self.done, self.gpu.as_ref(), message)
+            .stop_early(&self.done, self.gpu.as_ref(), message, self.planned)
     }
 
     /// The error of a campaign stopped by a signal.

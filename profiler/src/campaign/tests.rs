@@ -30,6 +30,7 @@ fn campaign(dir: &Path) -> Campaign {
         window_max: Duration::from_secs(2),
         precision: 0.02,
         repetitions: 1,
+        solo_repetitions: 1,
         timeout: Duration::from_secs(10),
         sample_interval: Duration::from_millis(100),
         seed: 1,
@@ -74,6 +75,7 @@ fn pairs_are_measured_mode_by_mode_in_the_order_given() {
         modes: vec![Mode::Timeslice, Mode::Mps],
         shares: vec![50.0, 100.0],
         repetitions: 2,
+        solo_repetitions: 2,
         ..campaign(dir.path())
     };
     let modes: Vec<Option<Mode>> = c.tasks().iter().map(Task::mode).collect();
@@ -98,6 +100,55 @@ fn pairs_are_measured_mode_by_mode_in_the_order_given() {
             ))
             .count(),
         12
+    );
+}
+
+#[test]
+fn the_solos_are_repeated_as_often_as_asked_apart_from_the_pairs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = Campaign {
+        repetitions: 1,
+        solo_repetitions: 3,
+        ..campaign(dir.path())
+    };
+    let tasks = c.tasks();
+    // 2 workloads alone 3 times each, then their 3 pairs once.
+    let solos: Vec<&Task> = tasks.iter().filter(|t| t.mode().is_none()).collect();
+    assert_eq!(solos.len(), 6);
+    assert_eq!(tasks.len(), 6 + 3);
+    assert!(tasks[..6].iter().all(|t| t.mode().is_none()));
+    for w in ["x", "y"] {
+        let mut reps: Vec<u32> = solos
+            .iter()
+            .filter_map(|t| match t {
+                Task::Solo {
+                    workload,
+                    repetition,
+                } if workload == w => Some(*repetition),
+                _ => None,
+            })
+            .collect();
+        reps.sort_unstable();
+        assert_eq!(reps, [0, 1, 2], "{w}");
+    }
+    // The journal records it (a resume with other solo repetitions is refused), and none is
+    // accepted.
+    assert_eq!(
+        c.settings().get("solo-repetitions").map(String::as_str),
+        Some("3")
+    );
+    assert!(
+        !campaign(dir.path())
+            .settings()
+            .contains_key("solo-repetitions")
+    );
+    assert!(
+        Campaign {
+            solo_repetitions: 0,
+            ..campaign(dir.path())
+        }
+        .check()
+        .is_err_and(|e| e.0.contains("--solo-repetitions"))
     );
 }
 
@@ -276,6 +327,7 @@ fn groups_are_assembled_one_per_setting_and_a_failed_repetition_fails_it() {
     let c = Campaign {
         group_size: 3,
         repetitions: 2,
+        solo_repetitions: 2,
         ..campaign(dir.path())
     };
     let solo = |w: &str, repetition| {
@@ -368,7 +420,7 @@ fn a_stopped_campaign_assembles_what_its_journal_holds() {
     ];
     let done: BTreeMap<String, Record> = records.into_iter().map(|r| (r.key.clone(), r)).collect();
     fs::create_dir_all(c.journal_dir()).expect("journal folder");
-    let error = c.stop_early(&done, None, "interrupted".into());
+    let error = c.stop_early(&done, None, "interrupted".into(), None);
     assert!(
         error.0.starts_with("interrupted") && error.0.contains("1 of 2 workloads"),
         "{error}"
@@ -377,11 +429,25 @@ fn a_stopped_campaign_assembles_what_its_journal_holds() {
     assert_eq!(d.workloads.len(), 1);
     assert_eq!(d.pairs.len(), 1);
     assert_eq!((d.pairs[0].a.as_str(), d.pairs[0].b.as_str()), ("x", "x"));
-    assert!(d.meta.description.starts_with("PARTIAL (2 of "));
-    // A later stop replaces it; with nothing measured alone there is none to write.
-    let again = c.stop_early(&done, None, "interrupted".into());
+    // Of the whole grid (2 solos and 3 pairs) where nothing else was planned...
+    assert!(
+        d.meta
+            .description
+            .starts_with("PARTIAL (2 of 5 measurements)"),
+        "{}",
+        d.meta.description
+    );
+    // ...of the plan where one was (a budget); a later stop replaces it; with nothing measured
+    // alone there is none to write.
+    let again = c.stop_early(&done, None, "interrupted".into(), Some(4));
     assert!(again.0.contains("partial"), "{again}");
-    let none = c.stop_early(&BTreeMap::new(), None, "stopped".into());
+    let d = Dataset::read(&c.partial_dir()).expect("the partial dataset");
+    assert!(
+        d.meta
+            .description
+            .starts_with("PARTIAL (2 of 4 measurements)")
+    );
+    let none = c.stop_early(&BTreeMap::new(), None, "stopped".into(), None);
     assert_eq!(none.0, "stopped");
     assert!(
         !c.out.exists(),
