@@ -544,3 +544,58 @@ fn bad_csv_groups_are_named_by_file_column_and_line_and_leave_nothing() {
         assert!(!out.exists());
     }
 }
+
+/// Every dataset committed under `datasets/` validates, and the first GPU campaign's holds what
+/// its campaign measured: seven workloads three times alone each, ten pair settings in
+/// time-slicing and MPS at 50%, with NVML's, GPM's and the per-process counters.
+#[test]
+fn every_committed_dataset_validates_and_the_h200_campaign_is_whole() {
+    let root = repo().join("datasets");
+    let mut checked = Vec::new();
+    for entry in fs::read_dir(&root).expect("datasets/") {
+        let dir = entry.expect("entry").path();
+        if dir.join("dataset.json").is_file() {
+            let said = ok(&["dataset", "validate", s(&dir)]);
+            assert!(said.contains(": valid ("), "{said}");
+            checked.push(
+                dir.file_name()
+                    .expect("name")
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
+    }
+    assert!(
+        checked.iter().any(|n| n == "h200-2026-12-04"),
+        "{checked:?}"
+    );
+    let d = Dataset::read(&root.join("h200-2026-12-04")).expect("read");
+    assert_eq!((d.workloads.len(), d.pairs.len()), (7, 10));
+    assert!(d.workloads.iter().all(|w| w.repetitions == Some(3)));
+    assert!(
+        d.pairs
+            .iter()
+            .all(|p| p.gpu == "h200" && p.status == Status::Ok)
+    );
+    let modes: Vec<String> = modes_present(&d.pairs)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(modes, ["timeslice", "mps"]);
+    let names: Vec<&str> = d
+        .meta
+        .workload_features
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    for counter in [
+        "gpu_util",
+        "sm_active",
+        "tensor_active",
+        "dram_active",
+        "process_sm_util",
+    ] {
+        assert!(names.contains(&counter), "{counter} missing from {names:?}");
+    }
+    assert_eq!(d.meta.provenance.driver.as_deref(), Some("580.159.04"));
+}
