@@ -739,6 +739,26 @@ fn group_by_adds_a_leave_one_model_out_split() {
             || String::from_utf8_lossy(&result.stdout).contains("new-family"),
         "the run names the new-family calibration"
     );
+    // Each seed's line names the weight each family's fold was scored with, per device or, where
+    // no device had enough rows of its own, every device together.
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&result.stderr),
+        String::from_utf8_lossy(&result.stdout)
+    );
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(": new family "))
+        .collect();
+    assert!(!lines.is_empty(), "{log}");
+    for line in lines {
+        assert!(
+            !line.contains("weight  ")
+                && (line.contains(" (every device together ")
+                    || line.contains(", every device together (none had 30 rows of its own)")),
+            "{line}"
+        );
+    }
     // A new family's effects prior: every training device's, the network's weight chosen on
     // the held-out families' rows, every training workload's effects.
     let devices = family["calibration"]["family_prior"]["devices"]

@@ -85,12 +85,32 @@ fn run_cuda(
     use burn::backend::Cuda;
     use burn::backend::cuda::CudaDevice;
     use burn::tensor::{bf16, f16};
-    let device = CudaDevice::new(index);
-    match size.precision {
-        Precision::Fp32 => run_on::<Autodiff<Cuda>>(builtin, kind, size, &device, tick),
-        Precision::Fp16 => run_on::<Autodiff<Cuda<f16>>>(builtin, kind, size, &device, tick),
-        Precision::Bf16 => run_on::<Autodiff<Cuda<bf16>>>(builtin, kind, size, &device, tick),
-    }
+    // burn-cuda panics where CUDA cannot start (no driver library, no NVRTC, no headers), on its
+    // device thread first: its message is already printed; the run ends with an error, not a
+    // second panic.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let device = CudaDevice::new(index);
+        match size.precision {
+            Precision::Fp32 => run_on::<Autodiff<Cuda>>(builtin, kind, size, &device, tick),
+            Precision::Fp16 => run_on::<Autodiff<Cuda<f16>>>(builtin, kind, size, &device, tick),
+            Precision::Bf16 => run_on::<Autodiff<Cuda<bf16>>>(builtin, kind, size, &device, tick),
+        }
+    }))
+    .unwrap_or_else(|payload| Err(cuda_failed(index, payload.as_ref())))
+}
+
+/// The error of a burn-cuda run that panicked: its message where the panic carried one.
+#[cfg(feature = "cuda")]
+fn cuda_failed(index: usize, payload: &(dyn std::any::Any + Send)) -> String {
+    let said = payload
+        .downcast_ref::<&str>()
+        .map(ToString::to_string)
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    format!(
+        "device cuda:{index}: burn-cuda stopped ({said}); CUDA needs the NVIDIA driver's libcuda, \
+         NVRTC and the toolkit's headers (CUDA_PATH): see the lines above"
+    )
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -532,9 +532,21 @@ fn fit_cuda(
     use burn::backend::cuda::CudaDevice;
 
     use duet_model::network::to_cpu;
-    let device = CudaDevice::new(index);
-    let (net, outcome) = fit::<Autodiff<Cuda>>(train, validation, config, &device)?;
-    Ok((to_cpu(&net), outcome))
+    // burn-cuda panics where CUDA cannot start (no driver library, no NVRTC, no headers), its
+    // device thread's message printed first: the run ends with an error, not a second panic.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let device = CudaDevice::new(index);
+        let (net, outcome) = fit::<Autodiff<Cuda>>(train, validation, config, &device)?;
+        Ok((to_cpu(&net), outcome))
+    }))
+    .unwrap_or_else(|payload| {
+        let said = payload
+            .downcast_ref::<&str>()
+            .map(ToString::to_string)
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(TrainError::CudaFailed { index, said })
+    })
 }
 
 #[cfg(not(feature = "cuda"))]

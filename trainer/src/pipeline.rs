@@ -279,11 +279,22 @@ pub fn run_with(
                     .iter()
                     .map(|(gpu, (weight, _))| format!("{gpu} {weight:.1}"))
                     .collect();
+                let weights = if devices.is_empty() {
+                    format!(
+                        "{:.1}, every device together (none had {} rows of its own)",
+                        w.pooled.0,
+                        duet_model::prior::MIN_WEIGHT_ROWS
+                    )
+                } else {
+                    format!(
+                        "{} (every device together {:.1})",
+                        devices.join(", "),
+                        w.pooled.0
+                    )
+                };
                 progress.line(&format!(
-                    "seed {seed}: new family {family} scored with the network's weight {} \
-                     (every device together {:.1}), chosen on the other families' {} rows",
-                    devices.join(", "),
-                    w.pooled.0,
+                    "seed {seed}: new family {family} scored with the network's weight \
+                     {weights}, chosen on the other families' {} rows",
                     w.pooled.1
                 ));
             }

@@ -112,6 +112,10 @@ pub enum TrainError {
         "--device cuda:{index}: this duet was built without the `cuda` feature; rebuild with `cargo build --release --features cuda`"
     )]
     NoCuda { index: usize },
+    #[error(
+        "--device cuda:{index}: burn-cuda stopped ({said}); CUDA needs the NVIDIA driver's libcuda, NVRTC and the toolkit's headers (CUDA_PATH): see the lines above"
+    )]
+    CudaFailed { index: usize, said: String },
 }
 
 /// Full-batch Adam with early stopping on `validation`; returns the best network seen.
