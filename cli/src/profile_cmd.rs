@@ -8,7 +8,7 @@ use duet_core::dataset::Mode;
 use duet_profiler::builtin::{self, Device};
 use duet_profiler::campaign::{Campaign, WARM_ITERATIONS, parse_shard};
 use duet_profiler::catalog::{Catalog, Source};
-use duet_profiler::process::{ITERATION_LINE, Launcher, Rate, Running};
+use duet_profiler::process::{ITERATION_LINE, Launcher, Running};
 
 use duet_campaign::budgeted::{self, BudgetOptions};
 use duet_campaign::probes::{self, ProbeOptions};
@@ -92,7 +92,8 @@ pub fn workload(command: WorkloadCommand) -> Result<()> {
                     WARM_UP.as_secs_f64()
                 );
             }
-            let rate = window_rate(&name, &arrivals, run_for)?;
+            let rate =
+                duet_profiler::process::rate(&arrivals).ok_or_else(|| too_few(&name, run_for))?;
             println!(
                 "{name}: {:.2} iterations/s ({builtin}, {}, {}, {device}, {} iterations in the \
                  {:.2} s window after a {:.2} s warm-up)",
@@ -172,12 +173,6 @@ pub fn workload(command: WorkloadCommand) -> Result<()> {
 
 /// The warm-up of `duet workload run`: at least this long, and [`WARM_ITERATIONS`] iterations.
 const WARM_UP: Duration = Duration::from_secs(1);
-
-/// The rate of a built-in's window from its iterations' finishing times (seconds from the
-/// window's opening): the intervals between the first and the last over the time between them.
-fn window_rate(name: &str, arrivals: &[f64], run_for: Duration) -> Result<Rate> {
-    duet_profiler::process::rate(arrivals).ok_or_else(|| too_few(name, run_for))
-}
 
 fn too_few(name: &str, run_for: Duration) -> anyhow::Error {
     anyhow!(

@@ -10,6 +10,7 @@ pub mod dataset;
 pub mod features;
 pub mod hash;
 pub mod import;
+pub mod panic;
 pub mod progress;
 pub mod rng;
 pub mod stats;

@@ -96,21 +96,13 @@ fn run_cuda(
             Precision::Bf16 => run_on::<Autodiff<Cuda<bf16>>>(builtin, kind, size, &device, tick),
         }
     }))
-    .unwrap_or_else(|payload| Err(cuda_failed(index, payload.as_ref())))
-}
-
-/// The error of a burn-cuda run that panicked: its message where the panic carried one.
-#[cfg(feature = "cuda")]
-fn cuda_failed(index: usize, payload: &(dyn std::any::Any + Send)) -> String {
-    let said = payload
-        .downcast_ref::<&str>()
-        .map(ToString::to_string)
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
-    format!(
-        "device cuda:{index}: burn-cuda stopped ({said}); CUDA needs the NVIDIA driver's libcuda, \
-         NVRTC and the toolkit's headers (CUDA_PATH): see the lines above"
-    )
+    .unwrap_or_else(|payload| {
+        Err(format!(
+            "device cuda:{index}: burn-cuda stopped ({}); CUDA needs the NVIDIA driver's libcuda, \
+             NVRTC and the toolkit's headers (CUDA_PATH): see the lines above",
+            duet_core::panic::message(payload.as_ref())
+        ))
+    })
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -134,11 +134,7 @@ async fn admit(State(state): State<Arc<AppState>>, request: Request, next: Next)
 
 /// A handler's panic, caught: counted and logged once, answered 500.
 fn panicked(state: &AppState, panic: &(dyn std::any::Any + Send)) -> Response {
-    let what = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
+    let what = duet_core::panic::message(panic);
     tracing::error!(panic = %what, "a request handler panicked");
     state.metrics.guards.panics.fetch_add(1, Ordering::Relaxed);
     let mut response =

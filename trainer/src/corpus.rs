@@ -540,12 +540,10 @@ fn fit_cuda(
         Ok((to_cpu(&net), outcome))
     }))
     .unwrap_or_else(|payload| {
-        let said = payload
-            .downcast_ref::<&str>()
-            .map(ToString::to_string)
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        Err(TrainError::CudaFailed { index, said })
+        Err(TrainError::CudaFailed {
+            index,
+            said: duet_core::panic::message(payload.as_ref()),
+        })
     })
 }
 
