@@ -131,7 +131,8 @@ def same_as_predict(outputs, what):
             assert abs(got - want) <= 2e-6 * abs(want), f"{what}: pair {i} {key} {got} != {want}"
 
 
-CLASSES = ["known", "new", "new_family", "conservative"]
+# KServe `calibration` codes: the index in duet's Calibration::ALL (a class added later appended).
+CLASSES = ["known", "new", "new_family", "conservative", "probed"]
 
 
 def calibration_as_predict(calibrated, classes, what):
@@ -374,6 +375,11 @@ if args.grpc:
             assert got.feasible == want["feasible"]
             calibration = duet_pb2.Calibration.Name(got.calibration)
             assert calibration == f"CALIBRATION_{want['calibration'].upper()}", calibration
+            # The measurements behind each job: unset in proto3 where JSON omits them.
+            for key in ("measured_a", "measured_b"):
+                has = got.HasField(key)
+                assert has == (key in want), (key, got, want)
+                assert not has or getattr(got, key) == want[key], (key, got, want)
 
     @check("duet.v1.Predictor groups from grpcio-tools = /v1/predict groups")
     def _():

@@ -74,6 +74,9 @@ first, second = answer.predictions
 # A registered workload predicts like its features inline.
 assert abs(first.speed_a - second.speed_a) < 1e-6, (first, second)
 assert first.speed_a > 0 and first.slowdown_a_p90 > 0, first
+# How many measurements back each job: the registered-only job none, a3c those of the model.
+assert first.measured_a == 0 and first.measured_b > 0, first
+assert answer.groups[0].jobs[0].measured == 0, answer.groups[0]
 observed = ObservationBatch.from_dict(
     {
         "observations": [

@@ -27,8 +27,10 @@ use crate::record::{CampaignRecord, FORMAT, OntoRecord, RecordedChoice};
 use crate::scoring::Scorer;
 use crate::settings::{self, Setting, open_candidates};
 
-/// The default K: every new workload in three measured pairs.
+/// The default K: every new workload in three measured pairs. A model trained with them answers
+/// its pairs as `probed` (`duet_model::encoding::PROBED_MAX`, the same count: checked below).
 pub const DEFAULT_PROBES: usize = 3;
+const _: () = assert!(DEFAULT_PROBES == duet_model::encoding::PROBED_MAX as usize);
 
 /// What `--onto` runs with, beside the measurement settings of its [`Campaign`].
 #[derive(Debug, Clone)]

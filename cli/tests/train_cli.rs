@@ -184,7 +184,13 @@ fn train_writes_a_complete_model_folder() {
     // `model` is the family feature by default: its leave-one-family-out split comes too.
     assert_eq!(
         splits,
-        ["random", "unseen_pairs", "unseen_workloads", "unseen_model"]
+        [
+            "random",
+            "unseen_pairs",
+            "unseen_workloads",
+            "probed_workloads",
+            "unseen_model"
+        ]
     );
     // Baselines sit in the same table; this dataset has utilisation, so the rule is there too.
     for predictor in ["ridge", "low_rank", "utilisation_sum", "constant"] {

@@ -202,6 +202,10 @@ pub struct GroupJobPrediction {
     pub slowdown: f32,
     /// The conservative slowdown: each co-runner's p90 excess slowdown added.
     pub slowdown_p90: f32,
+    /// The pair settings this job was measured in among the model's training data (0 for a
+    /// workload new to it); absent where the model does not record them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<u32>,
 }
 
 /// The prediction for one group, in the order of the request's groups. A group is answered
@@ -249,10 +253,17 @@ pub struct Prediction {
     /// `speed_a + speed_b`: the pair's total normalised throughput (1 = running one job alone).
     pub combined: f32,
     /// Which calibration of the p90 slowdowns applies: `known` when the model was trained on
-    /// both workloads (both have an identity slot), `new` when at least one is new to it,
+    /// both workloads (both have an identity slot), `probed` when it was but one was measured
+    /// in only a few pair settings, `new` when at least one is new to it,
     /// `new_family` when a new one's model family was never in training, `conservative` when
     /// no calibrated class covers the pair (see [`Calibration`]).
     pub calibration: Calibration,
+    /// The pair settings `a` was measured in among the model's training data (0 for a
+    /// workload new to it); absent where the model does not record them (trained before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_a: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_b: Option<u32>,
 }
 
 impl Prediction {
@@ -267,6 +278,8 @@ impl Prediction {
             slowdown_b: self.slowdown_a,
             slowdown_a_p90: self.slowdown_b_p90,
             slowdown_b_p90: self.slowdown_a_p90,
+            measured_a: self.measured_b,
+            measured_b: self.measured_a,
             ..self
         }
     }
@@ -274,7 +287,8 @@ impl Prediction {
 
 /// The conformal calibration a prediction's p90 slowdowns come from. Each calibrated class
 /// holds its 90% on held-out pairs grouped the way it is used: `known` on unmeasured pairs of
-/// training workloads, `new` on pairs with a workload left out of training, `new_family` on
+/// training workloads, `probed` on pairs with a family held out but for a few settings of
+/// each of its workloads, `new` on pairs with a workload left out of training, `new_family` on
 /// pairs with a whole model family left out. The order is that of trust: a pair takes the class
 /// of its less known job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -283,6 +297,10 @@ impl Prediction {
 pub enum Calibration {
     /// Both workloads were in the model's training data.
     Known,
+    /// Both workloads were in the model's training data, and at least one was measured in so
+    /// few pair settings (at most `duet_model::encoding::PROBED_MAX`: a new job's probes)
+    /// that its p90 is calibrated on families held out with that many settings kept.
+    Probed,
     /// At least one workload is new to the model (profiled only alone, or inline features),
     /// and its model family was in training.
     New,
@@ -296,18 +314,33 @@ pub enum Calibration {
 }
 
 impl Calibration {
-    /// Every class, in order of trust.
-    pub const ALL: [Calibration; 4] = [
+    /// Every class. A class's KServe code is its index here, so a class added later is
+    /// appended (the order of trust is the type's order: known, probed, new, new_family,
+    /// conservative).
+    pub const ALL: [Calibration; 5] = [
         Calibration::Known,
         Calibration::New,
         Calibration::NewFamily,
         Calibration::Conservative,
+        Calibration::Probed,
     ];
+
+    /// The class's index in [`Calibration::ALL`]: its KServe `calibration` code.
+    pub fn code(self) -> usize {
+        match self {
+            Calibration::Known => 0,
+            Calibration::New => 1,
+            Calibration::NewFamily => 2,
+            Calibration::Conservative => 3,
+            Calibration::Probed => 4,
+        }
+    }
 
     /// The class's name on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
             Calibration::Known => "known",
+            Calibration::Probed => "probed",
             Calibration::New => "new",
             Calibration::NewFamily => "new_family",
             Calibration::Conservative => "conservative",

@@ -228,12 +228,16 @@ pub fn mean_and_sd(tables: &[Vec<MetricsRow>]) -> Option<(Vec<MetricsRow>, Vec<M
 }
 
 /// The evaluation splits `model.json`'s metrics table reports. Written as its name
-/// ([`Split::as_str`]): `random`, `unseen_pairs`, `unseen_workloads`, or `unseen_<feature>`.
+/// ([`Split::as_str`]): `random`, `unseen_pairs`, `unseen_workloads`, `probed_workloads`, or
+/// `unseen_<feature>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Split {
     Random,
     UnseenPairs,
     UnseenWorkloads,
+    /// Folds of workloads held out but for a few of their pair settings each (a new job after
+    /// its probes): `probed_workloads`.
+    ProbedWorkloads,
     /// Leave one value of a categorical workload feature out (`duet train --group-by`): every
     /// workload with that value is held out together.
     UnseenGroup(Group),
@@ -257,7 +261,12 @@ impl Group {
 
 impl Split {
     /// The splits every evaluation runs, in report order.
-    pub const ALL: [Split; 3] = [Split::Random, Split::UnseenPairs, Split::UnseenWorkloads];
+    pub const ALL: [Split; 4] = [
+        Split::Random,
+        Split::UnseenPairs,
+        Split::UnseenWorkloads,
+        Split::ProbedWorkloads,
+    ];
 
     /// The leave-one-value-out split of `feature`: `unseen_<feature>`.
     pub fn unseen(feature: &str) -> Split {
@@ -281,6 +290,7 @@ impl Split {
             Split::Random => "random",
             Split::UnseenPairs => "unseen_pairs",
             Split::UnseenWorkloads => "unseen_workloads",
+            Split::ProbedWorkloads => "probed_workloads",
             Split::UnseenGroup(g) => g.split,
         }
     }
@@ -307,8 +317,8 @@ impl<'de> Deserialize<'de> for Split {
         let name = String::deserialize(deserializer)?;
         Split::parse(&name).ok_or_else(|| {
             serde::de::Error::custom(format!(
-                "unknown split `{name}`, expected random, unseen_pairs, unseen_workloads or \
-                 unseen_<feature>"
+                "unknown split `{name}`, expected random, unseen_pairs, unseen_workloads, \
+                 probed_workloads or unseen_<feature>"
             ))
         })
     }

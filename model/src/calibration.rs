@@ -1,6 +1,7 @@
 //! Split-conformal calibration of the conservative output (ln of the p10 speed, the p90
-//! slowdown), one shift for pairs of known workloads, one for pairs with a new workload and one
-//! for pairs with a workload of a new model family.
+//! slowdown), one shift for pairs of known workloads, one for pairs with a thinly measured
+//! (probed) workload, one for pairs with a new workload and one for pairs with a workload of a
+//! new model family.
 //!
 //! The trainer holds calibration rows out of every ensemble member's training and early
 //! stopping, scores them with the trained ensemble (`s = raw ln p10 - ln measured speed`, above
@@ -45,6 +46,12 @@ pub struct Calibration {
     pub known: Offset,
     /// Pairs with at least one workload the model has no identity for (all devices pooled).
     pub new: Offset,
+    /// Pairs with a training workload measured in at most `PROBED_MAX` pair settings (all
+    /// devices pooled), fitted on model families held out but for 1 to `PROBED_MAX` settings of
+    /// each of their workloads (`probed_workloads`). Empty where no held-out row was of this class (a `--final-only` fit, files
+    /// written before it): such a pair takes the wider of `known` and `new`.
+    #[serde(skip_serializing_if = "Offset::is_empty")]
+    pub probed: Offset,
     /// Pairs with a workload of a model family training never had (all devices pooled); its
     /// `groups` are the families held out. Empty (no rows) in a model without a family feature,
     /// in a `--final-only` one, and in files written before it.
@@ -89,6 +96,8 @@ pub struct Shifts {
     pub known: Offset,
     pub new: Offset,
     #[serde(default, skip_serializing_if = "Offset::is_empty")]
+    pub probed: Offset,
+    #[serde(default, skip_serializing_if = "Offset::is_empty")]
     pub new_family: Offset,
 }
 
@@ -108,6 +117,19 @@ impl Calibration {
         let pick = |pooled: &Offset, device: Option<&Offset>| device.unwrap_or(pooled).shift;
         match kind {
             Kind::Known => (kind, pick(&self.known, own.map(|d| &d.known))),
+            // A probed job is at least as uncertain as a fully measured one; without a shift of
+            // its own it takes the wider of known's and new's (it is at least as known as a
+            // job profiled alone, and no narrower than a measured one).
+            Kind::Probed => {
+                let known = pick(&self.known, own.map(|d| &d.known));
+                let own_probed = own.map(|d| &d.probed).filter(|o| !o.is_empty());
+                let probed = if self.probed.is_empty() {
+                    pick(&self.new, own.map(|d| &d.new))
+                } else {
+                    pick(&self.probed, own_probed)
+                };
+                (kind, probed.max(known))
+            }
             Kind::New => (kind, pick(&self.new, own.map(|d| &d.new))),
             // A new family is at least as new as a new workload: its p90 never narrower.
             Kind::NewFamily if self.families_calibrated() => (
@@ -143,8 +165,8 @@ impl Calibration {
         let devices = self
             .by_device
             .values()
-            .flat_map(|d| [&d.known, &d.new, &d.new_family]);
-        [&self.known, &self.new, &self.new_family]
+            .flat_map(|d| [&d.known, &d.new, &d.probed, &d.new_family]);
+        [&self.known, &self.new, &self.probed, &self.new_family]
             .into_iter()
             .chain(devices)
             .filter(|o| !o.is_empty())
@@ -255,12 +277,14 @@ mod tests {
         let c = Calibration {
             known: o(0.1),
             new: o(0.2),
+            probed: Offset::default(),
             new_family: Offset::default(),
             by_device: [(
                 "v100".to_string(),
                 Shifts {
                     known: o(0.3),
                     new: o(0.4),
+                    probed: Offset::default(),
                     new_family: Offset::default(),
                 },
             )]
@@ -276,6 +300,48 @@ mod tests {
     }
 
     #[test]
+    fn a_probed_job_takes_its_own_shift_never_narrower_than_known() {
+        let o = |shift| Offset {
+            shift,
+            rows: 50,
+            groups: 10,
+            fallback: None,
+        };
+        let mut c = Calibration {
+            known: o(0.1),
+            new: o(0.4),
+            probed: o(0.25),
+            by_device: [(
+                "v100".to_string(),
+                Shifts {
+                    known: o(0.3),
+                    new: o(0.5),
+                    probed: o(0.2),
+                    new_family: Offset::default(),
+                },
+            )]
+            .into(),
+            ..Calibration::default()
+        };
+        assert_eq!(c.resolve(Kind::Probed, None), (Kind::Probed, 0.25));
+        assert_eq!(c.resolve(Kind::Probed, Some("k80")), (Kind::Probed, 0.25));
+        // On v100 its own shift is narrower than a measured job's there: known's.
+        assert_eq!(c.resolve(Kind::Probed, Some("v100")), (Kind::Probed, 0.3));
+        // A device without probed rows of its own takes the pooled one.
+        c.by_device.get_mut("v100").expect("v100").probed = Offset::default();
+        assert_eq!(c.resolve(Kind::Probed, Some("v100")), (Kind::Probed, 0.3));
+        c.by_device.get_mut("v100").expect("v100").known = o(0.1);
+        assert_eq!(c.resolve(Kind::Probed, Some("v100")), (Kind::Probed, 0.25));
+        // No probed calibration at all (a final-only fit): the wider of known and new.
+        c.probed = Offset::default();
+        c.by_device.clear();
+        assert_eq!(c.resolve(Kind::Probed, None), (Kind::Probed, 0.4));
+        assert_eq!(c.widest(), 0.4);
+        let json = serde_json::to_string(&c).expect("serialises");
+        assert!(!json.contains("probed"), "{json}");
+    }
+
+    #[test]
     fn a_new_family_is_calibrated_only_from_enough_families() {
         let o = |shift, groups| Offset {
             shift,
@@ -286,12 +352,14 @@ mod tests {
         let mut c = Calibration {
             known: o(0.1, 300),
             new: o(0.2, 26),
+            probed: Offset::default(),
             new_family: o(0.35, MIN_FAMILIES),
             by_device: [(
                 "v100".to_string(),
                 Shifts {
                     known: o(0.3, 300),
                     new: o(0.5, 26),
+                    probed: Offset::default(),
                     new_family: o(0.45, MIN_FAMILIES),
                 },
             )]

@@ -113,6 +113,7 @@ mod tests {
             gpus: vec!["k80".into(), "v100".into()],
             modes: vec![Mode::Space],
             dropped: vec!["flops: constant".into()],
+            measured: Vec::new(),
             family: None,
         }
     }

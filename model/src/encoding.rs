@@ -70,13 +70,28 @@ pub struct FeatureSpec {
     /// none) is of a new family.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family: Option<String>,
+    /// The pair settings each of `identities` was measured in among the training rows (in its
+    /// order; both directions of a setting count once). Empty in files written before it was
+    /// recorded: every training workload is then `known`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measured: Vec<u32>,
 }
+
+/// A training workload measured in at most this many pair settings is `probed`: its pairs are
+/// calibrated on families held out with 1 to `PROBED_MAX` settings of each workload kept
+/// (a new job's probes, `duet profile --onto DIR --probes K`, whose default K it is), not on
+/// fully measured ones. An absolute count, not a share of the grid: what the class promises is
+/// how few measurements back the job, and a small campaign's fully measured workloads (6 pair
+/// settings in `cpu-dev2c`) stay `known` in its unseen-pairs folds.
+pub const PROBED_MAX: u32 = 3;
 
 /// What the model knows of one job, from its encoding, in order of trust.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Novelty {
     /// A training workload (its identity slot is set).
     Known,
+    /// A training workload measured in at most [`PROBED_MAX`] pair settings.
+    Probed,
     /// A new workload of a family training had.
     New,
     /// A workload of a family training never had, or that declares none.
@@ -91,6 +106,7 @@ impl Novelty {
         use duet_core::api::Calibration as C;
         match self {
             Novelty::Known => C::Known,
+            Novelty::Probed => C::Probed,
             Novelty::New => C::New,
             Novelty::NewFamily => C::NewFamily,
             Novelty::OutOfRange => C::Conservative,
@@ -187,7 +203,32 @@ impl FeatureSpec {
             modes: modes.into_iter().collect(),
             dropped,
             family: None,
+            measured: Vec::new(),
         }
+    }
+
+    /// Records how many pair settings each training workload was measured in (`counts` by
+    /// id; an identity absent from it was measured in none).
+    pub fn with_measured(mut self, counts: &BTreeMap<String, u32>) -> FeatureSpec {
+        self.measured = self
+            .identities
+            .iter()
+            .map(|id| counts.get(id).copied().unwrap_or(0))
+            .collect();
+        self
+    }
+
+    /// The pair settings the job encoded in `job` was measured in among the training rows: 0
+    /// for a job without an identity slot, `None` where the spec records no counts.
+    pub fn measured_of(&self, job: &[f32]) -> Option<u32> {
+        if self.measured.is_empty() {
+            return None;
+        }
+        Some(
+            self.identity_index(job)
+                .and_then(|i| self.measured.get(i).copied())
+                .unwrap_or(0),
+        )
     }
 
     /// Names `feature` as the model family, where it is one of the spec's categorical features
@@ -215,8 +256,11 @@ impl FeatureSpec {
                 return Novelty::OutOfRange;
             }
         }
-        if self.identity_of(job).is_some() {
-            Novelty::Known
+        if let Some(i) = self.identity_index(job) {
+            match self.measured.get(i) {
+                Some(&n) if n <= PROBED_MAX => Novelty::Probed,
+                _ => Novelty::Known,
+            }
         } else if self.family_is_new(job) {
             Novelty::NewFamily
         } else {
@@ -226,9 +270,14 @@ impl FeatureSpec {
 
     /// The training workload whose identity slot is set in the job encoded in `job`, if any.
     pub fn identity_of(&self, job: &[f32]) -> Option<&str> {
-        let slots = job.get(job.len().checked_sub(self.identities.len())?..)?;
-        let i = slots.iter().position(|&x| x != 0.0)?;
+        let i = self.identity_index(job)?;
         Some(self.identities[i].as_str())
+    }
+
+    /// The index in `identities` of the slot set in the job encoded in `job`, if any.
+    fn identity_index(&self, job: &[f32]) -> Option<usize> {
+        let slots = job.get(job.len().checked_sub(self.identities.len())?..)?;
+        slots.iter().position(|&x| x != 0.0)
     }
 
     /// Whether the job encoded in `job` is of a family training never had: the spec has a
@@ -438,6 +487,7 @@ pub(crate) mod tests {
             modes: vec![Mode::Space],
             dropped: Vec::new(),
             family: None,
+            measured: Vec::new(),
         }
         .with_family(Some("model"))
     }
@@ -465,6 +515,45 @@ pub(crate) mod tests {
         spec.encode_job(j, &mut out);
         assert_eq!(out.len(), spec.job_width());
         spec.novelty(&out)
+    }
+
+    #[test]
+    fn a_training_workload_measured_in_few_settings_is_probed() {
+        let e = std::f64::consts::E;
+        let plain = spec();
+        let lm = job(Some("lm-8"), Some("LM"), e);
+        let mut out = Vec::new();
+        plain.encode_job(&lm, &mut out);
+        // No counts recorded (an older model.json): known, and no count to tell.
+        assert_eq!(plain.novelty(&out), Novelty::Known);
+        assert_eq!(plain.measured_of(&out), None);
+        let counts = BTreeMap::from([("lm-8".to_string(), PROBED_MAX)]);
+        let s = spec().with_measured(&counts);
+        assert_eq!(s.measured, vec![PROBED_MAX, 0]);
+        assert_eq!(s.novelty(&out), Novelty::Probed);
+        assert_eq!(s.measured_of(&out), Some(PROBED_MAX));
+        let s = spec().with_measured(&BTreeMap::from([("lm-8".to_string(), PROBED_MAX + 1)]));
+        assert_eq!(s.novelty(&out), Novelty::Known);
+        // A new job was measured in none; a pair takes its less known job's class.
+        let mut new = Vec::new();
+        s.encode_job(&job(None, Some("LM"), e), &mut new);
+        assert_eq!(s.measured_of(&new), Some(0));
+        let s = spec().with_measured(&counts);
+        let mut row = Vec::new();
+        let resnet = job(Some("resnet-16"), Some("ResNet-50"), e);
+        s.encode_pair(&lm, &resnet, "v100", Mode::Space, None, None, &mut row);
+        assert_eq!(s.calibration_kind(&row), Class::Probed);
+        row.clear();
+        s.encode_pair(
+            &lm,
+            &job(None, Some("LM"), e),
+            "v100",
+            Mode::Space,
+            None,
+            None,
+            &mut row,
+        );
+        assert_eq!(s.calibration_kind(&row), Class::New);
     }
 
     #[test]

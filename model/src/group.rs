@@ -50,10 +50,13 @@ pub fn compose(
     let mut speeds = [[0f64; MAX_GROUP_SIZE]; MAX_GROUP_SIZE];
     let mut p90s = [[0f64; MAX_GROUP_SIZE]; MAX_GROUP_SIZE];
     let mut filled = [0usize; MAX_GROUP_SIZE];
+    let mut measured = [None; MAX_GROUP_SIZE];
     let mut next = predictions.iter();
     for i in 0..size {
         for j in i + 1..size {
             let p = next.next()?;
+            measured[i] = measured[i].or(p.measured_a);
+            measured[j] = measured[j].or(p.measured_b);
             speeds[i][filled[i]] = f64::from(p.speed_a);
             p90s[i][filled[i]] = 1.0 / f64::from(p.slowdown_a_p90);
             filled[i] += 1;
@@ -72,6 +75,7 @@ pub fn compose(
                 speed: speed as f32,
                 slowdown: (1.0 / speed) as f32,
                 slowdown_p90: (1.0 / p10) as f32,
+                measured: measured[k],
             }
         })
         .collect();
@@ -109,6 +113,8 @@ mod tests {
             slowdown_b_p90: 1.25 / speed_b,
             combined: speed_a + speed_b,
             calibration,
+            measured_a: None,
+            measured_b: None,
         }
     }
 

@@ -201,6 +201,9 @@ pub struct Decode {
     pub shift: f64,
     /// `(prior ln speed, the network's weight)` of `(a, b)` and of `(b, a)`.
     pub prior: [Option<(f64, f64)>; 2],
+    /// The pair settings `a` and `b` were measured in among the training rows (`None` where
+    /// the model does not record them).
+    pub measured: [Option<u32>; 2],
 }
 
 impl Decode {
@@ -213,10 +216,20 @@ impl Decode {
             (Some(p), Calibration::NewFamily | Calibration::Conservative) => p.for_row(spec, row),
             _ => None,
         };
+        let job = spec.job_width();
+        let measured = if row.len() >= 2 * job {
+            [
+                spec.measured_of(&row[..job]),
+                spec.measured_of(&row[job..2 * job]),
+            ]
+        } else {
+            [None, None]
+        };
         Decode {
             class,
             shift,
             prior: [prior, None],
+            measured,
         }
     }
 
@@ -288,6 +301,8 @@ pub fn predictions(kinds: &[Decode], outputs: &[f32]) -> Vec<Prediction> {
                 slowdown_b_p90: single(bounded_exp(d.shift - ln_b_p10)),
                 combined: single(speed_a + speed_b),
                 calibration: d.class,
+                measured_a: d.measured[0],
+                measured_b: d.measured[1],
             }
         })
         .collect()
@@ -320,6 +335,7 @@ mod tests {
             class: Calibration::New,
             shift: 0.3,
             prior: [None, None],
+            measured: [None, None],
         };
         let p = predictions(&[decode], &outputs)[0];
         for v in [

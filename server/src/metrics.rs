@@ -616,7 +616,7 @@ fn by_class(
 ) {
     let mut counts = [0u64; Calibration::ALL.len()];
     for class in classes {
-        counts[class as usize] += 1;
+        counts[class.code()] += 1;
     }
     for (class, n) in Calibration::ALL.into_iter().zip(counts) {
         if n > 0 {

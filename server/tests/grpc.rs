@@ -357,13 +357,29 @@ async fn predict_over_grpc_answers_what_v1_predict_answers() {
         );
         let calibration = match want["calibration"].as_str() {
             Some("known") => duet::Calibration::Known,
+            Some("probed") => duet::Calibration::Probed,
             Some("new") => duet::Calibration::New,
             Some("new_family") => duet::Calibration::NewFamily,
             Some("conservative") => duet::Calibration::Conservative,
             other => panic!("calibration {other:?}"),
         };
         assert_eq!(got.calibration(), calibration);
+        // The measurements behind each job, as HTTP says them.
+        assert_eq!(got.measured_a.map(u64::from), want["measured_a"].as_u64());
+        assert_eq!(got.measured_b.map(u64::from), want["measured_b"].as_u64());
     }
+    // The shipped model records its workloads' measurements: an inline job has none.
+    let measured: Vec<(Option<u32>, Option<u32>)> = answer
+        .predictions
+        .iter()
+        .map(|p| (p.measured_a, p.measured_b))
+        .collect();
+    assert_eq!(measured[1].0, Some(0));
+    assert!(
+        measured[2]
+            .0
+            .is_some_and(|n| n > duet_model::encoding::PROBED_MAX)
+    );
     let classes: Vec<duet::Calibration> =
         answer.predictions.iter().map(|p| p.calibration()).collect();
     assert_eq!(
@@ -486,6 +502,10 @@ async fn groups_over_grpc_are_answered_as_v1_predict_answers_them() {
         assert_eq!(
             (j.speed, j.slowdown, j.slowdown_p90),
             (w("speed"), w("slowdown"), w("slowdown_p90"))
+        );
+        assert_eq!(
+            j.measured.map(u64::from),
+            want["jobs"][k]["measured"].as_u64()
         );
     }
     // Two groups of three are 6 pairs; a third is over --max-pairs 6.

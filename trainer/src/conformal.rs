@@ -31,6 +31,7 @@ fn slot(kind: Kind) -> Option<usize> {
         Kind::Known => Some(0),
         Kind::New => Some(1),
         Kind::NewFamily => Some(2),
+        Kind::Probed => Some(3),
         Kind::Conservative => None,
     }
 }
@@ -74,6 +75,7 @@ impl Scores {
         };
         let [known, new] = pair(&self.pooled(0), &self.pooled(1));
         let new_family = family_fit(&self.pooled(2));
+        let probed = probed_fit(&self.pooled(3), &known);
         let gpus: BTreeSet<&String> = self.by.keys().map(|(g, _)| g).collect();
         let by_device = if gpus.len() > 1 {
             gpus.into_iter()
@@ -86,7 +88,13 @@ impl Scores {
                     };
                     let [mut k, mut n] = pair(&get(0), &get(1));
                     let mut f = family_fit(&get(2));
-                    for (mine, all) in [(&mut k, &known), (&mut n, &new), (&mut f, &new_family)] {
+                    let mut p = probed_fit(&get(3), &k);
+                    for (mine, all) in [
+                        (&mut k, &known),
+                        (&mut n, &new),
+                        (&mut f, &new_family),
+                        (&mut p, &probed),
+                    ] {
                         if mine.thin && !all.offset.is_empty() {
                             mine.offset.shift = all.offset.shift;
                             mine.offset.fallback = Some(format!(
@@ -95,15 +103,18 @@ impl Scores {
                             ));
                         }
                     }
-                    if f.offset.is_empty() {
-                        // Not written to model.json: the device reads back as without one.
-                        f.offset = Offset::default();
+                    for empty in [&mut f, &mut p] {
+                        if empty.offset.is_empty() {
+                            // Not written to model.json: the device reads back as without one.
+                            empty.offset = Offset::default();
+                        }
                     }
                     (
                         gpu.clone(),
                         Shifts {
                             known: k.offset,
                             new: n.offset,
+                            probed: p.offset,
                             new_family: f.offset,
                         },
                     )
@@ -115,6 +126,7 @@ impl Scores {
         Calibration {
             known: known.offset,
             new: new.offset,
+            probed: probed.offset,
             new_family: new_family.offset,
             by_device,
             method: method.to_string(),
@@ -165,6 +177,34 @@ fn family_fit(groups: &Groups) -> Fit {
         Some(f) => format!("{f}; {note}"),
         None => note,
     });
+    f
+}
+
+/// The probed offset of scores grouped by held-out workload (or unordered pair): `fit`'s rule;
+/// too thin for the 90% bound, the largest of its scores widened to the known-workload shift
+/// (`known`, fitted beside it) and never tighter than the learned p10. No score at all: empty,
+/// so that the server takes the wider of `known` and `new` (`Calibration::resolve`).
+fn probed_fit(groups: &Groups, known: &Fit) -> Fit {
+    let mut f = fit(groups);
+    if f.offset.rows == 0 {
+        f.offset = Offset::default();
+        return f;
+    }
+    if f.thin {
+        let widened = (!known.thin).then_some(known.offset.shift);
+        let own = f.largest.unwrap_or(0.0);
+        let o = &mut f.offset;
+        o.shift = own.max(widened.unwrap_or(0.0)).max(0.0);
+        #[allow(clippy::cast_precision_loss)]
+        let level = o.rows as f64 / (o.rows + 1) as f64;
+        o.fallback = Some(format!(
+            "{} calibration rows, fewer than the {} a 90% bound needs; the largest of them (a \
+             {:.0}% bound), never narrower than the known-workload shift or the learned p10",
+            o.rows,
+            min_rows(),
+            level * 100.0
+        ));
+    }
     f
 }
 

@@ -10,7 +10,7 @@ use burn::backend::{Autodiff, Flex};
 use duet_core::api::Calibration as Kind;
 use duet_core::dataset::Dataset;
 use duet_model::calibration::{Calibration, FOLDED_CONFORMAL, SPLIT_CONFORMAL};
-use duet_model::encoding::{FeatureSpec, IDENTITY, JobFeatures, job_features};
+use duet_model::encoding::{FeatureSpec, IDENTITY, JobFeatures, PROBED_MAX, job_features};
 use duet_model::network::{
     Mlp, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig, TrainDevice, TrainOutcome, ensemble_forward,
 };
@@ -78,6 +78,46 @@ impl Corpus {
             rows.iter().map(|&i| self.examples[i].mode),
         )
         .with_family(self.family.as_deref())
+        .with_measured(&self.measured(rows))
+    }
+
+    /// The class the shipped model, trained on rows where the workloads have `counts` measured
+    /// settings, gives the pair of `e` that a fold's model sees as `kind`. Known and probed are
+    /// told by `counts`, not by the fold's own: holding rows out thins every workload, so in a
+    /// small campaign's folds a fully measured workload would look probed and its scores would
+    /// calibrate the wrong class. A row of a workload a probed fold holds out (`probed`) is
+    /// probed whatever its count.
+    pub fn served_kind(
+        kind: Kind,
+        e: &Example,
+        counts: &BTreeMap<String, u32>,
+        probed: bool,
+    ) -> Kind {
+        if !matches!(kind, Kind::Known | Kind::Probed) {
+            return kind;
+        }
+        let thin = |id: &String| counts.get(id).is_some_and(|&n| n <= PROBED_MAX);
+        if probed || thin(&e.a) || thin(&e.b) {
+            Kind::Probed
+        } else {
+            Kind::Known
+        }
+    }
+
+    /// The pair settings each workload of `rows` was measured in (a setting counts once for
+    /// each of its two jobs, whichever of its rows `rows` holds).
+    pub fn measured(&self, rows: &[usize]) -> BTreeMap<String, u32> {
+        let mut settings: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
+        for &i in rows {
+            let e = &self.examples[i];
+            for id in [&e.a, &e.b] {
+                settings.entry(id.as_str()).or_default().insert(e.setting);
+            }
+        }
+        settings
+            .into_iter()
+            .map(|(id, s)| (id.to_string(), u32::try_from(s.len()).unwrap_or(u32::MAX)))
+            .collect()
     }
 
     /// Training rows twice: as known workloads, and with their ids hidden, as a new job would
@@ -366,6 +406,7 @@ impl Corpus {
                 let mut spec = self.fit_spec(rows);
                 if !config.identities {
                     spec.identities.clear();
+                    spec.measured.clear();
                 }
                 spec
             })
@@ -437,6 +478,14 @@ impl Corpus {
     fn score(&self, trained: &Trained, split: &CalibrationSplit, scores: &mut Scores) {
         let batch = self.encode(&trained.spec, &split.calibration);
         let out = trained.forward(&batch.inputs);
+        // The shipped fit's counts: every row of this fit's train and calibration sets.
+        let all: Vec<usize> = split
+            .train
+            .iter()
+            .chain(&split.calibration)
+            .copied()
+            .collect();
+        let counts = self.measured(&all);
         for (k, &i) in split.calibration.iter().enumerate() {
             let e = &self.examples[i];
             let Some(speed) = e.speed else {
@@ -448,7 +497,7 @@ impl Corpus {
             // out of range in no class (such pairs are answered with the widest shift).
             let kind = match trained.spec.calibration_kind(row) {
                 Kind::NewFamily => Kind::New,
-                k => k,
+                k => Self::served_kind(k, e, &counts, false),
             };
             let group = [&e.a, &e.b]
                 .into_iter()

@@ -6,6 +6,10 @@
 //!   with its measurements on every other device, mode and share.
 //! - `unseen_workloads`: leave one workload out; test rows touch it, training rows do not (a
 //!   new job that was only profiled alone).
+//! - `probed_workloads`: folds of families (of workloads without a family feature), every
+//!   workload of them held out but for 1 to `PROBED_MAX` of its pair settings (with partners
+//!   outside the fold); test rows are their other settings (a new job after its probes, `duet
+//!   profile --onto DIR --probes K`, its family new but for those probes).
 //! - `unseen_<feature>` (`--group-by`): leave one value of a categorical workload feature out,
 //!   say one `model`; test rows touch a workload with that value, training rows do not (a new
 //!   kind of job, not a new size of a known one).
@@ -16,6 +20,7 @@ use duet_core::api::Calibration as Kind;
 use duet_model::accuracy::{Metrics, Scored};
 pub use duet_model::accuracy::{MetricsRow, Split};
 use duet_model::calibration::{CROSS_CONFORMAL, Calibration};
+use duet_model::encoding::PROBED_MAX;
 use duet_model::network::{
     OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig,
 };
@@ -84,6 +89,15 @@ pub fn split_definitions(splits: &[Split]) -> BTreeMap<String, String> {
             "leave one workload out (by id, on every device): test rows touch it, training rows \
              do not, and the model has no identity slot for it"
                 .to_string(),
+        ),
+        (
+            Split::ProbedWorkloads,
+            format!(
+                "{FOLDS} folds of model families (of workloads where there is no family \
+                 feature): each workload of a fold leaves training but for 1 to {PROBED_MAX} of \
+                 its pair settings (drawn, with partners outside the fold), and its other \
+                 settings are the test rows"
+            ),
         ),
     ]
     .into_iter()
@@ -220,6 +234,9 @@ pub struct Fold {
     pub workload: Option<String>,
     /// The feature value an `unseen_<feature>` fold holds out (none for the other splits).
     pub value: Option<String>,
+    /// The workloads a `probed_workloads` fold holds out but for their probes (empty for the
+    /// other splits).
+    pub probed: BTreeSet<String>,
 }
 
 /// The folds of `split` over the corpus' examples.
@@ -235,6 +252,7 @@ pub fn folds(split: Split, corpus: &Corpus, seed: u64) -> Vec<Fold> {
                     test,
                     workload: None,
                     value: None,
+                    probed: BTreeSet::new(),
                 }
             })
             .filter(|f: &Fold| !f.test.is_empty() && !f.train.is_empty())
@@ -277,11 +295,13 @@ pub fn folds(split: Split, corpus: &Corpus, seed: u64) -> Vec<Fold> {
                         test,
                         workload: Some(id.to_string()),
                         value: None,
+                        probed: BTreeSet::new(),
                     }
                 })
                 .filter(|f| !f.test.is_empty() && !f.train.is_empty())
                 .collect()
         }
+        Split::ProbedWorkloads => probed_folds(corpus, &mut rng),
         Split::UnseenGroup(group) => {
             let values = values_of(corpus, group.feature());
             let value = |i: usize, id: &str| values[examples[i].dataset].get(id);
@@ -301,12 +321,82 @@ pub fn folds(split: Split, corpus: &Corpus, seed: u64) -> Vec<Fold> {
                         test,
                         workload: None,
                         value: Some(v.clone()),
+                        probed: BTreeSet::new(),
                     }
                 })
                 .filter(|f| !f.test.is_empty() && !f.train.is_empty())
                 .collect()
         }
     }
+}
+
+/// The folds of `probed_workloads`: the workloads' families (the corpus' family feature; each
+/// workload its own where there is none, or it declares none) in [`FOLDS`] random folds; in
+/// each, every workload of the fold's families keeps 1 to [`PROBED_MAX`] of its pair settings
+/// with a partner outside the fold in training (the count and the settings drawn), and its
+/// other rows are the test: a new job probed after its whole family was new, the hardest state
+/// the `probed` class covers (a probed size of a well-measured family is easier).
+fn probed_folds(corpus: &Corpus, rng: &mut Rng) -> Vec<Fold> {
+    let examples = &corpus.examples[..];
+    let values = corpus
+        .family
+        .as_deref()
+        .map(|f| values_of(corpus, f))
+        .unwrap_or_default();
+    let family_of = |id: &str| -> String {
+        values
+            .iter()
+            .find_map(|d| d.get(id))
+            .map_or_else(|| format!("workload {id}"), |v| format!("family {v}"))
+    };
+    let mut families: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+    for e in examples {
+        for id in [e.a.as_str(), e.b.as_str()] {
+            families.entry(family_of(id)).or_default().insert(id);
+        }
+    }
+    let mut order: Vec<&BTreeSet<&str>> = families.values().collect();
+    rng.shuffle(&mut order);
+    let folds = FOLDS.min(order.len());
+    (0..folds)
+        .filter_map(|f| {
+            let held: BTreeSet<String> = order
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| k % folds == f)
+                .flat_map(|(_, ids)| ids.iter().map(|id| (*id).to_string()))
+                .collect();
+            let mut probes: BTreeSet<usize> = BTreeSet::new();
+            for w in &held {
+                let mut settings: Vec<usize> = examples
+                    .iter()
+                    .filter(|e| e.a == *w && !held.contains(&e.b))
+                    .map(|e| e.setting)
+                    .collect::<BTreeSet<usize>>()
+                    .into_iter()
+                    .collect();
+                rng.shuffle(&mut settings);
+                let k = 1 + rng.below(PROBED_MAX as usize);
+                probes.extend(settings.into_iter().take(k));
+            }
+            let (mut train, mut test) = (Vec::new(), Vec::new());
+            for (i, e) in examples.iter().enumerate() {
+                let touches = held.contains(&e.a) || held.contains(&e.b);
+                if !touches || probes.contains(&e.setting) {
+                    train.push(i);
+                } else {
+                    test.push(i);
+                }
+            }
+            (!test.is_empty() && !train.is_empty()).then_some(Fold {
+                train,
+                test,
+                workload: None,
+                value: None,
+                probed: held,
+            })
+        })
+        .collect()
 }
 
 /// One held-out MLP prediction, kept for the report's plots.
@@ -366,6 +456,8 @@ fn score_fold(
 ) -> Result<FoldScores, TrainError> {
     let trained = corpus.fit(&fold.train, config, 1)?;
     let prior = corpus.family_prior(&fold.train);
+    let all: Vec<usize> = (0..corpus.examples.len()).collect();
+    let counts = corpus.measured(&all);
     let test_batch = corpus.encode(&trained.spec, &fold.test);
     let out = trained.forward(&test_batch.inputs);
     let train_rows: Vec<&Example> = fold.train.iter().map(|&i| &corpus.examples[i]).collect();
@@ -401,7 +493,12 @@ fn score_fold(
         o.copy_from_slice(&out[k * OUTPUTS..(k + 1) * OUTPUTS]);
         mlp.push(MlpRow {
             out: o,
-            kind: trained.spec.calibration_kind(row),
+            kind: Corpus::served_kind(
+                trained.spec.calibration_kind(row),
+                e,
+                &counts,
+                fold.probed.contains(&e.a) || fold.probed.contains(&e.b),
+            ),
             prior: prior.for_row(&trained.spec, row).map(|(ln, _)| ln),
         });
         let entries = [
@@ -432,7 +529,8 @@ struct HeldScore {
 }
 
 /// The evaluation's out-of-fold conformity scores: `known` from the unseen-pairs folds (a pair
-/// of training workloads never measured together), `new` from the leave-one-workload-out folds
+/// of training workloads never measured together), `probed` from the probed-workloads folds (and
+/// unseen-pairs rows of a workload measured in few settings), `new` from the leave-one-workload-out folds
 /// (a pair with a workload the model has no identity for), `new_family` from the
 /// leave-one-family-out folds (a pair with a workload of a family the model never saw). Each
 /// row is counted in the kind its fold's model sees it as (a row out of range in none).
@@ -453,7 +551,13 @@ impl OutOfFold {
             let e = &corpus.examples[i];
             let Some(speed) = e.speed else { continue };
             let group = match (split, r.kind, &fold.workload, family_fold) {
-                (Split::UnseenPairs, Kind::Known, _, _) => format!("pair {}", e.pair),
+                (Split::UnseenPairs, Kind::Known | Kind::Probed, _, _) => {
+                    format!("pair {}", e.pair)
+                }
+                (Split::ProbedWorkloads, Kind::Probed, _, _) => [&e.a, &e.b]
+                    .into_iter()
+                    .find(|id| fold.probed.contains(id.as_str()))
+                    .map_or_else(|| format!("pair {}", e.pair), |id| format!("probed {id}")),
                 (Split::UnseenWorkloads, Kind::New, Some(w), _) => w.clone(),
                 (_, Kind::NewFamily, _, Some(family)) => format!("family {family}"),
                 _ => continue,
@@ -496,6 +600,10 @@ impl OutOfFold {
             Split::UnseenWorkloads => {
                 let held = fold.workload.clone().unwrap_or_default();
                 Box::new(move |e| e.a != held && e.b != held)
+            }
+            Split::ProbedWorkloads => {
+                let held = fold.probed.clone();
+                Box::new(move |e| !held.contains(&e.a) && !held.contains(&e.b))
             }
             // Every score touching a workload with the held-out value stays out.
             Split::UnseenGroup(group) => {
@@ -578,8 +686,8 @@ pub fn evaluate(
 }
 
 /// [`evaluate`] on `splits` (for example with `unseen_<feature>`, [`splits`]). Only the
-/// unseen-pairs, unseen-workloads and (for the corpus' family feature) unseen-family folds give
-/// out-of-fold scores, so another added split is calibrated like the others but changes neither
+/// unseen-pairs, unseen-workloads, probed-workloads and (for the corpus' family feature)
+/// unseen-family folds give out-of-fold scores, so another added split is calibrated like the others but changes neither
 /// their figures nor the shipped calibration.
 pub fn evaluate_splits(
     corpus: &Corpus,

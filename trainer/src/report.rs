@@ -213,7 +213,10 @@ pub fn render(
     } else if meta.calibration.method == CROSS_CONFORMAL {
         "Cross-conformal: the scores are the evaluation's out-of-fold ones, from the per-fold \
          refits of every seed on their own test rows (`known` from the unseen-pairs folds, where \
-         every measured pair is held out once; `new` from the leave-one-workload-out folds, where \
+         every measured pair is held out once; `probed` from the probed-workloads folds, where \
+         every family is held out but for 1 to 3 pair settings of each of its workloads; `new` \
+         from the \
+         leave-one-workload-out folds, where \
          every workload is; `new_family` from the leave-one-family-out folds, where every family \
          is), so no shift rests on a few held-out workloads. A row scored by several seeds' \
          refits counts once per seed."
@@ -225,13 +228,15 @@ pub fn render(
     };
     let family = meta.spec.family.as_deref().unwrap_or("none");
     let min = duet_model::calibration::MIN_FAMILIES;
+    let probed = duet_model::encoding::PROBED_MAX;
     let _ = writeln!(
         md,
         "\n## p90 calibration\n\nThe p90 slowdown is the network's 10th-percentile speed shifted by a \
          conformal offset (the ceil((n+1)·0.9)-th smallest of n held-out scores, each score the \
          raw ln p10 speed minus the measured ln speed of a row no member of the scoring ensemble \
          trained or early-stopped on), chosen per pair: `known` when the model has an identity \
-         slot for both workloads, `new` otherwise, `new_family` where a new workload's family \
+         slot for both workloads, `probed` when one of them was measured in at most {probed} pair \
+         settings, `new` otherwise, `new_family` where a new workload's family \
          (`{family}`) was never in training, and per device where the model knows several. \
          A new family with fewer than {min} families held out, or a job more than one training \
          standard deviation outside a feature's range, gets the widest shift, labelled \
@@ -239,13 +244,15 @@ pub fn render(
          | device | kind | shift of ln p90 slowdown | scores | held-out groups | note |\n|---|---|---|---|---|---|"
     );
     let c = &meta.calibration;
-    let devices = std::iter::once(("all", &c.known, &c.new, &c.new_family)).chain(
+    let devices = std::iter::once(("all", [&c.known, &c.probed, &c.new, &c.new_family])).chain(
         c.by_device
             .iter()
-            .map(|(g, d)| (g.as_str(), &d.known, &d.new, &d.new_family)),
+            .map(|(g, d)| (g.as_str(), [&d.known, &d.probed, &d.new, &d.new_family])),
     );
-    for (gpu, known, new, new_family) in devices {
-        let classes = [("known", known), ("new", new), ("new_family", new_family)];
+    for (gpu, offsets) in devices {
+        let classes = ["known", "probed", "new", "new_family"]
+            .into_iter()
+            .zip(offsets);
         for (kind, o) in classes.into_iter().filter(|(_, o)| !o.is_empty()) {
             let _ = writeln!(
                 md,
@@ -380,7 +387,7 @@ fn splits_of(metrics: &[MetricsRow]) -> Vec<Split> {
     out
 }
 
-const COLOURS: [&str; 3] = ["#1f77b4", "#d62728", "#2ca02c"];
+const COLOURS: [&str; 4] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
 
 fn legend(svg: &mut String, x: f64, y: f64) {
     let entries: Vec<(&str, &str)> = Split::ALL

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use duet_model::encoding::PROBED_MAX;
 use duet_trainer::corpus::Corpus;
 use duet_trainer::eval::{Split, folds};
 use duet_trainer::export::{self, FoldFile, IDENTITY_COLUMN, column_names};
@@ -122,6 +123,32 @@ fn written_folds_are_the_evaluation_folds_with_their_invariants() {
                 }
                 // `--group-by` splits are not exported (only the fixed ones are).
                 Split::UnseenGroup(_) => {}
+                Split::ProbedWorkloads => {
+                    // Every test row touches a held workload; each held workload trains in 1
+                    // to PROBED_MAX settings, all with a partner outside the fold, and keeps
+                    // its identity column.
+                    let held = &fold.probed;
+                    assert!(!held.is_empty());
+                    assert!(file.test.iter().all(|&i| {
+                        let e = &corpus.examples[i];
+                        held.contains(&e.a) || held.contains(&e.b)
+                    }));
+                    for w in held {
+                        let settings: BTreeSet<usize> = file
+                            .train
+                            .iter()
+                            .map(|&i| &corpus.examples[i])
+                            .filter(|e| e.a == *w || e.b == *w)
+                            .inspect(|e| assert!(!(held.contains(&e.a) && held.contains(&e.b))))
+                            .map(|e| e.setting)
+                            .collect();
+                        assert!(
+                            (1..=PROBED_MAX as usize).contains(&settings.len()),
+                            "{w}: {settings:?}"
+                        );
+                        assert!(ids.contains(w.as_str()), "{w} has no column");
+                    }
+                }
                 Split::UnseenWorkloads => {
                     // The held-out workload touches every test row, no training row, and has
                     // no identity column.
@@ -142,9 +169,14 @@ fn written_folds_are_the_evaluation_folds_with_their_invariants() {
             }
             count += 1;
         }
-        // Every row is tested once (unseen workloads: once per workload it touches).
+        // Every row is tested once (unseen workloads: once per workload it touches; probed
+        // workloads: at most once per fold of its two jobs, not where it is a probe).
         for (i, &n) in tested.iter().enumerate() {
             let e = &corpus.examples[i];
+            if split == Split::ProbedWorkloads {
+                assert!(n <= 2, "{split:?} row {i}");
+                continue;
+            }
             let once = split != Split::UnseenWorkloads || e.a == e.b;
             assert_eq!(n, if once { 1 } else { 2 }, "{split:?} row {i}");
         }

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeSet;
 
+use duet_core::api::Calibration;
+use duet_model::encoding::PROBED_MAX;
 use duet_trainer::corpus::Corpus;
 use duet_trainer::eval::{FOLDS, Split, folds};
 use duet_trainer::rows::Example;
@@ -54,6 +56,11 @@ fn assert_partition(corpus: &Corpus, split: Split, seed: u64) {
     }
     for (i, &n) in tested.iter().enumerate() {
         let e = &corpus.examples[i];
+        if split == Split::ProbedWorkloads {
+            // Once per fold of its two jobs, but not in a fold where it is a probe.
+            assert!(n <= 2, "{split:?}: row {i} tested {n} times");
+            continue;
+        }
         let expected = if split == Split::UnseenWorkloads && e.a != e.b {
             2
         } else {
@@ -73,6 +80,80 @@ fn every_split_tests_each_row_once() {
     for split in Split::ALL {
         assert_partition(&corpus, split, 7);
     }
+}
+
+#[test]
+fn probed_workloads_keep_a_few_settings_each_and_test_the_rest() {
+    for family in [None, Some("model")] {
+        probed_folds_hold(family);
+    }
+}
+
+/// `probed_workloads` on the Gavel corpus with `family` as its family feature: whole families
+/// held out (each workload its own without one), every held workload probed.
+fn probed_folds_hold(family: Option<&str>) {
+    let mut corpus = gavel();
+    corpus.family = family.map(str::to_string);
+    let folds = folds(Split::ProbedWorkloads, &corpus, 7);
+    assert_eq!(folds.len(), FOLDS);
+    let model_of = |id: &str| -> String {
+        corpus.datasets[0]
+            .workload(id)
+            .and_then(|w| w.features.get("model"))
+            .and_then(|v| v.as_category())
+            .expect("a model")
+            .to_string()
+    };
+    for f in &folds {
+        let families: BTreeSet<String> = f.probed.iter().map(|w| model_of(w)).collect();
+        if family.is_some() {
+            // Every workload of a held family is held: the family is new but for its probes.
+            for (id, m) in corpus
+                .examples
+                .iter()
+                .flat_map(|e| [&e.a, &e.b])
+                .map(|id| (id, model_of(id)))
+            {
+                assert_eq!(families.contains(&m), f.probed.contains(id), "{id} ({m})");
+            }
+        }
+    }
+    let mut held_once = BTreeSet::new();
+    let mut kept = Vec::new();
+    for f in &folds {
+        for w in &f.probed {
+            assert!(held_once.insert(w.clone()), "{w} held out twice");
+            let settings = |rows: &[usize]| -> BTreeSet<usize> {
+                rows.iter()
+                    .map(|&i| &corpus.examples[i])
+                    .filter(|e| e.a == *w || e.b == *w)
+                    .map(|e| e.setting)
+                    .collect()
+            };
+            let (train, test) = (settings(&f.train), settings(&f.test));
+            let k = train.len();
+            assert!((1..=PROBED_MAX as usize).contains(&k), "{w}: {k} probes");
+            assert!(!test.is_empty() && train.is_disjoint(&test));
+            kept.push(k);
+        }
+        // The fold's model sees its held workloads as probed.
+        let spec = corpus.fit_spec(&f.train);
+        let batch = corpus.encode(&spec, &f.test);
+        for (k, &i) in f.test.iter().enumerate() {
+            let row = &batch.inputs[k * batch.width..(k + 1) * batch.width];
+            let kind = spec.calibration_kind(row);
+            let e = &corpus.examples[i];
+            assert_eq!(kind, Calibration::Probed, "{} next to {}", e.a, e.b);
+        }
+    }
+    // Every workload held out once; the kept counts are drawn, not one constant.
+    let workloads: BTreeSet<&str> = corpus
+        .examples
+        .iter()
+        .flat_map(|e| [e.a.as_str(), e.b.as_str()])
+        .collect();
+    assert_eq!(held_once.len(), workloads.len());
+    assert!(kept.iter().min() < kept.iter().max(), "{kept:?}");
 }
 
 #[test]
@@ -204,7 +285,7 @@ fn calibration_rows_never_train_and_are_grouped_as_used() {
         let known = (0..split.calibration.len())
             .filter(|&k| {
                 let row = &batch.inputs[k * batch.width..(k + 1) * batch.width];
-                spec.calibration_kind(row) == duet_core::api::Calibration::Known
+                spec.calibration_kind(row) == Calibration::Known
             })
             .count();
         assert!(
@@ -457,5 +538,34 @@ fn calibration_folds_hold_every_workload_out_once_and_never_train_on_what_they_s
             "a pair calibrates in two folds"
         );
         known_seen.extend(known_pairs);
+    }
+}
+
+#[test]
+fn folds_tell_known_from_probed_by_the_shipped_counts() {
+    let corpus = gavel();
+    let e = &corpus.examples[0];
+    let many = std::collections::BTreeMap::from([(e.a.clone(), 9), (e.b.clone(), 4)]);
+    // A fold's thinned view does not make a well-measured pair probed, nor the reverse.
+    assert_eq!(
+        Corpus::served_kind(Calibration::Probed, e, &many, false),
+        Calibration::Known
+    );
+    let thin = std::collections::BTreeMap::from([(e.a.clone(), 9), (e.b.clone(), PROBED_MAX)]);
+    assert_eq!(
+        Corpus::served_kind(Calibration::Known, e, &thin, false),
+        Calibration::Probed
+    );
+    // A probed fold's held workload is probed whatever its count; other classes stand.
+    assert_eq!(
+        Corpus::served_kind(Calibration::Known, e, &many, true),
+        Calibration::Probed
+    );
+    for kind in [
+        Calibration::New,
+        Calibration::NewFamily,
+        Calibration::Conservative,
+    ] {
+        assert_eq!(Corpus::served_kind(kind, e, &thin, true), kind);
     }
 }

@@ -139,6 +139,7 @@ pub fn request(message: PredictRequest, max_pairs: usize) -> Result<api::Predict
 fn calibration(c: api::Calibration) -> i32 {
     match c {
         api::Calibration::Known => Calibration::Known,
+        api::Calibration::Probed => Calibration::Probed,
         api::Calibration::New => Calibration::New,
         api::Calibration::NewFamily => Calibration::NewFamily,
         api::Calibration::Conservative => Calibration::Conservative,
@@ -158,6 +159,8 @@ fn prediction(p: &api::Prediction) -> Prediction {
         slowdown_b_p90: p.slowdown_b_p90,
         combined: p.combined,
         calibration: calibration(p.calibration),
+        measured_a: p.measured_a,
+        measured_b: p.measured_b,
     }
 }
 
@@ -172,6 +175,7 @@ fn group_prediction(g: api::GroupPrediction) -> GroupPrediction {
                 speed: j.speed,
                 slowdown: j.slowdown,
                 slowdown_p90: j.slowdown_p90,
+                measured: j.measured,
             })
             .collect(),
         combined: g.combined,

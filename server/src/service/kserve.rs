@@ -4,7 +4,7 @@
 //! network gives it, feasibility logit), `calibrated` (FP32 `[N, 1]`: the ln p10 speed after the
 //! conformal shift of the row's calibration class, `-ln slowdown_p90` of `/v1/predict`; for a
 //! row with a job of a new family, weighted with the model's family prior first, as there) and
-//! `calibration` (INT32 `[N, 1]`: that class, 0 known, 1 new, 2 new_family, 3 conservative).
+//! `calibration` (INT32 `[N, 1]`: that class, 0 known, 1 new, 2 new_family, 3 conservative, 4 probed).
 //! The HTTP route (`crate::routes::kserve`, JSON or the binary tensor extension) and the gRPC
 //! service (`crate::grpc::kserve`) parse their wire format into these calls, so both refuse the
 //! same tensors with the same words.
@@ -355,10 +355,13 @@ pub fn run(
             .map(|(row, d)| (d.ln_speeds(0, row).1 - d.shift) as f32)
             .collect::<Vec<f32>>()
     });
-    #[allow(clippy::cast_possible_wrap)]
-    let mut codes = wanted
-        .contains(&Output::Calibration)
-        .then(|| classes.iter().map(|d| d.class as i32).collect::<Vec<i32>>());
+    #[allow(clippy::cast_possible_wrap, clippy::cast_possible_truncation)]
+    let mut codes = wanted.contains(&Output::Calibration).then(|| {
+        classes
+            .iter()
+            .map(|d| d.class.code() as i32)
+            .collect::<Vec<i32>>()
+    });
     let mut raw = Some(outputs);
     // `wanted` names each output once: each is moved out once.
     let values = wanted

@@ -22,6 +22,7 @@ fn every_score(corpus: &Corpus, seed: u64) -> OutOfFold {
     for (split, kind) in [
         (Split::UnseenPairs, Kind::Known),
         (Split::UnseenWorkloads, Kind::New),
+        (Split::ProbedWorkloads, Kind::Probed),
         (Split::unseen("model"), Kind::NewFamily),
     ] {
         for fold in folds(split, corpus, seed) {
@@ -52,9 +53,14 @@ fn no_test_row_calibrates_itself() {
         .scores
         .iter()
         .partition::<Vec<_>, _>(|s| s.kind == Kind::Known);
-    let (new, family) = rest
+    let (new, rest) = rest
         .into_iter()
         .partition::<Vec<_>, _>(|s| s.kind == Kind::New);
+    let (probed, family) = rest
+        .into_iter()
+        .partition::<Vec<_>, _>(|s| s.kind == Kind::Probed);
+    // A feasible row at most once per probed fold of its two jobs.
+    assert!(!probed.is_empty() && probed.len() <= 2 * feasible);
     // Every feasible row once per family it touches.
     assert!(family.len() >= feasible && family.len() <= 2 * feasible);
     assert_eq!(known.len(), feasible);
@@ -64,10 +70,17 @@ fn no_test_row_calibrates_itself() {
         for fold in folds(split, &corpus, 7) {
             let tests: Vec<&Example> = fold.test.iter().map(|&i| &corpus.examples[i]).collect();
             let kept = oof.kept_for(&corpus, split, &fold);
+            // A probed fold holds a fifth of the families out at once: more scores stay out.
+            let least = if split == Split::ProbedWorkloads {
+                4
+            } else {
+                2
+            };
             assert!(
-                kept.len() > oof.scores.len() / 2,
-                "{split:?}: {}",
-                kept.len()
+                kept.len() > oof.scores.len() / least,
+                "{split:?}: {} of {}",
+                kept.len(),
+                oof.scores.len()
             );
             for s in kept {
                 let e = &corpus.examples[s.row];
@@ -85,6 +98,15 @@ fn no_test_row_calibrates_itself() {
                         assert!(tests.iter().all(|t| t.a == held || t.b == held));
                         assert!(e.a != held && e.b != held);
                     }
+                    Split::ProbedWorkloads => {
+                        let held = &fold.probed;
+                        assert!(
+                            tests
+                                .iter()
+                                .all(|t| held.contains(&t.a) || held.contains(&t.b))
+                        );
+                        assert!(!held.contains(&e.a) && !held.contains(&e.b));
+                    }
                     Split::UnseenGroup(_) => {
                         let held = fold.value.as_ref().expect("one value per fold");
                         let model = |t: &Example, id: &str| models[t.dataset].get(id);
@@ -101,6 +123,8 @@ fn no_test_row_calibrates_itself() {
     let c = OutOfFold::pooled(&corpus, &[&oof]);
     assert_eq!(c.known.rows, known.len());
     assert_eq!(c.new.rows, new.len());
+    assert_eq!(c.probed.rows, probed.len());
+    assert!(c.by_device.values().all(|d| !d.probed.is_empty()));
     let workloads: BTreeSet<&str> = corpus
         .examples
         .iter()

@@ -135,6 +135,10 @@ pub struct GroupJobPrediction {
     pub slowdown: f32,
     #[prost(float, tag = "3")]
     pub slowdown_p90: f32,
+    /// The pair settings this job was measured in among the model's training data (0 for a
+    /// workload new to it); unset where the model does not record them.
+    #[prost(uint32, optional, tag = "4")]
+    pub measured: ::core::option::Option<u32>,
 }
 #[derive(Clone, Copy, PartialEq, ::prost::Message)]
 pub struct Prediction {
@@ -165,6 +169,12 @@ pub struct Prediction {
     /// Which calibration the p90 slowdowns come from.
     #[prost(enumeration = "Calibration", tag = "10")]
     pub calibration: i32,
+    /// The pair settings a (b) was measured in among the model's training data (0 for a workload
+    /// new to it); unset where the model does not record them.
+    #[prost(uint32, optional, tag = "11")]
+    pub measured_a: ::core::option::Option<u32>,
+    #[prost(uint32, optional, tag = "12")]
+    pub measured_b: ::core::option::Option<u32>,
 }
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
@@ -179,6 +189,9 @@ pub enum Calibration {
     /// No calibrated class covers the pair (a new family where the model saw too few families to
     /// calibrate one, or a feature far outside training's range): the widest p90 the model has.
     Conservative = 4,
+    /// Both workloads were in training, and one was measured in only a few pair settings (a new
+    /// job's probes): the p90 is calibrated on families held out but for that many settings.
+    Probed = 5,
 }
 impl Calibration {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -192,6 +205,7 @@ impl Calibration {
             Self::New => "CALIBRATION_NEW",
             Self::NewFamily => "CALIBRATION_NEW_FAMILY",
             Self::Conservative => "CALIBRATION_CONSERVATIVE",
+            Self::Probed => "CALIBRATION_PROBED",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
@@ -202,6 +216,7 @@ impl Calibration {
             "CALIBRATION_NEW" => Some(Self::New),
             "CALIBRATION_NEW_FAMILY" => Some(Self::NewFamily),
             "CALIBRATION_CONSERVATIVE" => Some(Self::Conservative),
+            "CALIBRATION_PROBED" => Some(Self::Probed),
             _ => None,
         }
     }
