@@ -218,11 +218,12 @@ pub fn run(args: PredictArgs) -> Result<()> {
     }
     for (k, (group, g)) in request.groups.iter().zip(&answer.groups).enumerate() {
         println!(
-            "\ngroup {k} ({} jobs, {}): feasible {}, combined {:.3}, p90 from {}",
+            "\ngroup {k} ({} jobs, {}): feasible {}, combined {:.3}, p90 {} from {}",
             group.jobs.len(),
             group.mode,
             if g.feasible { "yes" } else { "no" },
             g.combined,
+            g.calibration.as_str(),
             if g.p90_groups == 0 {
                 "the pairs' p90s composed".to_string()
             } else {
@@ -230,20 +231,27 @@ pub fn run(args: PredictArgs) -> Result<()> {
             }
         );
         println!(
-            "  {:<24} {:>8} {:>9} {:>13}",
-            "job", "speed", "slowdown", "p90 slowdown"
+            "  {:<24} {:>8} {:>9} {:>13} {:>8}",
+            "job", "speed", "slowdown", "p90 slowdown", "measured"
         );
         for (job, p) in group.jobs.iter().zip(&g.jobs) {
             println!(
-                "  {:<24} {:>8.3} {:>9.3} {:>13.3}",
+                "  {:<24} {:>8.3} {:>9.3} {:>13.3} {:>8}",
                 name(job),
                 p.speed,
                 p.slowdown,
-                p.slowdown_p90
+                p.slowdown_p90,
+                measured(p.measured)
             );
         }
     }
     Ok(())
+}
+
+/// The pair settings a job was measured in for the model's training, or `-` where the model
+/// does not record them.
+fn measured(n: Option<u32>) -> String {
+    n.map_or_else(|| "-".to_string(), |n| n.to_string())
 }
 
 /// A job as the tables name it: its id, or `(features)` for one given inline.
@@ -253,12 +261,21 @@ fn name(job: &JobRef) -> String {
 
 fn print_pairs(request: &PredictRequest, answer: &duet_core::api::PredictResponse) {
     println!(
-        "{:<24} {:<24} {:>8} {:>8} {:>8} {:>10} {:>10} {:>9}",
-        "a", "b", "feasible", "speed_a", "speed_b", "p90 slow a", "p90 slow b", "combined"
+        "{:<24} {:<24} {:>8} {:>8} {:>8} {:>10} {:>10} {:>9} {:>12} {:>10}",
+        "a",
+        "b",
+        "feasible",
+        "speed_a",
+        "speed_b",
+        "p90 slow a",
+        "p90 slow b",
+        "combined",
+        "p90 class",
+        "measured"
     );
     for (pair, p) in request.pairs.iter().zip(&answer.predictions) {
         println!(
-            "{:<24} {:<24} {:>8} {:>8.3} {:>8.3} {:>10.3} {:>10.3} {:>9.3}",
+            "{:<24} {:<24} {:>8} {:>8.3} {:>8.3} {:>10.3} {:>10.3} {:>9.3} {:>12} {:>10}",
             name(&pair.a),
             name(&pair.b),
             if p.feasible { "yes" } else { "no" },
@@ -266,7 +283,9 @@ fn print_pairs(request: &PredictRequest, answer: &duet_core::api::PredictRespons
             p.speed_b,
             p.slowdown_a_p90,
             p.slowdown_b_p90,
-            p.combined
+            p.combined,
+            p.calibration.as_str(),
+            format!("{}/{}", measured(p.measured_a), measured(p.measured_b))
         );
     }
 }

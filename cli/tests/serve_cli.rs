@@ -66,6 +66,10 @@ fn serve_register_predict_reload_restart_and_stop() {
         text.contains("a3c") && text.contains("cyclegan") && text.contains("combined"),
         "{text}"
     );
+    // Each pair's p90 class and the pair settings behind each job (the shipped model's: 78
+    // each, 26 partners on three devices).
+    let row = text.lines().nth(2).expect("a row");
+    assert!(row.trim_end().ends_with("known      78/78"), "{text}");
     let unknown = predict(&server, &["a3c,nobody"]);
     assert!(!unknown.status.success());
     let err = String::from_utf8_lossy(&unknown.stderr);
@@ -115,10 +119,16 @@ fn serve_register_predict_reload_restart_and_stop() {
     );
     assert!(
         table.contains("group 0 (3 jobs, space)")
-            && table.contains("p90 from the pairs' p90s composed")
+            && table.contains("from the pairs' p90s composed")
             && table.contains("my-infer"),
         "{table}"
     );
+    // A registered workload the model never trained on is backed by no measurement.
+    let job = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("my-infer"))
+        .expect("my-infer's row");
+    assert!(job.trim_end().ends_with(" 0"), "{table}");
     let groups = dir.path().join("groups.jsonl");
     std::fs::write(
         &groups,
