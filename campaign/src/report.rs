@@ -325,6 +325,18 @@ fn probe_section(md: &mut String, r: &Replay) {
             );
         }
         md.push('\n');
+        if !p.chosen_coverage.is_empty() {
+            let _ = writeln!(
+                md,
+                "p90 coverage on the same settings (`--probe-coverage`: every fit calibrated as \
+                 `duet train --final-only` ships it; a probed workload is answered in the class \
+                 `probed`), mean ± sd:\n\n| K | chosen | random |\n|---|---|---|"
+            );
+            for (k, (c, x)) in p.chosen_coverage.iter().zip(&p.random_coverage).enumerate() {
+                let _ = writeln!(md, "| {k} | {} | {} |", pct_sd(c), pct_sd(x));
+            }
+            md.push('\n');
+        }
     }
     let _ = writeln!(md, "![probe curves]({PROBES_PLOT})\n");
 }

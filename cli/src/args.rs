@@ -174,6 +174,10 @@ pub struct ReplayArgs {
     /// The largest K of the probe curves (probes per held-out workload).
     #[arg(long, default_value_t = 5)]
     pub max_probes: usize,
+    /// Fit the probe curves' models calibrated, as `duet train --final-only` ships a merged
+    /// dataset's (six ensembles each instead of one), and report each K's p90 coverage.
+    #[arg(long)]
+    pub probe_coverage: bool,
     /// Also hold out families: every workload with one value of this categorical workload
     /// feature (for example `model`).
     #[arg(long, value_name = "FEATURE")]

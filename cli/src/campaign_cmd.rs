@@ -48,6 +48,7 @@ pub fn options(args: &ReplayArgs, command: Option<String>) -> Result<ReplayOptio
     options.min_pairs = args.min_pairs;
     options.probe_units = args.probe_units;
     options.max_probes = args.max_probes;
+    options.probe_coverage = args.probe_coverage;
     options.group_by = args.group_by.clone();
     options.config = TrainConfig {
         hidden: args.hidden.clone(),
@@ -127,5 +128,13 @@ fn summary(r: &Replay) {
             at(&p.chosen),
             at(&p.random)
         );
+        if !p.chosen_coverage.is_empty() {
+            println!(
+                "probes, {} held out, p90 coverage at K = 0..: chosen {} | random {}",
+                p.held_out,
+                at(&p.chosen_coverage),
+                at(&p.random_coverage)
+            );
+        }
     }
 }

@@ -195,6 +195,8 @@ fn a_replay_of_the_cpu_dataset_writes_a_consistent_report() {
     for p in probes {
         assert_eq!(p["chosen"].as_array().expect("K").len(), 3);
         assert_eq!(p["units"].as_array().expect("units").len(), 2);
+        // Uncalibrated fits by default: no coverage is claimed.
+        assert!(p.get("chosen_coverage").is_none(), "{p}");
     }
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(stdout.contains("full data"), "{stdout}");
@@ -278,12 +280,30 @@ fn any_imported_dataset_replays() {
             "1",
             "--max-probes",
             "1",
+            "--probe-coverage",
             "--noise",
             "0.03",
         ],
     );
     ok(&result);
     let r = check_report(&out, &[3]);
+    // `--probe-coverage`: each K's p90 coverage beside its MAPE, from calibrated fits.
+    let probes = &r["probes"][0];
+    for key in ["chosen_coverage", "random_coverage"] {
+        let curve = probes[key].as_array().expect(key);
+        assert_eq!(curve.len(), 2, "{probes}");
+        for stat in curve {
+            let c = stat["mean"].as_f64().expect("a coverage");
+            assert!((0.0..=1.0).contains(&c), "{probes}");
+        }
+        let unit = probes["units"][0][key].as_array().expect(key);
+        assert_eq!(unit.len(), 2);
+    }
+    let report = fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(
+        report.contains("p90 coverage on the same settings"),
+        "{report}"
+    );
     assert_eq!(r["settings"], 108);
     assert_eq!(r["noise"], 0.03);
     let budgets: Vec<&str> = r["curves"][0]["points"]

@@ -176,10 +176,21 @@ pub fn replay(
                     })
                     .collect()
             };
+            let covered = options.probe_coverage;
             Probes {
                 held_out,
                 chosen: curve(|u| &u.chosen),
                 random: curve(|u| &u.random),
+                chosen_coverage: if covered {
+                    curve(|u| &u.chosen_coverage)
+                } else {
+                    Vec::new()
+                },
+                random_coverage: if covered {
+                    curve(|u| &u.random_coverage)
+                } else {
+                    Vec::new()
+                },
                 units,
             }
         })

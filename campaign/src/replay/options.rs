@@ -98,6 +98,9 @@ pub struct ReplayOptions {
     pub probe_units: usize,
     /// The largest K of the probe curves.
     pub max_probes: usize,
+    /// The probe curves' fits calibrated as `duet train --final-only` ships them (six ensembles
+    /// each instead of one), so that each K's p90 coverage is reported beside its MAPE.
+    pub probe_coverage: bool,
     /// A categorical workload feature whose values are held out as families in the probe curve.
     pub group_by: Option<String>,
     /// Earlier datasets every fit also learns from (`--prior`, as in a real campaign): never
@@ -124,6 +127,7 @@ impl ReplayOptions {
             config: TrainConfig::default(),
             probe_units: 0,
             max_probes: 5,
+            probe_coverage: false,
             group_by: None,
             priors: Vec::new(),
             workers: std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),

@@ -129,6 +129,12 @@ pub struct ProbeUnit {
     /// MAPE of speed for K = 0, 1, ... probes per held workload.
     pub chosen: Vec<Option<f64>>,
     pub random: Vec<Option<f64>>,
+    /// p90 coverage on the same settings for K = 0, 1, ... (`--probe-coverage`: the fits
+    /// calibrated as a shipped final-only fit is; empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chosen_coverage: Vec<Option<f64>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub random_coverage: Vec<Option<f64>>,
     pub chosen_probes: Vec<Setting>,
     pub random_probes: Vec<Setting>,
 }
@@ -140,6 +146,11 @@ pub struct Probes {
     /// Mean and sd over units and seeds, for K = 0, 1, ...
     pub chosen: Vec<Stat>,
     pub random: Vec<Stat>,
+    /// Mean and sd of the p90 coverage, for K = 0, 1, ... (`--probe-coverage`; empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chosen_coverage: Vec<Stat>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub random_coverage: Vec<Stat>,
     pub units: Vec<ProbeUnit>,
 }
 

@@ -72,7 +72,7 @@ pub(super) fn probe(
             &oracle.known(world, &rows),
             &priors,
             config,
-            false,
+            options.probe_coverage,
             options.workers,
         )
     };
@@ -137,7 +137,7 @@ pub(super) fn probe(
         .filter(|(_, k)| **k)
         .map(|(i, _)| *i)
         .collect();
-    let mape = |predictions: &Option<Vec<Prediction>>| {
+    let metrics = |predictions: &Option<Vec<Prediction>>| {
         let p = predictions.as_ref()?;
         let kept: Vec<Prediction> = p
             .iter()
@@ -145,8 +145,24 @@ pub(super) fn probe(
             .filter(|(_, k)| **k)
             .map(|(p, _)| p.clone())
             .collect();
-        let m = Metrics::of(&scored(oracle, &scored_indices, &kept, &oracle.truth));
+        Some(Metrics::of(&scored(
+            oracle,
+            &scored_indices,
+            &kept,
+            &oracle.truth,
+        )))
+    };
+    let mape = |p: &Option<Vec<Prediction>>| {
+        let m = metrics(p)?;
         m.mape_speed.is_finite().then_some(m.mape_speed)
+    };
+    let coverage = |all: &[Option<Vec<Prediction>>]| -> Vec<Option<f64>> {
+        if !options.probe_coverage {
+            return Vec::new();
+        }
+        all.iter()
+            .map(|p| metrics(p)?.p90_coverage.filter(|c| c.is_finite()))
+            .collect()
     };
     let settings_of = |v: &[usize]| -> Vec<Setting> {
         v.iter()
@@ -160,6 +176,8 @@ pub(super) fn probe(
         scored: scored_indices.len(),
         chosen: chosen_predictions.iter().map(mape).collect(),
         random: random_predictions.iter().map(mape).collect(),
+        chosen_coverage: coverage(&chosen_predictions),
+        random_coverage: coverage(&random_predictions),
         chosen_probes: settings_of(&chosen),
         random_probes: settings_of(&random),
     })
