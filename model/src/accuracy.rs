@@ -235,8 +235,9 @@ pub enum Split {
     Random,
     UnseenPairs,
     UnseenWorkloads,
-    /// Folds of workloads held out but for a few of their pair settings each (a new job after
-    /// its probes): `probed_workloads`.
+    /// Folds of model families (of workloads without a family feature), every workload of
+    /// them held out but for a few of its pair settings (a new job after its probes):
+    /// `probed_workloads`.
     ProbedWorkloads,
     /// Leave one value of a categorical workload feature out (`duet train --group-by`): every
     /// workload with that value is held out together.

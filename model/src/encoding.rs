@@ -221,11 +221,16 @@ impl FeatureSpec {
     /// The pair settings the job encoded in `job` was measured in among the training rows: 0
     /// for a job without an identity slot, `None` where the spec records no counts.
     pub fn measured_of(&self, job: &[f32]) -> Option<u32> {
+        self.measured_at(self.identity_index(job))
+    }
+
+    /// `measured_of` for the job whose identity slot is `identity`.
+    fn measured_at(&self, identity: Option<usize>) -> Option<u32> {
         if self.measured.is_empty() {
             return None;
         }
         Some(
-            self.identity_index(job)
+            identity
                 .and_then(|i| self.measured.get(i).copied())
                 .unwrap_or(0),
         )
@@ -242,6 +247,11 @@ impl FeatureSpec {
 
     /// What the model knows of the job encoded in `job` (one job's slice, `job_width` long).
     pub fn novelty(&self, job: &[f32]) -> Novelty {
+        self.novelty_at(job, self.identity_index(job))
+    }
+
+    /// `novelty` for the job encoded in `job`, whose identity slot is `identity`.
+    fn novelty_at(&self, job: &[f32], identity: Option<usize>) -> Novelty {
         let mut at = 0;
         for f in &self.numeric {
             let (z, missing) = (job[at], job[at + 1]);
@@ -256,7 +266,7 @@ impl FeatureSpec {
                 return Novelty::OutOfRange;
             }
         }
-        if let Some(i) = self.identity_index(job) {
+        if let Some(i) = identity {
             match self.measured.get(i) {
                 Some(&n) if n <= PROBED_MAX => Novelty::Probed,
                 _ => Novelty::Known,
@@ -322,14 +332,21 @@ impl FeatureSpec {
     /// The calibration class an encoded pair row asks for: that of its less known job
     /// (`Novelty::class`). Without identity slots no workload is known.
     pub fn calibration_kind(&self, row: &[f32]) -> duet_core::api::Calibration {
+        self.pair_view(row).0
+    }
+
+    /// `calibration_kind` of an encoded pair row and the pair settings each of its two jobs
+    /// was measured in (`measured_of`), each job's identity slot looked for once.
+    pub fn pair_view(&self, row: &[f32]) -> (duet_core::api::Calibration, [Option<u32>; 2]) {
         let job = self.job_width();
         if row.len() < 2 * job {
-            return duet_core::api::Calibration::New;
+            return (duet_core::api::Calibration::New, [None, None]);
         }
-        let novelty = self
-            .novelty(&row[..job])
-            .max(self.novelty(&row[job..2 * job]));
-        novelty.class()
+        let [a, b] = [&row[..job], &row[job..2 * job]].map(|j| {
+            let identity = self.identity_index(j);
+            (self.novelty_at(j, identity), self.measured_at(identity))
+        });
+        (a.0.max(b.0).class(), [a.1, b.1])
     }
 
     /// Length of one pair's encoding.

@@ -211,19 +211,11 @@ impl Decode {
     /// only where the class can be a new family's (the class of a pair of known workloads
     /// costs one look at the row).
     pub fn of_row(spec: &FeatureSpec, calibration: &CalibrationShifts, row: &[f32]) -> Decode {
-        let (class, shift) = calibration.resolve(spec.calibration_kind(row), spec.row_gpu(row));
+        let (kind, measured) = spec.pair_view(row);
+        let (class, shift) = calibration.resolve(kind, spec.row_gpu(row));
         let prior = match (&calibration.family_prior, class) {
             (Some(p), Calibration::NewFamily | Calibration::Conservative) => p.for_row(spec, row),
             _ => None,
-        };
-        let job = spec.job_width();
-        let measured = if row.len() >= 2 * job {
-            [
-                spec.measured_of(&row[..job]),
-                spec.measured_of(&row[job..2 * job]),
-            ]
-        } else {
-            [None, None]
         };
         Decode {
             class,

@@ -348,6 +348,8 @@ impl Corpus {
         workers: usize,
     ) -> Result<Trained, TrainError> {
         let folds = self.calibration_folds(rows, config.seed, CALIBRATION_FOLDS);
+        // The shipped fit's counts: every split below partitions `rows`.
+        let counts = self.measured(rows);
         if folds.is_empty() {
             let split = self.calibration_split(rows, config.seed);
             let mut fitted = self
@@ -357,7 +359,7 @@ impl Corpus {
                 return Err(TrainError::Empty);
             };
             let mut scores = Scores::default();
-            self.score(&held, &split, &mut scores);
+            self.score(&held, &split, &counts, &mut scores);
             trained.calibration = scores.calibration(SPLIT_CONFORMAL);
             return Ok(trained);
         }
@@ -370,7 +372,7 @@ impl Corpus {
         let mut trained = fitted.pop().ok_or(TrainError::Empty)?;
         let mut scores = Scores::default();
         for (held, fold) in fitted.iter().zip(&folds) {
-            self.score(held, fold, &mut scores);
+            self.score(held, fold, &counts, &mut scores);
         }
         trained.calibration = scores.calibration(FOLDED_CONFORMAL);
         Ok(trained)
@@ -475,17 +477,16 @@ impl Corpus {
     /// scores on the calibration rows, each row counted in the kind the encoder gives it (both
     /// identity slots set: known) and grouped by its held-out workload or unordered pair.
     /// Scores `split`'s calibration rows with `trained` (which never saw them) into `scores`.
-    fn score(&self, trained: &Trained, split: &CalibrationSplit, scores: &mut Scores) {
+    /// `counts` are the shipped fit's (`served_kind`).
+    fn score(
+        &self,
+        trained: &Trained,
+        split: &CalibrationSplit,
+        counts: &BTreeMap<String, u32>,
+        scores: &mut Scores,
+    ) {
         let batch = self.encode(&trained.spec, &split.calibration);
         let out = trained.forward(&batch.inputs);
-        // The shipped fit's counts: every row of this fit's train and calibration sets.
-        let all: Vec<usize> = split
-            .train
-            .iter()
-            .chain(&split.calibration)
-            .copied()
-            .collect();
-        let counts = self.measured(&all);
         for (k, &i) in split.calibration.iter().enumerate() {
             let e = &self.examples[i];
             let Some(speed) = e.speed else {
@@ -497,7 +498,7 @@ impl Corpus {
             // out of range in no class (such pairs are answered with the widest shift).
             let kind = match trained.spec.calibration_kind(row) {
                 Kind::NewFamily => Kind::New,
-                k => Self::served_kind(k, e, &counts, false),
+                k => Self::served_kind(k, e, counts, false),
             };
             let group = [&e.a, &e.b]
                 .into_iter()

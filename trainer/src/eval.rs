@@ -449,15 +449,16 @@ struct FoldScores {
 }
 
 /// Predictions of every predictor for the test rows of one fold.
+/// `counts`: every workload's measured settings in the whole corpus, what the shipped model
+/// records (`Corpus::served_kind`).
 fn score_fold(
     corpus: &Corpus,
     fold: &Fold,
     config: &TrainConfig,
+    counts: &BTreeMap<String, u32>,
 ) -> Result<FoldScores, TrainError> {
     let trained = corpus.fit(&fold.train, config, 1)?;
     let prior = corpus.family_prior(&fold.train);
-    let all: Vec<usize> = (0..corpus.examples.len()).collect();
-    let counts = corpus.measured(&all);
     let test_batch = corpus.encode(&trained.spec, &fold.test);
     let out = trained.forward(&test_batch.inputs);
     let train_rows: Vec<&Example> = fold.train.iter().map(|&i| &corpus.examples[i]).collect();
@@ -496,7 +497,7 @@ fn score_fold(
             kind: Corpus::served_kind(
                 trained.spec.calibration_kind(row),
                 e,
-                &counts,
+                counts,
                 fold.probed.contains(&e.a) || fold.probed.contains(&e.b),
             ),
             prior: prior.for_row(&trained.spec, row).map(|(ln, _)| ln),
@@ -638,6 +639,7 @@ fn run_folds(
     corpus: &Corpus,
     folds: &[Fold],
     config: &TrainConfig,
+    counts: &BTreeMap<String, u32>,
     mut progress: impl FnMut(usize),
 ) -> Vec<Result<FoldScores, TrainError>> {
     let workers = std::thread::available_parallelism()
@@ -655,7 +657,10 @@ fn run_folds(
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(fold) = folds.get(i) else { break };
-                    if send.send((i, score_fold(corpus, fold, config))).is_err() {
+                    if send
+                        .send((i, score_fold(corpus, fold, config, counts)))
+                        .is_err()
+                    {
                         break;
                     }
                 }
@@ -698,10 +703,12 @@ pub fn evaluate_splits(
     let mut runs = Vec::new();
     let mut fold_counts = BTreeMap::new();
     let mut out_of_fold = OutOfFold::default();
+    let all: Vec<usize> = (0..corpus.examples.len()).collect();
+    let counts = corpus.measured(&all);
     for &split in splits {
         let folds = folds(split, corpus, config.seed);
         fold_counts.insert(split.as_str().to_string(), folds.len());
-        let results = run_folds(corpus, &folds, config, |done| {
+        let results = run_folds(corpus, &folds, config, &counts, |done| {
             progress(split, done, folds.len())
         })
         .into_iter()
