@@ -10,7 +10,7 @@ use duet_model::accuracy::Scored;
 use duet_model::encoding::JobFeatures;
 use duet_model::network::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUTPUTS, TrainConfig, forward};
 use duet_trainer::corpus::{Corpus, Trained};
-use duet_trainer::eval::mlp_scored;
+use duet_trainer::eval::{family_feature, mlp_scored};
 use duet_trainer::training::TrainError;
 
 use crate::settings::Candidate;
@@ -105,7 +105,12 @@ impl Scorer {
         {
             return Ok(None);
         }
-        let corpus = Corpus::new(known.iter().chain(priors).cloned().collect());
+        let mut corpus = Corpus::new(known.iter().chain(priors).cloned().collect());
+        if calibrated {
+            // As `duet train --final-only` ships it: the default family feature, whose held-out
+            // families calibrate `new_family`.
+            corpus.family = family_feature(&corpus, None).ok().flatten();
+        }
         let rows: Vec<usize> = (0..corpus.examples.len()).collect();
         let trained = if calibrated {
             corpus.train_on(&rows, config, workers)?
@@ -144,6 +149,16 @@ impl Scorer {
             .collect();
         #[allow(clippy::cast_precision_loss)]
         let count = members.len().max(1) as f32;
+        // The members' mean outputs, decoded as the shipped model answers them (a new family's
+        // weighed with the effects prior), and each row's p90 shift.
+        let rows = inputs.len() / width.max(1);
+        let mut means = vec![0.0f32; rows * OUTPUTS];
+        for m in &members {
+            for (x, y) in means.iter_mut().zip(m) {
+                *x += y / count;
+            }
+        }
+        let shifts = self.trained.decode(&inputs, &mut means);
         let mut out = Vec::with_capacity(candidates.len());
         let mut row = 0;
         for &known in &encoded {
@@ -161,19 +176,15 @@ impl Scorer {
                 continue;
             }
             let direction = |r: usize| {
-                let mut mean = [0.0f32; OUTPUTS];
-                let mut ln = Vec::with_capacity(members.len());
-                for m in &members {
-                    let o = &m[r * OUTPUTS..(r + 1) * OUTPUTS];
-                    for (x, y) in mean.iter_mut().zip(o) {
-                        *x += y / count;
-                    }
-                    ln.push(f64::from(o[OUT_LOG_SPEED]));
-                }
+                let mut out = [0.0f32; OUTPUTS];
+                out.copy_from_slice(&means[r * OUTPUTS..(r + 1) * OUTPUTS]);
                 Direction {
-                    members: ln,
-                    out: mean,
-                    shift: self.trained.shift(&inputs[r * width..(r + 1) * width]),
+                    members: members
+                        .iter()
+                        .map(|m| f64::from(m[r * OUTPUTS + OUT_LOG_SPEED]))
+                        .collect(),
+                    out,
+                    shift: shifts[r],
                 }
             };
             out.push(Prediction {

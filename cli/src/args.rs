@@ -175,7 +175,8 @@ pub struct ReplayArgs {
     #[arg(long, default_value_t = 5)]
     pub max_probes: usize,
     /// Fit the probe curves' models calibrated, as `duet train --final-only` ships a merged
-    /// dataset's (six ensembles each instead of one), and report each K's p90 coverage.
+    /// dataset's (an ensemble per calibration fold and the refit instead of one ensemble each),
+    /// and report each K's p90 coverage.
     #[arg(long)]
     pub probe_coverage: bool,
     /// Also hold out families: every workload with one value of this categorical workload

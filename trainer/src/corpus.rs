@@ -9,15 +9,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use burn::backend::{Autodiff, Flex};
 use duet_core::api::Calibration as Kind;
 use duet_core::dataset::Dataset;
-use duet_model::calibration::{Calibration, FOLDED_CONFORMAL, SPLIT_CONFORMAL};
+use duet_model::calibration::Calibration;
 use duet_model::encoding::{FeatureSpec, IDENTITY, JobFeatures, PROBED_MAX, job_features};
 use duet_model::network::{
-    Mlp, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig, TrainDevice, TrainOutcome, ensemble_forward,
+    Mlp, OUTPUTS, Rng, TrainConfig, TrainDevice, TrainOutcome, ensemble_forward,
 };
 use duet_model::predict::Decode;
 use duet_model::prior::{EffectRow, FamilyPrior, weigh_in};
 
-use crate::conformal::Scores;
 use crate::rows::{Example, examples};
 use crate::training::{Batch, TrainError, fit};
 
@@ -42,6 +41,23 @@ impl Corpus {
             examples,
             family: None,
         }
+    }
+
+    /// Each workload's value of the categorical feature `feature`, by dataset index and id
+    /// (workloads without one are absent).
+    pub fn values_of(&self, feature: &str) -> Vec<BTreeMap<String, String>> {
+        self.datasets
+            .iter()
+            .map(|d| {
+                d.workloads
+                    .iter()
+                    .filter_map(|w| {
+                        let v = w.features.get(feature)?.as_category()?;
+                        Some((w.workload.clone(), v.to_string()))
+                    })
+                    .collect()
+            })
+            .collect()
     }
 
     pub fn job(&self, e: &Example, id: &str) -> &JobFeatures {
@@ -196,188 +212,6 @@ impl Corpus {
         batch
     }
 
-    /// Splits `rows` into calibration rows and the rest (training and early stopping), as
-    /// `train` does with `seed`:
-    ///
-    /// - new-workload calibration: every row touching one of `ceil(15%)` of the workloads
-    ///   (drawn; none when fewer than `MIN_WORKLOADS_FOR_NEW` workloads), so these workloads are
-    ///   absent from the model's spec, exactly like a job it never saw;
-    /// - known-workload calibration: of the remaining rows, those of 10% of the unordered pairs
-    ///   (the same two workloads on every device, mode and share leave together), as an
-    ///   unmeasured pair of known workloads.
-    ///
-    /// Calibration rows are used for nothing else: no member trains or early-stops on them.
-    pub fn calibration_split(&self, rows: &[usize], seed: u64) -> CalibrationSplit {
-        let mut rng = Rng::new(seed ^ 0xCA1B_0A7E);
-        let ids = self.shuffled_workloads(rows, &mut rng);
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let held = if ids.len() >= MIN_WORKLOADS_FOR_NEW {
-            ((ids.len() as f64) * CALIBRATION_WORKLOADS).ceil() as usize
-        } else {
-            0
-        };
-        let held: BTreeSet<String> = ids.iter().take(held).map(|s| s.to_string()).collect();
-        let (new, rest): (Vec<usize>, Vec<usize>) = rows.iter().partition(|&&i| {
-            let e = &self.examples[i];
-            held.contains(&e.a) || held.contains(&e.b)
-        });
-        let pairs = self.shuffled_pairs(&rest, &mut rng);
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let known_pairs = ((pairs.len() as f64) * CALIBRATION_PAIRS).ceil() as usize;
-        // Never all of them: training needs rows.
-        let known_pairs: BTreeSet<usize> = pairs
-            .into_iter()
-            .take(known_pairs.min(rest.len().saturating_sub(1) / 2))
-            .collect();
-        let (known, train): (Vec<usize>, Vec<usize>) = rest
-            .into_iter()
-            .partition(|&i| known_pairs.contains(&self.examples[i].pair));
-        CalibrationSplit {
-            held_workloads: held,
-            known_pairs: known_pairs.len(),
-            calibration: new.into_iter().chain(known).collect(),
-            train,
-        }
-    }
-
-    /// The workloads of `rows`, in `rng`'s order: the draw both calibrations hold out from.
-    fn shuffled_workloads(&self, rows: &[usize], rng: &mut Rng) -> Vec<&str> {
-        let mut ids: Vec<&str> = rows
-            .iter()
-            .flat_map(|&i| [self.examples[i].a.as_str(), self.examples[i].b.as_str()])
-            .collect::<BTreeSet<&str>>()
-            .into_iter()
-            .collect();
-        rng.shuffle(&mut ids);
-        ids
-    }
-
-    /// The unordered pairs of `rows`, in `rng`'s order.
-    fn shuffled_pairs(&self, rows: &[usize], rng: &mut Rng) -> Vec<usize> {
-        let mut pairs: Vec<usize> = rows
-            .iter()
-            .map(|&i| self.examples[i].pair)
-            .collect::<BTreeSet<usize>>()
-            .into_iter()
-            .collect();
-        rng.shuffle(&mut pairs);
-        pairs
-    }
-
-    /// The calibration folds of `rows` with `seed`: in fold `f`, every row touching a workload
-    /// of the `f`-th share of them (drawn; none when fewer than `MIN_WORKLOADS_FOR_NEW`), and
-    /// of the other rows those of the `f`-th share of the unordered pairs; so every workload and
-    /// every pair is held out once over the `folds` folds. A fold that would leave nothing to
-    /// train on is left out.
-    pub fn calibration_folds(
-        &self,
-        rows: &[usize],
-        seed: u64,
-        folds: usize,
-    ) -> Vec<CalibrationSplit> {
-        let folds = folds.max(2);
-        let mut rng = Rng::new(seed ^ 0xCA1B_0A7E);
-        let ids = self.shuffled_workloads(rows, &mut rng);
-        let pairs = self.shuffled_pairs(rows, &mut rng);
-        let pair_fold: std::collections::HashMap<usize, usize> = pairs
-            .iter()
-            .enumerate()
-            .map(|(k, &p)| (p, k % folds))
-            .collect();
-        let hold_workloads = ids.len() >= MIN_WORKLOADS_FOR_NEW;
-        (0..folds)
-            .filter_map(|f| {
-                let held: BTreeSet<String> = if hold_workloads {
-                    ids.iter()
-                        .enumerate()
-                        .filter(|(k, _)| k % folds == f)
-                        .map(|(_, id)| (*id).to_string())
-                        .collect()
-                } else {
-                    BTreeSet::new()
-                };
-                let (new, rest): (Vec<usize>, Vec<usize>) = rows.iter().partition(|&&i| {
-                    let e = &self.examples[i];
-                    held.contains(&e.a) || held.contains(&e.b)
-                });
-                let (known, train): (Vec<usize>, Vec<usize>) = rest
-                    .into_iter()
-                    .partition(|&i| pair_fold.get(&self.examples[i].pair) == Some(&f));
-                let known_pairs = known
-                    .iter()
-                    .map(|&i| self.examples[i].pair)
-                    .collect::<BTreeSet<usize>>()
-                    .len();
-                (!train.is_empty()).then(|| CalibrationSplit {
-                    held_workloads: held,
-                    known_pairs,
-                    calibration: new.into_iter().chain(known).collect(),
-                    train,
-                })
-            })
-            .collect()
-    }
-
-    /// Calibrates cross-conformally over its own folds, then refits (what `--final-only`
-    /// ships): for each of [`CALIBRATION_FOLDS`] folds (`calibration_folds`) an ensemble trained
-    /// without the fold's rows scores them, so every measured pair and every workload calibrates
-    /// once; the returned ensemble is refitted on all of `rows` with the same configuration (the
-    /// networks `fit` gives) and carries the shifts of every fold's scores pooled. The refit
-    /// sees more data than any fold's ensemble, so its errors are no larger in expectation.
-    /// Where no fold leaves anything to train on, it calibrates split-conformally. One thread.
-    pub fn train(&self, rows: &[usize], config: &TrainConfig) -> Result<Trained, TrainError> {
-        self.train_on(rows, config, 1)
-    }
-
-    /// `train` with the members of both ensembles (the calibrated one and the refit do not
-    /// depend on each other) fitted on `workers` threads. Every member has its own seed and
-    /// rows, and results are collected in member order, so the model is the same for any
-    /// number of workers.
-    pub fn train_on(
-        &self,
-        rows: &[usize],
-        config: &TrainConfig,
-        workers: usize,
-    ) -> Result<Trained, TrainError> {
-        let folds = self.calibration_folds(rows, config.seed, CALIBRATION_FOLDS);
-        // The shipped fit's counts: every split below partitions `rows`.
-        let counts = self.measured(rows);
-        if folds.is_empty() {
-            let split = self.calibration_split(rows, config.seed);
-            let mut fitted = self
-                .fit_ensembles(&[&split.train, rows], config, workers)?
-                .into_iter();
-            let (Some(held), Some(mut trained)) = (fitted.next(), fitted.next()) else {
-                return Err(TrainError::Empty);
-            };
-            let mut scores = Scores::default();
-            self.score(&held, &split, &counts, &mut scores);
-            trained.calibration = scores.calibration(SPLIT_CONFORMAL);
-            return Ok(trained);
-        }
-        let sets: Vec<&[usize]> = folds
-            .iter()
-            .map(|f| f.train.as_slice())
-            .chain(std::iter::once(rows))
-            .collect();
-        let mut fitted = self.fit_ensembles(&sets, config, workers)?;
-        let mut trained = fitted.pop().ok_or(TrainError::Empty)?;
-        let mut scores = Scores::default();
-        for (held, fold) in fitted.iter().zip(&folds) {
-            self.score(held, fold, &counts, &mut scores);
-        }
-        trained.calibration = scores.calibration(FOLDED_CONFORMAL);
-        Ok(trained)
-    }
-
     /// The feature spec and the ensemble fitted on `rows`, uncalibrated (both shifts 0): the
     /// evaluation's per-fold refits, whose held-out scores calibrate cross-conformally, and the
     /// final fit of a full run, which carries those shifts. The same networks as `train_on`'s.
@@ -395,7 +229,7 @@ impl Corpus {
     /// Fits the feature spec and the ensemble on each of `sets`, each member holding out its
     /// own share of the settings for early stopping; no calibration. The members of all sets
     /// are fitted on `workers` threads and come back in set and member order.
-    fn fit_ensembles(
+    pub(crate) fn fit_ensembles(
         &self,
         sets: &[&[usize]],
         config: &TrainConfig,
@@ -472,46 +306,6 @@ impl Corpus {
             TrainDevice::Cuda(index) => fit_cuda(&train, &validation, &member_config, index),
         }
     }
-
-    /// The two split-conformal shifts of `trained`'s conservative output, from the ensemble's
-    /// scores on the calibration rows, each row counted in the kind the encoder gives it (both
-    /// identity slots set: known) and grouped by its held-out workload or unordered pair.
-    /// Scores `split`'s calibration rows with `trained` (which never saw them) into `scores`.
-    /// `counts` are the shipped fit's (`served_kind`).
-    fn score(
-        &self,
-        trained: &Trained,
-        split: &CalibrationSplit,
-        counts: &BTreeMap<String, u32>,
-        scores: &mut Scores,
-    ) {
-        let batch = self.encode(&trained.spec, &split.calibration);
-        let out = trained.forward(&batch.inputs);
-        for (k, &i) in split.calibration.iter().enumerate() {
-            let e = &self.examples[i];
-            let Some(speed) = e.speed else {
-                continue;
-            };
-            let row = &batch.inputs[k * batch.width..(k + 1) * batch.width];
-            // Rows held out here are new workloads, not new families (the held-out workloads
-            // are drawn one by one): a row the encoder sees as a new family counts as new, one
-            // out of range in no class (such pairs are answered with the widest shift).
-            let kind = match trained.spec.calibration_kind(row) {
-                Kind::NewFamily => Kind::New,
-                k => Self::served_kind(k, e, counts, false),
-            };
-            let group = [&e.a, &e.b]
-                .into_iter()
-                .find(|id| split.held_workloads.contains(id.as_str()))
-                .map_or_else(|| format!("pair {}", e.pair), |id| id.clone());
-            scores.push(
-                &e.gpu,
-                kind,
-                f64::from(out[k * OUTPUTS + OUT_LOG_SPEED_P10]) - speed.ln(),
-                &group,
-            );
-        }
-    }
 }
 
 /// `job` of every task on `workers` threads (at most one per task); results in task order,
@@ -548,27 +342,6 @@ pub fn run_parallel<T: Sync, R: Send>(
         .into_iter()
         .map(|r| r.expect("every task ran"))
         .collect()
-}
-
-/// Folds of a final-only fit's own cross-conformal calibration.
-pub const CALIBRATION_FOLDS: usize = 5;
-/// Share of workloads held out for the new-workload calibration.
-pub const CALIBRATION_WORKLOADS: f64 = 0.15;
-/// Share of the remaining unordered pairs held out for the known-workload calibration.
-pub const CALIBRATION_PAIRS: f64 = 0.10;
-/// Fewer workloads than this leave none out for the new-workload calibration (it then borrows
-/// the known one's shift): with so few, holding some out would leave too little to learn from.
-pub const MIN_WORKLOADS_FOR_NEW: usize = 6;
-
-/// The rows `train` calibrates on and those it trains and early-stops on.
-#[derive(Debug, Clone)]
-pub struct CalibrationSplit {
-    /// Workloads whose every row went to calibration (absent from the spec).
-    pub held_workloads: BTreeSet<String>,
-    /// Unordered pairs held out for the known-workload calibration.
-    pub known_pairs: usize,
-    pub calibration: Vec<usize>,
-    pub train: Vec<usize>,
 }
 
 #[cfg(feature = "cuda")]
@@ -636,13 +409,6 @@ pub struct Trained {
 }
 
 impl Trained {
-    /// The shift of ln(p10 speed) for an encoded pair row: the calibration of its kind and
-    /// device.
-    pub fn shift(&self, row: &[f32]) -> f64 {
-        self.calibration
-            .shift(self.spec.calibration_kind(row), self.spec.row_gpu(row))
-    }
-
     /// Each encoded row's outputs as a server answers them: the network's, weighed with the
     /// model's effects prior where a job is of a new family (`duet_model::predict::Decode`),
     /// and each row's shift of ln(p10 speed).

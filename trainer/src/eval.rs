@@ -139,24 +139,6 @@ pub fn family_feature(corpus: &Corpus, named: Option<&str>) -> Result<Option<Str
 /// The family feature where `--family` names none and the datasets declare it.
 pub const DEFAULT_FAMILY: &str = "model";
 
-/// Each workload's value of the categorical feature `feature`, by dataset index and id
-/// (workloads without one are absent).
-fn values_of(corpus: &Corpus, feature: &str) -> Vec<BTreeMap<String, String>> {
-    corpus
-        .datasets
-        .iter()
-        .map(|d| {
-            d.workloads
-                .iter()
-                .filter_map(|w| {
-                    let v = w.features.get(feature)?.as_category()?;
-                    Some((w.workload.clone(), v.to_string()))
-                })
-                .collect()
-        })
-        .collect()
-}
-
 /// Why `--group-by feature` cannot split `corpus`, if it cannot: the feature must be a
 /// declared categorical workload feature of every dataset with at least two values among the
 /// workloads of its pairs.
@@ -205,7 +187,7 @@ fn check_split_feature(corpus: &Corpus, flag: &str, feature: &str) -> Result<(),
             ));
         }
     }
-    let values = values_of(corpus, feature);
+    let values = corpus.values_of(feature);
     let present: BTreeSet<&str> = corpus
         .examples
         .iter()
@@ -303,7 +285,7 @@ pub fn folds(split: Split, corpus: &Corpus, seed: u64) -> Vec<Fold> {
         }
         Split::ProbedWorkloads => probed_folds(corpus, &mut rng),
         Split::UnseenGroup(group) => {
-            let values = values_of(corpus, group.feature());
+            let values = corpus.values_of(group.feature());
             let value = |i: usize, id: &str| values[examples[i].dataset].get(id);
             let present: BTreeSet<&String> = all
                 .iter()
@@ -341,7 +323,7 @@ fn probed_folds(corpus: &Corpus, rng: &mut Rng) -> Vec<Fold> {
     let values = corpus
         .family
         .as_deref()
-        .map(|f| values_of(corpus, f))
+        .map(|f| corpus.values_of(f))
         .unwrap_or_default();
     let family_of = |id: &str| -> String {
         values
@@ -608,7 +590,7 @@ impl OutOfFold {
             }
             // Every score touching a workload with the held-out value stays out.
             Split::UnseenGroup(group) => {
-                let values = values_of(corpus, group.feature());
+                let values = corpus.values_of(group.feature());
                 let held = fold.value.clone();
                 Box::new(move |e| {
                     let value = |id: &str| values[e.dataset].get(id);
@@ -801,7 +783,7 @@ fn weigh_family_priors(
     };
     let is_family_split =
         |split: &Split| matches!(split, Split::UnseenGroup(g) if g.feature() == family);
-    let values = values_of(corpus, &family);
+    let values = corpus.values_of(&family);
     let mut by_family: BTreeMap<String, Weights> = BTreeMap::new();
     let mut all = Vec::new();
     if let Some((_, folds, results)) = runs.iter_mut().find(|(split, ..)| is_family_split(split)) {

@@ -9,6 +9,7 @@ pub mod corpus;
 pub mod eval;
 pub mod export;
 pub mod figures;
+pub mod final_fit;
 pub mod groups;
 pub mod pipeline;
 pub mod report;

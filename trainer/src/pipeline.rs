@@ -182,7 +182,7 @@ pub fn run_with(
         options.seeds.clone()
     };
     // The plan, in ensemble members: every fold's and the final model's (`--final-only`
-    // fits two ensembles).
+    // fits one per calibration fold and the refit).
     let members = options.config.ensemble.max(1) as u64;
     let folds: u64 = if options.final_only {
         0
@@ -194,7 +194,13 @@ pub fn run_with(
             .sum()
     };
     let final_ensembles = if options.final_only {
-        crate::corpus::CALIBRATION_FOLDS as u64 + 1
+        let all: Vec<usize> = (0..corpus.examples.len()).collect();
+        let folds = corpus.calibration_folds(
+            &all,
+            options.config.seed,
+            crate::final_fit::CALIBRATION_FOLDS,
+        );
+        folds.len().max(1) as u64 + 1
     } else {
         1
     };

@@ -500,8 +500,8 @@ fn calibration_folds_hold_every_workload_out_once_and_never_train_on_what_they_s
         .iter()
         .flat_map(|e| [e.a.clone(), e.b.clone()])
         .collect();
-    let folds = corpus.calibration_folds(&all, 7, duet_trainer::corpus::CALIBRATION_FOLDS);
-    assert_eq!(folds.len(), duet_trainer::corpus::CALIBRATION_FOLDS);
+    let folds = corpus.calibration_folds(&all, 7, duet_trainer::final_fit::CALIBRATION_FOLDS);
+    assert_eq!(folds.len(), duet_trainer::final_fit::CALIBRATION_FOLDS);
     let mut held_once: Vec<String> = folds
         .iter()
         .flat_map(|f| f.held_workloads.iter().cloned())
@@ -539,6 +539,59 @@ fn calibration_folds_hold_every_workload_out_once_and_never_train_on_what_they_s
         );
         known_seen.extend(known_pairs);
     }
+}
+
+/// With a family feature, a final-only fit's calibration adds family folds after the workload
+/// ones: every family held out whole in exactly one of them, its workloads' every row in
+/// calibration and none in training; the workload folds are those of the same seed without one.
+#[test]
+fn calibration_folds_hold_every_family_out_whole_once_where_the_corpus_names_one() {
+    let without = gavel();
+    let mut corpus = gavel();
+    corpus.family = Some("model".to_string());
+    let all: Vec<usize> = (0..corpus.examples.len()).collect();
+    let n = duet_trainer::final_fit::CALIBRATION_FOLDS;
+    let plain = without.calibration_folds(&all, 7, n);
+    let folds = corpus.calibration_folds(&all, 7, n);
+    assert_eq!(folds.len(), 2 * n);
+    for (a, b) in plain.iter().zip(&folds) {
+        assert_eq!((&a.calibration, &a.train), (&b.calibration, &b.train));
+        assert!(b.held_families.is_empty());
+    }
+    let values = corpus.values_of("model");
+    let family_of = |e: &Example, id: &str| values[e.dataset][id].clone();
+    let families: BTreeSet<String> = corpus
+        .examples
+        .iter()
+        .flat_map(|e| [family_of(e, &e.a), family_of(e, &e.b)])
+        .collect();
+    assert!(families.len() >= duet_model::calibration::MIN_FAMILIES);
+    let mut held_once: Vec<String> = Vec::new();
+    for f in &folds[n..] {
+        assert!(!f.held_families.is_empty());
+        assert_eq!(f.train.len() + f.calibration.len(), all.len());
+        let held: BTreeSet<&String> = f.held_families.values().collect();
+        held_once.extend(held.iter().map(|v| (*v).clone()));
+        for &i in &f.train {
+            let e = &corpus.examples[i];
+            assert!(!held.contains(&family_of(e, &e.a)) && !held.contains(&family_of(e, &e.b)));
+        }
+        for &i in &f.calibration {
+            let e = &corpus.examples[i];
+            assert!(held.contains(&family_of(e, &e.a)) || held.contains(&family_of(e, &e.b)));
+        }
+        for (id, v) in &f.held_families {
+            assert!(f.held_workloads.contains(id));
+            assert!(
+                corpus
+                    .examples
+                    .iter()
+                    .any(|e| e.a == *id && family_of(e, id) == *v)
+            );
+        }
+    }
+    held_once.sort();
+    assert_eq!(held_once, families.into_iter().collect::<Vec<_>>());
 }
 
 #[test]

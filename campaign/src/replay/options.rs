@@ -98,8 +98,9 @@ pub struct ReplayOptions {
     pub probe_units: usize,
     /// The largest K of the probe curves.
     pub max_probes: usize,
-    /// The probe curves' fits calibrated as `duet train --final-only` ships them (six ensembles
-    /// each instead of one), so that each K's p90 coverage is reported beside its MAPE.
+    /// The probe curves' fits calibrated as `duet train --final-only` ships them (an ensemble
+    /// per calibration fold and the refit instead of one ensemble each), so that each K's p90
+    /// coverage is reported beside its MAPE.
     pub probe_coverage: bool,
     /// A categorical workload feature whose values are held out as families in the probe curve.
     pub group_by: Option<String>,

@@ -65,7 +65,7 @@ fn no_test_row_calibrates_itself() {
     assert!(family.len() >= feasible && family.len() <= 2 * feasible);
     assert_eq!(known.len(), feasible);
     assert!(new.len() > feasible && new.len() <= 2 * feasible);
-    let models = values_of(&corpus, "model");
+    let models = corpus.values_of("model");
     for split in splits(None, corpus.family.as_deref()) {
         for fold in folds(split, &corpus, 7) {
             let tests: Vec<&Example> = fold.test.iter().map(|&i| &corpus.examples[i]).collect();
@@ -132,7 +132,8 @@ fn no_test_row_calibrates_itself() {
         .collect();
     assert_eq!(c.new.groups, workloads.len());
     assert_eq!(c.by_device.len(), 2);
-    let families: BTreeSet<String> = values_of(&corpus, "model")
+    let families: BTreeSet<String> = corpus
+        .values_of("model")
         .into_iter()
         .flat_map(|d| d.into_values())
         .collect();

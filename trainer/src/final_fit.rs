@@ -1,0 +1,421 @@
+//! What `duet train --final-only` ships (and every budgeted campaign's and probe's own fit):
+//! one ensemble on every row, its p90 calibrated cross-conformally over folds of its own rows
+//! (every workload, every unordered pair and, where the corpus names a family feature, every
+//! family held out once), or split-conformally where no fold leaves anything to train on.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use duet_core::api::Calibration as Kind;
+use duet_model::calibration::{Calibration, FOLDED_CONFORMAL, MIN_FAMILIES, SPLIT_CONFORMAL};
+use duet_model::network::{OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig};
+use duet_model::prior::{Candidate, Weights, weigh_in};
+
+use crate::conformal::Scores;
+use crate::corpus::{Corpus, Trained};
+use crate::rows::Example;
+use crate::training::TrainError;
+
+impl Corpus {
+    /// Splits `rows` into calibration rows and the rest (training and early stopping), as
+    /// `train` does with `seed`:
+    ///
+    /// - new-workload calibration: every row touching one of `ceil(15%)` of the workloads
+    ///   (drawn; none when fewer than `MIN_WORKLOADS_FOR_NEW` workloads), so these workloads are
+    ///   absent from the model's spec, exactly like a job it never saw;
+    /// - known-workload calibration: of the remaining rows, those of 10% of the unordered pairs
+    ///   (the same two workloads on every device, mode and share leave together), as an
+    ///   unmeasured pair of known workloads.
+    ///
+    /// Calibration rows are used for nothing else: no member trains or early-stops on them.
+    pub fn calibration_split(&self, rows: &[usize], seed: u64) -> CalibrationSplit {
+        let mut rng = Rng::new(seed ^ 0xCA1B_0A7E);
+        let ids = self.shuffled_workloads(rows, &mut rng);
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let held = if ids.len() >= MIN_WORKLOADS_FOR_NEW {
+            ((ids.len() as f64) * CALIBRATION_WORKLOADS).ceil() as usize
+        } else {
+            0
+        };
+        let held: BTreeSet<String> = ids.iter().take(held).map(|s| s.to_string()).collect();
+        let (new, rest): (Vec<usize>, Vec<usize>) = rows.iter().partition(|&&i| {
+            let e = &self.examples[i];
+            held.contains(&e.a) || held.contains(&e.b)
+        });
+        let pairs = self.shuffled_pairs(&rest, &mut rng);
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let known_pairs = ((pairs.len() as f64) * CALIBRATION_PAIRS).ceil() as usize;
+        // Never all of them: training needs rows.
+        let known_pairs: BTreeSet<usize> = pairs
+            .into_iter()
+            .take(known_pairs.min(rest.len().saturating_sub(1) / 2))
+            .collect();
+        let (known, train): (Vec<usize>, Vec<usize>) = rest
+            .into_iter()
+            .partition(|&i| known_pairs.contains(&self.examples[i].pair));
+        CalibrationSplit {
+            held_workloads: held,
+            held_families: BTreeMap::new(),
+            known_pairs: known_pairs.len(),
+            calibration: new.into_iter().chain(known).collect(),
+            train,
+        }
+    }
+
+    /// The workloads of `rows`, in `rng`'s order: the draw both calibrations hold out from.
+    fn shuffled_workloads(&self, rows: &[usize], rng: &mut Rng) -> Vec<&str> {
+        let mut ids: Vec<&str> = rows
+            .iter()
+            .flat_map(|&i| [self.examples[i].a.as_str(), self.examples[i].b.as_str()])
+            .collect::<BTreeSet<&str>>()
+            .into_iter()
+            .collect();
+        rng.shuffle(&mut ids);
+        ids
+    }
+
+    /// The unordered pairs of `rows`, in `rng`'s order.
+    fn shuffled_pairs(&self, rows: &[usize], rng: &mut Rng) -> Vec<usize> {
+        let mut pairs: Vec<usize> = rows
+            .iter()
+            .map(|&i| self.examples[i].pair)
+            .collect::<BTreeSet<usize>>()
+            .into_iter()
+            .collect();
+        rng.shuffle(&mut pairs);
+        pairs
+    }
+
+    /// The calibration folds of `rows` with `seed`: in fold `f`, every row touching a workload
+    /// of the `f`-th share of them (drawn; none when fewer than `MIN_WORKLOADS_FOR_NEW`), and
+    /// of the other rows those of the `f`-th share of the unordered pairs; so every workload and
+    /// every pair is held out once over the `folds` folds. Where the corpus names a family
+    /// feature and `rows` hold at least [`MIN_FAMILIES`] families, `folds` more folds follow
+    /// (`family_folds`), each holding out every row touching a share of the families: a new
+    /// family's calibration, which the workload folds cannot give (a held-out workload's
+    /// siblings stay in training). A fold that would leave nothing to train on is left out.
+    pub fn calibration_folds(
+        &self,
+        rows: &[usize],
+        seed: u64,
+        folds: usize,
+    ) -> Vec<CalibrationSplit> {
+        let folds = folds.max(2);
+        let mut rng = Rng::new(seed ^ 0xCA1B_0A7E);
+        let ids = self.shuffled_workloads(rows, &mut rng);
+        let pairs = self.shuffled_pairs(rows, &mut rng);
+        let pair_fold: std::collections::HashMap<usize, usize> = pairs
+            .iter()
+            .enumerate()
+            .map(|(k, &p)| (p, k % folds))
+            .collect();
+        let hold_workloads = ids.len() >= MIN_WORKLOADS_FOR_NEW;
+        (0..folds)
+            .filter_map(|f| {
+                let held: BTreeSet<String> = if hold_workloads {
+                    ids.iter()
+                        .enumerate()
+                        .filter(|(k, _)| k % folds == f)
+                        .map(|(_, id)| (*id).to_string())
+                        .collect()
+                } else {
+                    BTreeSet::new()
+                };
+                let (new, rest): (Vec<usize>, Vec<usize>) = rows.iter().partition(|&&i| {
+                    let e = &self.examples[i];
+                    held.contains(&e.a) || held.contains(&e.b)
+                });
+                let (known, train): (Vec<usize>, Vec<usize>) = rest
+                    .into_iter()
+                    .partition(|&i| pair_fold.get(&self.examples[i].pair) == Some(&f));
+                let known_pairs = known
+                    .iter()
+                    .map(|&i| self.examples[i].pair)
+                    .collect::<BTreeSet<usize>>()
+                    .len();
+                (!train.is_empty()).then(|| CalibrationSplit {
+                    held_workloads: held,
+                    held_families: BTreeMap::new(),
+                    known_pairs,
+                    calibration: new.into_iter().chain(known).collect(),
+                    train,
+                })
+            })
+            .chain(self.family_folds(rows, &mut rng, folds))
+            .collect()
+    }
+
+    /// The new-family folds of `rows` (none without a family feature or with fewer than
+    /// [`MIN_FAMILIES`] families among the workloads that declare one): the families, drawn
+    /// with `rng`, in `folds` shares (at most one family each); fold `f` calibrates on every row
+    /// touching a workload of the `f`-th share and trains on the rest, so every family is held
+    /// out once, whole, as a family the model never saw.
+    fn family_folds(&self, rows: &[usize], rng: &mut Rng, folds: usize) -> Vec<CalibrationSplit> {
+        let Some(feature) = self.family.as_deref() else {
+            return Vec::new();
+        };
+        let values = self.values_of(feature);
+        let family = |e: &Example, id: &str| values[e.dataset].get(id).cloned();
+        let mut families: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for &i in rows {
+            let e = &self.examples[i];
+            for id in [&e.a, &e.b] {
+                if let Some(v) = family(e, id) {
+                    families.entry(v).or_default().insert(id.clone());
+                }
+            }
+        }
+        if families.len() < MIN_FAMILIES {
+            return Vec::new();
+        }
+        let mut order: Vec<(String, BTreeSet<String>)> = families.into_iter().collect();
+        rng.shuffle(&mut order);
+        let folds = folds.min(order.len());
+        (0..folds)
+            .filter_map(|f| {
+                let held: BTreeMap<String, String> = order
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| k % folds == f)
+                    .flat_map(|(_, (v, ids))| ids.iter().map(|id| (id.clone(), v.clone())))
+                    .collect();
+                let (calibration, train): (Vec<usize>, Vec<usize>) = rows.iter().partition(|&&i| {
+                    let e = &self.examples[i];
+                    held.contains_key(&e.a) || held.contains_key(&e.b)
+                });
+                (!train.is_empty()).then(|| CalibrationSplit {
+                    held_workloads: held.keys().cloned().collect(),
+                    held_families: held,
+                    known_pairs: 0,
+                    calibration,
+                    train,
+                })
+            })
+            .collect()
+    }
+
+    /// Calibrates cross-conformally over its own folds, then refits (what `--final-only`
+    /// ships): for each of [`CALIBRATION_FOLDS`] folds (`calibration_folds`) an ensemble trained
+    /// without the fold's rows scores them, so every measured pair and every workload calibrates
+    /// once; the returned ensemble is refitted on all of `rows` with the same configuration (the
+    /// networks `fit` gives) and carries the shifts of every fold's scores pooled. The refit
+    /// sees more data than any fold's ensemble, so its errors are no larger in expectation.
+    /// Where no fold leaves anything to train on, it calibrates split-conformally. One thread.
+    pub fn train(&self, rows: &[usize], config: &TrainConfig) -> Result<Trained, TrainError> {
+        self.train_on(rows, config, 1)
+    }
+
+    /// `train` with the members of both ensembles (the calibrated one and the refit do not
+    /// depend on each other) fitted on `workers` threads. Every member has its own seed and
+    /// rows, and results are collected in member order, so the model is the same for any
+    /// number of workers.
+    pub fn train_on(
+        &self,
+        rows: &[usize],
+        config: &TrainConfig,
+        workers: usize,
+    ) -> Result<Trained, TrainError> {
+        let folds = self.calibration_folds(rows, config.seed, CALIBRATION_FOLDS);
+        // The shipped fit's counts: every split below partitions `rows`.
+        let counts = self.measured(rows);
+        if folds.is_empty() {
+            let split = self.calibration_split(rows, config.seed);
+            let mut fitted = self
+                .fit_ensembles(&[&split.train, rows], config, workers)?
+                .into_iter();
+            let (Some(held), Some(mut trained)) = (fitted.next(), fitted.next()) else {
+                return Err(TrainError::Empty);
+            };
+            let mut scores = Scores::default();
+            let inputs = self.encode(&held.spec, &split.calibration).inputs;
+            let out = held.forward(&inputs);
+            self.score(&held, &split, (&inputs, &out), &counts, &mut scores);
+            trained.calibration = scores.calibration(SPLIT_CONFORMAL);
+            return Ok(trained);
+        }
+        let sets: Vec<&[usize]> = folds
+            .iter()
+            .map(|f| f.train.as_slice())
+            .chain(std::iter::once(rows))
+            .collect();
+        let mut fitted = self.fit_ensembles(&sets, config, workers)?;
+        let mut trained = fitted.pop().ok_or(TrainError::Empty)?;
+        trained.calibration = self.folded_calibration(&fitted, &folds, rows, &counts);
+        Ok(trained)
+    }
+
+    /// The cross-conformal calibration of `fitted`, one ensemble per fold of `folds` trained
+    /// without the fold's calibration rows. A workload fold's rows are scored as the network
+    /// answers them. A family fold's rows are first weighed with the fold's effects prior, as
+    /// the shipped model answers a new family (`duet_model::prior`), by the network's weight
+    /// chosen on the other family folds' rows that touch none of the fold's families (nested,
+    /// as the evaluation weighs `unseen_<family>`); the shipped model's prior is fitted on
+    /// `rows` and weighed on every family fold's rows. `counts`: the shipped fit's.
+    fn folded_calibration(
+        &self,
+        fitted: &[Trained],
+        folds: &[CalibrationSplit],
+        rows: &[usize],
+        counts: &BTreeMap<String, u32>,
+    ) -> Calibration {
+        let mut scores = Scores::default();
+        let mut family_folds = Vec::new();
+        for (held, fold) in fitted.iter().zip(folds) {
+            let inputs = self.encode(&held.spec, &fold.calibration).inputs;
+            let out = held.forward(&inputs);
+            if fold.held_families.is_empty() {
+                self.score(held, fold, (&inputs, &out), counts, &mut scores);
+            } else {
+                family_folds.push((held, fold, inputs, out));
+            }
+        }
+        // Each family fold's measured rows that have a prior: their position in the fold, the
+        // prior's ln speed, and the row as a weight is chosen on it.
+        let weighed: Vec<Vec<(usize, f64, usize, Candidate)>> = family_folds
+            .iter()
+            .map(|(held, fold, inputs, out)| {
+                let prior = self.family_prior(&fold.train);
+                let width = held.spec.pair_width();
+                let mut rows = Vec::new();
+                for (k, &i) in fold.calibration.iter().enumerate() {
+                    let e = &self.examples[i];
+                    let row = &inputs[k * width..(k + 1) * width];
+                    let (Some((ln, _)), Some(speed), Some(family)) = (
+                        prior.for_row(&held.spec, row),
+                        e.speed,
+                        [&e.a, &e.b]
+                            .into_iter()
+                            .find_map(|id| fold.held_families.get(id.as_str())),
+                    ) else {
+                        continue;
+                    };
+                    let candidate = Candidate {
+                        family: family.clone(),
+                        gpu: e.gpu.clone(),
+                        network: f64::from(out[k * OUTPUTS + OUT_LOG_SPEED]),
+                        prior: ln,
+                        ln_speed: speed.ln(),
+                    };
+                    rows.push((k, ln, i, candidate));
+                }
+                rows
+            })
+            .collect();
+        for (j, (held, fold, inputs, out)) in family_folds.iter_mut().enumerate() {
+            let touches = |i: usize| {
+                let e = &self.examples[i];
+                fold.held_families.contains_key(&e.a) || fold.held_families.contains_key(&e.b)
+            };
+            let others: Vec<Candidate> = weighed
+                .iter()
+                .enumerate()
+                .filter(|(m, _)| *m != j)
+                .flat_map(|(_, rows)| rows.iter())
+                .filter(|(_, _, i, _)| !touches(*i))
+                .map(|(.., c)| c.clone())
+                .collect();
+            let weights = Weights::choose(&others);
+            for (k, ln, _, c) in &weighed[j] {
+                let (w, _) = weights.of(&c.gpu);
+                weigh_in(&mut out[k * OUTPUTS..(k + 1) * OUTPUTS], w, *ln);
+            }
+            self.score(held, fold, (inputs, out), counts, &mut scores);
+        }
+        let mut calibration = scores.calibration(FOLDED_CONFORMAL);
+        let all: Vec<Candidate> = weighed.into_iter().flatten().map(|(.., c)| c).collect();
+        if !all.is_empty() {
+            let mut prior = self.family_prior(rows);
+            prior.weigh(&all);
+            calibration.family_prior = Some(prior);
+        }
+        calibration
+    }
+
+    /// Scores `split`'s calibration rows with `trained` (which never saw them) into `scores`.
+    /// `counts` are the shipped fit's (`served_kind`). `(inputs, out)`: the calibration rows
+    /// encoded with `trained`'s spec and its outputs for them (a new family's weighed with the
+    /// fold's effects prior, as the shipped model answers).
+    fn score(
+        &self,
+        trained: &Trained,
+        split: &CalibrationSplit,
+        (inputs, out): (&[f32], &[f32]),
+        counts: &BTreeMap<String, u32>,
+        scores: &mut Scores,
+    ) {
+        let width = trained.spec.pair_width();
+        for (k, &i) in split.calibration.iter().enumerate() {
+            let e = &self.examples[i];
+            let Some(speed) = e.speed else {
+                continue;
+            };
+            let row = &inputs[k * width..(k + 1) * width];
+            let seen = trained.spec.calibration_kind(row);
+            let (kind, group) = if split.held_families.is_empty() {
+                // Rows held out here are new workloads, not new families (the held-out
+                // workloads are drawn one by one): a row the encoder sees as a new family
+                // counts as new, one out of range in no class (such pairs are answered with the
+                // widest shift).
+                let kind = match seen {
+                    Kind::NewFamily => Kind::New,
+                    k => Self::served_kind(k, e, counts, false),
+                };
+                let group = [&e.a, &e.b]
+                    .into_iter()
+                    .find(|id| split.held_workloads.contains(id.as_str()))
+                    .map_or_else(|| format!("pair {}", e.pair), |id| id.clone());
+                (kind, group)
+            } else {
+                // A new-family fold's rows count only as what they stand for (one out of range
+                // is answered with the widest shift, and calibrates nothing).
+                let Some(family) = [&e.a, &e.b]
+                    .into_iter()
+                    .find_map(|id| split.held_families.get(id.as_str()))
+                else {
+                    continue;
+                };
+                if seen != Kind::NewFamily {
+                    continue;
+                }
+                (seen, format!("family {family}"))
+            };
+            scores.push(
+                &e.gpu,
+                kind,
+                f64::from(out[k * OUTPUTS + OUT_LOG_SPEED_P10]) - speed.ln(),
+                &group,
+            );
+        }
+    }
+}
+
+/// Folds of a final-only fit's own cross-conformal calibration.
+pub const CALIBRATION_FOLDS: usize = 5;
+/// Share of workloads held out for the new-workload calibration.
+pub const CALIBRATION_WORKLOADS: f64 = 0.15;
+/// Share of the remaining unordered pairs held out for the known-workload calibration.
+pub const CALIBRATION_PAIRS: f64 = 0.10;
+/// Fewer workloads than this leave none out for the new-workload calibration (it then borrows
+/// the known one's shift): with so few, holding some out would leave too little to learn from.
+pub const MIN_WORKLOADS_FOR_NEW: usize = 6;
+
+/// The rows `train` calibrates on and those it trains and early-stops on.
+#[derive(Debug, Clone)]
+pub struct CalibrationSplit {
+    /// Workloads whose every row went to calibration (absent from the spec).
+    pub held_workloads: BTreeSet<String>,
+    /// In a new-family fold, the held-out workloads' families by workload (empty in the
+    /// others): its rows calibrate `new_family`, grouped by family.
+    pub held_families: BTreeMap<String, String>,
+    /// Unordered pairs held out for the known-workload calibration.
+    pub known_pairs: usize,
+    pub calibration: Vec<usize>,
+    pub train: Vec<usize>,
+}
