@@ -359,12 +359,13 @@ impl Corpus {
             let row = &inputs[k * width..(k + 1) * width];
             let seen = trained.spec.calibration_kind(row);
             let (kind, group) = if split.held_families.is_empty() {
-                // Rows held out here are new workloads, not new families (the held-out
-                // workloads are drawn one by one): a row the encoder sees as a new family
-                // counts as new, one out of range in no class (such pairs are answered with the
-                // widest shift).
+                // Rows held out here stand for new workloads of known families. A row the
+                // encoder sees as a new family (a workload alone in its family, or declaring
+                // none) stands for no such job and calibrates nothing here, as in the
+                // evaluation (the family folds, where there are enough families, count it); one
+                // out of range neither (such pairs are answered with the widest shift).
                 let kind = match seen {
-                    Kind::NewFamily => Kind::New,
+                    Kind::NewFamily => continue,
                     k => Self::served_kind(k, e, counts, false),
                 };
                 let group = [&e.a, &e.b]
