@@ -1,18 +1,19 @@
 """scikit-learn's HistGradientBoostingRegressor on duet's own evaluation folds and features.
 
-Reads what `trainer/examples/export_folds.rs` writes (every fold of the random, unseen-pairs and
-unseen-workloads splits for each seed, each fold's rows encoded with the feature spec fitted on
-its training rows, exactly as duet's MLP sees them), fits one regressor of ln(speed) per fold on
-the fold's feasible training rows and scores MAPE of speed on its feasible test rows, grouped as
-duet's metrics table is (device and mode, and all rows). Prints a Markdown table of the mean and
-sample standard deviation over seeds, beside duet's MLP from a model.json trained on the same
-data and seeds, and writes every per-seed figure as JSON.
+Reads what `trainer/examples/export_folds.rs` writes (every fold of every fixed split for each
+seed, each fold's rows encoded with the feature spec fitted on its training rows, exactly as
+duet's MLP sees them), fits one regressor of ln(speed) per fold on the fold's feasible training
+rows and scores MAPE of speed on its feasible test rows, grouped as duet's metrics table is
+(device and mode, and all rows). Prints a Markdown table of the mean and sample standard
+deviation over seeds, beside duet's MLP from a model.json trained on the same data and seeds, and
+writes every per-seed figure as JSON.
 
 Workload identities (`--identities`):
   onehot   (default) the identity one-hot columns where the split leaves workloads known
-           (random, unseen_pairs); none on unseen_workloads or unseen_<feature> (the export's
-           `--group-by`), where the held-out workloads have no column and every training row has
-           two set;
+           (random, unseen_pairs, and probed_workloads, whose held-out workloads train on 1 to 3
+           of their settings with their identity); none on unseen_workloads or unseen_<feature>
+           (the export's `--group-by`), where the held-out workloads have no column and every
+           training row has two set;
   none     never;
   doubled  as duet trains: each training row twice, with its identity columns and with them
            zeroed; test rows as the fold's encoder writes them.
@@ -78,7 +79,7 @@ def design(meta, x, split: str, identities: str):
     train, test = np.array(meta["train"]), np.array(meta["test"])
     # Identities only where the split leaves the test rows' workloads known.
     keep_ids = identities == "doubled" or (
-        identities == "onehot" and split in ("random", "unseen_pairs")
+        identities == "onehot" and split in ("random", "unseen_pairs", "probed_workloads")
     )
     cols = np.ones(len(ids), bool) if keep_ids else ~ids
     x_train, x_test = x[train][:, cols], x[test][:, cols]
