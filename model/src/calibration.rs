@@ -13,15 +13,14 @@
 //! A full `duet train` fits the shifts cross-conformally: the scores are those of the
 //! evaluation's per-fold refits on their own held-out rows (unseen pairs for `known`, each
 //! workload left out in turn for `new`), so every measured pair and every workload contributes,
-//! not a small held-out share. `--final-only` has no evaluation and holds rows out of the final
-//! fit instead (split conformal).
+//! not a small held-out share. `--final-only` has no evaluation and calibrates the same way over
+//! folds of its own rows ([`FOLDED_CONFORMAL`]).
 //!
 //! `new_family` comes from the evaluation's leave-one-family-out folds (a model with a family
-//! feature, `FeatureSpec::family`). With fewer than [`MIN_FAMILIES`] families held out, a 90%
-//! bound over families cannot be told from luck: such a model (and a `--final-only` one, which
-//! holds no family out) answers a new family's pair with the widest shift it has, labelled
-//! `conservative`, as it does a pair with a job far outside training's range. Never a silent
-//! narrow interval.
+//! feature, `FeatureSpec::family`; a `--final-only` fit's own family folds). With fewer than
+//! [`MIN_FAMILIES`] families held out, a 90% bound over families cannot be told from luck: such
+//! a model answers a new family's pair with the widest shift it has, labelled `conservative`, as
+//! it does a pair with a job far outside training's range. Never a silent narrow interval.
 
 use duet_core::api::Calibration as Kind;
 use serde::{Deserialize, Serialize};
@@ -56,7 +55,8 @@ pub struct Calibration {
     pub probed: Offset,
     /// Pairs with a workload of a model family training never had (all devices pooled); its
     /// `groups` are the families held out. Empty (no rows) in a model without a family feature,
-    /// in a `--final-only` one, and in files written before it.
+    /// in a `--final-only` one of fewer than [`MIN_FAMILIES`] families, and in files written
+    /// before it.
     #[serde(skip_serializing_if = "Offset::is_empty")]
     pub new_family: Offset,
     /// The same two shifts fitted on each training device's calibration rows alone (Mondrian
@@ -77,8 +77,9 @@ pub struct Calibration {
     pub groups: std::collections::BTreeMap<String, Offset>,
     /// A pair with a job of a new family: its ln speeds weighted between the network's and the
     /// effects prior's (`crate::prior`), the `new_family` shift fitted on the weighted ones.
-    /// Absent without leave-one-family-out folds (no family feature, `--final-only`, files
-    /// written before it): the network alone answers.
+    /// Absent without leave-one-family-out folds (no family feature, a `--final-only` fit of
+    /// fewer than [`MIN_FAMILIES`] families, files written before it): the network alone
+    /// answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family_prior: Option<FamilyPrior>,
 }
@@ -88,8 +89,8 @@ pub const CROSS_CONFORMAL: &str = "cross-conformal";
 /// `Calibration::method` of a model whose shifts come from rows held out inside the final fit.
 pub const SPLIT_CONFORMAL: &str = "split-conformal";
 /// `Calibration::method` of a final-only fit calibrated on folds of its own rows: every
-/// workload and every unordered pair held out once, each fold's ensemble scoring what it did
-/// not see (`duet train --final-only`, budgeted campaigns).
+/// workload, every unordered pair and (with a family feature) every family held out once, each
+/// fold's ensemble scoring what it did not see (`duet train --final-only`, budgeted campaigns).
 pub const FOLDED_CONFORMAL: &str = "cross-conformal over the final fit's folds";
 
 /// The two shifts of one device.

@@ -208,8 +208,10 @@ pub fn render(
     let how = if meta.calibration.method == duet_model::calibration::FOLDED_CONFORMAL {
         "Cross-conformal over the final fit's own folds (`--final-only`): the rows are cut into 5 \
          folds, every workload's rows in one (`new`) and every other unordered pair in one \
-         (`known`); an ensemble trained without a fold scores its rows, so every measured pair \
-         and workload calibrates once; the shipped ensemble is then refitted on every row."
+         (`known`), and, with a family feature and 5 families or more, into 5 more folds of \
+         whole families (`new_family`); an ensemble trained without a fold scores its rows, so \
+         every measured pair, workload and family calibrates once; the shipped ensemble is then \
+         refitted on every row."
     } else if meta.calibration.method == CROSS_CONFORMAL {
         "Cross-conformal: the scores are the evaluation's out-of-fold ones, from the per-fold \
          refits of every seed on their own test rows (`known` from the unseen-pairs folds, where \
@@ -273,8 +275,9 @@ pub fn render(
              measured them), its ln p10 speed the lower of the network's and the weighted \
              speed less the network's spread. The network's weight, of 0, 0.1, ..., 1, is \
              the one with the least MAPE of speed on the leave-one-family-out folds' rows, each \
-             held-out family weighing the same (in the evaluation, each family's fold is scored \
-             with the weight the other families' rows chose); `new_family`'s shift above is \
+             held-out family weighing the same (each family's fold is scored with the weight \
+             the other families' rows chose; a `--final-only` fit's family folds the same way); \
+             `new_family`'s shift above is \
              fitted on the weighted rows.\n\n\
              | device | the network's weight | chosen on rows |\n|---|---|---|"
         );
