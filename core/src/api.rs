@@ -225,7 +225,9 @@ pub struct GroupPrediction {
     pub combined: f32,
     /// The least trusted calibration class over the group's pairs.
     pub calibration: Calibration,
-    /// How the pairs were composed: `excess`.
+    /// How the pairs were composed: `excess`; `excess+effects` where a job's speed was also
+    /// moved by its workload's group effect, learned from measured groups of this size
+    /// (model.json's `calibration.group_effects`).
     pub composition: String,
     /// Measured groups of this size that calibrated the p90 slowdowns (0: the pairs' p90s
     /// composed, calibrated on no measured group: the model was trained without groups).

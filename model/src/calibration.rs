@@ -75,6 +75,13 @@ pub struct Calibration {
     /// group's p90 is the composition of its pairs' p90s, calibrated on no group.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub groups: std::collections::BTreeMap<String, Offset>,
+    /// A composed group's correction by the training data's measured groups, by group size
+    /// (`"3"`): each training workload's own effect on its ln speed in groups of that size, on
+    /// each device (`crate::group::compose`). Empty where training had no measured groups, or
+    /// where the effects did not help on groups they were not fitted on (then every effect is
+    /// 0 and the size is absent).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub group_effects: std::collections::BTreeMap<String, GroupEffects>,
     /// A pair with a job of a new family: its ln speeds weighted between the network's and the
     /// effects prior's (`crate::prior`), the `new_family` shift fitted on the weighted ones.
     /// Absent without leave-one-family-out folds (no family feature, a `--final-only` fit of
@@ -82,6 +89,22 @@ pub struct Calibration {
     /// answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family_prior: Option<FamilyPrior>,
+}
+
+/// Each training workload's own effect on a composed group's ln speed, for one group size: the
+/// mean over its jobs in the training data's measured groups of `ln measured speed - ln composed
+/// speed`, shrunk toward 0 as `sum / (jobs + penalty)`, with the penalty chosen by a K-fold over
+/// the groups. A job of a group the measured groups say the pairs' rule gets wrong the same way
+/// every time (a workload that suffers more with two co-runners than its two pairs add up to)
+/// is corrected by it; a workload never measured in a group, or given inline, by nothing.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct GroupEffects {
+    /// The shrinkage, in jobs.
+    pub penalty: f64,
+    /// Measured jobs the effects were fitted on.
+    pub jobs: usize,
+    /// By device, by workload: the effect on ln speed.
+    pub by_device: std::collections::BTreeMap<String, std::collections::BTreeMap<String, f64>>,
 }
 
 /// `Calibration::method` of a model whose shifts come from the evaluation's out-of-fold scores.
@@ -154,6 +177,18 @@ impl Calibration {
             .get(&size.to_string())
             .filter(|o| !o.is_empty() && o.shift.is_finite())
             .map(|o| (o.shift, o.groups))
+    }
+
+    /// The correction of the composed ln speed of `workload` (a training workload's id) in a
+    /// group of `size` jobs on `gpu`: its group effect, 0 where the model has none.
+    pub fn group_effect(&self, size: usize, gpu: &str, workload: &str) -> f64 {
+        self.group_effects
+            .get(&size.to_string())
+            .and_then(|e| e.by_device.get(gpu))
+            .and_then(|d| d.get(workload))
+            .copied()
+            .filter(|e| e.is_finite())
+            .unwrap_or(0.0)
     }
 
     /// Whether a new family's pairs have a calibrated shift of their own: one fitted on at
@@ -294,6 +329,7 @@ mod tests {
             .into(),
             method: String::new(),
             groups: std::collections::BTreeMap::new(),
+            group_effects: std::collections::BTreeMap::new(),
             family_prior: None,
         };
         assert_eq!(c.shift(Kind::Known, Some("v100")), 0.3);
@@ -369,6 +405,7 @@ mod tests {
             .into(),
             method: String::new(),
             groups: std::collections::BTreeMap::new(),
+            group_effects: std::collections::BTreeMap::new(),
             family_prior: None,
         };
         assert_eq!(c.resolve(Kind::NewFamily, None), (Kind::NewFamily, 0.35));

@@ -33,8 +33,10 @@ pub fn pairs_of(size: usize) -> Vec<(usize, usize)> {
 }
 
 /// The answer for a group of `size` jobs from the predictions of its pairs in [`pairs_of`]
-/// order (job `i` as `a`, `j` as `b`), its composed ln(p10 speed) shifted by `shift` (and the
-/// count of groups that fitted it) where the model has one for the size. `feasible` says every
+/// order (job `i` as `a`, `j` as `b`): each job's composed ln speed and ln p10 speed moved by
+/// its group effect (`effects[k]`, `Calibration::group_effect`; none where `effects` is
+/// empty), then the ln p10 shifted by `shift` (and the count of groups that fitted it) where
+/// the model has one for the size. `feasible` says every
 /// pair fits (necessary, not sufficient: memory is known pairwise only); the probability and
 /// the calibration class are the least of the pairs'. `None` where the count does not match or
 /// the group holds more than `MAX_GROUP_SIZE` jobs.
@@ -42,6 +44,7 @@ pub fn compose(
     size: usize,
     predictions: &[Prediction],
     shift: Option<(f64, usize)>,
+    effects: &[f64],
 ) -> Option<GroupPrediction> {
     if pairs_in(size) != predictions.len() || !(2..=MAX_GROUP_SIZE).contains(&size) {
         return None;
@@ -68,8 +71,9 @@ pub fn compose(
     #[allow(clippy::cast_possible_truncation)]
     let jobs: Vec<GroupJobPrediction> = (0..size)
         .map(|k| {
-            let speed = RULE.speed(&speeds[k][..filled[k]]);
-            let p10 = RULE.speed(&p90s[k][..filled[k]]);
+            let moved = effects.get(k).map_or(1.0, |e| e.exp());
+            let speed = RULE.speed(&speeds[k][..filled[k]]) * moved;
+            let p10 = RULE.speed(&p90s[k][..filled[k]]) * moved;
             let p10 = shift.map_or(p10, |(by, _)| shifted_p10(p10, speed, by));
             GroupJobPrediction {
                 speed: speed as f32,
@@ -91,7 +95,11 @@ pub fn compose(
             .map(|p| p.calibration)
             .max()
             .unwrap_or(Calibration::Known),
-        composition: RULE.as_str().to_string(),
+        composition: if effects.iter().any(|e| *e != 0.0) {
+            format!("{}+effects", RULE.as_str())
+        } else {
+            RULE.as_str().to_string()
+        },
         p90_groups: shift.map_or(0, |(_, n)| u32::try_from(n).unwrap_or(u32::MAX)),
         jobs,
     })
@@ -120,7 +128,7 @@ mod tests {
 
     #[test]
     fn a_pair_is_answered_as_its_prediction_and_a_triple_adds_each_excess() {
-        let alone = compose(2, &[pair(0.8, 0.6, Calibration::Known)], None).expect("a pair");
+        let alone = compose(2, &[pair(0.8, 0.6, Calibration::Known)], None, &[]).expect("a pair");
         assert!((alone.jobs[0].speed - 0.8).abs() < 1e-6);
         assert!((alone.jobs[1].slowdown_p90 - 1.25 / 0.6).abs() < 1e-5);
         // Job 0 next to 1 (0.5) and 2 (0.5): slowdown 1 + 1 + 1 = 3.
@@ -132,6 +140,7 @@ mod tests {
                 pair(0.7, 0.7, Calibration::Known),
             ],
             None,
+            &[],
         )
         .expect("a triple");
         assert!((triple.jobs[0].slowdown - 3.0).abs() < 1e-5);
@@ -140,7 +149,7 @@ mod tests {
         assert_eq!(triple.calibration, Calibration::New);
         assert!(triple.jobs.iter().all(|j| j.slowdown_p90 >= j.slowdown));
         assert_eq!(triple.p90_groups, 0);
-        assert!(compose(3, &[pair(0.5, 0.5, Calibration::Known)], None).is_none());
+        assert!(compose(3, &[pair(0.5, 0.5, Calibration::Known)], None, &[]).is_none());
         // A group shift of ln 2 doubles job 0's p90 slowdown; one of -ln 10 would undercut the
         // point, and stops there.
         let three = [
@@ -148,11 +157,22 @@ mod tests {
             pair(0.5, 0.9, Calibration::Known),
             pair(0.7, 0.7, Calibration::Known),
         ];
-        let wider = compose(3, &three, Some((2f64.ln(), 56))).expect("a triple");
+        let wider = compose(3, &three, Some((2f64.ln(), 56)), &[]).expect("a triple");
         assert!((wider.jobs[0].slowdown_p90 - 8.0).abs() < 1e-3);
         assert_eq!(wider.p90_groups, 56);
-        let narrow = compose(3, &three, Some((-(10f64.ln()), 56))).expect("a triple");
+        let narrow = compose(3, &three, Some((-(10f64.ln()), 56)), &[]).expect("a triple");
         assert!((narrow.jobs[0].slowdown_p90 - narrow.jobs[0].slowdown).abs() < 1e-5);
+        // A group effect of ln 0.5 on job 1 halves its speed and its p10 (so doubles both
+        // slowdowns), before the shift; the others' answers stand.
+        let moved = compose(3, &three, None, &[0.0, 0.5f64.ln(), 0.0]).expect("a triple");
+        let plain = compose(3, &three, None, &[]).expect("a triple");
+        assert!((moved.jobs[1].slowdown - 2.0 * plain.jobs[1].slowdown).abs() < 1e-4);
+        assert!((moved.jobs[1].slowdown_p90 - 2.0 * plain.jobs[1].slowdown_p90).abs() < 1e-4);
+        assert_eq!(moved.jobs[0], plain.jobs[0]);
+        assert_eq!(
+            (moved.composition.as_str(), plain.composition.as_str()),
+            ("excess+effects", "excess")
+        );
         assert_eq!(
             pairs_of(4),
             [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]

@@ -715,17 +715,26 @@ impl Predictor for ModelPredictor {
     }
 
     /// Groups of three or more as the server answers them: composed from the model's pairs
-    /// (each distinct pair predicted once), their p90 shifted by the model's calibration for the
-    /// group's size.
+    /// (each distinct pair predicted once), each job moved by its group effect and the p90
+    /// shifted by the model's calibration for the group's size.
     fn predict_groups(
         &mut self,
         gpu: &str,
         groups: &[GroupQuery<'_>],
     ) -> Result<Vec<GroupOutlook>> {
         let mut out = groups_from_pairs(self, gpu, groups)?;
+        let calibration = &self.model.meta.calibration;
         for (o, g) in out.iter_mut().zip(groups) {
             let size = g.jobs.len();
-            if let Some((shift, _)) = self.model.meta.calibration.group_shift(size)
+            if size > 2 && o.feasible {
+                for ((speed, safe), id) in o.speeds.iter_mut().zip(&mut o.safe_speeds).zip(&g.jobs)
+                {
+                    let moved = calibration.group_effect(size, gpu, id).exp();
+                    *speed *= moved;
+                    *safe *= moved;
+                }
+            }
+            if let Some((shift, _)) = calibration.group_shift(size)
                 && size > 2
                 && o.feasible
             {

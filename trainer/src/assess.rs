@@ -180,7 +180,7 @@ pub fn evaluate(model_dir: &Path, data: &[PathBuf]) -> Result<Report, PipelineEr
 }
 
 /// Every successful group of the corpus: its pairs predicted as the corpus's rows are, composed
-/// (with the model's group shift where it has one for the size), scored against the measured
+/// (with the model's group effects and shift where it has them for the size), scored against the measured
 /// speeds, beside the two rules on the measured pairs.
 fn assess_groups(corpus: &Corpus, trained: &Trained) -> Vec<GroupAssessment> {
     let mut baselines: BTreeMap<(String, String, usize), Vec<CompositionError>> = BTreeMap::new();
@@ -192,16 +192,18 @@ fn assess_groups(corpus: &Corpus, trained: &Trained) -> Vec<GroupAssessment> {
     }
     let mut rows: BTreeMap<(String, String, usize), Vec<Scored>> = BTreeMap::new();
     for job in crate::groups::scored(corpus, trained) {
-        let shift = trained
-            .calibration
-            .group_shift(job.size)
-            .map_or(0.0, |s| s.0);
+        let calibration = &trained.calibration;
+        let shift = calibration.group_shift(job.size).map_or(0.0, |s| s.0);
+        let moved = calibration
+            .group_effect(job.size, &job.gpu, &job.workload)
+            .exp();
+        let point = job.point * moved;
         let s = Scored {
             speed: Some(job.measured),
-            predicted: job.point,
+            predicted: point,
             conservative: Some(duet_model::group::shifted_p10(
-                job.ln_p10.exp(),
-                job.point,
+                job.ln_p10.exp() * moved,
+                point,
                 shift,
             )),
             feasible: None,

@@ -131,6 +131,7 @@ impl Scores {
             by_device,
             method: method.to_string(),
             groups: BTreeMap::new(),
+            group_effects: BTreeMap::new(),
             family_prior: None,
         }
     }

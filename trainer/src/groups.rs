@@ -1,9 +1,12 @@
-//! The p90 of a group of three or more jobs, calibrated on the training data's measured groups.
-//! The server answers a group from its pairs (`duet_model::group`: each job's slowdown 1 plus
-//! each co-runner's extra slowdown in a pair, its p90 the same sum of the pairs' p90 excesses);
-//! here every successful measured group is answered the same way by the final model, and the
-//! conformal quantile of `ln composed p10 speed - ln measured speed` over the jobs of each group
-//! size becomes that size's shift (`Calibration::groups`). Groups are no training rows: the
+//! What the training data's measured groups of three or more jobs teach the model. The server
+//! answers a group from its pairs (`duet_model::group`: each job's slowdown 1 plus each
+//! co-runner's extra slowdown in a pair, its p90 the same sum of the pairs' p90 excesses);
+//! here every successful measured group is answered the same way by the final model. Per group
+//! size, each workload's group effect (`Calibration::group_effects`: its jobs' mean residual
+//! `ln measured - ln composed`, shrunk by a penalty chosen on folds of groups) corrects what the
+//! pairs' rule gets wrong the same way every time, and the conformal quantile of `ln composed
+//! p10 speed - ln measured speed` over the jobs (the effects cross-fitted) becomes that size's
+//! shift (`Calibration::groups`). Groups are no training rows: the
 //! network never saw them, so the shift is split-conformal over groups of workloads it knows
 //! (their pairs are training rows, as a served group of known workloads' are). A K-fold over
 //! the groups says how well the shift covers groups it was not fitted on.
@@ -19,7 +22,7 @@ use std::collections::BTreeMap;
 use duet_core::Status;
 use duet_core::dataset::speed;
 use duet_core::rng::Rng;
-use duet_model::calibration::{ALPHA, Offset, conformal_shift};
+use duet_model::calibration::{ALPHA, GroupEffects, Offset, conformal_shift};
 use duet_model::group::{RULE, pairs_of};
 use duet_model::network::{OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS};
 
@@ -43,6 +46,12 @@ pub struct GroupFit {
     pub coverage_composed: f64,
     /// MAPE of the composed point speed (the pairs are training rows: in-sample for them).
     pub mape_speed: f64,
+    /// MAPE of the speed corrected by the group effects, each fold's jobs by effects fitted on
+    /// the other folds' groups (`mape_speed` where there are none).
+    pub mape_corrected: f64,
+    /// The group effects fitted on every measured group of the size; `None` where they did not
+    /// lower the cross-fitted MAPE.
+    pub effects: Option<GroupEffects>,
 }
 
 /// One job of a measured group answered from its pairs.
@@ -58,6 +67,15 @@ pub struct Scored {
     /// The composed point speed.
     pub point: f64,
     pub measured: f64,
+    /// The job's workload.
+    pub workload: String,
+}
+
+impl Scored {
+    /// The job's ln speed over its composed point: what a group effect corrects.
+    fn residual(&self) -> f64 {
+        self.measured.ln() - self.point.ln()
+    }
 }
 
 /// Every job of every successful group of the corpus's datasets whose mode the model knows,
@@ -65,8 +83,9 @@ pub struct Scored {
 /// where the model has them).
 pub fn scored(corpus: &Corpus, trained: &Trained) -> Vec<Scored> {
     let mut examples = Vec::new();
-    // (device, mode, measured speed of each job)
-    let mut groups: Vec<(String, duet_core::dataset::Mode, Vec<f64>)> = Vec::new();
+    // (device, mode, each job's measured speed and workload)
+    type Measured = (String, duet_core::dataset::Mode, Vec<(f64, String)>);
+    let mut groups: Vec<Measured> = Vec::new();
     for (d, dataset) in corpus.datasets.iter().enumerate() {
         for g in dataset.groups.iter().filter(|g| g.status == Status::Ok) {
             if !trained.spec.modes.contains(&g.mode) {
@@ -99,7 +118,7 @@ pub fn scored(corpus: &Corpus, trained: &Trained) -> Vec<Scored> {
                 .jobs
                 .iter()
                 .zip(&solos)
-                .map(|(j, solo)| speed(j.throughput, *solo))
+                .map(|(j, solo)| (speed(j.throughput, *solo), j.workload.clone()))
                 .collect();
             groups.push((g.gpu.clone(), g.mode, measured));
         }
@@ -126,7 +145,7 @@ pub fn scored(corpus: &Corpus, trained: &Trained) -> Vec<Scored> {
                 next += 1;
             }
         }
-        for (k, m) in measured.into_iter().enumerate() {
+        for (k, (m, workload)) in measured.into_iter().enumerate() {
             scored.push(Scored {
                 group: number,
                 gpu: gpu.clone(),
@@ -135,14 +154,87 @@ pub fn scored(corpus: &Corpus, trained: &Trained) -> Vec<Scored> {
                 ln_p10: RULE.speed(&p10s[k]).ln(),
                 point: RULE.speed(&points[k]),
                 measured: m,
+                workload,
             });
         }
     }
     scored
 }
 
-/// The shift of each group size the corpus has measured groups of, with its K-fold coverage;
-/// `seed` draws the folds.
+/// The group effects of `jobs` (each workload's residuals summed over its jobs plus
+/// `penalty`), by device and workload.
+fn effects_of<'a>(
+    jobs: impl Iterator<Item = &'a Scored>,
+    penalty: f64,
+) -> BTreeMap<String, BTreeMap<String, f64>> {
+    let mut sums: BTreeMap<(&str, &str), (f64, usize)> = BTreeMap::new();
+    for s in jobs {
+        let e = sums.entry((&s.gpu, &s.workload)).or_default();
+        e.0 += s.residual();
+        e.1 += 1;
+    }
+    let mut out: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    for ((gpu, workload), (sum, n)) in sums {
+        #[allow(clippy::cast_precision_loss)]
+        let effect = sum / (n as f64 + penalty);
+        out.entry(gpu.to_string())
+            .or_default()
+            .insert(workload.to_string(), effect);
+    }
+    out
+}
+
+fn effect_in(effects: &BTreeMap<String, BTreeMap<String, f64>>, s: &Scored) -> f64 {
+    effects
+        .get(&s.gpu)
+        .and_then(|d| d.get(&s.workload))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// Each job's group effect fitted on the other folds' groups with `penalty` (`None`: no
+/// effects, every one 0), in `jobs`' order.
+fn cross_fitted(
+    jobs: &[&Scored],
+    fold_of: &BTreeMap<usize, usize>,
+    penalty: Option<f64>,
+) -> Vec<f64> {
+    let Some(penalty) = penalty else {
+        return vec![0.0; jobs.len()];
+    };
+    let per_fold: Vec<_> = (0..FOLDS)
+        .map(|fold| {
+            effects_of(
+                jobs.iter().copied().filter(|s| fold_of[&s.group] != fold),
+                penalty,
+            )
+        })
+        .collect();
+    jobs.iter()
+        .map(|s| effect_in(&per_fold[fold_of[&s.group]], s))
+        .collect()
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn mape(jobs: &[&Scored], effects: &[f64]) -> f64 {
+    jobs.iter()
+        .zip(effects)
+        .map(|(s, e)| (s.point * e.exp() - s.measured).abs() / s.measured)
+        .sum::<f64>()
+        / jobs.len().max(1) as f64
+}
+
+/// The shrinkages a group effect's penalty is chosen from, in jobs (with none at all).
+pub const PENALTIES: [f64; 6] = [0.0, 1.0, 3.0, 10.0, 30.0, 100.0];
+
+/// The shift of each group size the corpus has measured groups of, with its K-fold coverage,
+/// and the group effects where they help; `seed` draws the folds.
+///
+/// The effects' penalty is the one of [`PENALTIES`], or none, with the least MAPE of the
+/// corrected speed over [`FOLDS`] folds of whole groups (each fold's jobs corrected by effects
+/// fitted on the others); where none wins, the size has no effects. The shift and the coverage
+/// are those of the scores corrected the same way, cross-fitted, so no job's score is moved by
+/// its own measurement.
 pub fn calibrate(corpus: &Corpus, trained: &Trained, seed: u64) -> Vec<GroupFit> {
     let scored = scored(corpus, trained);
     let mut by_size: BTreeMap<usize, Vec<&Scored>> = BTreeMap::new();
@@ -151,8 +243,6 @@ pub fn calibrate(corpus: &Corpus, trained: &Trained, seed: u64) -> Vec<GroupFit>
     }
     let mut fits = Vec::new();
     for (size, jobs) in by_size {
-        let score = |s: &Scored| s.ln_p10 - s.measured.ln();
-        let scores: Vec<f64> = jobs.iter().map(|s| score(s)).collect();
         let mut numbers: Vec<usize> = jobs.iter().map(|s| s.group).collect();
         numbers.dedup();
         let groups = numbers.len();
@@ -163,16 +253,31 @@ pub fn calibrate(corpus: &Corpus, trained: &Trained, seed: u64) -> Vec<GroupFit>
             .enumerate()
             .map(|(k, &g)| (g, k % FOLDS))
             .collect();
+        let candidates = std::iter::once(None).chain(PENALTIES.iter().copied().map(Some));
+        let (penalty, corrected, mape_corrected) = candidates
+            .map(|p| {
+                let e = cross_fitted(&jobs, &fold_of, p);
+                let m = mape(&jobs, &e);
+                (p, e, m)
+            })
+            .fold(
+                None,
+                |best: Option<(Option<f64>, Vec<f64>, f64)>, c| match best {
+                    Some(b) if b.2 <= c.2 => Some(b),
+                    _ => Some(c),
+                },
+            )
+            .unwrap_or((None, vec![0.0; jobs.len()], f64::NAN));
+        let score = |k: usize| jobs[k].ln_p10 + corrected[k] - jobs[k].measured.ln();
+        let scores: Vec<f64> = (0..jobs.len()).map(score).collect();
         let mut covered = 0usize;
         for fold in 0..FOLDS {
-            let (held, rest): (Vec<&Scored>, Vec<&Scored>) = jobs
-                .iter()
-                .copied()
-                .partition(|s| fold_of[&s.group] == fold);
-            let others: Vec<f64> = rest.iter().map(|s| score(s)).collect();
+            let (held, rest): (Vec<usize>, Vec<usize>) =
+                (0..jobs.len()).partition(|&k| fold_of[&jobs[k].group] == fold);
+            let others: Vec<f64> = rest.iter().map(|&k| scores[k]).collect();
             // A fold whose others are too few for a bound covers none of its jobs.
             if let Some(shift) = conformal_shift(&others, ALPHA).map(|s| s.max(0.0)) {
-                covered += held.iter().filter(|s| score(s) <= shift).count();
+                covered += held.iter().filter(|&&k| scores[k] <= shift).count();
             }
         }
         #[allow(clippy::cast_precision_loss)]
@@ -194,18 +299,19 @@ pub fn calibrate(corpus: &Corpus, trained: &Trained, seed: u64) -> Vec<GroupFit>
                     fallback: None,
                 },
             );
-        #[allow(clippy::cast_precision_loss)]
-        let mape = jobs
-            .iter()
-            .map(|s| (s.point - s.measured).abs() / s.measured)
-            .sum::<f64>()
-            / jobs.len().max(1) as f64;
+        let composed_scores = jobs.iter().filter(|s| s.ln_p10 <= s.measured.ln()).count();
         fits.push(GroupFit {
             size,
             offset,
             coverage: share(covered),
-            coverage_composed: share(scores.iter().filter(|&&s| s <= 0.0).count()),
-            mape_speed: mape,
+            coverage_composed: share(composed_scores),
+            mape_speed: mape(&jobs, &vec![0.0; jobs.len()]),
+            mape_corrected,
+            effects: penalty.map(|penalty| GroupEffects {
+                penalty,
+                jobs: jobs.len(),
+                by_device: effects_of(jobs.iter().copied(), penalty),
+            }),
         });
     }
     fits

@@ -345,6 +345,26 @@ pub fn run_with(
                 .as_ref()
                 .map_or(String::new(), |f| format!("; {f}"))
         ));
+        progress.line(&match &fit.effects {
+            Some(e) => format!(
+                "final model, groups of {}: each workload's group effect (penalty {} jobs) \
+                 takes the composed speed's MAPE to {:.2}% on groups it was not fitted on",
+                fit.size,
+                e.penalty,
+                fit.mape_corrected * 100.0
+            ),
+            None => format!(
+                "final model, groups of {}: no group effects (none lowered the composed speed's \
+                 MAPE on groups they were not fitted on)",
+                fit.size
+            ),
+        });
+        if let Some(e) = &fit.effects {
+            trained
+                .calibration
+                .group_effects
+                .insert(fit.size.to_string(), e.clone());
+        }
         if let Some(f) = &fit.offset.fallback {
             warnings.push(format!("groups of {}: p90 calibration: {f}", fit.size));
             continue;

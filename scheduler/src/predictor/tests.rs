@@ -174,9 +174,16 @@ fn the_model_in_process_answers_groups_as_the_server_composes_them() {
         let request = request("v100", &pairs, &InlineJobs::new());
         let predictions =
             predict::predict(&model.model, &model.registry, &request, None).expect("pairs");
-        let shift = model.model.meta.calibration.group_shift(size);
-        let server =
-            GroupOutlook::of(&group::compose(size, &predictions, shift).expect("composed"));
+        let calibration = &model.model.meta.calibration;
+        let shift = calibration.group_shift(size);
+        let effects: Vec<f64> = q
+            .jobs
+            .iter()
+            .map(|id| calibration.group_effect(size, "v100", id))
+            .collect();
+        let server = GroupOutlook::of(
+            &group::compose(size, &predictions, shift, &effects).expect("composed"),
+        );
         assert_eq!(a.feasible, server.feasible);
         assert_eq!(a.speeds.len(), size);
         for (x, y) in a

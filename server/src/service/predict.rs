@@ -257,15 +257,22 @@ fn failure_of_request(mut failure: Failure, pairs: usize, origins: &[Origin]) ->
 }
 
 /// The groups' answers, in the order of `groups`, from the predictions of their distinct pairs
-/// (`distinct`, read as `reads` says), by `model` (its group calibration).
+/// (`distinct`, read as `reads` says), by `model` (its group calibration, and the group effects
+/// of its workloads on each group's device: the group's, else `default_gpu`, else the model's
+/// only one).
 fn compose_groups(
     groups: &[GroupQuery],
     reads: &[Read],
     distinct: &[Prediction],
     model: &LoadedModel,
+    default_gpu: Option<&str>,
 ) -> Result<Vec<GroupPrediction>, Failure> {
     let mut out = Vec::with_capacity(groups.len());
     let mut own = Vec::with_capacity(group::pairs_in(MAX_GROUP_SIZE));
+    let mut effects = Vec::with_capacity(MAX_GROUP_SIZE);
+    let calibration = &model.meta.calibration;
+    let gpus = &model.meta.spec.gpus;
+    let model_gpu = (gpus.len() == 1).then(|| gpus[0].as_str());
     let mut next = 0;
     for (g, query) in groups.iter().enumerate() {
         let size = query.jobs.len();
@@ -277,8 +284,17 @@ fn compose_groups(
             }
         }
         next += n;
-        let shift = model.meta.calibration.group_shift(size);
-        out.push(group::compose(size, &own, shift).ok_or_else(|| {
+        let shift = calibration.group_shift(size);
+        effects.clear();
+        if !calibration.group_effects.is_empty()
+            && let Some(gpu) = query.gpu.as_deref().or(default_gpu).or(model_gpu)
+        {
+            effects.extend(query.jobs.iter().map(|j| {
+                j.workload_id()
+                    .map_or(0.0, |id| calibration.group_effect(size, gpu, id))
+            }));
+        }
+        out.push(group::compose(size, &own, shift, &effects).ok_or_else(|| {
             Failure::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("group {g}: its pairs' predictions are missing"),
@@ -306,6 +322,11 @@ pub fn predict_with_groups(
         &expanded.reads,
         &all[n.min(all.len())..],
         &predicted.model,
+        expanded
+            .request
+            .gpu
+            .as_deref()
+            .or(state.config.gpu.as_deref()),
     )?;
     all.truncate(n);
     Ok((predicted.model.version().to_string(), all, groups))

@@ -119,7 +119,8 @@ pub struct GroupPrediction {
     /// The least trusted calibration over the group's pairs.
     #[prost(enumeration = "Calibration", tag = "5")]
     pub calibration: i32,
-    /// How the pairs were composed: excess.
+    /// How the pairs were composed: excess; excess+effects where a job's speed was also moved by
+    /// its workload's group effect, learned from measured groups of this size.
     #[prost(string, tag = "6")]
     pub composition: ::prost::alloc::string::String,
     /// Measured groups of this size that calibrated the p90 slowdowns (0: the pairs' p90s
