@@ -107,6 +107,18 @@ pub struct GroupEffects {
     pub by_device: std::collections::BTreeMap<String, std::collections::BTreeMap<String, f64>>,
 }
 
+impl GroupEffects {
+    /// The effect of `workload` on `gpu`; 0 where it has none.
+    pub fn of(&self, gpu: &str, workload: &str) -> f64 {
+        self.by_device
+            .get(gpu)
+            .and_then(|d| d.get(workload))
+            .copied()
+            .filter(|e| e.is_finite())
+            .unwrap_or(0.0)
+    }
+}
+
 /// `Calibration::method` of a model whose shifts come from the evaluation's out-of-fold scores.
 pub const CROSS_CONFORMAL: &str = "cross-conformal";
 /// `Calibration::method` of a model whose shifts come from rows held out inside the final fit.
@@ -182,13 +194,16 @@ impl Calibration {
     /// The correction of the composed ln speed of `workload` (a training workload's id) in a
     /// group of `size` jobs on `gpu`: its group effect, 0 where the model has none.
     pub fn group_effect(&self, size: usize, gpu: &str, workload: &str) -> f64 {
-        self.group_effects
-            .get(&size.to_string())
-            .and_then(|e| e.by_device.get(gpu))
-            .and_then(|d| d.get(workload))
-            .copied()
-            .filter(|e| e.is_finite())
-            .unwrap_or(0.0)
+        self.group_effects_of(size)
+            .map_or(0.0, |e| e.of(gpu, workload))
+    }
+
+    /// The group effects for groups of `size` jobs, where the model has them.
+    pub fn group_effects_of(&self, size: usize) -> Option<&GroupEffects> {
+        if self.group_effects.is_empty() {
+            return None;
+        }
+        self.group_effects.get(&size.to_string())
     }
 
     /// Whether a new family's pairs have a calibrated shift of their own: one fitted on at

@@ -286,13 +286,15 @@ fn compose_groups(
         next += n;
         let shift = calibration.group_shift(size);
         effects.clear();
-        if !calibration.group_effects.is_empty()
+        if let Some(of_size) = calibration.group_effects_of(size)
             && let Some(gpu) = query.gpu.as_deref().or(default_gpu).or(model_gpu)
         {
-            effects.extend(query.jobs.iter().map(|j| {
-                j.workload_id()
-                    .map_or(0.0, |id| calibration.group_effect(size, gpu, id))
-            }));
+            effects.extend(
+                query
+                    .jobs
+                    .iter()
+                    .map(|j| j.workload_id().map_or(0.0, |id| of_size.of(gpu, id))),
+            );
         }
         out.push(group::compose(size, &own, shift, &effects).ok_or_else(|| {
             Failure::new(
