@@ -12,28 +12,10 @@ use duet_core::api::{Calibration as Class, PredictRequest};
 use duet_model::calibration::MIN_FAMILIES;
 use duet_model::{EngineKind, LoadedModel, Registry, predict};
 use serde_json::{Value, json};
-use support::{Server, duet, path};
+use support::{Server, train_quick};
 
 fn train(data: &Path, out: &Path, extra: &[&str]) {
-    let trained = duet()
-        .args([
-            "train",
-            "--data",
-            path(data),
-            "--out",
-            path(out),
-            "--final-only",
-        ])
-        .args(["--ensemble", "2", "--max-epochs", "80", "--hidden", "16"])
-        .args(["--seed", "7"])
-        .args(extra)
-        .output()
-        .expect("duet train");
-    assert!(
-        trained.status.success(),
-        "{}",
-        String::from_utf8_lossy(&trained.stderr)
-    );
+    train_quick(data, out, &[&["--final-only"], extra].concat());
 }
 
 fn meta(model: &Path) -> Value {

@@ -10,21 +10,14 @@ use std::fs;
 use std::path::Path;
 
 use serde_json::{Value, json};
-use support::{Server, duet, path};
+use support::{Server, train_quick};
 
 #[test]
 fn a_model_trained_with_groups_corrects_each_job_by_its_group_effect() {
     let tmp = tempfile::tempdir().expect("tmp");
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/cpu-dev2c-triples");
     let model = tmp.path().join("model");
-    let trained = duet()
-        .args(["train", "--data", path(&data), "--out", path(&model)])
-        .args(["--ensemble", "2", "--max-epochs", "80", "--hidden", "16"])
-        .args(["--seed", "7"])
-        .output()
-        .expect("duet train");
-    let said = String::from_utf8_lossy(&trained.stderr);
-    assert!(trained.status.success(), "{said}");
+    let said = train_quick(&data, &model, &[]);
     assert!(said.contains("group effect (penalty"), "{said}");
     let meta: Value =
         serde_json::from_str(&fs::read_to_string(model.join("model.json")).expect("model.json"))

@@ -14,7 +14,7 @@ use duet_core::dataset::{Dataset, Status};
 use duet_model::encoding::PROBED_MAX;
 use duet_model::{EngineKind, LoadedModel, Registry, predict};
 use serde_json::{Value, json};
-use support::{Server, duet, path};
+use support::{Server, train_quick};
 
 /// The committed CPU campaign with `thin`'s pair settings cut to its first `keep` with another
 /// workload (its other pairs dropped): what merging a new job's probes into a dataset gives.
@@ -60,17 +60,7 @@ fn a_probed_workload_is_answered_with_its_class_and_its_count() {
     assert!(ids.iter().any(|i| i == thin), "{ids:?}");
     let others: Vec<&String> = ids.iter().filter(|i| *i != thin).collect();
     let model = tmp.path().join("model");
-    let trained = duet()
-        .args(["train", "--data", path(&data), "--out", path(&model)])
-        .args(["--ensemble", "2", "--max-epochs", "80", "--hidden", "16"])
-        .args(["--seed", "7", "--name", "probed"])
-        .output()
-        .expect("duet train");
-    assert!(
-        trained.status.success(),
-        "{}",
-        String::from_utf8_lossy(&trained.stderr)
-    );
+    train_quick(&data, &model, &["--name", "probed"]);
 
     // model.json: every training workload's count, the split's figures and the class's shift.
     let meta: Value =

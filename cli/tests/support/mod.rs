@@ -16,6 +16,33 @@ pub fn duet() -> Command {
     Command::new(env!("CARGO_BIN_EXE_duet"))
 }
 
+/// Quick `duet train` settings for tests (the defaults are the shipped recipe: three seeds of
+/// five members).
+pub const QUICK_TRAIN: [&str; 8] = [
+    "--ensemble",
+    "2",
+    "--max-epochs",
+    "80",
+    "--hidden",
+    "16",
+    "--seed",
+    "7",
+];
+
+/// `duet train --data data --out out` with [`QUICK_TRAIN`] and `extra`, which must succeed; what
+/// it said on stderr.
+pub fn train_quick(data: &Path, out: &Path, extra: &[&str]) -> String {
+    let trained = duet()
+        .args(["train", "--data", path(data), "--out", path(out)])
+        .args(QUICK_TRAIN)
+        .args(extra)
+        .output()
+        .expect("duet train");
+    let said = String::from_utf8_lossy(&trained.stderr).into_owned();
+    assert!(trained.status.success(), "{said}");
+    said
+}
+
 pub fn model_dir() -> PathBuf {
     Path::new(
         &std::env::var_os("CARGO_MANIFEST_DIR")
