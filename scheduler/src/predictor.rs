@@ -726,10 +726,13 @@ impl Predictor for ModelPredictor {
         let calibration = &self.model.meta.calibration;
         for (o, g) in out.iter_mut().zip(groups) {
             let size = g.jobs.len();
-            if size > 2 && o.feasible {
+            if let Some(effects) = calibration.group_effects_of(size)
+                && size > 2
+                && o.feasible
+            {
                 for ((speed, safe), id) in o.speeds.iter_mut().zip(&mut o.safe_speeds).zip(&g.jobs)
                 {
-                    let moved = calibration.group_effect(size, gpu, id).exp();
+                    let moved = effects.of(gpu, id).exp();
                     *speed *= moved;
                     *safe *= moved;
                 }

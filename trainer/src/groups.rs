@@ -163,33 +163,29 @@ pub fn scored(corpus: &Corpus, trained: &Trained) -> Vec<Scored> {
 
 /// The group effects of `jobs` (each workload's residuals summed over its jobs plus
 /// `penalty`), by device and workload.
-fn effects_of<'a>(
-    jobs: impl Iterator<Item = &'a Scored>,
-    penalty: f64,
-) -> BTreeMap<String, BTreeMap<String, f64>> {
+fn effects_of<'a>(jobs: impl Iterator<Item = &'a Scored>, penalty: f64) -> GroupEffects {
     let mut sums: BTreeMap<(&str, &str), (f64, usize)> = BTreeMap::new();
+    let mut count = 0;
     for s in jobs {
         let e = sums.entry((&s.gpu, &s.workload)).or_default();
         e.0 += s.residual();
         e.1 += 1;
+        count += 1;
     }
-    let mut out: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    let mut by_device: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
     for ((gpu, workload), (sum, n)) in sums {
         #[allow(clippy::cast_precision_loss)]
         let effect = sum / (n as f64 + penalty);
-        out.entry(gpu.to_string())
+        by_device
+            .entry(gpu.to_string())
             .or_default()
             .insert(workload.to_string(), effect);
     }
-    out
-}
-
-fn effect_in(effects: &BTreeMap<String, BTreeMap<String, f64>>, s: &Scored) -> f64 {
-    effects
-        .get(&s.gpu)
-        .and_then(|d| d.get(&s.workload))
-        .copied()
-        .unwrap_or(0.0)
+    GroupEffects {
+        penalty,
+        jobs: count,
+        by_device,
+    }
 }
 
 /// Each job's group effect fitted on the other folds' groups with `penalty` (`None`: no
@@ -211,7 +207,7 @@ fn cross_fitted(
         })
         .collect();
     jobs.iter()
-        .map(|s| effect_in(&per_fold[fold_of[&s.group]], s))
+        .map(|s| per_fold[fold_of[&s.group]].of(&s.gpu, &s.workload))
         .collect()
 }
 
@@ -307,11 +303,7 @@ pub fn calibrate(corpus: &Corpus, trained: &Trained, seed: u64) -> Vec<GroupFit>
             coverage_composed: share(composed_scores),
             mape_speed: mape(&jobs, &vec![0.0; jobs.len()]),
             mape_corrected,
-            effects: penalty.map(|penalty| GroupEffects {
-                penalty,
-                jobs: jobs.len(),
-                by_device: effects_of(jobs.iter().copied(), penalty),
-            }),
+            effects: penalty.map(|penalty| effects_of(jobs.iter().copied(), penalty)),
         });
     }
     fits
