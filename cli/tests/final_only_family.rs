@@ -1,6 +1,7 @@
 //! A `--final-only` fit of a dataset with model families, end to end: its own calibration
 //! holds whole families out (not only workloads), so model.json carries a `new_family` shift
-//! and the effects prior's weight fitted on them, and `duet serve` answers a job of a family the data never had with that
+//! and the effects prior's weight fitted on them (and a `probed` shift from families held out
+//! but for their probes), and `duet serve` answers a job of a family the data never had with that
 //! class and its shift, not with the workload class's.
 
 mod support;
@@ -53,12 +54,27 @@ fn a_final_only_fit_calibrates_and_serves_a_new_family() {
         workloads["groups"].as_u64().expect("groups") > 7,
         "{workloads}"
     );
+    // Every workload is well measured here, so `probed` rests on the probed folds alone: each
+    // family held out again but for 1 to 3 probes, every workload of it a group of its own.
+    let probed = &calibration["probed"];
+    assert!(
+        probed["groups"].as_u64().expect("groups") > 7,
+        "{calibration}"
+    );
+    assert!(probed["rows"].as_u64().expect("rows") > 0, "{probed}");
     // Without a family feature the same fit has no family folds and no such class.
     let plain = tmp.path().join("plain");
     train(&data, &plain, &["--family", "none"]);
     let plain = meta(&plain);
     assert!(plain["calibration"].get("new_family").is_none());
     assert!(plain["calibration"].get("family_prior").is_none());
+    // Its probed folds hold single workloads out but for their probes.
+    assert!(
+        plain["calibration"]["probed"]["groups"]
+            .as_u64()
+            .expect("groups")
+            > 7
+    );
 
     // Served: a job of a family the data never had is answered `new_family` with that shift; a
     // new size of a known family stays `new`; the answers are the in-process ones to the bit.

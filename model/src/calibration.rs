@@ -47,10 +47,11 @@ pub struct Calibration {
     pub new: Offset,
     /// Pairs with a training workload measured in at most `PROBED_MAX` pair settings (all
     /// devices pooled), fitted on model families held out but for 1 to `PROBED_MAX` settings of
-    /// each of their workloads (`probed_workloads`; a `--final-only` fit's from its pair folds
-    /// of thinly measured workloads). Empty where no held-out row was of this class (a
-    /// final-only fit of well-measured workloads, files written before it): such a pair takes
-    /// the wider of `known` and `new`.
+    /// each of their workloads (`probed_workloads`; a `--final-only` fit's from its own probed
+    /// folds, the same over its rows, and its pair folds' thinly measured workloads). Empty
+    /// where no held-out row was of this class (a final-only fit of fewer than 5 families or
+    /// workloads, all well measured; files written before it): such a pair takes the wider of
+    /// `known` and `new`.
     #[serde(skip_serializing_if = "Offset::is_empty")]
     pub probed: Offset,
     /// Pairs with a workload of a model family training never had (all devices pooled); its

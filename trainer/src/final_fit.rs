@@ -1,12 +1,14 @@
 //! What `duet train --final-only` ships (and every budgeted campaign's and probe's own fit):
 //! one ensemble on every row, its p90 calibrated cross-conformally over folds of its own rows
 //! (every workload, every unordered pair and, where the corpus names a family feature, every
-//! family held out once), or split-conformally where no fold leaves anything to train on.
+//! family held out once, and every family again held out but for 1 to 3 probes), or
+//! split-conformally where no fold leaves anything to train on.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use duet_core::api::Calibration as Kind;
 use duet_model::calibration::{Calibration, FOLDED_CONFORMAL, MIN_FAMILIES, SPLIT_CONFORMAL};
+use duet_model::encoding::PROBED_MAX;
 use duet_model::network::{OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig};
 use duet_model::prior::{Candidate, Weights, weigh_in};
 
@@ -63,6 +65,7 @@ impl Corpus {
         CalibrationSplit {
             held_workloads: held,
             held_families: BTreeMap::new(),
+            probed: false,
             known_pairs: known_pairs.len(),
             calibration: new.into_iter().chain(known).collect(),
             train,
@@ -100,7 +103,10 @@ impl Corpus {
     /// feature and `rows` hold at least [`MIN_FAMILIES`] families, `folds` more folds follow
     /// (`family_folds`), each holding out every row touching a share of the families: a new
     /// family's calibration, which the workload folds cannot give (a held-out workload's
-    /// siblings stay in training). A fold that would leave nothing to train on is left out.
+    /// siblings stay in training). Then, where the rows hold at least [`MIN_FAMILIES`] families
+    /// (or workloads, where no family is named), `folds` probed folds (`probed_folds`): a new
+    /// family probed 1 to [`PROBED_MAX`] times, `probed`'s hardest case. A fold that would
+    /// leave nothing to train on is left out.
     pub fn calibration_folds(
         &self,
         rows: &[usize],
@@ -117,7 +123,7 @@ impl Corpus {
             .map(|(k, &p)| (p, k % folds))
             .collect();
         let hold_workloads = ids.len() >= MIN_WORKLOADS_FOR_NEW;
-        (0..folds)
+        let workload_folds: Vec<CalibrationSplit> = (0..folds)
             .filter_map(|f| {
                 let held: BTreeSet<String> = if hold_workloads {
                     ids.iter()
@@ -143,12 +149,94 @@ impl Corpus {
                 (!train.is_empty()).then(|| CalibrationSplit {
                     held_workloads: held,
                     held_families: BTreeMap::new(),
+                    probed: false,
                     known_pairs,
                     calibration: new.into_iter().chain(known).collect(),
                     train,
                 })
             })
-            .chain(self.family_folds(rows, &mut rng, folds))
+            .collect();
+        let families = self.family_folds(rows, &mut rng, folds);
+        let probed = self.probed_folds(rows, &mut rng, folds);
+        workload_folds
+            .into_iter()
+            .chain(families)
+            .chain(probed)
+            .collect()
+    }
+
+    /// The probed folds of `rows` (none with fewer than [`MIN_FAMILIES`] units): the
+    /// workloads' families (the corpus' family feature; each workload its own unit where there
+    /// is none, or it declares none), drawn with `rng`, in `folds` shares; in fold `f` every
+    /// workload of the `f`-th share keeps 1 to [`PROBED_MAX`] of its pair settings with a
+    /// partner outside the share in training (the count and the settings drawn) and its other
+    /// rows calibrate: a new job probed after its whole family was new, as the evaluation's
+    /// `probed_workloads` folds hold it. Without them a final-only fit calibrates `probed` only
+    /// on thin workloads of well-measured families, and its p90 for a job probed once is too
+    /// narrow.
+    fn probed_folds(&self, rows: &[usize], rng: &mut Rng, folds: usize) -> Vec<CalibrationSplit> {
+        let values = self
+            .family
+            .as_deref()
+            .map(|f| self.values_of(f))
+            .unwrap_or_default();
+        let unit = |e: &Example, id: &str| {
+            values
+                .get(e.dataset)
+                .and_then(|d| d.get(id))
+                .map_or_else(|| format!("workload {id}"), |v| format!("family {v}"))
+        };
+        let mut units: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for &i in rows {
+            let e = &self.examples[i];
+            for id in [&e.a, &e.b] {
+                units.entry(unit(e, id)).or_default().insert(id.clone());
+            }
+        }
+        if units.len() < MIN_FAMILIES {
+            return Vec::new();
+        }
+        let mut order: Vec<BTreeSet<String>> = units.into_values().collect();
+        rng.shuffle(&mut order);
+        let folds = folds.min(order.len());
+        (0..folds)
+            .filter_map(|f| {
+                let held: BTreeSet<String> = order
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| k % folds == f)
+                    .flat_map(|(_, ids)| ids.iter().cloned())
+                    .collect();
+                let mut probes: BTreeSet<usize> = BTreeSet::new();
+                for w in &held {
+                    let mut settings: Vec<usize> = rows
+                        .iter()
+                        .map(|&i| &self.examples[i])
+                        .filter(|e| {
+                            (e.a == *w && !held.contains(&e.b))
+                                || (e.b == *w && !held.contains(&e.a))
+                        })
+                        .map(|e| e.setting)
+                        .collect::<BTreeSet<usize>>()
+                        .into_iter()
+                        .collect();
+                    rng.shuffle(&mut settings);
+                    let k = 1 + rng.below(PROBED_MAX as usize);
+                    probes.extend(settings.into_iter().take(k));
+                }
+                let (train, calibration): (Vec<usize>, Vec<usize>) = rows.iter().partition(|&&i| {
+                    let e = &self.examples[i];
+                    !(held.contains(&e.a) || held.contains(&e.b)) || probes.contains(&e.setting)
+                });
+                (!train.is_empty() && !calibration.is_empty()).then(|| CalibrationSplit {
+                    held_workloads: held,
+                    held_families: BTreeMap::new(),
+                    probed: true,
+                    known_pairs: 0,
+                    calibration,
+                    train,
+                })
+            })
             .collect()
     }
 
@@ -193,6 +281,7 @@ impl Corpus {
                 (!train.is_empty()).then(|| CalibrationSplit {
                     held_workloads: held.keys().cloned().collect(),
                     held_families: held,
+                    probed: false,
                     known_pairs: 0,
                     calibration,
                     train,
@@ -359,19 +448,29 @@ impl Corpus {
             let row = &inputs[k * width..(k + 1) * width];
             let seen = trained.spec.calibration_kind(row);
             let (kind, group) = if split.held_families.is_empty() {
-                // Rows held out here stand for new workloads of known families. A row the
+                // Rows held out here stand for new workloads of known families (in a probed
+                // fold, for probed workloads of a family known by their probes). A row the
                 // encoder sees as a new family (a workload alone in its family, or declaring
                 // none) stands for no such job and calibrates nothing here, as in the
                 // evaluation (the family folds, where there are enough families, count it); one
                 // out of range neither (such pairs are answered with the widest shift).
+                let held = [&e.a, &e.b]
+                    .into_iter()
+                    .find(|id| split.held_workloads.contains(id.as_str()));
                 let kind = match seen {
                     Kind::NewFamily => continue,
-                    k => Self::served_kind(k, e, counts, false),
+                    k => Self::served_kind(k, e, counts, split.probed && held.is_some()),
                 };
-                let group = [&e.a, &e.b]
-                    .into_iter()
-                    .find(|id| split.held_workloads.contains(id.as_str()))
-                    .map_or_else(|| format!("pair {}", e.pair), |id| id.clone());
+                // A probed fold's rows stand for a probed job only (one its model has no
+                // identity for, where every setting was a probe's partner's, counts nowhere).
+                if split.probed && kind != Kind::Probed {
+                    continue;
+                }
+                let group = match held {
+                    Some(id) if split.probed => format!("probed {id}"),
+                    Some(id) => id.clone(),
+                    None => format!("pair {}", e.pair),
+                };
                 (kind, group)
             } else {
                 // A new-family fold's rows count only as what they stand for (one out of range
@@ -415,6 +514,9 @@ pub struct CalibrationSplit {
     /// In a new-family fold, the held-out workloads' families by workload (empty in the
     /// others): its rows calibrate `new_family`, grouped by family.
     pub held_families: BTreeMap<String, String>,
+    /// A probed fold: `held_workloads` keep 1 to `PROBED_MAX` settings each in training (as
+    /// the only measurements of their family) and their other rows calibrate `probed`.
+    pub probed: bool,
     /// Unordered pairs held out for the known-workload calibration.
     pub known_pairs: usize,
     pub calibration: Vec<usize>,

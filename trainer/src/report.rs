@@ -209,8 +209,10 @@ pub fn render(
         "Cross-conformal over the final fit's own folds (`--final-only`): the rows are cut into 5 \
          folds, every workload's rows in one (`new`) and every other unordered pair in one \
          (`known`), and, with a family feature and 5 families or more, into 5 more folds of \
-         whole families (`new_family`); an ensemble trained without a fold scores its rows, so \
-         every measured pair, workload and family calibrates once; the shipped ensemble is then \
+         whole families (`new_family`), and into 5 probed folds where every family (each \
+         workload, without one) is held out but for 1 to 3 pair settings of each of its \
+         workloads (`probed`); an ensemble trained without a fold scores its rows, so every \
+         measured pair, workload and family calibrates once; the shipped ensemble is then \
          refitted on every row."
     } else if meta.calibration.method == CROSS_CONFORMAL {
         "Cross-conformal: the scores are the evaluation's out-of-fold ones, from the per-fold \

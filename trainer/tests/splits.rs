@@ -500,8 +500,12 @@ fn calibration_folds_hold_every_workload_out_once_and_never_train_on_what_they_s
         .iter()
         .flat_map(|e| [e.a.clone(), e.b.clone()])
         .collect();
-    let folds = corpus.calibration_folds(&all, 7, duet_trainer::final_fit::CALIBRATION_FOLDS);
-    assert_eq!(folds.len(), duet_trainer::final_fit::CALIBRATION_FOLDS);
+    let n = duet_trainer::final_fit::CALIBRATION_FOLDS;
+    let mut folds = corpus.calibration_folds(&all, 7, n);
+    // Without a family feature each workload is its own unit of the probed folds that follow.
+    assert_eq!(folds.len(), 2 * n);
+    assert!(folds[n..].iter().all(|f| f.probed));
+    folds.truncate(n);
     let mut held_once: Vec<String> = folds
         .iter()
         .flat_map(|f| f.held_workloads.iter().cloned())
@@ -553,8 +557,8 @@ fn calibration_folds_hold_every_family_out_whole_once_where_the_corpus_names_one
     let n = duet_trainer::final_fit::CALIBRATION_FOLDS;
     let plain = without.calibration_folds(&all, 7, n);
     let folds = corpus.calibration_folds(&all, 7, n);
-    assert_eq!(folds.len(), 2 * n);
-    for (a, b) in plain.iter().zip(&folds) {
+    assert_eq!(folds.len(), 3 * n);
+    for (a, b) in plain.iter().zip(&folds[..n]) {
         assert_eq!((&a.calibration, &a.train), (&b.calibration, &b.train));
         assert!(b.held_families.is_empty());
     }
@@ -567,7 +571,7 @@ fn calibration_folds_hold_every_family_out_whole_once_where_the_corpus_names_one
         .collect();
     assert!(families.len() >= duet_model::calibration::MIN_FAMILIES);
     let mut held_once: Vec<String> = Vec::new();
-    for f in &folds[n..] {
+    for f in &folds[n..2 * n] {
         assert!(!f.held_families.is_empty());
         assert_eq!(f.train.len() + f.calibration.len(), all.len());
         let held: BTreeSet<&String> = f.held_families.values().collect();
@@ -592,6 +596,67 @@ fn calibration_folds_hold_every_family_out_whole_once_where_the_corpus_names_one
     }
     held_once.sort();
     assert_eq!(held_once, families.into_iter().collect::<Vec<_>>());
+}
+
+/// After the family folds come the probed ones: every family held out once more, its
+/// workloads each keeping 1 to `PROBED_MAX` settings with a partner of another family in
+/// training (their only measurements there) and their other rows in calibration.
+#[test]
+fn calibration_folds_probe_every_family_once_after_the_family_folds() {
+    let mut corpus = gavel();
+    corpus.family = Some("model".to_string());
+    let all: Vec<usize> = (0..corpus.examples.len()).collect();
+    let n = duet_trainer::final_fit::CALIBRATION_FOLDS;
+    let folds = corpus.calibration_folds(&all, 7, n);
+    assert!(folds[..2 * n].iter().all(|f| !f.probed));
+    let values = corpus.values_of("model");
+    let family_of = |e: &Example, id: &str| values[e.dataset][id].clone();
+    let mut families_held: Vec<String> = Vec::new();
+    for f in &folds[2 * n..] {
+        assert!(f.probed && f.held_families.is_empty() && !f.calibration.is_empty());
+        assert_eq!(f.train.len() + f.calibration.len(), all.len());
+        let touches = |i: usize| {
+            let e = &corpus.examples[i];
+            f.held_workloads.contains(&e.a) || f.held_workloads.contains(&e.b)
+        };
+        assert!(f.calibration.iter().all(|&i| touches(i)));
+        let held: BTreeSet<String> = corpus
+            .examples
+            .iter()
+            .flat_map(|e| [(e, &e.a), (e, &e.b)])
+            .filter(|(_, id)| f.held_workloads.contains(*id))
+            .map(|(e, id)| family_of(e, id))
+            .collect();
+        families_held.extend(held.iter().cloned());
+        for w in &f.held_workloads {
+            let probes: BTreeSet<usize> = f
+                .train
+                .iter()
+                .map(|&i| &corpus.examples[i])
+                .filter(|e| e.a == *w || e.b == *w)
+                .map(|e| {
+                    let partner = if e.a == *w { &e.b } else { &e.a };
+                    assert!(
+                        !f.held_workloads.contains(partner),
+                        "a probe's partner is known"
+                    );
+                    e.setting
+                })
+                .collect();
+            assert!(
+                (1..=PROBED_MAX as usize).contains(&probes.len()),
+                "{w}: {} probes",
+                probes.len()
+            );
+        }
+    }
+    families_held.sort();
+    let every: BTreeSet<String> = corpus
+        .examples
+        .iter()
+        .flat_map(|e| [family_of(e, &e.a), family_of(e, &e.b)])
+        .collect();
+    assert_eq!(families_held, every.into_iter().collect::<Vec<_>>());
 }
 
 #[test]
