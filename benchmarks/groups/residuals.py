@@ -1,7 +1,8 @@
 """How far a model learned from measured groups could go below the excess rule on a dataset's
 groups, from the measurements alone (no duet model): the rule's error, how reproducible the
-measurements it composes are, and what corrections learned from a quarter of the groups reach
-on the rest.
+measurements it composes are, what corrections learned from a quarter of the groups reach on
+the rest, and whether choosing that quarter (`duet profile --group-budget`'s balanced design)
+beats a random one.
 
     python benchmarks/groups/residuals.py [GROUPS_DATASET] [PAIRS_DATASET_MEASURED_AGAIN]
 
@@ -116,3 +117,65 @@ for name, values in results.items():
     v = np.array(values)
     print(f"  {name:40s} MAPE {v.mean():6.2f}% ± {v.std():.2f}  "
           f"({(1 - v / base).mean() * 100:+.1f}% against the rule)")
+
+# Which quarter to measure: could a campaign that chooses its groups do better than a random
+# draw? A workload's effect is a mean of its jobs' residuals, so a balanced design (each next
+# group the one that raises the sum of squared job counts least, ties in random order: every
+# workload in about as many jobs) estimates the least measured workloads better. Scored with
+# duet's own effects (each workload's residual sum over its jobs plus 3, `trainer/src/groups.rs`'s
+# rule with the penalty its folds chose on all the triples), 200 draws each.
+members = {}
+for j in jobs:
+    members.setdefault(j[0], []).append(j[1])
+
+
+def rise(counts, group):
+    """How much a group raises the sum of the workloads' squared job counts."""
+    return sum(2 * counts[w] * group.count(w) + group.count(w) ** 2 for w in set(group))
+
+
+def balanced(rng, n):
+    """`duet profile --group-budget`'s design (profiler/src/campaign/design.rs)."""
+    order = list(unique)
+    rng.shuffle(order)
+    counts = {w: 0 for w in names}
+    chosen = []
+    for _ in range(n):
+        best = min((g for g in order if g not in chosen), key=lambda g: rise(counts, members[g]))
+        chosen.append(best)
+        for w in members[best]:
+            counts[w] += 1
+    spreads.append(max(counts.values()) - min(counts.values()))
+    return set(chosen)
+
+
+spreads = []
+
+
+def shrunk_effects(train, test, penalty=3):
+    effect = {}
+    for n in names:
+        mine = residual[[k for k in train if jobs[k][1] == n]]
+        effect[n] = mine.sum() / (len(mine) + penalty)
+    return rule[test] * np.exp(np.array([effect[jobs[k][1]] for k in test]))
+
+
+choosers = {
+    "a random quarter": lambda rng: set(rng.choice(unique, len(unique) // 4, replace=False).tolist()),
+    "a balanced quarter": lambda rng: balanced(rng, len(unique) // 4),
+}
+print("duet's shrunk own effects (penalty 3) by how the quarter is chosen (200 draws):")
+for label, chooser in choosers.items():
+    before, after = [], []
+    for seed in range(200):
+        chosen = chooser(np.random.default_rng(seed))
+        train = np.array([k for k in everything if group_ids[k] in chosen])
+        test = np.array([k for k in everything if group_ids[k] not in chosen])
+        before.append(mape(rule[test], truth[test]))
+        after.append(mape(shrunk_effects(train, test), truth[test]))
+    before, after = np.array(before), np.array(after)
+    print(f"  {label:20s} rule {before.mean():6.2f}%  with effects {after.mean():6.2f}% ± {after.std():.2f}  "
+          f"({(1 - after / before).mean() * 100:+.1f}% against the rule; 20% or more in "
+          f"{(1 - after / before >= 0.2).mean() * 100:.0f}% of draws)")
+print(f"  the balanced designs' spread of jobs per workload (most - fewest): "
+      f"{ {int(k): int(v) for k, v in zip(*np.unique(spreads, return_counts=True))} } draws")

@@ -698,6 +698,13 @@ pub struct ProfileArgs {
     /// the dataset's groups.parquet. Not with --budget or --onto, which choose pairs.
     #[arg(long, default_value_t = 2, conflicts_with_all = ["budget", "onto"])]
     pub group_size: usize,
+    /// With --group-size 3 or more: measure only this many groups of each size (`14`) or this
+    /// share of them (`25%`), every pair still measured. The groups are a balanced design: each
+    /// next one the group whose workloads the chosen ones hold least, so that every workload is
+    /// in about as many measured jobs (what a group effect is learnt from); each is measured in
+    /// every mode and share.
+    #[arg(long)]
+    pub group_budget: Option<String>,
     /// Seconds a run may take to reach its window before it is recorded as a timeout.
     #[arg(long, default_value_t = 120.0)]
     pub timeout: f64,

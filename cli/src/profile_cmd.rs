@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use duet_core::dataset::Mode;
 use duet_profiler::builtin::{self, Device};
-use duet_profiler::campaign::{Campaign, WARM_ITERATIONS, parse_shard};
+use duet_profiler::campaign::{Campaign, GroupBudget, WARM_ITERATIONS, parse_shard};
 use duet_profiler::catalog::{Catalog, Source};
 use duet_profiler::process::{ITERATION_LINE, Launcher, Running};
 
@@ -255,6 +255,7 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
             .ok()
             .map(|h| h.trim().to_string()),
         group_size: args.group_size,
+        group_budget: args.group_budget.as_deref().map(group_budget).transpose()?,
         known_solos: Vec::new(),
     };
     if let Some(dir) = &args.onto {
@@ -315,6 +316,17 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
 }
 
 /// The options of `duet profile --budget`, from the flags.
+/// `--group-budget`: a count of groups of each size or a share of them, read as `--budget` is.
+fn group_budget(text: &str) -> Result<GroupBudget> {
+    let budget: Budget = text
+        .parse()
+        .map_err(|e: String| anyhow!("--group-budget: {e}"))?;
+    Ok(match budget {
+        Budget::Fraction(share) => GroupBudget::Share(share),
+        Budget::Settings(n) => GroupBudget::Groups(n),
+    })
+}
+
 fn budget_options(args: &ProfileArgs, budget: &str) -> Result<BudgetOptions> {
     let budget: Budget = budget
         .parse()

@@ -232,6 +232,81 @@ fn a_group_campaign_measures_every_triple_together() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--group-size 9"));
 }
 
+/// `--group-budget 4`: every pair, and 4 of the 10 triples, chosen so that the three workloads
+/// are in about as many measured jobs; a budget without groups, or of none, is refused before
+/// anything runs.
+#[test]
+fn a_group_budget_measures_a_balanced_share_of_the_triples() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let catalog = write_catalog(dir.path(), "");
+    let out = dir.path().join("cpu-some-triples");
+    let args = [
+        "--repetitions",
+        "1",
+        "--group-size",
+        "3",
+        "--group-budget",
+        "4",
+    ];
+    let run = profile(&catalog, &out, &args);
+    let log = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{log}");
+    // 3 solos, 6 pairs, 4 triples.
+    assert!(log.contains("[13/13]"), "{log}");
+    validate(&out);
+    let d = Dataset::read(&out).expect("dataset");
+    assert_eq!(d.groups.len(), 4);
+    let mut jobs: std::collections::BTreeMap<&str, usize> = Default::default();
+    for g in &d.groups {
+        for j in &g.jobs {
+            *jobs.entry(j.workload.as_str()).or_default() += 1;
+        }
+    }
+    // 12 jobs over the three workloads; no four triples of them give each exactly four without
+    // `abc`, which the design takes first, so the counts are within two of each other (a
+    // random four could leave a workload out entirely).
+    let counts: Vec<usize> = jobs.values().copied().collect();
+    assert_eq!(
+        (counts.len(), counts.iter().sum::<usize>()),
+        (3, 12),
+        "{jobs:?}"
+    );
+    assert!(
+        counts.iter().max().unwrap_or(&0) - counts.iter().min().unwrap_or(&0) <= 2,
+        "{jobs:?}"
+    );
+    assert!(d.groups.iter().any(|g| {
+        let mut w: Vec<&str> = g.jobs.iter().map(|j| j.workload.as_str()).collect();
+        w.sort_unstable();
+        w.dedup();
+        w.len() == 3
+    }));
+    assert!(
+        d.meta
+            .description
+            .contains("4 (a balanced design) of the groups of three")
+    );
+    for (flags, says) in [
+        (&["--group-budget", "25%"][..], "only with --group-size 3"),
+        (
+            &["--group-size", "3", "--group-budget", "0"][..],
+            "--group-budget: budget `0`: at least one",
+        ),
+        (
+            &["--group-size", "3", "--group-budget", "half"][..],
+            "--group-budget: budget `half`",
+        ),
+    ] {
+        let bad = profile(&catalog, &dir.path().join("refused"), flags);
+        let log = String::from_utf8_lossy(&bad.stderr);
+        assert!(
+            !bad.status.success() && log.contains(says),
+            "{flags:?}: {log}"
+        );
+        assert!(!dir.path().join("refused").exists());
+    }
+}
+
 #[test]
 fn a_killed_campaign_resumes_without_repeating_or_losing_anything() {
     let dir = tempfile::tempdir().expect("tmp");

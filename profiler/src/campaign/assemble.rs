@@ -314,10 +314,17 @@ impl Campaign {
                  modes {}, {} repetitions{}, {:.1} s warm-up and measured windows of {:.1} s to \
                  {:.1} s, each until the rates' relative standard errors were at most {}%",
                 self.catalog.workloads.len(),
-                match self.group_size {
-                    0..=2 => String::new(),
-                    3 => " and every group of three".to_string(),
-                    k => format!(" and every group of three to {k}"),
+                match (self.group_size, self.group_budget) {
+                    (0..=2, _) => String::new(),
+                    (3, None) => " and every group of three".to_string(),
+                    (k, None) => format!(" and every group of three to {k}"),
+                    (3, Some(b)) => format!(" and {} of the groups of three", b.describe()),
+                    (k, Some(b)) => {
+                        format!(
+                            " and {} of the groups of each size from three to {k}",
+                            b.describe()
+                        )
+                    }
                 },
                 self.modes
                     .iter()

@@ -62,6 +62,10 @@ impl Campaign {
         .into_iter()
         // Recorded only where groups are measured: journals of pairs stay resumable.
         .chain((self.group_size > 2).then(|| ("group-size", self.group_size.to_string())))
+        .chain(
+            self.group_budget
+                .map(|b| ("group-budget", format!("{b:?}"))),
+        )
         // Likewise only where the solos are repeated differently from the pairs.
         .chain(
             (self.solo_repetitions != self.repetitions)

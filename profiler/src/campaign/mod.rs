@@ -15,6 +15,7 @@
 //! standard error of at most `precision`, or `window_max` has passed.
 
 mod assemble;
+mod design;
 mod journal;
 mod measure;
 mod session;
@@ -40,6 +41,7 @@ use crate::mps::MpsDaemon;
 use crate::process::{Launcher, Usage};
 
 use assemble::samples_of;
+pub use design::GroupBudget;
 use journal::read_journal;
 pub use measure::window_opens;
 pub use session::{FULL_GRID, Session};
@@ -89,6 +91,10 @@ pub struct Campaign {
     /// The most jobs measured together: 2 measures pairs; 3 or more also every group of 3 up to
     /// this many (`--group-size`).
     pub group_size: usize,
+    /// Groups of three or more measured where not all (`--group-budget`): of each size, this
+    /// many workload multisets, chosen as a balanced design (`design`), each measured in every
+    /// mode and share. `None`: every group.
+    pub group_budget: Option<GroupBudget>,
     /// Workloads of the catalog measured alone in an earlier dataset (`--onto`): their rows
     /// are taken as they are, never measured again, and their pairs need no solo run here.
     pub known_solos: Vec<duet_core::dataset::Workload>,
@@ -309,6 +315,23 @@ impl Campaign {
                 duet_core::dataset::MAX_GROUP_SIZE
             )));
         }
+        match self.group_budget {
+            Some(_) if self.group_size < 3 => {
+                return Err(fail(
+                    "--group-budget: only with --group-size 3 or more (pairs are chosen by \
+                     --budget)",
+                ));
+            }
+            Some(GroupBudget::Share(share)) if !(share > 0.0 && share <= 1.0) => {
+                return Err(fail(format!(
+                    "--group-budget {share}: a share above 0 and at most 100%"
+                )));
+            }
+            Some(GroupBudget::Groups(0)) => {
+                return Err(fail("--group-budget 0: at least one group of each size"));
+            }
+            _ => {}
+        }
         if self.modes.is_empty() {
             return Err(fail("--modes: give at least one mode"));
         }
@@ -357,7 +380,18 @@ impl Campaign {
         // (workloads, mode, shares) of every setting: pairs, then groups by size.
         let mut settings: Vec<(Vec<String>, Mode, Vec<Option<f64>>)> = Vec::new();
         for size in 2..=self.group_size.max(2) {
-            for members in multisets(names.len(), size) {
+            let mut all = multisets(names.len(), size);
+            if size > 2
+                && let Some(budget) = self.group_budget
+            {
+                // Seeded by the campaign and the size alone: every shard chooses the same.
+                let mut rng = duet_core::rng::Rng::new(self.seed ^ (0x6_0A_u64 << 8) ^ size as u64);
+                let mut chosen =
+                    design::balanced(&all, names.len(), budget.count(all.len()), &mut rng);
+                chosen.sort_unstable();
+                all = chosen.into_iter().map(|g| all[g].clone()).collect();
+            }
+            for members in all {
                 let workloads: Vec<String> =
                     members.iter().map(|&i| names[i].to_string()).collect();
                 for &mode in &self.modes {

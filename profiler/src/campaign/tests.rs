@@ -43,6 +43,7 @@ fn campaign(dir: &Path) -> Campaign {
         date: "2026-11-30".into(),
         host: None,
         group_size: 2,
+        group_budget: None,
         known_solos: Vec::new(),
     }
 }
