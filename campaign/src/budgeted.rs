@@ -295,6 +295,16 @@ pub(crate) fn solo_tasks<'a>(
         .collect()
 }
 
+/// The group measurements of a campaign with `--group-size` 3 or more (the groups
+/// `--group-budget` chooses, or every one), in the modes the session measures.
+fn group_tasks(campaign: &Campaign, modes: &[Mode]) -> Vec<Task> {
+    campaign
+        .tasks()
+        .into_iter()
+        .filter(|t| matches!(t, Task::Group { .. }) && t.mode().is_some_and(|m| modes.contains(&m)))
+        .collect()
+}
+
 /// Each round's own seed.
 pub(crate) fn mix(seed: u64, stream: u64, n: u64) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
@@ -400,12 +410,22 @@ pub fn run(
         .map(|w| w.name.clone())
         .collect();
     let solos = solo_tasks(campaign, names.iter());
-    let total = solos.len() + sizes.budget * reps;
+    let groups = group_tasks(campaign, session.modes());
+    let total = solos.len() + sizes.budget * reps + groups.len();
     progress.line(&format!(
         "budget: {} of {} pair settings ({} chosen in rounds by {}, {} audited), every \
          workload alone first",
         sizes.budget, sizes.grid, sizes.selection, options.select, sizes.audit
     ));
+    if !groups.is_empty() {
+        progress.line(&format!(
+            "then {} group measurements ({}), after the audit",
+            groups.len(),
+            campaign
+                .group_budget
+                .map_or_else(|| "every group".to_string(), |b| b.describe())
+        ));
+    }
     if session.measurements() > 0 {
         progress.line(&format!(
             "resuming: {} measurements already in the journal",
@@ -573,8 +593,12 @@ pub fn run(
         ));
     }
     measuring.measure(&mut session, tasks(campaign, &audited), progress)?;
+    // The groups (`--group-size` 3 or more): chosen by no model, so they wait for nothing; last,
+    // so that the pairs' budget is spent first.
+    let group_count = groups.len();
+    measuring.measure(&mut session, groups, progress)?;
     progress.event(Event::Step {
-        done: scheduled_len(&chosen, &audited, campaign),
+        done: scheduled_len(&chosen, &audited, campaign) + group_count as u64,
         now: "audit and dataset",
     });
     progress.event(Event::Finish);

@@ -695,8 +695,9 @@ pub struct ProfileArgs {
     pub solo_repetitions: Option<u32>,
     /// The most jobs measured together: 2 measures every pair; 3 or more measures also every
     /// group of 3 up to this many (a workload may appear more than once in a group), written to
-    /// the dataset's groups.parquet. Not with --budget or --onto, which choose pairs.
-    #[arg(long, default_value_t = 2, conflicts_with_all = ["budget", "onto"])]
+    /// the dataset's groups.parquet. With --budget, the groups follow the budgeted pairs and
+    /// their audit (and count outside the budget). Not with --onto, which chooses probes.
+    #[arg(long, default_value_t = 2, conflicts_with = "onto")]
     pub group_size: usize,
     /// With --group-size 3 or more: measure only this many groups of each size (`14`) or this
     /// share of them (`25%`), every pair still measured. The groups are a balanced design: each

@@ -1,7 +1,8 @@
 //! Real budgeted campaigns on the CPU (`duet profile --budget`): every workload alone, a first
 //! round before any pair is known, the model fitted and a second and third round chosen by it,
 //! the audit, `campaign.json`; a campaign killed mid-round resumed with the same choices and
-//! nothing measured twice; and the flags' errors. And new workloads onto an earlier dataset
+//! nothing measured twice; a budgeted campaign's groups after its pairs; and the flags'
+//! errors. And new workloads onto an earlier dataset
 //! (`--onto DIR --probes K`): measured alone and with K co-runners chosen by the model fitted on
 //! it, the co-runners' solo rows copied, the dataset merging with it.
 
@@ -338,6 +339,51 @@ fn a_killed_budgeted_campaign_resumes_with_the_same_choices() {
     );
     assert_eq!(r["audit"]["settings"].as_array().map(Vec::len), Some(2));
     assert!(!folder.exists());
+}
+
+/// `--budget` with `--group-size 3 --group-budget 3`: the budgeted pairs and their audit, then
+/// three of the twenty triples (the balanced design: each of the four workloads in two or three
+/// of the nine jobs), measured outside the pairs' budget.
+#[test]
+fn a_budgeted_campaign_measures_its_chosen_groups_after_the_pairs() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let catalog = write_catalog(dir.path());
+    let out = dir.path().join("budgeted-groups");
+    let flags = [
+        "--budget",
+        "4",
+        "--audit",
+        "1",
+        "--ensemble",
+        "1",
+        "--max-epochs",
+        "10",
+        "--group-size",
+        "3",
+        "--group-budget",
+        "3",
+    ];
+    let run = profile(&catalog, &out, &flags);
+    let log = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{log}");
+    // 4 solos, 4 pair settings, 3 triples.
+    assert!(log.contains("[11/11]"), "{log}");
+    assert!(
+        log.contains("then 3 group measurements (3 (a balanced design))"),
+        "{log}"
+    );
+    let d = Dataset::read(&out).expect("dataset");
+    assert_eq!((d.pairs.len(), d.groups.len()), (4, 3));
+    assert_eq!(record(&out)["budget"].as_u64(), Some(4));
+    let mut jobs: std::collections::BTreeMap<&str, usize> = Default::default();
+    for g in &d.groups {
+        assert_eq!(g.jobs.len(), 3);
+        for j in &g.jobs {
+            *jobs.entry(j.workload.as_str()).or_default() += 1;
+        }
+    }
+    assert_eq!(jobs.len(), 4, "{jobs:?}");
+    assert!(jobs.values().all(|&n| (2..=3).contains(&n)), "{jobs:?}");
 }
 
 #[test]
