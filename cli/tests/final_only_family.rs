@@ -49,6 +49,13 @@ fn a_final_only_fit_calibrates_and_serves_a_new_family() {
     let weight = prior["weight"].as_f64().expect("a weight");
     assert!((0.0..=1.0).contains(&weight), "{prior}");
     assert!(prior["chosen_on"].as_u64().expect("rows") > 0, "{prior}");
+    // And the probed weight, chosen on the probed folds' rows.
+    let probed_weight = prior["probed_weight"].as_f64().expect("a probed weight");
+    assert!((0.0..=1.0).contains(&probed_weight), "{prior}");
+    assert!(
+        prior["probed_chosen_on"].as_u64().expect("rows") > 0,
+        "{prior}"
+    );
     let workloads = &calibration["new"];
     assert!(
         workloads["groups"].as_u64().expect("groups") > 7,
@@ -67,7 +74,16 @@ fn a_final_only_fit_calibrates_and_serves_a_new_family() {
     train(&data, &plain, &["--family", "none"]);
     let plain = meta(&plain);
     assert!(plain["calibration"].get("new_family").is_none());
-    assert!(plain["calibration"].get("family_prior").is_none());
+    // Its prior has no new-family weight (the network alone), only a probed one.
+    let prior = &plain["calibration"]["family_prior"]["devices"]["k80"];
+    assert_eq!(
+        (prior["weight"].as_f64(), prior["chosen_on"].as_u64()),
+        (Some(1.0), Some(0))
+    );
+    assert!(
+        prior["probed_chosen_on"].as_u64().expect("rows") > 0,
+        "{prior}"
+    );
     // Its probed folds hold single workloads out but for their probes.
     assert!(
         plain["calibration"]["probed"]["groups"]

@@ -775,6 +775,13 @@ fn group_by_adds_a_leave_one_model_out_split() {
         let weight = d["weight"].as_f64().expect("weight");
         assert!((0.0..=1.0).contains(&weight), "{gpu}: {d}");
         assert!(d["chosen_on"].as_u64().expect("rows") > 0, "{gpu}: {d}");
+        // Every workload well measured: a probed weight chosen on the probed folds' rows.
+        let probed = d["probed_weight"].as_f64().expect("probed weight");
+        assert!((0.0..=1.0).contains(&probed), "{gpu}: {d}");
+        assert!(
+            d["probed_chosen_on"].as_u64().expect("rows") > 0,
+            "{gpu}: {d}"
+        );
         assert!(d["mean"].as_f64().expect("mean").is_finite(), "{gpu}: {d}");
         for effects in ["partner", "own"] {
             assert_eq!(
@@ -786,7 +793,7 @@ fn group_by_adds_a_leave_one_model_out_split() {
     }
     let report = fs::read_to_string(tmp.path().join("family").join("report.md")).expect("report");
     assert!(
-        report.contains("| device | the network's weight | chosen on rows |"),
+        report.contains("| device | the network's weight, new family | chosen on rows |"),
         "{report}"
     );
 

@@ -83,11 +83,11 @@ pub struct Calibration {
     /// 0 and the size is absent).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub group_effects: std::collections::BTreeMap<String, GroupEffects>,
-    /// A pair with a job of a new family: its ln speeds weighted between the network's and the
-    /// effects prior's (`crate::prior`), the `new_family` shift fitted on the weighted ones.
-    /// Absent without leave-one-family-out folds (no family feature, a `--final-only` fit of
-    /// fewer than [`MIN_FAMILIES`] families, files written before it): the network alone
-    /// answers.
+    /// A pair with a job of a new family, or with a probed job: its ln speeds weighted between
+    /// the network's and the effects prior's (`crate::prior`, a weight per device for each),
+    /// the `new_family` and `probed` shifts fitted on the weighted ones. Absent without
+    /// leave-one-family-out or probed folds (fewer than [`MIN_FAMILIES`] families, or workloads
+    /// where no family is named; files written before it): the network alone answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family_prior: Option<FamilyPrior>,
 }

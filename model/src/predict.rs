@@ -208,13 +208,15 @@ pub struct Decode {
 
 impl Decode {
     /// The decoding of the encoded pair row `row` (either direction). The prior is looked for
-    /// only where the class can be a new family's (the class of a pair of known workloads
-    /// costs one look at the row).
+    /// only where the class can be a new family's or a probed job's (the class of a pair of
+    /// known workloads costs one look at the row).
     pub fn of_row(spec: &FeatureSpec, calibration: &CalibrationShifts, row: &[f32]) -> Decode {
         let (kind, measured) = spec.pair_view(row);
         let (class, shift) = calibration.resolve(kind, spec.row_gpu(row));
         let prior = match (&calibration.family_prior, class) {
-            (Some(p), Calibration::NewFamily | Calibration::Conservative) => p.for_row(spec, row),
+            (Some(p), Calibration::NewFamily | Calibration::Conservative | Calibration::Probed) => {
+                p.for_row(spec, row)
+            }
             _ => None,
         };
         Decode {

@@ -11,14 +11,21 @@
 //! folds that calibrate the `new_family` p90, which is then fitted on the weighted predictions),
 //! so a device whose features do transfer keeps the network and one whose do not leans on the
 //! effects. The p10 is the more pessimistic of the network's and the weighted speed less the
-//! network's spread (`weigh_outputs`). A pair of
-//! known or new workloads of known families is answered by the network alone.
+//! network's spread (`weigh_outputs`).
+//!
+//! A job measured in only a few pair settings (`probed`: say a new family's after `duet profile
+//! --onto DIR --probes K`) is known to the network by those few rows alone, and the same effects
+//! answer beside it: its own effect and its effect as a partner are what its probes measured,
+//! less what its partners there explain (backfitted, since a few partners do not average out),
+//! with a weight of the network's own, chosen on the folds that hold workloads out but for their
+//! probes. A pair of well-measured or new workloads of known families is answered by the network
+//! alone.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::encoding::FeatureSpec;
+use crate::encoding::{FeatureSpec, Novelty, PROBED_MAX};
 use crate::network::{OUT_LOG_SPEED, OUT_LOG_SPEED_P10};
 
 /// The network's weights tried for a new family's pairs: 0, 0.1, ..., 1.
@@ -34,19 +41,57 @@ pub struct FamilyPrior {
     pub devices: BTreeMap<String, DeviceEffects>,
 }
 
-/// One device's additive effects (ln speed) and the network's weight there.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+/// Which jobs a pair's prior answers for, each with its own weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Basis {
+    /// A job of the pair is of a family training never had.
+    NewFamily,
+    /// Neither is new, and one was measured in at most `PROBED_MAX` pair settings.
+    Probed,
+}
+
+/// One device's additive effects (ln speed) and the network's weights there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceEffects {
     /// The network's weight in a new family's ln speed (the effects prior has the rest).
     pub weight: f64,
     /// The held-out families' rows the weight was chosen on (0: none, the network alone).
     pub chosen_on: usize,
+    /// The network's weight in a probed job's ln speed (1, the network alone, in a model.json
+    /// written before probed jobs had a prior).
+    #[serde(default = "network_alone")]
+    pub probed_weight: f64,
+    /// The probed folds' rows `probed_weight` was chosen on.
+    #[serde(default)]
+    pub probed_chosen_on: usize,
     /// Mean ln speed of every feasible directed row measured on the device.
     pub mean: f64,
     /// Per training workload: mean ln speed of the jobs that ran next to it, less `mean`.
     pub partner: BTreeMap<String, f64>,
     /// Per training workload: its own mean ln speed next to any partner, less `mean`.
     pub own: BTreeMap<String, f64>,
+}
+
+fn network_alone() -> f64 {
+    1.0
+}
+
+/// Rounds of backfitting a sparse workload's effects (each round its own effect given its
+/// partners', then its partner effect given its partners' own); a handful settles them.
+const BACKFIT_ROUNDS: usize = 5;
+
+impl Default for DeviceEffects {
+    fn default() -> DeviceEffects {
+        DeviceEffects {
+            weight: 1.0,
+            chosen_on: 0,
+            probed_weight: 1.0,
+            probed_chosen_on: 0,
+            mean: 0.0,
+            partner: BTreeMap::new(),
+            own: BTreeMap::new(),
+        }
+    }
 }
 
 /// One measured directed row: job `a` at `ln_speed` next to `b` on `gpu`.
@@ -58,62 +103,124 @@ pub struct EffectRow<'a> {
     pub ln_speed: f64,
 }
 
-impl FamilyPrior {
-    /// The effects of `rows`, every weight 1 (the network alone) until [`FamilyPrior::weigh`].
-    pub fn fit<'a>(rows: impl IntoIterator<Item = EffectRow<'a>>) -> FamilyPrior {
-        #[derive(Default)]
-        struct Sums<'a> {
-            total: (f64, usize),
-            partner: BTreeMap<&'a str, (f64, usize)>,
-            own: BTreeMap<&'a str, (f64, usize)>,
+impl DeviceEffects {
+    /// The network's weight for a pair whose prior is on `basis`.
+    pub fn weight_of(&self, basis: Basis) -> f64 {
+        match basis {
+            Basis::NewFamily => self.weight,
+            Basis::Probed => self.probed_weight,
         }
+    }
+
+    /// The mean, partner and own effects of one device's finite rows (weights 1).
+    fn fit(rows: &[EffectRow]) -> DeviceEffects {
+        let mut total = (0.0, 0usize);
+        let mut partner: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
+        let mut own: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
         let add = |s: &mut (f64, usize), x: f64| {
             s.0 += x;
             s.1 += 1;
         };
-        let mut by_device: BTreeMap<&str, Sums> = BTreeMap::new();
         for r in rows {
-            if !r.ln_speed.is_finite() {
-                continue;
-            }
-            let s = by_device.entry(r.gpu).or_default();
-            add(&mut s.total, r.ln_speed);
-            add(s.partner.entry(r.b).or_default(), r.ln_speed);
-            add(s.own.entry(r.a).or_default(), r.ln_speed);
+            add(&mut total, r.ln_speed);
+            add(partner.entry(r.b).or_default(), r.ln_speed);
+            add(own.entry(r.a).or_default(), r.ln_speed);
         }
         #[allow(clippy::cast_precision_loss)]
         let mean = |s: &(f64, usize)| s.0 / s.1 as f64;
+        let m = mean(&total);
+        let sparse: Vec<&str> = own
+            .iter()
+            .filter(|(_, s)| s.1 <= PROBED_MAX as usize)
+            .map(|(id, _)| *id)
+            .collect();
+        let less = |map: BTreeMap<&str, (f64, usize)>| -> BTreeMap<String, f64> {
+            map.into_iter()
+                .map(|(id, v)| (id.to_string(), mean(&v) - m))
+                .collect()
+        };
+        let mut effects = DeviceEffects {
+            mean: m,
+            partner: less(partner),
+            own: less(own),
+            ..DeviceEffects::default()
+        };
+        effects.backfit_sparse(rows, &sparse);
+        effects
+    }
+
+    /// Each of `sparse`'s own effect made the mean of its rows' ln speeds less the mean and
+    /// its partners' effects, and its partner effect the mean of its partners' less the mean
+    /// and their own effects, alternately ([`BACKFIT_ROUNDS`]); well-measured workloads keep
+    /// their plain means, which a full grid's partners average out of.
+    fn backfit_sparse(&mut self, rows: &[EffectRow], sparse: &[&str]) {
+        #[allow(clippy::cast_precision_loss)]
+        let mean = |xs: &[f64]| (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64);
+        for _ in 0..BACKFIT_ROUNDS {
+            for &w in sparse {
+                let of =
+                    |map: &BTreeMap<String, f64>, id: &str| map.get(id).copied().unwrap_or(0.0);
+                let own: Vec<f64> = rows
+                    .iter()
+                    .filter(|r| r.a == w)
+                    .map(|r| r.ln_speed - self.mean - of(&self.partner, r.b))
+                    .collect();
+                if let Some(x) = mean(&own) {
+                    self.own.insert(w.to_string(), x);
+                }
+                let partner: Vec<f64> = rows
+                    .iter()
+                    .filter(|r| r.b == w)
+                    .map(|r| r.ln_speed - self.mean - of(&self.own, r.a))
+                    .collect();
+                if let Some(x) = mean(&partner) {
+                    self.partner.insert(w.to_string(), x);
+                }
+            }
+        }
+    }
+}
+
+impl FamilyPrior {
+    /// The effects of `rows`, every weight 1 (the network alone) until [`FamilyPrior::weigh`].
+    /// A workload measured as job `a` in at most [`PROBED_MAX`] rows of a device has its own
+    /// and partner effects there backfitted on its rows ([`backfit_sparse`]): a plain mean
+    /// over a few partners is mostly theirs.
+    pub fn fit<'a>(rows: impl IntoIterator<Item = EffectRow<'a>>) -> FamilyPrior {
+        let mut by_device: BTreeMap<&str, Vec<EffectRow>> = BTreeMap::new();
+        for r in rows {
+            if r.ln_speed.is_finite() {
+                by_device.entry(r.gpu).or_default().push(r);
+            }
+        }
         let devices = by_device
             .into_iter()
-            .map(|(gpu, s)| {
-                let m = mean(&s.total);
-                let less = |map: BTreeMap<&str, (f64, usize)>| {
-                    map.into_iter()
-                        .map(|(id, v)| (id.to_string(), mean(&v) - m))
-                        .collect()
-                };
-                let effects = DeviceEffects {
-                    weight: 1.0,
-                    chosen_on: 0,
-                    mean: m,
-                    partner: less(s.partner),
-                    own: less(s.own),
-                };
-                (gpu.to_string(), effects)
-            })
+            .map(|(gpu, rows)| (gpu.to_string(), DeviceEffects::fit(&rows)))
             .collect();
         FamilyPrior { devices }
     }
 
     /// The effects prior's ln speed of job a of an encoded pair row, and the network's weight,
-    /// where one of the row's jobs is of a new family (`FeatureSpec::family_is_new`) on a device
-    /// the prior knows; `None` otherwise (the network alone answers).
+    /// where one of the row's jobs is of a new family (`FeatureSpec::family_is_new`), or else
+    /// neither is new and one is probed, on a device the prior knows; `None` otherwise (the
+    /// network alone answers).
     pub fn for_row(&self, spec: &FeatureSpec, row: &[f32]) -> Option<(f64, f64)> {
+        self.lookup(spec, row)
+            .map(|(ln, basis, device)| (ln, device.weight_of(basis)))
+    }
+
+    /// [`FamilyPrior::for_row`]'s prior ln speed, with what it answers for and the device's
+    /// effects (for its weights).
+    pub fn lookup(&self, spec: &FeatureSpec, row: &[f32]) -> Option<(f64, Basis, &DeviceEffects)> {
         let width = spec.job_width();
         let (a, b) = (row.get(..width)?, row.get(width..2 * width)?);
-        if !(spec.family_is_new(a) || spec.family_is_new(b)) {
+        let basis = if spec.family_is_new(a) || spec.family_is_new(b) {
+            Basis::NewFamily
+        } else if spec.novelty(a).max(spec.novelty(b)) == Novelty::Probed {
+            Basis::Probed
+        } else {
             return None;
-        }
+        };
         let device = self.devices.get(spec.row_gpu(row)?)?;
         let effect = |map: &BTreeMap<String, f64>, job: &[f32]| {
             spec.identity_of(job)
@@ -122,14 +229,23 @@ impl FamilyPrior {
                 .unwrap_or(0.0)
         };
         let prior = device.mean + effect(&device.partner, b) + effect(&device.own, a);
-        Some((prior, device.weight))
+        Some((prior, basis, device))
     }
 
-    /// Sets each device's weight to the one [`Weights::choose`] picks on `rows`.
+    /// Sets each device's new-family weight to the one [`Weights::choose`] picks on `rows`.
     pub fn weigh(&mut self, rows: &[Candidate]) {
         let weights = Weights::choose(rows);
         for (gpu, device) in &mut self.devices {
             (device.weight, device.chosen_on) = weights.of(gpu);
+        }
+    }
+
+    /// Sets each device's probed weight to the one [`Weights::choose`] picks on `rows` (probed
+    /// workloads' held-out rows).
+    pub fn weigh_probed(&mut self, rows: &[Candidate]) {
+        let weights = Weights::choose(rows);
+        for (gpu, device) in &mut self.devices {
+            (device.probed_weight, device.probed_chosen_on) = weights.of(gpu);
         }
     }
 }

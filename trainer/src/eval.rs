@@ -24,7 +24,7 @@ use duet_model::encoding::PROBED_MAX;
 use duet_model::network::{
     OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig,
 };
-use duet_model::prior::{Candidate, Weights, weigh_in};
+use duet_model::prior::{Basis, Candidate, Weights};
 use serde::{Deserialize, Serialize};
 
 use crate::baselines::{LowRank, Ridge, constant, utilisation_sum};
@@ -410,6 +410,10 @@ pub struct Evaluation {
     /// other families' rows).
     #[serde(skip)]
     pub family_weights: BTreeMap<String, Weights>,
+    /// The probed-workloads folds' rows with a probed job: the network's and the fold's
+    /// effects prior's ln speed, for the shipped model's probed weights.
+    #[serde(skip)]
+    pub probed_candidates: Vec<Candidate>,
 }
 
 /// The MLP's raw outputs for one test row of a fold, and the kind of pair its fold's model
@@ -418,8 +422,9 @@ pub struct Evaluation {
 struct MlpRow {
     out: [f32; OUTPUTS],
     kind: Kind,
-    /// The fold's effects prior's ln speed, where a job of the row is of a new family.
-    prior: Option<f64>,
+    /// The fold's effects prior's ln speed, where a job of the row is of a new family or
+    /// probed, and which of the two.
+    prior: Option<(f64, Basis)>,
 }
 
 /// One fold's test rows: the baselines' predictions and the MLP's uncalibrated outputs (its p90
@@ -482,7 +487,9 @@ fn score_fold(
                 counts,
                 fold.probed.contains(&e.a) || fold.probed.contains(&e.b),
             ),
-            prior: prior.for_row(&trained.spec, row).map(|(ln, _)| ln),
+            prior: prior
+                .lookup(&trained.spec, row)
+                .map(|(ln, basis, _)| (ln, basis)),
         });
         let entries = [
             ("ridge", plain(ridge.predict(row).exp())),
@@ -697,7 +704,8 @@ pub fn evaluate_splits(
         .collect::<Result<Vec<_>, _>>()?;
         runs.push((split, folds, results));
     }
-    let (family_candidates, family_weights) = weigh_family_priors(corpus, &mut runs);
+    let (family_candidates, family_weights) = priors::weigh_family_priors(corpus, &mut runs);
+    let probed_candidates = priors::weigh_probed_priors(corpus, &mut runs);
     for (split, folds, results) in &runs {
         for (fold, scored) in folds.iter().zip(results) {
             out_of_fold.add(corpus, *split, fold, &scored.mlp);
@@ -764,107 +772,10 @@ pub fn evaluate_splits(
         out_of_fold,
         family_candidates,
         family_weights,
+        probed_candidates,
     })
 }
 
-/// Weighs every new-family row's network outputs with its fold's effects prior
-/// (`duet_model::prior`), as the shipped model will. In the leave-one-family-out folds each
-/// fold's weights are chosen on the other families' rows that touch none of its workloads; a
-/// new-family row of another split (a workload alone in its family, held out by
-/// `unseen_workloads`) takes the weights its family's fold was scored with. Returns every
-/// family fold's rows (for the shipped weights) and the weights each held-out family was scored
-/// with.
-fn weigh_family_priors(
-    corpus: &Corpus,
-    runs: &mut [(Split, Vec<Fold>, Vec<FoldScores>)],
-) -> (Vec<Candidate>, BTreeMap<String, Weights>) {
-    let Some(family) = corpus.family.clone() else {
-        return (Vec::new(), BTreeMap::new());
-    };
-    let is_family_split =
-        |split: &Split| matches!(split, Split::UnseenGroup(g) if g.feature() == family);
-    let values = corpus.values_of(&family);
-    let mut by_family: BTreeMap<String, Weights> = BTreeMap::new();
-    let mut all = Vec::new();
-    if let Some((_, folds, results)) = runs.iter_mut().find(|(split, ..)| is_family_split(split)) {
-        let per_fold: Vec<Vec<(usize, Candidate)>> = folds
-            .iter()
-            .zip(results.iter())
-            .map(|(fold, scored)| candidates(corpus, fold, &scored.mlp))
-            .collect();
-        for (k, (fold, scored)) in folds.iter().zip(results.iter_mut()).enumerate() {
-            // The other families' rows, but none touching this one (a pair of the two is a
-            // test row of both folds): no row of the fold chooses its own weight.
-            let held = fold.value.as_ref();
-            let others: Vec<Candidate> = per_fold
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != k)
-                .flat_map(|(_, c)| c.iter())
-                .filter(|(i, _)| {
-                    let e = &corpus.examples[*i];
-                    let value = |id: &str| values[e.dataset].get(id);
-                    value(&e.a) != held && value(&e.b) != held
-                })
-                .map(|(_, c)| c.clone())
-                .collect();
-            let weights = Weights::choose(&others);
-            apply_prior(corpus, fold, &mut scored.mlp, |_| &weights);
-            by_family.insert(fold.value.clone().unwrap_or_default(), weights);
-        }
-        all = per_fold.into_iter().flatten().map(|(_, c)| c).collect();
-    }
-    let pooled = Weights::choose(&all);
-    for (split, folds, results) in runs.iter_mut() {
-        if is_family_split(split) {
-            continue;
-        }
-        for (fold, scored) in folds.iter().zip(results.iter_mut()) {
-            apply_prior(corpus, fold, &mut scored.mlp, |e| {
-                let held = fold.workload.as_deref().unwrap_or_default();
-                let value = values[e.dataset].get(held);
-                value.and_then(|v| by_family.get(v)).unwrap_or(&pooled)
-            });
-        }
-    }
-    (all, by_family)
-}
-
-/// The rows of a fold's test set that have a prior and a measured speed, as weights are
-/// chosen on them, each with its example.
-fn candidates(corpus: &Corpus, fold: &Fold, mlp: &[MlpRow]) -> Vec<(usize, Candidate)> {
-    fold.test
-        .iter()
-        .zip(mlp)
-        .filter_map(|(&i, r)| {
-            let e = &corpus.examples[i];
-            let candidate = Candidate {
-                family: fold.value.clone().unwrap_or_default(),
-                gpu: e.gpu.clone(),
-                network: f64::from(r.out[OUT_LOG_SPEED]),
-                prior: r.prior?,
-                ln_speed: e.speed?.ln(),
-            };
-            Some((i, candidate))
-        })
-        .collect()
-}
-
-/// Each of a fold's rows with a prior: its ln speed and ln p10 speed weighed with the prior
-/// (`weigh_outputs`) by the weight `weights` gives for its example.
-fn apply_prior<'w>(
-    corpus: &Corpus,
-    fold: &Fold,
-    mlp: &mut [MlpRow],
-    weights: impl Fn(&Example) -> &'w Weights,
-) {
-    for (&i, r) in fold.test.iter().zip(mlp) {
-        let Some(prior) = r.prior else { continue };
-        let e = &corpus.examples[i];
-        let (w, _) = weights(e).of(&e.gpu);
-        weigh_in(&mut r.out, w, prior);
-    }
-}
-
+mod priors;
 #[cfg(test)]
 mod tests;

@@ -10,7 +10,7 @@ use duet_core::api::Calibration as Kind;
 use duet_model::calibration::{Calibration, FOLDED_CONFORMAL, MIN_FAMILIES, SPLIT_CONFORMAL};
 use duet_model::encoding::PROBED_MAX;
 use duet_model::network::{OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig};
-use duet_model::prior::{Candidate, Weights, weigh_in};
+use duet_model::prior::{Basis, Candidate, Weights, weigh_in};
 
 use crate::conformal::Scores;
 use crate::corpus::{Corpus, Trained};
@@ -345,8 +345,11 @@ impl Corpus {
     /// answers them. A family fold's rows are first weighed with the fold's effects prior, as
     /// the shipped model answers a new family (`duet_model::prior`), by the network's weight
     /// chosen on the other family folds' rows that touch none of the fold's families (nested,
-    /// as the evaluation weighs `unseen_<family>`); the shipped model's prior is fitted on
-    /// `rows` and weighed on every family fold's rows. `counts`: the shipped fit's.
+    /// as the evaluation weighs `unseen_<family>`); a probed fold's probed rows likewise with
+    /// the probed weight chosen on the other probed folds' rows, and a probed row of a workload
+    /// fold with the weight every probed fold's rows chose. The shipped model's prior is fitted
+    /// on `rows` and weighed on every family and probed fold's rows. `counts`: the shipped
+    /// fit's.
     fn folded_calibration(
         &self,
         fitted: &[Trained],
@@ -355,76 +358,119 @@ impl Corpus {
         counts: &BTreeMap<String, u32>,
     ) -> Calibration {
         let mut scores = Scores::default();
-        let mut family_folds = Vec::new();
+        let (mut plain, mut family, mut probed) = (Vec::new(), Vec::new(), Vec::new());
         for (held, fold) in fitted.iter().zip(folds) {
             let inputs = self.encode(&held.spec, &fold.calibration).inputs;
             let out = held.forward(&inputs);
-            if fold.held_families.is_empty() {
-                self.score(held, fold, (&inputs, &out), counts, &mut scores);
+            let scored = Weighed {
+                held,
+                fold,
+                rows: self.prior_rows(held, fold, &inputs, &out),
+                inputs,
+                out,
+            };
+            if !fold.held_families.is_empty() {
+                family.push(scored);
+            } else if fold.probed {
+                probed.push(scored);
             } else {
-                family_folds.push((held, fold, inputs, out));
+                plain.push(scored);
             }
         }
-        // Each family fold's measured rows that have a prior: their position in the fold, the
-        // prior's ln speed, and the row as a weight is chosen on it.
-        let weighed: Vec<Vec<(usize, f64, usize, Candidate)>> = family_folds
-            .iter()
-            .map(|(held, fold, inputs, out)| {
-                let prior = self.family_prior(&fold.train);
-                let width = held.spec.pair_width();
-                let mut rows = Vec::new();
-                for (k, &i) in fold.calibration.iter().enumerate() {
-                    let e = &self.examples[i];
-                    let row = &inputs[k * width..(k + 1) * width];
-                    let (Some((ln, _)), Some(speed), Some(family)) = (
-                        prior.for_row(&held.spec, row),
-                        e.speed,
-                        [&e.a, &e.b]
-                            .into_iter()
-                            .find_map(|id| fold.held_families.get(id.as_str())),
-                    ) else {
-                        continue;
-                    };
-                    let candidate = Candidate {
-                        family: family.clone(),
-                        gpu: e.gpu.clone(),
-                        network: f64::from(out[k * OUTPUTS + OUT_LOG_SPEED]),
-                        prior: ln,
-                        ln_speed: speed.ln(),
-                    };
-                    rows.push((k, ln, i, candidate));
-                }
-                rows
-            })
-            .collect();
-        for (j, (held, fold, inputs, out)) in family_folds.iter_mut().enumerate() {
-            let touches = |i: usize| {
-                let e = &self.examples[i];
-                fold.held_families.contains_key(&e.a) || fold.held_families.contains_key(&e.b)
+        let family_rows = Self::weigh_nested(&mut family, Basis::NewFamily);
+        let probed_rows = Self::weigh_nested(&mut probed, Basis::Probed);
+        let pooled = Weights::choose(&probed_rows);
+        for w in &mut plain {
+            w.weigh(Basis::Probed, &pooled);
+        }
+        for w in plain.iter().chain(&family).chain(&probed) {
+            self.score(w.held, w.fold, (&w.inputs, &w.out), counts, &mut scores);
+        }
+        let mut calibration = scores.calibration(FOLDED_CONFORMAL);
+        if !family_rows.is_empty() || !probed_rows.is_empty() {
+            let mut prior = self.family_prior(rows);
+            prior.weigh(&family_rows);
+            prior.weigh_probed(&probed_rows);
+            calibration.family_prior = Some(prior);
+        }
+        calibration
+    }
+
+    /// The measured calibration rows of `fold` that have a prior (`FamilyPrior::lookup`, the
+    /// prior fitted on the fold's training rows), each as a weight is chosen on it: weighing as
+    /// its held family (a family fold), its held workload (a probed fold) or its pair.
+    fn prior_rows(
+        &self,
+        held: &Trained,
+        fold: &CalibrationSplit,
+        inputs: &[f32],
+        out: &[f32],
+    ) -> Vec<PriorRow> {
+        let prior = self.family_prior(&fold.train);
+        let width = held.spec.pair_width();
+        let mut rows = Vec::new();
+        for (k, &i) in fold.calibration.iter().enumerate() {
+            let e = &self.examples[i];
+            let row = &inputs[k * width..(k + 1) * width];
+            let (Some((ln, basis, _)), Some(speed)) = (prior.lookup(&held.spec, row), e.speed)
+            else {
+                continue;
             };
-            let others: Vec<Candidate> = weighed
+            let unit = [&e.a, &e.b]
+                .into_iter()
+                .find_map(|id| {
+                    fold.held_families.get(id.as_str()).cloned().or_else(|| {
+                        fold.held_workloads
+                            .contains(id.as_str())
+                            .then(|| format!("workload {id}"))
+                    })
+                })
+                .unwrap_or_else(|| format!("pair {}", e.pair));
+            let candidate = Candidate {
+                family: unit,
+                gpu: e.gpu.clone(),
+                network: f64::from(out[k * OUTPUTS + OUT_LOG_SPEED]),
+                prior: ln,
+                ln_speed: speed.ln(),
+            };
+            rows.push(PriorRow {
+                at: k,
+                example: i,
+                basis,
+                candidate,
+            });
+        }
+        rows
+    }
+
+    /// Weighs each of `folds`' rows on `basis` by the weights chosen on the other folds' rows
+    /// on it that touch none of the fold's held workloads; returns every one of those rows.
+    fn weigh_nested(folds: &mut [Weighed], basis: Basis) -> Vec<Candidate> {
+        let on_basis = |w: &Weighed| -> Vec<(usize, Candidate)> {
+            w.rows
+                .iter()
+                .filter(|r| r.basis == basis)
+                .map(|r| (r.example, r.candidate.clone()))
+                .collect()
+        };
+        let per_fold: Vec<Vec<(usize, Candidate)>> = folds.iter().map(on_basis).collect();
+        let held: Vec<BTreeSet<usize>> = folds
+            .iter()
+            .map(|w| w.fold.calibration.iter().copied().collect())
+            .collect();
+        for (j, w) in folds.iter_mut().enumerate() {
+            // A row of another fold that this one also calibrates on touches its held ones.
+            let others: Vec<Candidate> = per_fold
                 .iter()
                 .enumerate()
                 .filter(|(m, _)| *m != j)
                 .flat_map(|(_, rows)| rows.iter())
-                .filter(|(_, _, i, _)| !touches(*i))
-                .map(|(.., c)| c.clone())
+                .filter(|(i, _)| !held[j].contains(i))
+                .map(|(_, c)| c.clone())
                 .collect();
-            let weights = Weights::choose(&others);
-            for (k, ln, _, c) in &weighed[j] {
-                let (w, _) = weights.of(&c.gpu);
-                weigh_in(&mut out[k * OUTPUTS..(k + 1) * OUTPUTS], w, *ln);
-            }
-            self.score(held, fold, (inputs, out), counts, &mut scores);
+            w.weigh(basis, &Weights::choose(&others));
         }
-        let mut calibration = scores.calibration(FOLDED_CONFORMAL);
-        let all: Vec<Candidate> = weighed.into_iter().flatten().map(|(.., c)| c).collect();
-        if !all.is_empty() {
-            let mut prior = self.family_prior(rows);
-            prior.weigh(&all);
-            calibration.family_prior = Some(prior);
-        }
-        calibration
+        per_fold.into_iter().flatten().map(|(_, c)| c).collect()
     }
 
     /// Scores `split`'s calibration rows with `trained` (which never saw them) into `scores`.
@@ -491,6 +537,39 @@ impl Corpus {
                 kind,
                 f64::from(out[k * OUTPUTS + OUT_LOG_SPEED_P10]) - speed.ln(),
                 &group,
+            );
+        }
+    }
+}
+
+/// One calibration row with an effects prior.
+struct PriorRow {
+    /// Its position among the fold's calibration rows.
+    at: usize,
+    /// Its example.
+    example: usize,
+    basis: Basis,
+    candidate: Candidate,
+}
+
+/// One fold's ensemble, its calibration rows encoded, their outputs, and those with a prior.
+struct Weighed<'a> {
+    held: &'a Trained,
+    fold: &'a CalibrationSplit,
+    rows: Vec<PriorRow>,
+    inputs: Vec<f32>,
+    out: Vec<f32>,
+}
+
+impl Weighed<'_> {
+    /// Its rows on `basis` weighed in place with their prior by `weights`.
+    fn weigh(&mut self, basis: Basis, weights: &Weights) {
+        for r in self.rows.iter().filter(|r| r.basis == basis) {
+            let (w, _) = weights.of(&r.candidate.gpu);
+            weigh_in(
+                &mut self.out[r.at * OUTPUTS..(r.at + 1) * OUTPUTS],
+                w,
+                r.candidate.prior,
             );
         }
     }

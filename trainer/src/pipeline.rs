@@ -305,14 +305,20 @@ pub fn run_with(
                 ));
             }
         }
-        if !candidates.is_empty() {
+        let probed: Vec<_> = evaluations
+            .iter()
+            .flat_map(|e| e.probed_candidates.iter().cloned())
+            .collect();
+        if !candidates.is_empty() || !probed.is_empty() {
             let mut prior = corpus.family_prior(&all);
             prior.weigh(&candidates);
+            prior.weigh_probed(&probed);
             for (gpu, d) in &prior.devices {
                 progress.line(&format!(
-                    "final model, new family on {gpu}: the network's weight {:.1} beside the \
-                     effects prior, chosen on {} held-out rows",
-                    d.weight, d.chosen_on
+                    "final model on {gpu}: the network's weight beside the effects prior {:.1} \
+                     for a new family (chosen on {} held-out rows), {:.1} for a probed job \
+                     (chosen on {})",
+                    d.weight, d.chosen_on, d.probed_weight, d.probed_chosen_on
                 ));
             }
             trained.calibration.family_prior = Some(prior);

@@ -280,11 +280,19 @@ pub fn render(
              held-out family weighing the same (each family's fold is scored with the weight \
              the other families' rows chose; a `--final-only` fit's family folds the same way); \
              `new_family`'s shift above is \
-             fitted on the weighted rows.\n\n\
-             | device | the network's weight | chosen on rows |\n|---|---|---|"
+             fitted on the weighted rows. A pair with a `probed` job (and no new one) is \
+             weighted the same way with a weight of its own, chosen on the probed folds' rows \
+             (each probed workload weighing the same), the probed workload's effects \
+             backfitted on its few rows; `probed`'s shift is fitted on those weighted rows.\n\n\
+             | device | the network's weight, new family | chosen on rows | the network's \
+             weight, probed | chosen on rows |\n|---|---|---|---|---|"
         );
         for (gpu, d) in &prior.devices {
-            let _ = writeln!(md, "| {gpu} | {:.1} | {} |", d.weight, d.chosen_on);
+            let _ = writeln!(
+                md,
+                "| {gpu} | {:.1} | {} | {:.1} | {} |",
+                d.weight, d.chosen_on, d.probed_weight, d.probed_chosen_on
+            );
         }
     }
     if let Some(e) = meta.evaluation.as_ref().filter(|e| e.final_only) {

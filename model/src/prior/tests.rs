@@ -148,3 +148,119 @@ fn each_family_weighs_the_same_in_the_choice() {
     // Without the far-off family, the network.
     assert_eq!(best_weight(rows[..50].iter()), (1.0, 50));
 }
+
+/// A workload measured in a few settings met a few partners, so its plain mean is mostly
+/// theirs: its own and partner effects are backfitted on its rows, the others' kept as means.
+#[test]
+fn a_sparse_workloads_effects_are_what_its_partners_do_not_explain() {
+    let r = |a, b, ln_speed| EffectRow {
+        gpu: "v100",
+        a,
+        b,
+        ln_speed,
+    };
+    // lm-8 and resnet-16 on a full grid, twice; probe-1 once next to resnet-16 (which slows
+    // everyone) and once as resnet-16's partner.
+    let mut rows = Vec::new();
+    for (a, b, ln) in [
+        ("lm-8", "lm-8", -0.1),
+        ("lm-8", "resnet-16", -0.9),
+        ("resnet-16", "lm-8", -0.3),
+        ("resnet-16", "resnet-16", -1.1),
+    ] {
+        rows.push(r(a, b, ln));
+        rows.push(r(a, b, ln + 0.1));
+    }
+    rows.push(r("probe-1", "resnet-16", -1.2));
+    rows.push(r("resnet-16", "probe-1", -0.5));
+    let p = FamilyPrior::fit(rows.clone());
+    let v100 = &p.devices["v100"];
+    let plain = |a: Option<&str>, b: Option<&str>| -> f64 {
+        let xs: Vec<f64> = rows
+            .iter()
+            .filter(|x| a.is_none_or(|a| x.a == a) && b.is_none_or(|b| x.b == b))
+            .map(|x| x.ln_speed)
+            .collect();
+        #[allow(clippy::cast_precision_loss)]
+        let n = xs.len() as f64;
+        xs.iter().sum::<f64>() / n
+    };
+    let m = plain(None, None);
+    // Well measured: plain means.
+    assert!((v100.own["lm-8"] - (plain(Some("lm-8"), None) - m)).abs() < 1e-12);
+    assert!((v100.partner["resnet-16"] - (plain(None, Some("resnet-16")) - m)).abs() < 1e-12);
+    // Sparse: its one row less the mean and its partner's effect, both ways.
+    let own = -1.2 - m - v100.partner["resnet-16"];
+    assert!((v100.own["probe-1"] - own).abs() < 1e-12, "{v100:?}");
+    let partner = -0.5 - m - v100.own["resnet-16"];
+    assert!(
+        (v100.partner["probe-1"] - partner).abs() < 1e-12,
+        "{v100:?}"
+    );
+    // Far from its plain mean, which is resnet-16's slowdown as much as its own.
+    assert!((v100.own["probe-1"] - (-1.2 - m)).abs() > 0.2);
+}
+
+/// A pair with a probed job (and no new one) has a prior too, with the probed weight; a pair
+/// of well-measured jobs, or one where a job is new, has none of that kind.
+#[test]
+fn a_probed_pair_has_a_prior_with_its_own_weight() {
+    let mut p = prior();
+    let v100 = p.devices.get_mut("v100").expect("v100");
+    (v100.weight, v100.probed_weight) = (0.3, 0.6);
+    let counts = BTreeMap::from([("lm-8".to_string(), 1), ("resnet-16".to_string(), 40)]);
+    let s = spec().with_measured(&counts);
+    let row = |a: &JobFeatures, b: &JobFeatures| {
+        let mut out = Vec::new();
+        s.encode_pair(a, b, "v100", Mode::Space, None, None, &mut out);
+        out
+    };
+    let probed = job(Some("lm-8"), Some("LM"));
+    let resnet = job(Some("resnet-16"), Some("ResNet-50"));
+    let (ln, basis, _) = p.lookup(&s, &row(&probed, &resnet)).expect("a prior");
+    assert_eq!(basis, Basis::Probed);
+    // The mean, resnet-16's partner effect and lm-8's own.
+    assert!((ln - (-0.5 - 0.4 + 0.1)).abs() < 1e-12, "{ln}");
+    assert_eq!(
+        p.for_row(&s, &row(&probed, &resnet)).map(|x| x.1),
+        Some(0.6)
+    );
+    assert_eq!(
+        p.for_row(&s, &row(&resnet, &probed)).map(|x| x.1),
+        Some(0.6)
+    );
+    // Two well-measured jobs: none.
+    assert_eq!(p.for_row(&s, &row(&resnet, &resnet)), None);
+    // A new workload of a known family beside the probed one: the network alone (its class is
+    // `new`); a new family: the new-family weight.
+    assert_eq!(p.for_row(&s, &row(&job(None, Some("LM")), &probed)), None);
+    let new_family = job(None, Some("Unseen-Net"));
+    assert_eq!(
+        p.for_row(&s, &row(&new_family, &probed)).map(|x| x.1),
+        Some(0.3)
+    );
+    // Weighing the probed rows sets the probed weight only.
+    let candidate = |network: f64| Candidate {
+        family: "probed lm-8".to_string(),
+        gpu: "v100".to_string(),
+        network,
+        prior: 0.0,
+        ln_speed: 0.0,
+    };
+    let rows: Vec<Candidate> = (0..MIN_WEIGHT_ROWS).map(|_| candidate(1.0)).collect();
+    p.weigh_probed(&rows);
+    let v100 = &p.devices["v100"];
+    assert_eq!(
+        (v100.probed_weight, v100.probed_chosen_on),
+        (0.0, MIN_WEIGHT_ROWS)
+    );
+    assert_eq!(v100.weight, 0.3);
+}
+
+#[test]
+fn an_older_model_json_has_the_network_alone_for_probed_jobs() {
+    let old = r#"{"weight":0.4,"chosen_on":31,"mean":-0.5,"partner":{},"own":{}}"#;
+    let d: DeviceEffects = serde_json::from_str(old).expect("an older device's effects");
+    assert_eq!((d.probed_weight, d.probed_chosen_on), (1.0, 0));
+    assert_eq!(d.weight_of(Basis::NewFamily), 0.4);
+}

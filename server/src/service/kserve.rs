@@ -3,7 +3,8 @@
 //! the forward pass to its outputs: `outputs` (FP32 `[N, 3]`: ln speed, ln p10 speed as the
 //! network gives it, feasibility logit), `calibrated` (FP32 `[N, 1]`: the ln p10 speed after the
 //! conformal shift of the row's calibration class, `-ln slowdown_p90` of `/v1/predict`; for a
-//! row with a job of a new family, weighted with the model's family prior first, as there) and
+//! row with a job of a new family or a probed job, weighted with the model's effects prior first,
+//! as there) and
 //! `calibration` (INT32 `[N, 1]`: that class, 0 known, 1 new, 2 new_family, 3 conservative, 4 probed).
 //! The HTTP route (`crate::routes::kserve`, JSON or the binary tensor extension) and the gRPC
 //! service (`crate::grpc::kserve`) parse their wire format into these calls, so both refuse the
@@ -331,7 +332,7 @@ pub fn run(
     }
     let spec = &model.meta.spec;
     let width = spec.pair_width();
-    // The classes (and a new family's prior) are read from the rows before the engine takes
+    // The classes (and a new family's or probed job's prior) are read from the rows before the engine takes
     // them.
     let classes: Vec<Decode> = if width > 0 {
         data.chunks_exact(width)

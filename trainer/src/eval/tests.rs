@@ -172,7 +172,7 @@ fn a_held_out_family_is_weighed_by_the_other_families_choice() {
                         MlpRow {
                             out,
                             kind: Kind::NewFamily,
-                            prior: Some(truth + prior),
+                            prior: Some((truth + prior, Basis::NewFamily)),
                         }
                     })
                     .collect();
@@ -202,7 +202,7 @@ fn a_held_out_family_is_weighed_by_the_other_families_choice() {
         rows(Split::UnseenWorkloads, &workload),
         rows(Split::unseen("model"), &family),
     ];
-    let (candidates, weights) = weigh_family_priors(&corpus, &mut runs);
+    let (candidates, weights) = priors::weigh_family_priors(&corpus, &mut runs);
     let feasible: usize = runs[1]
         .1
         .iter()
@@ -243,5 +243,102 @@ fn a_held_out_family_is_weighed_by_the_other_families_choice() {
         let truth = corpus.examples[i].speed.map_or(0.0, f64::ln);
         let want = truth + w * 0.2;
         assert!((f64::from(r.out[OUT_LOG_SPEED]) - want).abs() < 1e-5);
+    }
+}
+
+/// Each probed-workloads fold is weighed with the weight the other folds' rows chose, never its
+/// own: in the first fold the network is 65% off and the prior right, in the others the
+/// network is right and the prior 1% off. The first fold keeps the network (the others chose
+/// it); the others lean on the prior (the first fold's rows, among theirs, chose it). A probed
+/// row of another split takes the weight every probed fold's rows chose together.
+#[test]
+fn a_probed_fold_is_weighed_by_the_other_folds_choice() {
+    let corpus = corpus(&["gavel-k80"]);
+    let rows = |split: Split, off: &dyn Fn(usize) -> (f64, f64)| {
+        let folds = folds(split, &corpus, 7);
+        let scores: Vec<FoldScores> = folds
+            .iter()
+            .enumerate()
+            .map(|(k, fold)| {
+                let (network, prior) = off(k);
+                let mlp = fold
+                    .test
+                    .iter()
+                    .map(|&i| {
+                        let truth = corpus.examples[i].speed.map_or(0.0, f64::ln);
+                        #[allow(clippy::cast_possible_truncation)]
+                        let out = [
+                            (truth + network) as f32,
+                            (truth + network - 0.1) as f32,
+                            0.0,
+                        ];
+                        MlpRow {
+                            out,
+                            kind: Kind::Probed,
+                            prior: Some((truth + prior, Basis::Probed)),
+                        }
+                    })
+                    .collect();
+                FoldScores {
+                    baselines: BTreeMap::new(),
+                    mlp,
+                }
+            })
+            .collect();
+        (split, folds, scores)
+    };
+    let probed = |k: usize| if k == 0 { (0.5, 0.0) } else { (0.0, 0.01) };
+    let mut runs = vec![
+        rows(Split::ProbedWorkloads, &probed),
+        rows(Split::UnseenPairs, &|_| (0.2, 0.0)),
+    ];
+    assert!(runs[0].1.len() > 2, "probed folds: {}", runs[0].1.len());
+    let candidates = priors::weigh_probed_priors(&corpus, &mut runs);
+    let feasible = |run: &(Split, Vec<Fold>, Vec<FoldScores>)| -> usize {
+        run.1
+            .iter()
+            .map(|f| {
+                f.test
+                    .iter()
+                    .filter(|&&i| corpus.examples[i].speed.is_some())
+                    .count()
+            })
+            .sum()
+    };
+    assert_eq!(candidates.len(), feasible(&runs[0]));
+    let moved = |truth: f64, out: &[f32; OUTPUTS], network: f64| {
+        (f64::from(out[OUT_LOG_SPEED]) - (truth + network)).abs() > 1e-5
+    };
+    let (_, folds, scores) = &runs[0];
+    for (k, (fold, s)) in folds.iter().zip(scores).enumerate() {
+        let (network, _) = probed(k);
+        let weighed = fold
+            .test
+            .iter()
+            .zip(&s.mlp)
+            .filter(|(i, r)| {
+                moved(
+                    corpus.examples[**i].speed.map_or(0.0, f64::ln),
+                    &r.out,
+                    network,
+                )
+            })
+            .count();
+        if k == 0 {
+            assert_eq!(weighed, 0, "the first fold keeps the network");
+        } else {
+            assert!(weighed > 0, "fold {k} leans on the prior");
+        }
+    }
+    // The unseen-pairs rows: the pooled weight, which leans on the prior (the first fold's
+    // rows are a fifth of the rows, but each probed workload weighs the same).
+    let (_, folds, scores) = &runs[1];
+    let pooled = Weights::choose(&candidates).of("k80").0;
+    for (fold, s) in folds.iter().zip(scores) {
+        for (&i, r) in fold.test.iter().zip(&s.mlp) {
+            let truth = corpus.examples[i].speed.map_or(0.0, f64::ln);
+            let want = truth + pooled * 0.2;
+            assert!((f64::from(r.out[OUT_LOG_SPEED]) - want).abs() < 1e-5);
+        }
     }
 }
