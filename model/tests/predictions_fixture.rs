@@ -25,7 +25,9 @@ use duet_model::{EngineKind, LoadedModel, Registry, predict};
 /// `5949542f160121e3` when issue 37 gave a new family's pairs the effects prior (the default
 /// model retrained: its `family_prior`, new-family shifts fitted on the weighted rows, networks
 /// refitted on this machine's floating-point kernels); the previous model.json still hashes to
-/// that value with this code.
+/// that value with this code. Unchanged when issue 37 gave a probed job's pairs the effects prior
+/// (the default model retrained with `probed_weight`s): no job of the fixture is probed, and the
+/// refitted networks answer to the bit as before.
 const EXPECTED: &str = "d3f14c39f0d99696";
 
 fn root() -> PathBuf {
