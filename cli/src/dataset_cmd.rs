@@ -157,13 +157,16 @@ fn export(
     } else {
         report_written(out, &dataset);
         println!(
-            "read {} observations ({} outside the device or time range): {} co-locations in {} \
-             settings, {} left out without observed solo throughputs for both jobs; {} solo \
-             runs; {} workloads of unknown kind written as train",
+            "read {} observations ({} outside the device or time range): {} co-locations of \
+             two jobs in {} settings, {} of three or more in {}, {} settings left out without \
+             observed solo throughputs for every job; {} solo runs; {} workloads of unknown \
+             kind written as train",
             summary.read,
             summary.outside,
             summary.co_locations,
             summary.settings,
+            summary.group_runs,
+            summary.group_settings,
             summary.settings_without_solo,
             summary.solo_runs,
             summary.kind_unknown

@@ -102,6 +102,40 @@ fn observations_become_a_dataset_the_trainer_takes() {
     ] {
         let _ = writeln!(lines, "{o}");
     }
+    // A group of three seen twice, its jobs in another order the second time (one setting),
+    // and a group with a job never seen alone (left out, counted).
+    let group = |id: &str, jobs: [&str; 3], at: &str| {
+        let job = |k: usize| json!({"workload": jobs[k]});
+        json!({"id": id, "gpu": "v100", "mode": "space", "a": job(0), "b": job(1),
+               "others": [{"job": job(2), "throughput": 1.5, "solo_throughput": 3.0}],
+               "throughput_a": 0.5, "throughput_b": 1.0,
+               "solo_throughput_a": 1.0, "solo_throughput_b": 2.0,
+               "window_s": 10.0, "observed_at": at})
+    };
+    let mut no_solo = group(
+        "group-no-solo",
+        ["a3c", "cyclegan", "recommendation-bs512"],
+        "2026-11-30T11:02:00Z",
+    );
+    no_solo["others"][0]
+        .as_object_mut()
+        .expect("a job")
+        .remove("solo_throughput");
+    for o in [
+        group(
+            "group-1",
+            ["a3c", "cyclegan", "lm-bs20"],
+            "2026-11-30T11:00:00Z",
+        ),
+        group(
+            "group-2",
+            ["lm-bs20", "a3c", "cyclegan"],
+            "2026-11-30T11:01:00Z",
+        ),
+        no_solo,
+    ] {
+        let _ = writeln!(lines, "{o}");
+    }
     let file = tmp.path().join("observed.jsonl");
     std::fs::write(&file, &lines).expect("observations");
 
@@ -129,7 +163,7 @@ fn observations_become_a_dataset_the_trainer_takes() {
 
     let (ok, out, err) = observe(&file, &["--batch", "7"]);
     assert!(ok, "{out}{err}\n{}", server.log());
-    let total = 2 * settings + 3;
+    let total = 2 * settings + 6;
     assert!(
         out.starts_with(&format!("{total} stored, 0 stored before")),
         "{out}"
@@ -171,7 +205,7 @@ fn observations_become_a_dataset_the_trainer_takes() {
     assert_eq!(status, 200);
     assert_eq!(
         drift["pairs"].as_u64(),
-        Some((2 * settings + 2) as u64),
+        Some((2 * settings + 5) as u64),
         "{drift}"
     );
     drop(server);
@@ -195,7 +229,16 @@ fn observations_become_a_dataset_the_trainer_takes() {
     let (ok, out, err) = export(&state, &exported, &["--json"]);
     assert!(ok, "{out}{err}");
     let summary: Value = serde_json::from_str(&out).expect("summary JSON");
-    assert_eq!(summary["settings_without_solo"], 1, "{summary}");
+    assert_eq!(summary["settings_without_solo"], 2, "{summary}");
+    assert_eq!(
+        (
+            &summary["group_runs"],
+            &summary["group_settings"],
+            &summary["groups_written"]
+        ),
+        (&json!(3), &json!(2), &json!(1)),
+        "{summary}"
+    );
     assert_eq!(
         summary["settings"].as_u64(),
         Some(settings as u64 + 2),
@@ -217,6 +260,21 @@ fn observations_become_a_dataset_the_trainer_takes() {
         .expect("a3c next to cyclegan");
     assert_eq!(first.repetitions, Some(2));
     assert!(first.throughput_a_std.is_some_and(|s| s > 0.0));
+    // The group pooled over both orders of its jobs: one setting, two repetitions.
+    assert_eq!(dataset.groups.len(), 1);
+    let g = &dataset.groups[0];
+    let jobs: Vec<(&str, f64)> = g
+        .jobs
+        .iter()
+        .map(|j| (j.workload.as_str(), j.throughput))
+        .collect();
+    assert_eq!(g.repetitions, Some(2));
+    let mut expected = vec![("a3c", 0.5), ("cyclegan", 1.0), ("lm-bs20", 1.5)];
+    // The two orders gave each workload another position's throughput.
+    expected[0].1 = f64::midpoint(0.5, 1.0);
+    expected[1].1 = f64::midpoint(1.0, 1.5);
+    expected[2].1 = f64::midpoint(1.5, 0.5);
+    assert_eq!(jobs, expected, "{g:?}");
     let a3c = dataset.workload("a3c").expect("a3c");
     // a3c's solo throughput pools every report of it: Gavel's (beside each pair) and 9.0 alone.
     assert_eq!(a3c.repetitions.map(|r| r > 2), Some(true));

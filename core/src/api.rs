@@ -419,12 +419,33 @@ pub struct Observation {
     pub solo_throughput_a: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub solo_throughput_b: Option<f64>,
+    /// The group's further jobs beside `a` and `b`, where three to eight jobs shared the device
+    /// (absent or empty: a pair, or a solo run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub others: Vec<ObservedJob>,
     /// How long the throughputs were measured over, seconds.
     pub window_s: f64,
     /// When the window ended, RFC 3339 (`2026-12-01T12:00:00Z`).
     pub observed_at: String,
 }
 object_only!(Observation);
+
+/// A third (to eighth) job of an observed group: which job, how fast it ran among the others.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub struct ObservedJob {
+    pub job: JobRef,
+    /// Iterations per second over the window, > 0.
+    pub throughput: f64,
+    /// Its throughput alone on this device, measured near the same time, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solo_throughput: Option<f64>,
+    /// MPS active-thread percentage, in (0, 100]; with `share_a` and `share_b` under `mps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
+}
+object_only!(ObservedJob);
 
 /// `POST /v1/observations`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -474,6 +495,27 @@ pub struct ObservedPrediction {
     pub slowdown_a_p90: f64,
     pub slowdown_b_p90: f64,
     pub calibration: Calibration,
+    /// A group's further jobs, in the order of the observation's `others` (the group's answer
+    /// composed from its pairs, as `/v1/predict` answers a group; `speed_a` and `speed_b` are
+    /// its first two jobs').
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub others: Vec<ObservedJobPrediction>,
+}
+
+/// What the model predicted for one further job of an observed group.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ObservedJobPrediction {
+    pub speed: f64,
+    pub slowdown_p90: f64,
+}
+
+/// A further job of an observed group as the server resolved it (see [`ObservationRecord`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedJobRecord {
+    pub workload: String,
+    pub features: Features,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<JobKind>,
 }
 
 /// An observation as the server stores it: the client's observation, and what the server
@@ -494,7 +536,10 @@ pub struct ObservationRecord {
     pub kind_a: Option<JobKind>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind_b: Option<JobKind>,
-    /// The serving model's prediction for the pair (none for a solo run).
+    /// The group's further jobs, in the order of the observation's `others`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub others: Vec<ObservedJobRecord>,
+    /// The serving model's prediction for the pair or group (none for a solo run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prediction: Option<ObservedPrediction>,
     /// `observed_at` in seconds since 1970 (UTC).
@@ -511,16 +556,31 @@ impl ObservationRecord {
     /// predicted with.
     pub fn observed_speeds(&self) -> Option<(f64, f64)> {
         let o = &self.observation;
-        let solo = |reported: Option<f64>, features: Option<&Features>| {
-            reported.or_else(|| match features?.get("solo_throughput") {
-                Some(FeatureInput::Number(v)) => Some(*v),
-                _ => None,
-            })
-        };
-        let solo_a = solo(o.solo_throughput_a, Some(&self.features_a))?;
-        let solo_b = solo(o.solo_throughput_b, self.features_b.as_ref())?;
+        let solo_a = solo_throughput(o.solo_throughput_a, Some(&self.features_a))?;
+        let solo_b = solo_throughput(o.solo_throughput_b, self.features_b.as_ref())?;
         Some((o.throughput_a / solo_a, o.throughput_b? / solo_b))
     }
+
+    /// Every co-located job's observed speed, `a`, `b`, then the group's `others` in order;
+    /// `None` for a solo run, or where a job's solo throughput is known neither from the
+    /// observation nor from its features.
+    pub fn observed_group_speeds(&self) -> Option<Vec<f64>> {
+        let (a, b) = self.observed_speeds()?;
+        let mut speeds = vec![a, b];
+        for (job, record) in self.observation.others.iter().zip(&self.others) {
+            let solo = solo_throughput(job.solo_throughput, Some(&record.features))?;
+            speeds.push(job.throughput / solo);
+        }
+        (speeds.len() == 2 + self.observation.others.len()).then_some(speeds)
+    }
+}
+
+/// A job's solo throughput: the one reported with the observation, else its features'.
+fn solo_throughput(reported: Option<f64>, features: Option<&Features>) -> Option<f64> {
+    reported.or_else(|| match features?.get("solo_throughput") {
+        Some(FeatureInput::Number(v)) => Some(*v),
+        _ => None,
+    })
 }
 
 /// How the loaded model does on what the cluster observed, for one workload or one group.

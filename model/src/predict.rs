@@ -1,12 +1,16 @@
 //! A prediction request to predictions: pairs to encoded rows (both directions), one forward
 //! pass, rows to predictions. The server's `/v1/predict` and the in-process predictor both call it.
 
-use duet_core::api::{Calibration, JobRef, PredictRequest, Prediction};
+use duet_core::api::{
+    Calibration, GroupPrediction, GroupQuery, JobRef, PairQuery, PredictRequest, Prediction,
+};
+use duet_core::dataset::MAX_GROUP_SIZE;
 
 use crate::calibration::Calibration as CalibrationShifts;
 use crate::encoding::FeatureSpec;
 
 use crate::error::ModelError;
+use crate::group;
 use crate::loaded::LoadedModel;
 use crate::network::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS};
 use crate::prior::weigh_outputs;
@@ -316,6 +320,108 @@ pub fn predict(
         .run(inputs)
         .map_err(|e| ModelError::internal(format!("inference failed: {e}")))?;
     Ok(predictions(&kinds, &outputs))
+}
+
+/// The group effects of `query`'s jobs on its device (the query's, else `default_gpu`, else the
+/// model's only one), in the order of its jobs, into `out` (left empty where the model has none
+/// for the group's size): a registered job's workload effect, 0 for a job given by features.
+pub fn group_effects(
+    model: &LoadedModel,
+    query: &GroupQuery,
+    default_gpu: Option<&str>,
+    out: &mut Vec<f64>,
+) {
+    out.clear();
+    let gpus = &model.meta.spec.gpus;
+    let model_gpu = (gpus.len() == 1).then(|| gpus[0].as_str());
+    if let Some(of_size) = model.meta.calibration.group_effects_of(query.jobs.len())
+        && let Some(gpu) = query.gpu.as_deref().or(default_gpu).or(model_gpu)
+    {
+        out.extend(
+            query
+                .jobs
+                .iter()
+                .map(|j| j.workload_id().map_or(0.0, |id| of_size.of(gpu, id))),
+        );
+    }
+}
+
+/// One group's answer as `/v1/predict` gives it: its pairs (in `group::pairs_of` order) run in
+/// one forward pass, composed with the model's group calibration and its jobs' group effects. A
+/// refused pair's field names the group's job (`jobs[i]...`) or share (`shares[i]`).
+pub fn predict_group(
+    model: &LoadedModel,
+    registry: &Registry,
+    query: &GroupQuery,
+    default_gpu: Option<&str>,
+) -> Result<GroupPrediction, ModelError> {
+    let size = query.jobs.len();
+    if !(3..=MAX_GROUP_SIZE).contains(&size) {
+        return Err(ModelError::field(
+            "jobs",
+            format!("{size} jobs: a group holds 3 to {MAX_GROUP_SIZE}"),
+        ));
+    }
+    if let Some(shares) = &query.shares
+        && shares.len() != size
+    {
+        return Err(ModelError::field(
+            "shares",
+            format!("{} shares for {size} jobs: give one per job", shares.len()),
+        ));
+    }
+    let share = |k: usize| query.shares.as_ref().map(|s| s[k]);
+    let order = group::pairs_of(size);
+    let request = PredictRequest {
+        gpu: query
+            .gpu
+            .clone()
+            .or_else(|| default_gpu.map(str::to_string)),
+        pairs: order
+            .iter()
+            .map(|&(i, j)| PairQuery {
+                a: query.jobs[i].clone(),
+                b: query.jobs[j].clone(),
+                mode: query.mode,
+                share_a: share(i),
+                share_b: share(j),
+                gpu: None,
+            })
+            .collect(),
+        groups: Vec::new(),
+    };
+    let pairs = predict(model, registry, &request, None).map_err(|mut e| {
+        e.field = e.field.map(|f| group_field(&f, &order));
+        e
+    })?;
+    let mut effects = Vec::with_capacity(size);
+    group_effects(model, query, default_gpu, &mut effects);
+    let shift = model.meta.calibration.group_shift(size);
+    group::compose(size, &pairs, shift, &effects)
+        .ok_or_else(|| ModelError::internal("the group's pairs' predictions are missing"))
+}
+
+/// A pair's field (`pairs[p].a.features.x`) said of the group whose pairs run in `order`.
+fn group_field(field: &str, order: &[(usize, usize)]) -> String {
+    let renamed = field.strip_prefix("pairs[").and_then(|rest| {
+        let (index, rest) = rest.split_once(']')?;
+        let &(a, b) = order.get(index.parse::<usize>().ok()?)?;
+        let rest = rest.strip_prefix('.').unwrap_or(rest);
+        let (head, tail) = rest.split_once('.').map_or((rest, ""), |(h, t)| (h, t));
+        let tail = if tail.is_empty() {
+            String::new()
+        } else {
+            format!(".{tail}")
+        };
+        Some(match head {
+            "a" => format!("jobs[{a}]{tail}"),
+            "b" => format!("jobs[{b}]{tail}"),
+            "share_a" => format!("shares[{a}]"),
+            "share_b" => format!("shares[{b}]"),
+            other => format!("{other}{tail}"),
+        })
+    });
+    renamed.unwrap_or_else(|| field.to_string())
 }
 
 #[cfg(test)]

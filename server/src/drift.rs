@@ -1,5 +1,5 @@
-//! Drift: how the loaded model does on what the cluster observed. Each observed pair is scored
-//! for both of its jobs: the absolute percentage error of the predicted speed against the
+//! Drift: how the loaded model does on what the cluster observed. Each observed pair or group
+//! is scored for every one of its jobs (a group as `/v1/predict` answers it): the absolute percentage error of the predicted speed against the
 //! observed one, whether the observed slowdown stayed at or below the predicted p90, and the
 //! signed error (bias). `/metrics` carries a rolling window of the latest pairs per device and
 //! mode this replica received (rescored when a model is loaded); `GET /v1/drift` scores the
@@ -9,12 +9,13 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 
 use duet_core::api::{
-    DriftEntry, JobRef, ObservationRecord, ObservedPrediction, PairQuery, PredictRequest,
+    DriftEntry, Features, GroupQuery, JobRef, ObservationRecord, ObservedJob, ObservedPrediction,
+    PairQuery, PredictRequest,
 };
 use duet_core::dataset::Mode;
 use duet_model::{LoadedModel, Registry};
 
-use crate::service::observations::observed_prediction;
+use crate::service::observations::{observed_group_prediction, observed_prediction};
 
 /// Pairs per device and mode in the rolling window `/metrics` reports.
 pub const WINDOW: usize = 1000;
@@ -46,38 +47,57 @@ pub struct JobScore {
     pub bias: f64,
 }
 
-/// Both jobs of `record` scored against `prediction`; `None` without observed speeds.
+/// Every co-located job of `record` (`a`, `b`, then a group's others) scored against
+/// `prediction`; `None` without observed speeds, or where the prediction has another number of
+/// jobs.
 pub fn scores(
     record: &ObservationRecord,
     prediction: &ObservedPrediction,
-) -> Option<[JobScore; 2]> {
-    let (observed_a, observed_b) = record.observed_speeds()?;
-    if !(observed_a.is_finite() && observed_a > 0.0 && observed_b.is_finite() && observed_b > 0.0) {
+) -> Option<Vec<JobScore>> {
+    let observed = record.observed_group_speeds()?;
+    let predicted: Vec<(f64, f64)> = [
+        (prediction.speed_a, prediction.slowdown_a_p90),
+        (prediction.speed_b, prediction.slowdown_b_p90),
+    ]
+    .into_iter()
+    .chain(prediction.others.iter().map(|j| (j.speed, j.slowdown_p90)))
+    .collect();
+    if observed.len() != predicted.len() || observed.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
         return None;
     }
-    let one = |observed: f64, predicted: f64, p90: f64| JobScore {
-        ape: (predicted - observed).abs() / observed,
-        covered: 1.0 / observed <= p90,
-        bias: (predicted - observed) / observed,
-    };
-    let both = [
-        one(observed_a, prediction.speed_a, prediction.slowdown_a_p90),
-        one(observed_b, prediction.speed_b, prediction.slowdown_b_p90),
-    ];
-    both.iter()
+    let all: Vec<JobScore> = observed
+        .iter()
+        .zip(&predicted)
+        .map(|(&observed, &(speed, p90))| JobScore {
+            ape: (speed - observed).abs() / observed,
+            covered: 1.0 / observed <= p90,
+            bias: (speed - observed) / observed,
+        })
+        .collect();
+    all.iter()
         .all(|s| s.ape.is_finite() && s.bias.is_finite())
-        .then_some(both)
+        .then_some(all)
 }
 
-/// The loaded model's predictions for observed pairs (`None` for a solo run, or a pair it cannot
-/// predict). A job still in the registry with a profile on the device is named by its id (the
-/// model's identity slot applies); any other is given by the features stored with it.
+/// The loaded model's predictions for observed pairs and groups (`None` for a solo run, or a
+/// setting it cannot predict). A job still in the registry with a profile on the device is named
+/// by its id (the model's identity slot applies); any other is given by the features stored
+/// with it.
 pub fn predict(
     model: &LoadedModel,
     registry: &Registry,
     records: &[&ObservationRecord],
 ) -> Vec<Option<ObservedPrediction>> {
-    let queries: Vec<Option<PairQuery>> = records.iter().map(|r| query(registry, r)).collect();
+    let queries: Vec<Option<PairQuery>> = records
+        .iter()
+        .map(|r| {
+            if r.observation.others.is_empty() {
+                query(registry, r)
+            } else {
+                None
+            }
+        })
+        .collect();
     let pairs: Vec<PairQuery> = queries.iter().flatten().cloned().collect();
     let mut batch = None;
     if !pairs.is_empty() {
@@ -91,8 +111,15 @@ pub fn predict(
     let mut next = 0;
     queries
         .into_iter()
-        .map(|q| {
-            let q = q?;
+        .zip(records)
+        .map(|(q, record)| {
+            let Some(q) = q else {
+                // A group: its own pairs in one pass.
+                let query = group_query(registry, record)?;
+                let answer =
+                    duet_model::predict::predict_group(model, registry, &query, None).ok()?;
+                return Some(observed_group_prediction(model.version(), &answer));
+            };
             let p = match &batch {
                 Some(all) => all.get(next).copied(),
                 // One pair the model refuses fails the batch: then each on its own.
@@ -115,31 +142,58 @@ pub fn predict(
         .collect()
 }
 
+/// How the loaded model is asked about one stored job: by its id where the registry still
+/// holds the same profile on `gpu`, else by the features stored with it.
+fn job_ref(registry: &Registry, gpu: &str, id: &str, features: &Features) -> JobRef {
+    let known = registry
+        .get(id)
+        .and_then(|e| e.registered.body.profiles.get(gpu))
+        .is_some_and(|p| p == features);
+    if known {
+        JobRef::workload(id)
+    } else {
+        JobRef {
+            workload: None,
+            features: Some(features.clone()),
+        }
+    }
+}
+
 fn query(registry: &Registry, r: &ObservationRecord) -> Option<PairQuery> {
     let o = &r.observation;
     let gpu = &o.gpu;
-    let job = |id: &str, features: &duet_core::api::Features| {
-        let known = registry
-            .get(id)
-            .and_then(|e| e.registered.body.profiles.get(gpu))
-            .is_some_and(|p| p == features);
-        if known {
-            JobRef::workload(id)
-        } else {
-            JobRef {
-                workload: None,
-                features: Some(features.clone()),
-            }
-        }
-    };
     Some(PairQuery {
-        a: job(&r.workload_a, &r.features_a),
-        b: job(r.workload_b.as_deref()?, r.features_b.as_ref()?),
+        a: job_ref(registry, gpu, &r.workload_a, &r.features_a),
+        b: job_ref(
+            registry,
+            gpu,
+            r.workload_b.as_deref()?,
+            r.features_b.as_ref()?,
+        ),
         mode: o.mode?,
         share_a: o.share_a,
         share_b: o.share_b,
         gpu: Some(gpu.clone()),
     })
+}
+
+/// A stored group as the loaded model is asked about it (its jobs as [`job_ref`] names them).
+fn group_query(registry: &Registry, r: &ObservationRecord) -> Option<GroupQuery> {
+    let pair = query(registry, r)?;
+    let gpu = &r.observation.gpu;
+    let mut stored = r.observation.clone();
+    stored.a = pair.a;
+    stored.others = r
+        .observation
+        .others
+        .iter()
+        .zip(&r.others)
+        .map(|(job, record)| ObservedJob {
+            job: job_ref(registry, gpu, &record.workload, &record.features),
+            ..job.clone()
+        })
+        .collect();
+    Some(crate::service::observations::group_query(&stored, &pair.b))
 }
 
 /// Running sums of scores, turned into a `DriftEntry`.
@@ -196,14 +250,17 @@ pub fn tallies(
         let (Some(mode), Some(b)) = (record.observation.mode, record.workload_b.as_ref()) else {
             continue;
         };
-        let Some(both) = scores(record, prediction) else {
+        let Some(all) = scores(record, prediction) else {
             continue;
         };
         pairs += 1;
         let group = groups
             .entry((record.observation.gpu.clone(), mode))
             .or_default();
-        for (score, id) in both.into_iter().zip([&record.workload_a, b]) {
+        let ids = [&record.workload_a, b]
+            .into_iter()
+            .chain(record.others.iter().map(|j| &j.workload));
+        for (score, id) in all.into_iter().zip(ids) {
             group.add(score, record.observed_at_s);
             workloads
                 .entry(id.clone())

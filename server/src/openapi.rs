@@ -67,6 +67,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         duet_core::api::RegisteredWorkload,
         duet_core::api::ApiError,
         duet_core::api::Observation,
+        duet_core::api::ObservedJob,
         duet_core::api::ObservationBatch,
         duet_core::api::ObservationsAnswer,
         duet_core::api::RejectedObservation,
@@ -341,10 +342,14 @@ fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
     }
 }
 
+fn positive_number() -> Value {
+    json!({"type": "number", "exclusiveMinimum": 0})
+}
+
 /// What `POST /v1/observations` checks of each observation's own fields
 /// (`crate::service::observations`), in JSON Schema.
 fn observation_schema(schemas: &mut Value, share: Value, max_items: usize) {
-    let positive = json!({"type": "number", "exclusiveMinimum": 0});
+    let positive = positive_number();
     let optional_positive = json!({"type": ["number", "null"], "exclusiveMinimum": 0});
     let properties = &mut schemas["Observation"]["properties"];
     properties["id"] = json!({
@@ -353,7 +358,7 @@ fn observation_schema(schemas: &mut Value, share: Value, max_items: usize) {
     properties["gpu"] = json!({"type": "string", "minLength": 1, "maxLength": 200,
                                "pattern": r"\S", "description": "the device model"});
     properties["share_a"] = share.clone();
-    properties["share_b"] = share;
+    properties["share_b"] = share.clone();
     properties["throughput_a"] = positive.clone();
     for name in ["throughput_b", "solo_throughput_a", "solo_throughput_b"] {
         properties[name] = optional_positive.clone();
@@ -365,7 +370,18 @@ fn observation_schema(schemas: &mut Value, share: Value, max_items: usize) {
         "description": "RFC 3339; at most a few minutes ahead of the server's clock"});
     properties["a"] = schema_ref("JobRef");
     properties["b"] = json!({"oneOf": [schema_ref("JobRef"), {"type": "null"}]});
+    let max_others = duet_core::dataset::MAX_GROUP_SIZE - 2;
+    properties["others"] = json!({
+        "type": ["array", "null"], "maxItems": max_others, "items": schema_ref("ObservedJob"),
+        "description": "a group's further jobs beside `a` and `b` (three to eight jobs in all); \
+                        absent or empty for a pair"});
     schemas["Observation"]["additionalProperties"] = json!(false);
+    let job = &mut schemas["ObservedJob"];
+    job["properties"]["job"] = schema_ref("JobRef");
+    job["properties"]["throughput"] = positive_number();
+    job["properties"]["solo_throughput"] = optional_positive.clone();
+    job["properties"]["share"] = share;
+    job["additionalProperties"] = json!(false);
     // Two shapes, as `crate::service::observations` checks them: a solo run of `a` carries nothing of a
     // co-location (absent or null), and a co-location names `b`, its mode and `throughput_b`.
     let mut solo = schemas["Observation"].clone();
@@ -374,6 +390,7 @@ fn observation_schema(schemas: &mut Value, share: Value, max_items: usize) {
         "share_a",
         "share_b",
         "b",
+        "others",
         "throughput_b",
         "solo_throughput_a",
         "solo_throughput_b",
@@ -407,14 +424,14 @@ fn observation_schema(schemas: &mut Value, share: Value, max_items: usize) {
     ];
     pair["required"] = json!(required);
     pair["description"] = json!(
-        "A co-location of `a` and `b` on `gpu` in `mode`: both throughputs over `window_s` \
-         seconds"
+        "A co-location of `a` and `b` (and a group's `others`) on `gpu` in `mode`: every \
+         job's throughput over `window_s` seconds"
     );
     schemas["SoloRun"] = solo;
     schemas["CoLocation"] = pair;
     schemas["Observation"] = json!({
         "description": "One measurement the cluster made: a solo run of `a`, or a co-location \
-                        of `a` and `b`",
+                        of `a` and `b` (with `others`, a group of three to eight)",
         "oneOf": [schema_ref("CoLocation"), schema_ref("SoloRun")],
     });
     let batch = &mut schemas["ObservationBatch"];

@@ -396,3 +396,120 @@ async fn the_memory_store_refuses_past_its_bound_naming_the_flag() {
     let (status, body) = post(&app, vec![co_location("m3", "a3c", "cyclegan", 0.8, 0.7)]).await;
     assert_eq!(status, StatusCode::OK, "{body}");
 }
+
+/// An observed group of `a3c`, `cyclegan` and `resnet-50-bs64` on V100 at these speeds (solo
+/// throughputs 10, 20 and 30 reported with it).
+fn group_of_three(id: &str, speeds: [f64; 3]) -> Value {
+    let mut o = co_location(id, "a3c", "cyclegan", speeds[0], speeds[1]);
+    o["others"] = json!([{"job": {"workload": "resnet-50-bs64"},
+                          "throughput": 30.0 * speeds[2], "solo_throughput": 30.0}]);
+    o
+}
+
+#[tokio::test]
+async fn a_group_is_checked_by_field_stored_and_scored_for_every_job() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (app, _) = app_on(&dir.path().join("registry.sqlite")).await;
+    // What `/v1/predict` answers for the group: the cluster sees it for the first two jobs,
+    // half of it for the third.
+    let body = json!({"gpu": "v100", "groups": [{"jobs": [
+        {"workload": "a3c"}, {"workload": "cyclegan"}, {"workload": "resnet-50-bs64"}],
+        "mode": "space"}]});
+    let (status, answer) = call(&app, "POST", "/v1/predict", Some(body), None).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let speed = |k: usize| {
+        answer["groups"][0]["jobs"][k]["speed"]
+            .as_f64()
+            .expect("speed")
+    };
+    let group = group_of_three("group-1", [speed(0), speed(1), speed(2) / 2.0]);
+
+    let mut no_b = group_of_three("no-b", [0.5, 0.5, 0.5]);
+    let o = no_b.as_object_mut().expect("object");
+    for name in ["b", "mode", "throughput_b", "solo_throughput_b"] {
+        o.remove(name);
+    }
+    let mut negative = group_of_three("negative", [0.5, 0.5, 0.5]);
+    negative["others"][0]["throughput"] = json!(-2.0);
+    let mut unknown = group_of_three("unknown", [0.5, 0.5, 0.5]);
+    unknown["others"][0]["job"] = json!({"workload": "nobody-registered-this"});
+    let mut nine = group_of_three("nine", [0.5, 0.5, 0.5]);
+    let one = nine["others"][0].clone();
+    nine["others"] = json!(vec![one; 7]);
+    // Milliseconds where the solo throughput is per second: no plausible speed.
+    let units = group_of_three("units", [0.5, 0.5, 500.0]);
+    let mut shares = group_of_three("shares", [0.5, 0.5, 0.5]);
+    shares["mode"] = json!("mps");
+    shares["share_a"] = json!(30);
+    shares["share_b"] = json!(30);
+    let mut typo = group_of_three("typo", [0.5, 0.5, 0.5]);
+    typo["others"][0]["througput"] = json!(1.0);
+    let batch = vec![
+        group.clone(),
+        no_b,
+        negative,
+        unknown,
+        nine,
+        units,
+        shares,
+        typo,
+    ];
+    let (status, answer) = post(&app, batch).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(answer["stored"], json!(["group-1"]), "{answer}");
+    let fields: Vec<&str> = answer["rejected"]
+        .as_array()
+        .expect("rejected")
+        .iter()
+        .map(|r| r["field"].as_str().expect("field"))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "observations[1].others",
+            "observations[2].others[0].throughput",
+            "observations[3].others[0].job.workload",
+            "observations[4].others",
+            "observations[5].others[0].throughput",
+            "observations[6].others[0].share",
+            "observations[7].others[0].througput",
+        ],
+        "{answer}"
+    );
+    let errors: Vec<&str> = answer["rejected"]
+        .as_array()
+        .expect("rejected")
+        .iter()
+        .map(|r| r["error"].as_str().expect("error"))
+        .collect();
+    assert!(errors[2].contains("nobody-registered-this"), "{answer}");
+    assert!(errors[3].contains("9 jobs"), "{answer}");
+    assert!(errors[4].contains("iterations per second"), "{answer}");
+
+    // Scored for each of its three jobs: the third predicted twice as fast as it ran.
+    let text = metrics(&app).await;
+    assert_eq!(
+        metric(
+            &text,
+            r#"duet_observed_jobs_scored_total{gpu="v100",mode="space"}"#
+        ),
+        Some(3.0)
+    );
+    let (status, drift) = call(&app, "GET", "/v1/drift", None, None).await;
+    assert_eq!(status, StatusCode::OK, "{drift}");
+    assert_eq!(
+        (drift["pairs"].as_u64(), drift["skipped"].as_u64()),
+        (Some(1), Some(0))
+    );
+    let workloads = drift["workloads"].as_array().expect("workloads");
+    assert_eq!(workloads.len(), 3, "{drift}");
+    assert_eq!(workloads[0]["key"], "resnet-50-bs64", "{drift}");
+    let mape = |w: &Value| w["mape"].as_f64().expect("mape");
+    assert!((mape(&workloads[0]) - 1.0).abs() < 1e-4, "{drift}");
+    assert_eq!(workloads[0]["p90_coverage"], 0.0, "{drift}");
+    for w in &workloads[1..] {
+        assert!(mape(w) < 1e-4, "{drift}");
+        assert_eq!(w["p90_coverage"], 1.0, "{drift}");
+    }
+    assert_eq!(drift["groups"][0]["observations"], 3, "{drift}");
+}

@@ -6,7 +6,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use duet_core::api::{FeatureInput, JobRef, Observation, ObservationRecord, WorkloadBody};
+use duet_core::api::{
+    Calibration, FeatureInput, JobRef, Observation, ObservationRecord, ObservedJob,
+    ObservedJobPrediction, ObservedJobRecord, ObservedPrediction, WorkloadBody,
+};
+use duet_core::dataset::{JobKind, Mode};
 use duet_server::Config;
 use duet_server::store::{
     Change, MemoryStore, PostgresStore, Put, SCHEMA_VERSION, SqliteStore, StateLocation, Store,
@@ -99,6 +103,7 @@ fn observation(id: &str, throughput: f64) -> ObservationRecord {
             throughput_b: None,
             solo_throughput_a: None,
             solo_throughput_b: None,
+            others: Vec::new(),
             window_s: 10.0,
             observed_at: "2026-12-01T12:00:00Z".into(),
         },
@@ -108,11 +113,49 @@ fn observation(id: &str, throughput: f64) -> ObservationRecord {
         features_b: None,
         kind_a: None,
         kind_b: None,
+        others: Vec::new(),
         prediction: None,
         observed_at_s: 1_796_126_400.0,
         received_at_s: 1_796_126_401.0,
         server: "test".into(),
     }
+}
+
+/// A stored observation of a group of three: `a`, `b` and one further job, with the model's
+/// prediction for each.
+fn group_observation(id: &str) -> ObservationRecord {
+    let mut record = observation(id, 1.0);
+    let o = &mut record.observation;
+    o.mode = Some(Mode::Mps);
+    (o.share_a, o.share_b) = (Some(30.0), Some(30.0));
+    o.b = Some(JobRef::workload("b"));
+    o.throughput_b = Some(0.5);
+    o.others = vec![ObservedJob {
+        job: JobRef::workload("c"),
+        throughput: 0.25,
+        solo_throughput: Some(0.75),
+        share: Some(40.0),
+    }];
+    record.workload_b = Some("b".into());
+    record.features_b = Some(body(2.0).profiles["v100"].clone());
+    record.others = vec![ObservedJobRecord {
+        workload: "c".into(),
+        features: body(3.0).profiles["v100"].clone(),
+        kind: Some(JobKind::Infer),
+    }];
+    record.prediction = Some(ObservedPrediction {
+        model_version: "m1".into(),
+        speed_a: 0.5,
+        speed_b: 0.6,
+        slowdown_a_p90: 2.5,
+        slowdown_b_p90: 2.0,
+        calibration: Calibration::Known,
+        others: vec![ObservedJobPrediction {
+            speed: 0.4,
+            slowdown_p90: 3.0,
+        }],
+    });
+    record
 }
 
 /// What every store must do with observations: stored once by id, a retry a duplicate, other
@@ -164,6 +207,15 @@ async fn observation_semantics(store: &impl Store) {
     assert_eq!(ids, ["o4", "o3"]);
     let after = store.observations(all[0].0, 1, false).await.expect("page");
     assert_eq!(after, all[1..2].to_vec());
+    // A group's further jobs, as resolved, and their predictions are kept whole.
+    let group = group_observation("g1");
+    let put = store
+        .put_observations(std::slice::from_ref(&group))
+        .await
+        .expect("a group");
+    assert!(matches!(put[..], [Put::Stored(_)]), "{put:?}");
+    let newest = store.observations(0, 1, true).await.expect("the group");
+    assert_eq!(newest[0].1, group);
 }
 
 #[tokio::test]
@@ -208,7 +260,7 @@ async fn sqlite_store_semantics_and_durability() {
     let again = SqliteStore::open(&path).expect("reopen");
     assert_eq!(
         again.observations(0, 10, false).await.expect("kept").len(),
-        4
+        5
     );
     let all = again.changes_since(0).await.expect("changes");
     assert_eq!(all.len(), 2);

@@ -3,19 +3,20 @@
 //!
 //! Repeated observations of one setting (the same two jobs, in either order, on the same device
 //! under the same mode and shares) are pooled: mean throughput, its standard deviation and the
-//! number of observations. A job's solo throughput is pooled from its observed solo runs and
-//! the solo throughputs reported beside co-locations; a setting without an observed solo
-//! throughput for both of its jobs has no speed to learn from, so it is left out and counted.
-//! Each job's features are those the server resolved when it received the latest observation
-//! of it.
+//! number of observations; a group of three or more likewise (the same multiset of jobs and
+//! shares, in any order), into `groups.parquet`. A job's solo throughput is pooled from its
+//! observed solo runs and the solo throughputs reported beside co-locations; a setting without
+//! an observed solo throughput for every one of its jobs has no speed to learn from, so it is
+//! left out and counted. Each job's features are those the server resolved when it received the
+//! latest observation of it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use crate::api::{FeatureInput, Features, ObservationRecord};
 use crate::dataset::{
-    Dataset, DatasetMeta, FORMAT, FeatureColumn, FeatureKind, FeatureValue, JobKind, Mode, Pair,
-    Provenance, Status, Workload, modes_present,
+    Dataset, DatasetMeta, FORMAT, FeatureColumn, FeatureKind, FeatureValue, Group, GroupJob,
+    JobKind, Mode, Pair, Provenance, Status, Workload, modes_of,
 };
 use crate::features::canonical;
 
@@ -44,12 +45,18 @@ pub struct ExportSummary {
     /// Observations outside the time range, or of another device.
     pub outside: usize,
     pub solo_runs: usize,
+    /// Co-locations of two jobs.
     pub co_locations: usize,
-    /// Distinct settings the co-locations pooled into.
+    /// Co-locations of three to eight jobs.
+    pub group_runs: usize,
+    /// Distinct settings the pairs pooled into.
     pub settings: usize,
-    /// Settings left out: no observed solo throughput for one or both jobs.
+    /// Distinct settings the groups pooled into.
+    pub group_settings: usize,
+    /// Settings (of pairs and of groups) left out: no observed solo throughput for a job.
     pub settings_without_solo: usize,
     pub pairs_written: usize,
+    pub groups_written: usize,
     pub workloads_written: usize,
     /// Workloads whose kind nobody gave (written as `train`).
     pub kind_unknown: usize,
@@ -64,6 +71,15 @@ struct Pooled {
     share_b: Option<f64>,
     throughput_a: Vec<f64>,
     throughput_b: Vec<f64>,
+}
+
+/// One setting of a group: the mode and its jobs, sorted by (id, share), in that order.
+type GroupKey = (Mode, Vec<(String, Option<u64>)>);
+
+/// A group setting's throughputs, one list per job in the key's order.
+struct PooledGroup {
+    shares: Vec<Option<f64>>,
+    throughputs: Vec<Vec<f64>>,
 }
 
 /// The latest-known description of one job.
@@ -144,6 +160,7 @@ pub fn dataset(
     let mut solo: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut jobs: BTreeMap<String, Job> = BTreeMap::new();
     let mut settings: BTreeMap<SettingKey, Pooled> = BTreeMap::new();
+    let mut group_settings: BTreeMap<GroupKey, PooledGroup> = BTreeMap::new();
     let mut servers = BTreeSet::new();
     let (mut first, mut last) = (f64::INFINITY, f64::NEG_INFINITY);
     for r in &chosen {
@@ -178,7 +195,6 @@ pub fn dataset(
             continue;
         };
         note(b, features_b, r.kind_b);
-        summary.co_locations += 1;
         for (id, reported) in [
             (&r.workload_a, o.solo_throughput_a),
             (b, o.solo_throughput_b),
@@ -187,6 +203,38 @@ pub fn dataset(
                 solo.entry(id.clone()).or_default().push(v);
             }
         }
+        if !o.others.is_empty() {
+            summary.group_runs += 1;
+            let mut members = vec![
+                (r.workload_a.clone(), o.share_a, o.throughput_a),
+                (b.clone(), o.share_b, throughput_b),
+            ];
+            for (job, record) in o.others.iter().zip(&r.others) {
+                note(&record.workload, &record.features, record.kind);
+                if let Some(v) = job.solo_throughput {
+                    solo.entry(record.workload.clone()).or_default().push(v);
+                }
+                members.push((record.workload.clone(), job.share, job.throughput));
+            }
+            members
+                .sort_by(|x, y| (&x.0, x.1.map(f64::to_bits)).cmp(&(&y.0, y.1.map(f64::to_bits))));
+            let key = (
+                mode,
+                members
+                    .iter()
+                    .map(|(id, share, _)| (id.clone(), share.map(f64::to_bits)))
+                    .collect(),
+            );
+            let pooled = group_settings.entry(key).or_insert_with(|| PooledGroup {
+                shares: members.iter().map(|m| m.1).collect(),
+                throughputs: vec![Vec::new(); members.len()],
+            });
+            for (list, member) in pooled.throughputs.iter_mut().zip(&members) {
+                list.push(member.2);
+            }
+            continue;
+        }
+        summary.co_locations += 1;
         let mut side = [
             (r.workload_a.clone(), o.share_a, o.throughput_a),
             (b.clone(), o.share_b, throughput_b),
@@ -239,7 +287,39 @@ pub fn dataset(
             counters: BTreeMap::new(),
         });
     }
-    // Workloads with an observed solo throughput: every one in a pair, and those seen alone.
+    summary.group_settings = group_settings.len();
+    let mut groups = Vec::new();
+    for ((mode, members), pooled) in group_settings {
+        if !members.iter().all(|(id, _)| solo.contains_key(id)) {
+            summary.settings_without_solo += 1;
+            continue;
+        }
+        let jobs = members
+            .into_iter()
+            .zip(pooled.shares)
+            .zip(&pooled.throughputs)
+            .map(|(((workload, _), share), runs)| {
+                let (throughput, throughput_std) = mean_std(runs);
+                GroupJob {
+                    workload,
+                    share,
+                    throughput,
+                    throughput_std,
+                    throughput_se: None,
+                }
+            })
+            .collect();
+        groups.push(Group {
+            gpu: gpu.clone(),
+            mode,
+            jobs,
+            repetitions: pooled.throughputs.first().and_then(|r| count(r.len())),
+            status: Status::Ok,
+            note: None,
+        });
+    }
+    // Workloads with an observed solo throughput: every one in a pair or a group, and those
+    // seen alone.
     let columns = feature_columns(jobs.values().map(|j| &j.features));
     let mut workloads = Vec::new();
     for (id, runs) in &solo {
@@ -281,6 +361,7 @@ pub fn dataset(
         });
     }
     summary.pairs_written = pairs.len();
+    summary.groups_written = groups.len();
     summary.workloads_written = workloads.len();
     let range = format!(
         "{} to {}",
@@ -293,10 +374,13 @@ pub fn dataset(
         name: options.name.clone(),
         description: format!(
             "Co-locations observed on {gpu} by the cluster and reported to duet, {range}: {} \
-             co-locations pooled into {} settings ({} left out without an observed solo \
-             throughput for both jobs), {} solo runs.",
+             co-locations of two jobs pooled into {} settings and {} of three or more into {} \
+             ({} settings left out without an observed solo throughput for every job), {} solo \
+             runs.",
             summary.co_locations,
             summary.settings,
+            summary.group_runs,
+            summary.group_settings,
             summary.settings_without_solo,
             summary.solo_runs
         ),
@@ -316,13 +400,13 @@ pub fn dataset(
         },
         workload_features: columns,
         pair_counters: Vec::new(),
-        modes: modes_present(&pairs),
+        modes: modes_of(&pairs, &groups),
     };
     let dataset = Dataset {
         meta,
         workloads,
         pairs,
-        groups: Vec::new(),
+        groups,
     };
     dataset
         .validate(Path::new(&options.name))

@@ -211,7 +211,6 @@ fn counted(
                 .prediction
                 .as_ref()
                 .and_then(|p| crate::drift::scores(record, p))
-                .map(Vec::from)
                 .unwrap_or_default();
             let mode = record
                 .observation

@@ -5,10 +5,11 @@
 //! serving model, for drift.
 
 use duet_core::api::{
-    FeatureInput, Features, JobRef, Observation, ObservationRecord, ObservedPrediction, PairQuery,
-    PredictRequest, RejectedObservation,
+    FeatureInput, Features, GroupPrediction, GroupQuery, JobRef, Observation, ObservationRecord,
+    ObservedJobPrediction, ObservedJobRecord, ObservedPrediction, PairQuery, PredictRequest,
+    RejectedObservation,
 };
-use duet_core::dataset::{JobKind, Mode};
+use duet_core::dataset::{JobKind, MAX_GROUP_SIZE, Mode};
 use duet_model::registry::{MAX_ID, is_valid_id};
 use duet_model::{LoadedModel, ModelError, Registry};
 
@@ -56,7 +57,7 @@ pub fn check(
         let field = if path == "." { String::new() } else { path };
         reject(&field, format!("invalid observation: {}", e.into_inner()))
     })?;
-    let observed_at_s = fields(&observation, receipt.now_s).map_err(|(f, e)| reject(f, e))?;
+    let observed_at_s = fields(&observation, receipt.now_s).map_err(|(f, e)| reject(&f, e))?;
     let gpu = observation.gpu.clone();
     let gpu = gpu.as_str();
     let (workload_a, features_a, kind_a) =
@@ -68,6 +69,7 @@ pub fn check(
         workload_b: None,
         features_b: None,
         kind_b: None,
+        others: Vec::new(),
         prediction: None,
         observed_at_s,
         received_at_s: receipt.now_s,
@@ -80,19 +82,52 @@ pub fn check(
         record.workload_b = Some(workload_b);
         record.features_b = Some(features_b);
         record.kind_b = kind_b;
-        if let Some((speed_a, speed_b)) = record.observed_speeds() {
-            for (side, speed) in [("a", speed_a), ("b", speed_b)] {
+        for (k, other) in record.observation.others.iter().enumerate() {
+            let (workload, features, kind) = resolve(
+                model,
+                registry,
+                &other.job,
+                gpu,
+                &format!("others[{k}].job"),
+            )
+            .map_err(|(f, e)| reject(&f, e))?;
+            record.others.push(ObservedJobRecord {
+                workload,
+                features,
+                kind,
+            });
+        }
+        if let Some(speeds) = record.observed_group_speeds() {
+            for (k, speed) in speeds.into_iter().enumerate() {
                 if !(speed >= SPEED_RANGE.0 && speed <= SPEED_RANGE.1) {
+                    let (field, job) = match k {
+                        0 => ("throughput_a".to_string(), "`a`".to_string()),
+                        1 => ("throughput_b".to_string(), "`b`".to_string()),
+                        k => (
+                            format!("others[{}].throughput", k - 2),
+                            format!("others[{}]", k - 2),
+                        ),
+                    };
                     return Err(reject(
-                        &format!("throughput_{side}"),
+                        &field,
                         format!(
-                            "throughput_{side} over `{side}`'s solo throughput is a speed of \
-                             {speed:e}, outside [{:e}, {}]: are both in iterations per second?",
+                            "{field} over {job}'s solo throughput is a speed of {speed:e}, \
+                             outside [{:e}, {}]: are both in iterations per second?",
                             SPEED_RANGE.0, SPEED_RANGE.1
                         ),
                     ));
                 }
             }
+        }
+        if !record.observation.others.is_empty() {
+            let query = group_query(&record.observation, b);
+            let answer = duet_model::predict::predict_group(model, registry, &query, None)
+                .map_err(|e| {
+                    let field = e.field.as_deref().map(observed_field).unwrap_or_default();
+                    reject(&field, e.message)
+                })?;
+            record.prediction = Some(observed_group_prediction(model.version(), &answer));
+            return Ok(record);
         }
         let request = pair_request(&record.observation, b);
         let prediction =
@@ -135,16 +170,85 @@ pub fn observed_prediction(version: &str, p: &duet_core::api::Prediction) -> Obs
         slowdown_a_p90: f64::from(p.slowdown_a_p90),
         slowdown_b_p90: f64::from(p.slowdown_b_p90),
         calibration: p.calibration,
+        others: Vec::new(),
     }
 }
 
-type Refusal = (&'static str, String);
+/// The prediction request of an observed group (`a`, `b`, then `others`), its jobs as the
+/// client named them; shares where any job has one.
+pub fn group_query(o: &Observation, b: &JobRef) -> GroupQuery {
+    let mut jobs = vec![o.a.clone(), b.clone()];
+    jobs.extend(o.others.iter().map(|j| j.job.clone()));
+    let any_share =
+        o.share_a.is_some() || o.share_b.is_some() || o.others.iter().any(|j| j.share.is_some());
+    let shares = any_share.then(|| {
+        let mut shares = vec![o.share_a.unwrap_or(0.0), o.share_b.unwrap_or(0.0)];
+        shares.extend(o.others.iter().map(|j| j.share.unwrap_or(0.0)));
+        shares
+    });
+    GroupQuery {
+        jobs,
+        mode: o.mode.unwrap_or(Mode::Space),
+        shares,
+        gpu: Some(o.gpu.clone()),
+    }
+}
+
+/// A group's answer as stored with its observation: the first two jobs as `a` and `b`.
+pub fn observed_group_prediction(version: &str, g: &GroupPrediction) -> ObservedPrediction {
+    let job = |k: usize| g.jobs.get(k).copied();
+    let (a, b) = (job(0), job(1));
+    ObservedPrediction {
+        model_version: version.to_string(),
+        speed_a: a.map_or(f64::NAN, |j| f64::from(j.speed)),
+        speed_b: b.map_or(f64::NAN, |j| f64::from(j.speed)),
+        slowdown_a_p90: a.map_or(f64::NAN, |j| f64::from(j.slowdown_p90)),
+        slowdown_b_p90: b.map_or(f64::NAN, |j| f64::from(j.slowdown_p90)),
+        calibration: g.calibration,
+        others: g
+            .jobs
+            .iter()
+            .skip(2)
+            .map(|j| ObservedJobPrediction {
+                speed: f64::from(j.speed),
+                slowdown_p90: f64::from(j.slowdown_p90),
+            })
+            .collect(),
+    }
+}
+
+/// A group query's field (`jobs[2].features.x`, `shares[1]`) said of the observation
+/// (`others[0].job.features.x`, `share_b`).
+fn observed_field(field: &str) -> String {
+    let indexed = |name: &str| -> Option<(usize, String)> {
+        let rest = field.strip_prefix(name)?.strip_prefix('[')?;
+        let (index, tail) = rest.split_once(']')?;
+        Some((index.parse().ok()?, tail.to_string()))
+    };
+    if let Some((k, tail)) = indexed("jobs") {
+        return match k {
+            0 => format!("a{tail}"),
+            1 => format!("b{tail}"),
+            k => format!("others[{}].job{tail}", k - 2),
+        };
+    }
+    if let Some((k, _)) = indexed("shares") {
+        return match k {
+            0 => "share_a".to_string(),
+            1 => "share_b".to_string(),
+            k => format!("others[{}].share", k - 2),
+        };
+    }
+    field.to_string()
+}
+
+type Refusal = (String, String);
 
 /// The rules of one observation's own fields; `observed_at` in seconds since 1970.
 fn fields(o: &Observation, now_s: f64) -> Result<f64, Refusal> {
     if !is_valid_id(&o.id) {
         return Err((
-            "id",
+            "id".into(),
             format!(
                 "observation id `{}` must be 1 to {MAX_ID} characters of letters, digits and \
                  - _ . : +",
@@ -154,7 +258,7 @@ fn fields(o: &Observation, now_s: f64) -> Result<f64, Refusal> {
     }
     if o.gpu.trim().is_empty() || o.gpu.chars().count() > MAX_ID {
         return Err((
-            "gpu",
+            "gpu".into(),
             format!("gpu must name the device model in 1 to {MAX_ID} characters"),
         ));
     }
@@ -165,21 +269,63 @@ fn fields(o: &Observation, now_s: f64) -> Result<f64, Refusal> {
     positive("window_s", Some(o.window_s))?;
     if o.window_s > MAX_WINDOW_S {
         return Err((
-            "window_s",
+            "window_s".into(),
             format!(
                 "a window of {} s is longer than a week; report shorter windows",
                 o.window_s
             ),
         ));
     }
+    for (k, other) in o.others.iter().enumerate() {
+        positive_at(&format!("others[{k}].throughput"), Some(other.throughput))?;
+        positive_at(
+            &format!("others[{k}].solo_throughput"),
+            other.solo_throughput,
+        )?;
+    }
+    if !o.others.is_empty() {
+        if o.b.is_none() {
+            return Err((
+                "others".into(),
+                "a group names `a`, `b` and then `others`; this observation has no `b`".into(),
+            ));
+        }
+        if o.others.len() + 2 > MAX_GROUP_SIZE {
+            return Err((
+                "others".into(),
+                format!(
+                    "{} jobs: a group holds 3 to {MAX_GROUP_SIZE} (`a`, `b` and at most {} \
+                     `others`)",
+                    o.others.len() + 2,
+                    MAX_GROUP_SIZE - 2
+                ),
+            ));
+        }
+        // Shares are all given or none: the first job without one, where another has one.
+        let given = [o.share_a.is_some(), o.share_b.is_some()]
+            .into_iter()
+            .chain(o.others.iter().map(|j| j.share.is_some()))
+            .collect::<Vec<_>>();
+        if given.iter().any(|g| *g)
+            && let Some(k) = given.iter().position(|g| !*g)
+        {
+            return Err((
+                observed_field(&format!("shares[{k}]")),
+                "a group's shares are given for every job or for none".into(),
+            ));
+        }
+    }
     // Shares are checked with the pair's prediction (`duet_model::predict`), as in /v1/predict.
     if o.b.is_some() {
         if o.mode.is_none() {
-            return Err(("mode", "a co-location needs its sharing `mode`".into()));
+            return Err((
+                "mode".into(),
+                "a co-location needs its sharing `mode`".into(),
+            ));
         }
         if o.throughput_b.is_none() {
             return Err((
-                "throughput_b",
+                "throughput_b".into(),
                 "a co-location needs `throughput_b`, the throughput of `b`".into(),
             ));
         }
@@ -193,7 +339,7 @@ fn fields(o: &Observation, now_s: f64) -> Result<f64, Refusal> {
         ] {
             if given {
                 return Err((
-                    name,
+                    name.to_string(),
                     format!(
                         "`{name}` belongs to a co-location, and this observation has no `b` (a \
                          solo run of `a`)"
@@ -203,15 +349,16 @@ fn fields(o: &Observation, now_s: f64) -> Result<f64, Refusal> {
         }
         if o.solo_throughput_a.is_some() {
             return Err((
-                "solo_throughput_a",
+                "solo_throughput_a".into(),
                 "a solo run's throughput is `throughput_a`; leave `solo_throughput_a` out".into(),
             ));
         }
     }
-    let at = duet_core::timestamp::parse_rfc3339(&o.observed_at).map_err(|e| ("observed_at", e))?;
+    let at = duet_core::timestamp::parse_rfc3339(&o.observed_at)
+        .map_err(|e| ("observed_at".to_string(), e))?;
     if at > now_s + FUTURE_SLACK_S {
         return Err((
-            "observed_at",
+            "observed_at".into(),
             format!(
                 "{} is in the future by the server's clock ({})",
                 o.observed_at,
@@ -223,10 +370,15 @@ fn fields(o: &Observation, now_s: f64) -> Result<f64, Refusal> {
 }
 
 fn positive(name: &'static str, value: Option<f64>) -> Result<(), Refusal> {
+    positive_at(name, value)
+}
+
+fn positive_at(name: &str, value: Option<f64>) -> Result<(), Refusal> {
     match value {
-        Some(v) if !(v.is_finite() && v > 0.0) => {
-            Err((name, format!("{name} must be a finite number > 0, got {v}")))
-        }
+        Some(v) if !(v.is_finite() && v > 0.0) => Err((
+            name.to_string(),
+            format!("{name} must be a finite number > 0, got {v}"),
+        )),
         _ => Ok(()),
     }
 }

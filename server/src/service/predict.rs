@@ -271,8 +271,6 @@ fn compose_groups(
     let mut own = Vec::with_capacity(group::pairs_in(MAX_GROUP_SIZE));
     let mut effects = Vec::with_capacity(MAX_GROUP_SIZE);
     let calibration = &model.meta.calibration;
-    let gpus = &model.meta.spec.gpus;
-    let model_gpu = (gpus.len() == 1).then(|| gpus[0].as_str());
     let mut next = 0;
     for (g, query) in groups.iter().enumerate() {
         let size = query.jobs.len();
@@ -285,17 +283,7 @@ fn compose_groups(
         }
         next += n;
         let shift = calibration.group_shift(size);
-        effects.clear();
-        if let Some(of_size) = calibration.group_effects_of(size)
-            && let Some(gpu) = query.gpu.as_deref().or(default_gpu).or(model_gpu)
-        {
-            effects.extend(
-                query
-                    .jobs
-                    .iter()
-                    .map(|j| j.workload_id().map_or(0.0, |id| of_size.of(gpu, id))),
-            );
-        }
+        duet_model::predict::group_effects(model, query, default_gpu, &mut effects);
         out.push(group::compose(size, &own, shift, &effects).ok_or_else(|| {
             Failure::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
