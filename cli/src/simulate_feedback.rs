@@ -82,14 +82,18 @@ impl FeedbackRun<'_> {
         let n = ((ids.len() as f64 * args.held_out).round() as usize).clamp(1, ids.len() - 1);
         let held_out: BTreeSet<String> = ids[..n].iter().cloned().collect();
         let work = tempfile::tempdir().context("a working folder for the feedback models")?;
-        // The campaign data the first model sees: every pair without a held-out workload.
+        // The campaign data the first model sees: every pair and group without a held-out
+        // workload.
         let mut known = truth.clone();
         known.meta.name = format!("{}-known", truth.meta.name);
         known.workloads.retain(|w| !held_out.contains(&w.workload));
         known
             .pairs
             .retain(|p| !held_out.contains(&p.a) && !held_out.contains(&p.b));
-        known.meta.modes = duet_core::dataset::modes_present(&known.pairs);
+        known
+            .groups
+            .retain(|g| g.jobs.iter().all(|j| !held_out.contains(&j.workload)));
+        known.meta.modes = duet_core::dataset::modes_of(&known.pairs, &known.groups);
         let known_dir = work.path().join("known");
         known.write(&known_dir)?;
         let first = work.path().join("model-0");

@@ -418,6 +418,29 @@ fn feedback_retrains_on_what_the_cluster_observed_and_the_report_says_so() {
         md.contains("## Learning from what the cluster observes"),
         "{md}"
     );
+    assert!(md.contains("| observed groups |"), "{md}");
+    // On a dataset of measured triples, three to a GPU: the first model, trained on half the
+    // workloads, found no signal in some numeric columns, and the registered profiles' numbers
+    // for them are accepted unused.
+    let triples = tmp.path().join("triples");
+    let result = simulate_on(
+        &repo("traces/alibaba-gpu-v2023"),
+        &repo("datasets/cpu-dev2c-triples"),
+        &triples,
+        &[
+            "--gpus",
+            "64",
+            "--feedback",
+            "--retrain-hours",
+            "1",
+            "--engine",
+            "burn",
+            "--gpu-jobs",
+            "3",
+        ],
+    );
+    assert!(result.status.success(), "{}", stderr(&result));
+    assert_eq!(report(&triples)["gpu_jobs"], 3);
     // Bad feedback settings are named.
     for (flag, value) in [("--held-out", "1.0"), ("--retrain-hours", "0")] {
         let result = simulate(

@@ -97,6 +97,11 @@ impl LoadedModel {
                 ));
             }
             let numeric = name == SOLO_THROUGHPUT || spec.numeric.iter().any(|f| &f.name == name);
+            if !numeric && !spec.categorical.iter().any(|f| &f.name == name) {
+                // A dataset column the trainer found no signal in: accepted as measured
+                // (a number where the dataset had numbers), unused.
+                continue;
+            }
             let value = match (value, numeric) {
                 (FeatureInput::Number(v), true) => FeatureValue::Number(Some(*v)),
                 (FeatureInput::Null, true) => FeatureValue::Number(None),

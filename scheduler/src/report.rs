@@ -211,8 +211,9 @@ impl Report {
             md,
             "\n## Learning from what the cluster observes\n\nThe model of `pricing + duet` was \
              trained without {} of the dataset's {} workloads ({}). Under `pricing + duet, \
-             learning`, every job the loop placed reported its true speed (times a log-normal \
-             error of {:.1}%, a 10 s window's noise) as `POST /v1/observations` would store it; \
+             learning`, every job the loop placed (alone, beside one job, or in a group the dataset \
+             measured) reported its true speed (times a log-normal error of {:.1}%, a 10 s \
+             window's noise) as `POST /v1/observations` would store it; \
              every {} simulated hours the observations were pooled into a dataset (`duet dataset \
              export`'s pooling) and the model retrained on it beside the other workloads' \
              measurements (`duet train --final-only`).\n",
@@ -224,16 +225,17 @@ impl Report {
         );
         let _ = writeln!(
             md,
-            "| hour | observations | observed settings | observed workloads | held-out pairs: MAPE | held-out pairs: p90 coverage | other pairs: MAPE | training (s) |"
+            "| hour | observations | observed settings | observed groups | observed workloads | held-out pairs: MAPE | held-out pairs: p90 coverage | other pairs: MAPE | training (s) |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
         for c in &f.checkpoints {
             let _ = writeln!(
                 md,
-                "| {:.1} | {} | {} | {} | {:.2}% | {:.1}% | {:.2}% | {:.1} |",
+                "| {:.1} | {} | {} | {} | {} | {:.2}% | {:.1}% | {:.2}% | {:.1} |",
                 c.hours,
                 c.observations,
                 c.observed_settings,
+                c.observed_groups,
                 c.observed_workloads,
                 c.held_out_mape * 100.0,
                 c.held_out_coverage * 100.0,

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 
 use anyhow::{Result, anyhow};
 use duet_core::api::{
-    FeatureInput, Features, JobRef, Observation, ObservationRecord, WorkloadBody,
+    FeatureInput, Features, JobRef, Observation, ObservationRecord, ObservedJob, ObservedJobRecord,
+    WorkloadBody,
 };
 use duet_core::dataset::{Dataset, FeatureValue, Status, speed};
 use duet_core::import::observed::{self, ObservedExport};
@@ -19,8 +20,8 @@ use duet_model::EngineKind;
 
 use crate::predictor::{ModelPredictor, Outlook, Predictor, Query, Sharing};
 
-/// What the cluster saw when a one-GPU job started: alone (`b` none), or next to `b` under a
-/// sharing, at the jobs' true speeds.
+/// What the cluster saw when a one-GPU job started: alone (`b` none), next to `b` under a
+/// sharing, or in a measured group with `b` and `others`, at the jobs' true speeds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Seen {
     pub t: f64,
@@ -28,6 +29,8 @@ pub struct Seen {
     pub b: Option<(String, Sharing)>,
     pub speed_a: f64,
     pub speed_b: f64,
+    /// A group's further jobs: workload, MPS share, true speed.
+    pub others: Vec<(String, Option<f64>, f64)>,
 }
 
 /// A predictor that learns from what the simulated cluster sees.
@@ -45,8 +48,10 @@ pub struct Checkpoint {
     pub hours: f64,
     /// Observations reported so far (solo runs and co-locations).
     pub observations: usize,
-    /// Settings and workloads of the observed dataset this model was trained on.
+    /// Settings (pairs), groups and workloads of the observed dataset this model was trained
+    /// on.
     pub observed_settings: usize,
+    pub observed_groups: usize,
     pub observed_workloads: usize,
     /// MAPE of speed over both jobs of every measured pair with a held-out workload.
     pub held_out_mape: f64,
@@ -166,7 +171,7 @@ impl<'r> FeedbackLearner<'r> {
             retrains: 0,
             checkpoints: Vec::new(),
         };
-        let first = learner.checkpoint(0.0, 0, 0, 0.0)?;
+        let first = learner.checkpoint(0.0, [0, 0, 0], 0.0)?;
         learner.checkpoints.push(first);
         Ok(learner)
     }
@@ -182,6 +187,7 @@ impl<'r> FeedbackLearner<'r> {
 
     fn record(&mut self, seen: &Seen) -> Option<ObservationRecord> {
         let (noise_a, noise_b) = (self.noise(), self.noise());
+        let noises: Vec<f64> = seen.others.iter().map(|_| self.noise()).collect();
         let truth = self.truth;
         let gpu = truth.pairs.first()?.gpu.clone();
         let solo = |id: &str| truth.workload(id).map(|w| w.solo_throughput);
@@ -206,6 +212,21 @@ impl<'r> FeedbackLearner<'r> {
             Some(b) => Some(features(b)?),
             None => None,
         };
+        let mut others = Vec::with_capacity(seen.others.len());
+        let mut other_records = Vec::with_capacity(seen.others.len());
+        for ((id, share, speed), noise) in seen.others.iter().zip(noises) {
+            others.push(ObservedJob {
+                job: JobRef::workload(id),
+                throughput: solo(id)? * speed * noise,
+                solo_throughput: None,
+                share: *share,
+            });
+            other_records.push(ObservedJobRecord {
+                workload: id.clone(),
+                features: features(id)?,
+                kind: kind(id),
+            });
+        }
         Some(ObservationRecord {
             observation: Observation {
                 id: format!("sim-{}", self.records.len()),
@@ -219,7 +240,7 @@ impl<'r> FeedbackLearner<'r> {
                 throughput_b,
                 solo_throughput_a: None,
                 solo_throughput_b: None,
-                others: Vec::new(),
+                others,
                 window_s: 10.0,
                 observed_at: duet_core::timestamp::rfc3339(seen.t),
             },
@@ -229,7 +250,7 @@ impl<'r> FeedbackLearner<'r> {
             kind_b: b.as_deref().and_then(kind),
             workload_b: b,
             features_b,
-            others: Vec::new(),
+            others: other_records,
             prediction: None,
             observed_at_s: seen.t,
             received_at_s: seen.t,
@@ -241,8 +262,7 @@ impl<'r> FeedbackLearner<'r> {
     fn checkpoint(
         &mut self,
         hours: f64,
-        observed_settings: usize,
-        observed_workloads: usize,
+        [observed_settings, observed_groups, observed_workloads]: [usize; 3],
         train_s: f64,
     ) -> Result<Checkpoint> {
         let truth = self.truth;
@@ -295,6 +315,7 @@ impl<'r> FeedbackLearner<'r> {
             hours,
             observations: self.records.len(),
             observed_settings,
+            observed_groups,
             observed_workloads,
             held_out_mape: mean(scored[0]),
             held_out_coverage: coverage(scored[0]),
@@ -362,11 +383,97 @@ impl Learner for FeedbackLearner<'_> {
         self.since_retrain = 0;
         let point = self.checkpoint(
             t / 3600.0,
-            summary.pairs_written,
-            summary.workloads_written,
+            [
+                summary.pairs_written,
+                summary.groups_written,
+                summary.workloads_written,
+            ],
             train_s,
         )?;
         self.checkpoints.push(point);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use duet_core::dataset::Mode;
+
+    use super::*;
+
+    fn repo(path: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+    }
+
+    #[test]
+    fn a_seen_group_is_reported_whole_and_pooled_into_the_observed_dataset() {
+        let truth = Dataset::read(&repo("datasets/gavel-v100")).expect("gavel-v100");
+        let settings = FeedbackSettings {
+            every_s: 3600.0,
+            noise: 0.0,
+            seed: 7,
+            engine: EngineKind::Burn,
+        };
+        let retrain: Retrain<'_> = Box::new(|_, _| Err(anyhow!("not retrained here")));
+        let mut learner = FeedbackLearner::new(
+            repo("models/default"),
+            &truth,
+            BTreeSet::new(),
+            settings,
+            retrain,
+        )
+        .expect("the default model on gavel-v100");
+        let jobs = ["a3c", "cyclegan", "lm-bs20"];
+        let alone = |id: &str| Seen {
+            t: 10.0,
+            a: id.to_string(),
+            b: None,
+            speed_a: 1.0,
+            speed_b: 1.0,
+            others: Vec::new(),
+        };
+        let sharing = Sharing {
+            mode: Mode::Space,
+            share_a: None,
+            share_b: None,
+        };
+        let group = Seen {
+            t: 20.0,
+            a: jobs[0].into(),
+            b: Some((jobs[1].into(), sharing)),
+            speed_a: 0.5,
+            speed_b: 0.6,
+            others: vec![(jobs[2].into(), None, 0.7)],
+        };
+        let mut seen: Vec<Seen> = jobs.iter().map(|id| alone(id)).collect();
+        seen.push(group);
+        learner.observe(seen);
+        let record = learner.records.last().expect("the group's record");
+        let solo = |id: &str| truth.workload(id).expect("a workload").solo_throughput;
+        let o = &record.observation;
+        assert_eq!(o.others.len(), 1);
+        assert!((o.others[0].throughput - 0.7 * solo(jobs[2])).abs() < 1e-9);
+        assert_eq!(record.others[0].workload, jobs[2]);
+        let speeds = record.observed_group_speeds().expect("every speed");
+        for (got, want) in speeds.iter().zip([0.5, 0.6, 0.7]) {
+            assert!((got - want).abs() < 1e-9, "{speeds:?}");
+        }
+        let options = ObservedExport {
+            name: "observed".into(),
+            gpu: None,
+            since_s: None,
+            until_s: None,
+            store: "simulation".into(),
+            command: None,
+            date: "2026-12-05".into(),
+        };
+        let (dataset, summary) = observed::dataset(&learner.records, &options).expect("dataset");
+        assert_eq!((summary.group_runs, summary.groups_written), (1, 1));
+        let g = &dataset.groups[0];
+        let names: Vec<&str> = g.jobs.iter().map(|j| j.workload.as_str()).collect();
+        assert_eq!(names, jobs);
+        assert!((g.jobs[1].throughput - 0.6 * solo(jobs[1])).abs() < 1e-9);
     }
 }

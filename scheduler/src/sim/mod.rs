@@ -518,6 +518,80 @@ mod tests {
         );
     }
 
+    /// The oracle's prices, recording what a learner would be shown.
+    #[derive(Debug)]
+    struct Recorder {
+        oracle: Oracle,
+        seen: Vec<feedback::Seen>,
+    }
+
+    impl Predictor for Recorder {
+        fn describe(&self) -> String {
+            "a recording oracle".into()
+        }
+
+        fn predict(
+            &mut self,
+            gpu: &str,
+            queries: &[crate::predictor::Query<'_>],
+        ) -> Result<Vec<crate::predictor::Outlook>> {
+            self.oracle.predict(gpu, queries)
+        }
+
+        fn predict_groups(
+            &mut self,
+            gpu: &str,
+            groups: &[crate::predictor::GroupQuery<'_>],
+        ) -> Result<Vec<crate::predictor::GroupOutlook>> {
+            self.oracle.predict_groups(gpu, groups)
+        }
+    }
+
+    impl feedback::Learner for Recorder {
+        fn observe(&mut self, seen: Vec<feedback::Seen>) {
+            self.seen.extend(seen);
+        }
+
+        fn tick(&mut self, _t: f64) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_learner_is_shown_every_measured_group_that_forms_at_its_measured_speeds() {
+        let dir = repo("datasets/cpu-dev2c-triples");
+        let dataset = Dataset::read(&dir).expect("cpu-dev2c-triples");
+        let s = setup_on(&dir, &dataset, None, 64, 1.3);
+        let mut settings = Settings::default();
+        settings.pricing.gpu_jobs = 3;
+        let mut recorder = Recorder {
+            oracle: s.oracle.clone(),
+            seen: Vec::new(),
+        };
+        let outcome = run_with(&s, Policy::Learning(&mut recorder), &settings);
+        let groups: Vec<&feedback::Seen> = recorder
+            .seen
+            .iter()
+            .filter(|x| !x.others.is_empty())
+            .collect();
+        assert!(outcome.joined_measured > 0, "{outcome:?}");
+        assert_eq!(groups.len(), outcome.joined_measured);
+        for g in groups {
+            let (b, sharing) = g.b.as_ref().expect("a group has `b`");
+            assert_eq!(g.others.len(), 1, "{g:?}");
+            let (c, share, speed_c) = &g.others[0];
+            let q = crate::predictor::GroupQuery {
+                jobs: vec![g.a.as_str(), b.as_str(), c.as_str()],
+                mode: sharing.mode,
+                shares: None,
+            };
+            assert!(share.is_none());
+            let (truth, source) = s.oracle.lookup_group(&q).expect("measured");
+            assert_eq!(source, crate::predictor::Truth::Measured);
+            assert_eq!(truth.speeds, [g.speed_a, g.speed_b, *speed_c], "{g:?}");
+        }
+    }
+
     #[test]
     fn a_simulation_is_reproducible() {
         let s = setup(1500, 64, 1.3);

@@ -268,6 +268,7 @@ impl<'a> World<'a> {
                 b: None,
                 speed_a: 1.0,
                 speed_b: 1.0,
+                others: Vec::new(),
             });
         }
         self.running[j] = Some(Running {
@@ -338,6 +339,36 @@ impl<'a> World<'a> {
         }
     }
 
+    /// A group that just formed (the newcomer first, as `group_query` orders it), as the cluster
+    /// reports it to the learner: the newcomer as `a`, the first resident as `b`, the rest as
+    /// `others`.
+    fn see_group(&mut self, q: &GroupQuery<'_>, speeds: &[f64], t: f64) {
+        let Some(seen) = self.seen.as_mut() else {
+            return;
+        };
+        let share = |k: usize| q.shares.as_ref().and_then(|s| s.get(k).copied());
+        if q.jobs.len() < 3 || speeds.len() != q.jobs.len() {
+            return;
+        }
+        seen.push(Seen {
+            t,
+            a: q.jobs[0].to_string(),
+            b: Some((
+                q.jobs[1].to_string(),
+                Sharing {
+                    mode: q.mode,
+                    share_a: share(0),
+                    share_b: share(1),
+                },
+            )),
+            speed_a: speeds[0],
+            speed_b: speeds[1],
+            others: (2..q.jobs.len())
+                .map(|k| (q.jobs[k].to_string(), share(k), speeds[k]))
+                .collect(),
+        });
+    }
+
     /// Sets the speeds of the jobs left on `gpu` to the truth of their smaller group; where the
     /// dataset has none (a pair it never measured), they keep their speeds.
     fn regroup(&mut self, gpu: usize, t: f64) {
@@ -373,6 +404,9 @@ impl<'a> World<'a> {
                 self.joined += 1;
                 if source == Truth::Measured {
                     self.joined_measured += 1;
+                    // What a cluster can report is a measurement: a group composed from its
+                    // pairs is the simulator's stand-in, not something to learn from.
+                    self.see_group(&q, &truth.speeds, t);
                 }
                 for (r, speed) in self.on_gpu[gpu].clone().into_iter().zip(&truth.speeds[1..]) {
                     self.set_speed(r, *speed, t);
@@ -406,6 +440,7 @@ impl<'a> World<'a> {
                         b: Some((b.clone(), sharing)),
                         speed_a: truth.speed_a,
                         speed_b: truth.speed_b,
+                        others: Vec::new(),
                     });
                 }
                 self.set_speed(resident, truth.speed_b, t);
