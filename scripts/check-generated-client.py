@@ -90,22 +90,46 @@ observed = ObservationBatch.from_dict(
                 "throughput_b": 5.0,
                 "window_s": 10,
                 "observed_at": "2026-12-01T12:00:00Z",
-            }
+            },
+            {
+                # The group asked above, cyclegan observed at half its predicted speed.
+                "id": "generated-client-group",
+                "gpu": "v100",
+                "mode": "space",
+                "a": {"workload": "generated-client-job"},
+                "b": {"workload": "a3c"},
+                "others": [
+                    {
+                        "job": {"workload": "cyclegan"},
+                        "throughput": 0.5 * answer.groups[0].jobs[2].speed * 10.0,
+                        "solo_throughput": 10.0,
+                    }
+                ],
+                "throughput_a": answer.groups[0].jobs[0].speed * 11.2,
+                "throughput_b": answer.groups[0].jobs[1].speed * 5.0,
+                "solo_throughput_b": 5.0,
+                "window_s": 10,
+                "observed_at": "2026-12-01T12:00:00Z",
+            },
         ]
     }
 )
 stored = expect(post_observations.sync_detailed(client=client, body=observed), 200, "observations")
-assert isinstance(stored, ObservationsAnswer) and stored.stored == ["generated-client-observation"], stored
+ids = ["generated-client-observation", "generated-client-group"]
+assert isinstance(stored, ObservationsAnswer) and stored.stored == ids, stored
 again = expect(post_observations.sync_detailed(client=client, body=observed), 200, "observations again")
-assert again.duplicates == ["generated-client-observation"] and not again.stored, again
+assert again.duplicates == ids and not again.stored, again
 report = expect(drift.sync_detailed(client=client), 200, "drift")
-assert isinstance(report, DriftReport) and report.pairs >= 1, report
+assert isinstance(report, DriftReport) and report.pairs >= 2, report
 job = [w for w in report.workloads if w.key == "generated-client-job"]
-# Observed at 80% of the predicted speed: the model was 25% too optimistic.
-assert job and abs(job[0].bias - 0.25) < 1e-3, job
+# Observed at 80% of the predicted speed in the pair, at it in the group: 12.5% too optimistic.
+assert job and abs(job[0].bias - 0.125) < 1e-3, job
+# cyclegan, only in the group, at half its predicted speed: 100% too optimistic.
+cyclegan = [w for w in report.workloads if w.key == "cyclegan"]
+assert cyclegan and abs(cyclegan[0].bias - 1.0) < 1e-3, cyclegan
 expect(delete_workload.sync_detailed(id="generated-client-job", client=client), 204, "delete")
 expect(get_workload.sync_detailed(id="generated-client-job", client=client), 404, "get after delete")
 print(
-    "generated client: predict, put, get, list, delete, observations and drift answered as "
-    "documented"
+    "generated client: predict, put, get, list, delete, observations (a pair and a group) and "
+    "drift answered as documented"
 )
