@@ -127,6 +127,7 @@ assert job and abs(job[0].bias - 0.125) < 1e-3, job
 # cyclegan, only in the group, at half its predicted speed: 100% too optimistic.
 cyclegan = [w for w in report.workloads if w.key == "cyclegan"]
 assert cyclegan and abs(cyclegan[0].bias - 1.0) < 1e-3, cyclegan
+assert {"2", "3"} <= {s.key for s in report.sizes}, report.sizes
 expect(delete_workload.sync_detailed(id="generated-client-job", client=client), 204, "delete")
 expect(get_workload.sync_detailed(id="generated-client-job", client=client), 404, "get after delete")
 print(

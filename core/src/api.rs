@@ -587,7 +587,8 @@ fn solo_throughput(reported: Option<f64>, features: Option<&Features>) -> Option
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DriftEntry {
-    /// The workload id, or `<gpu>/<mode>` for a device and mode.
+    /// The workload id, `<gpu>/<mode>` for a device and mode, or the number of jobs for a
+    /// group size.
     pub key: String,
     /// Observed jobs (a pair counts once for each of its two jobs).
     pub observations: usize,
@@ -606,14 +607,18 @@ pub struct DriftEntry {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DriftReport {
     pub model_version: String,
-    /// Co-located observations scored (the newest `window` of them).
+    /// Co-located observations scored, pairs and groups (the newest `window` of them).
     pub pairs: usize,
-    /// Stored observations left out: solo runs, and pairs the loaded model cannot predict (its
-    /// devices, modes or features differ from the one that received them).
+    /// Stored observations left out: solo runs, and co-locations the loaded model cannot
+    /// predict (its devices, modes or features differ from the one that received them).
     pub skipped: usize,
     pub window: usize,
     /// Per device and mode.
     pub groups: Vec<DriftEntry>,
+    /// Per number of jobs that shared the device, keyed `2` for pairs, `3` and up for groups:
+    /// each group size has a p90 of its own to hold.
+    #[serde(default)]
+    pub sizes: Vec<DriftEntry>,
     /// Per workload, the worst (highest MAPE) first.
     pub workloads: Vec<DriftEntry>,
 }

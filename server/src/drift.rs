@@ -236,11 +236,23 @@ pub fn group_key(group: &Group) -> String {
     format!("{}/{}", group.0, group.1)
 }
 
-/// Per device and mode, and per workload (worst MAPE first), of scored records.
-pub fn tallies(
-    scored: &[(&ObservationRecord, Option<ObservedPrediction>)],
-) -> (Vec<DriftEntry>, Vec<DriftEntry>, usize) {
+/// Scored records tallied three ways.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tallies {
+    /// Per device and mode.
+    pub devices: Vec<DriftEntry>,
+    /// Per number of jobs on the device (`2` for pairs).
+    pub sizes: Vec<DriftEntry>,
+    /// Per workload, the worst MAPE first.
+    pub workloads: Vec<DriftEntry>,
+    /// Co-locations scored.
+    pub scored: usize,
+}
+
+/// Per device and mode, per group size and per workload (worst MAPE first), of scored records.
+pub fn tallies(scored: &[(&ObservationRecord, Option<ObservedPrediction>)]) -> Tallies {
     let mut groups: BTreeMap<Group, Tally> = BTreeMap::new();
+    let mut sizes: BTreeMap<usize, Tally> = BTreeMap::new();
     let mut workloads: BTreeMap<String, Tally> = BTreeMap::new();
     let mut pairs = 0;
     for (record, prediction) in scored {
@@ -257,21 +269,29 @@ pub fn tallies(
         let group = groups
             .entry((record.observation.gpu.clone(), mode))
             .or_default();
+        let size = sizes.entry(all.len()).or_default();
         let ids = [&record.workload_a, b]
             .into_iter()
             .chain(record.others.iter().map(|j| &j.workload));
         for (score, id) in all.into_iter().zip(ids) {
             group.add(score, record.observed_at_s);
+            size.add(score, record.observed_at_s);
             workloads
                 .entry(id.clone())
                 .or_default()
                 .add(score, record.observed_at_s);
         }
     }
-    let groups = groups.iter().map(|(g, t)| t.entry(group_key(g))).collect();
+    let devices = groups.iter().map(|(g, t)| t.entry(group_key(g))).collect();
+    let sizes = sizes.iter().map(|(k, t)| t.entry(k.to_string())).collect();
     let mut workloads: Vec<DriftEntry> = workloads.into_iter().map(|(id, t)| t.entry(id)).collect();
     workloads.sort_by(|x, y| y.mape.total_cmp(&x.mape).then_with(|| x.key.cmp(&y.key)));
-    (groups, workloads, pairs)
+    Tallies {
+        devices,
+        sizes,
+        workloads,
+        scored: pairs,
+    }
 }
 
 /// The latest observed pairs this replica received, per device and mode, each with the loaded

@@ -238,6 +238,8 @@ async fn drift_scores_observations_against_the_loaded_model_worst_workload_first
     let (status, drift) = call(&app, "GET", "/v1/drift", None, None).await;
     assert_eq!(status, StatusCode::OK, "{drift}");
     assert_eq!(drift["pairs"], 6);
+    assert_eq!(drift["sizes"][0]["key"], "2", "{drift}");
+    assert_eq!(drift["sizes"][0]["observations"], 12, "{drift}");
     let workloads = drift["workloads"].as_array().expect("workloads");
     let keys: Vec<&str> = workloads
         .iter()
@@ -512,4 +514,12 @@ async fn a_group_is_checked_by_field_stored_and_scored_for_every_job() {
         assert_eq!(w["p90_coverage"], 1.0, "{drift}");
     }
     assert_eq!(drift["groups"][0]["observations"], 3, "{drift}");
+    // By group size: a group of three, its three jobs, one of them at twice its speed.
+    let sizes = drift["sizes"].as_array().expect("sizes");
+    assert_eq!(sizes.len(), 1, "{drift}");
+    assert_eq!(
+        (&sizes[0]["key"], &sizes[0]["observations"]),
+        (&json!("3"), &json!(3))
+    );
+    assert!((mape(&sizes[0]) - 1.0 / 3.0).abs() < 1e-4, "{drift}");
 }

@@ -295,14 +295,15 @@ pub async fn drift(
         let refs: Vec<&ObservationRecord> = records.iter().map(|(_, r)| r).collect();
         let predictions = crate::drift::predict(&serving.model, &serving.registry, &refs);
         let scored: Vec<_> = refs.iter().copied().zip(predictions).collect();
-        let (groups, workloads, pairs) = crate::drift::tallies(&scored);
+        let tallies = crate::drift::tallies(&scored);
         Ok(Json(DriftReport {
             model_version: serving.model.version().to_string(),
-            pairs,
-            skipped: records.len() - pairs,
+            pairs: tallies.scored,
+            skipped: records.len() - tallies.scored,
             window,
-            groups,
-            workloads,
+            groups: tallies.devices,
+            sizes: tallies.sizes,
+            workloads: tallies.workloads,
         }))
     })
     .await
