@@ -523,3 +523,79 @@ async fn a_group_is_checked_by_field_stored_and_scored_for_every_job() {
     );
     assert!((mape(&sizes[0]) - 1.0 / 3.0).abs() < 1e-4, "{drift}");
 }
+
+/// An app on a fresh SQLite store with this request time limit.
+async fn app_with_timeout(dir: &std::path::Path, timeout: std::time::Duration) -> Router {
+    let state = AppState::new(Config {
+        token: Some(TOKEN.into()),
+        state: Some(StateLocation::Sqlite(dir.join("registry.sqlite"))),
+        max_observations: 10_000,
+        request_timeout: timeout,
+        ..Config::new(model_dir())
+    })
+    .expect("state");
+    state.start().await.expect("the default model loads");
+    duet_server::router(state)
+}
+
+#[tokio::test]
+async fn a_batch_of_groups_past_the_request_timeout_is_given_up_between_items_and_stores_nothing() {
+    // 5,000 groups of eight: each one a forward pass of its 28 pairs, seconds in all.
+    let jobs = [
+        "a3c",
+        "cyclegan",
+        "resnet-50-bs64",
+        "transformer-bs32",
+        "lm-bs20",
+        "recommendation-bs512",
+        "resnet-18-bs64",
+        "resnet-50-bs32",
+    ];
+    let others: Vec<Value> = jobs[2..]
+        .iter()
+        .map(|w| json!({"job": {"workload": w}, "throughput": 2.0, "solo_throughput": 10.0}))
+        .collect();
+    let batch: Vec<Value> = (0..5_000)
+        .map(|i| {
+            let mut o = co_location(&format!("g{i}"), jobs[0], jobs[1], 0.5, 0.5);
+            o["others"] = json!(others);
+            o
+        })
+        .collect();
+    // How long the whole batch takes here, parsed, checked and stored.
+    let (first, second) = (
+        tempfile::tempdir().expect("tmp"),
+        tempfile::tempdir().expect("tmp"),
+    );
+    let whole = app_with_timeout(first.path(), std::time::Duration::from_secs(600)).await;
+    let started = std::time::Instant::now();
+    let (status, answer) = post(&whole, batch.clone()).await;
+    let took = started.elapsed();
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    // A third of that: past the parse (a small part of it), long before the last item.
+    let app = app_with_timeout(second.path(), took / 3).await;
+    let (status, answer) = post(&app, batch).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+    // The checking thread sees the request gone at its next item and stops there: given up
+    // (without the check between items it ran to the end, and nothing counted it).
+    let mut given_up = None;
+    for _ in 0..100 {
+        given_up = metric(&metrics(&app).await, "duet_work_given_up_total");
+        if given_up >= Some(1.0) {
+            break;
+        }
+        tokio::time::sleep(took / 50).await;
+    }
+    assert_eq!(given_up, Some(1.0), "after {took:?}");
+    let text = metrics(&app).await;
+    assert_eq!(
+        metric(&text, r#"duet_observations_total{outcome="stored"}"#).unwrap_or(0.0),
+        0.0
+    );
+    let (status, drift) = call(&app, "GET", "/v1/drift", None, None).await;
+    assert_eq!(
+        (status, &drift["pairs"]),
+        (StatusCode::OK, &json!(0)),
+        "{drift}"
+    );
+}

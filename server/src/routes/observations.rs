@@ -106,14 +106,19 @@ pub async fn post_observations(
             server: server_name(),
             now_s: duet_core::timestamp::now_seconds(),
         };
-        Ok::<_, Failure>(
-            batch
-                .observations
-                .into_iter()
-                .enumerate()
-                .map(|(i, item)| check(&serving.model, &serving.registry, i, item, &receipt))
-                .collect::<Vec<_>>(),
-        )
+        let mut checked = Vec::with_capacity(batch.observations.len());
+        for (i, item) in batch.observations.into_iter().enumerate() {
+            // A batch of large groups runs the model thousands of times: given up between
+            // items once its client timed out or went away (nothing of it is stored yet).
+            if checking
+                .cancelled()
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                return Err(checker.metrics.guards.gave_up());
+            }
+            checked.push(check(&serving.model, &serving.registry, i, item, &receipt));
+        }
+        Ok::<_, Failure>(checked)
     })
     .await
     .map_err(|e| state.metrics.guards.join_failure(&e, "observation check"))??;
