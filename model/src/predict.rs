@@ -406,22 +406,28 @@ fn group_field(field: &str, order: &[(usize, usize)]) -> String {
     let renamed = field.strip_prefix("pairs[").and_then(|rest| {
         let (index, rest) = rest.split_once(']')?;
         let &(a, b) = order.get(index.parse::<usize>().ok()?)?;
-        let rest = rest.strip_prefix('.').unwrap_or(rest);
-        let (head, tail) = rest.split_once('.').map_or((rest, ""), |(h, t)| (h, t));
-        let tail = if tail.is_empty() {
-            String::new()
-        } else {
-            format!(".{tail}")
-        };
-        Some(match head {
-            "a" => format!("jobs[{a}]{tail}"),
-            "b" => format!("jobs[{b}]{tail}"),
-            "share_a" => format!("shares[{a}]"),
-            "share_b" => format!("shares[{b}]"),
-            other => format!("{other}{tail}"),
-        })
+        Some(field_in_group(rest, a, b))
     });
     renamed.unwrap_or_else(|| field.to_string())
+}
+
+/// What follows `pairs[p]` in a field of a group's pair of jobs `a` and `b` (`.a.features.x`,
+/// `.share_b`), said of the group: `jobs[a].features.x`, `shares[b]`, `mode`.
+pub fn field_in_group(rest: &str, a: usize, b: usize) -> String {
+    let rest = rest.strip_prefix('.').unwrap_or(rest);
+    let (head, tail) = rest.split_once('.').map_or((rest, ""), |(h, t)| (h, t));
+    let tail = if tail.is_empty() {
+        String::new()
+    } else {
+        format!(".{tail}")
+    };
+    match head {
+        "a" => format!("jobs[{a}]{tail}"),
+        "b" => format!("jobs[{b}]{tail}"),
+        "share_a" => format!("shares[{a}]"),
+        "share_b" => format!("shares[{b}]"),
+        other => format!("{other}{tail}"),
+    }
 }
 
 #[cfg(test)]

@@ -236,20 +236,10 @@ fn failure_of_request(mut failure: Failure, pairs: usize, origins: &[Origin]) ->
             let (index, rest) = rest.split_once(']')?;
             let index: usize = index.parse().ok()?;
             let &(g, a, b) = origins.get(index.checked_sub(pairs)?)?;
-            let rest = rest.strip_prefix('.').unwrap_or(rest);
-            let (head, tail) = rest.split_once('.').map_or((rest, ""), |(h, t)| (h, t));
-            let tail = if tail.is_empty() {
-                String::new()
-            } else {
-                format!(".{tail}")
-            };
-            Some(match head {
-                "a" => format!("groups[{g}].jobs[{a}]{tail}"),
-                "b" => format!("groups[{g}].jobs[{b}]{tail}"),
-                "share_a" => format!("groups[{g}].shares[{a}]"),
-                "share_b" => format!("groups[{g}].shares[{b}]"),
-                other => format!("groups[{g}].{other}{tail}"),
-            })
+            Some(format!(
+                "groups[{g}].{}",
+                duet_model::predict::field_in_group(rest, a, b)
+            ))
         })
         .unwrap_or(field);
     failure.field = Some(renamed);
