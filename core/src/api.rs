@@ -420,8 +420,12 @@ pub struct Observation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub solo_throughput_b: Option<f64>,
     /// The group's further jobs beside `a` and `b`, where three to eight jobs shared the device
-    /// (absent or empty: a pair, or a solo run).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// (absent, null or empty: a pair, or a solo run).
+    #[serde(
+        default,
+        deserialize_with = "null_as_empty",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub others: Vec<ObservedJob>,
     /// How long the throughputs were measured over, seconds.
     pub window_s: f64,
@@ -429,6 +433,12 @@ pub struct Observation {
     pub observed_at: String,
 }
 object_only!(Observation);
+
+/// A list that may also be sent as `null`, read as empty (as the other optional fields of an
+/// observation may be null).
+fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
+}
 
 /// A third (to eighth) job of an observed group: which job, how fast it ran among the others.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -599,3 +599,16 @@ async fn a_batch_of_groups_past_the_request_timeout_is_given_up_between_items_an
         "{drift}"
     );
 }
+
+#[tokio::test]
+async fn others_sent_as_null_is_a_pair() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (app, _) = app_on(&dir.path().join("registry.sqlite")).await;
+    // As a client generated from the OpenAPI document sends an unset list.
+    let mut o = co_location("null-others", "a3c", "cyclegan", 0.5, 0.5);
+    o["others"] = Value::Null;
+    let (status, answer) = post(&app, vec![o]).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let (_, drift) = call(&app, "GET", "/v1/drift", None, None).await;
+    assert_eq!(drift["sizes"][0]["key"], "2", "{drift}");
+}
