@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use duet_core::api::{
     DriftEntry, Features, GroupQuery, JobRef, ObservationRecord, ObservedJob, ObservedPrediction,
@@ -80,14 +81,15 @@ pub fn scores(
 }
 
 /// The loaded model's predictions for observed pairs and groups (`None` for a solo run, or a
-/// setting it cannot predict). A job still in the registry with a profile on the device is named
-/// by its id (the model's identity slot applies); any other is given by the features stored
-/// with it.
+/// setting it cannot predict); `None` in all where `cancelled` was set before the last. A job
+/// still in the registry with a profile on the device is named by its id (the model's identity
+/// slot applies); any other is given by the features stored with it.
 pub fn predict(
     model: &LoadedModel,
     registry: &Registry,
     records: &[&ObservationRecord],
-) -> Vec<Option<ObservedPrediction>> {
+    cancelled: &AtomicBool,
+) -> Option<Vec<Option<ObservedPrediction>>> {
     let queries: Vec<Option<PairQuery>> = records
         .iter()
         .map(|r| {
@@ -109,37 +111,42 @@ pub fn predict(
         batch = duet_model::predict::predict(model, registry, &request, None).ok();
     }
     let mut next = 0;
-    queries
-        .into_iter()
-        .zip(records)
-        .map(|(q, record)| {
-            let Some(q) = q else {
-                // A group: its own pairs in one pass.
-                let query = group_query(registry, record)?;
+    let mut out = Vec::with_capacity(records.len());
+    for (q, record) in queries.into_iter().zip(records) {
+        // Each group, and each pair asked alone, runs the model: given up between them once
+        // nobody waits for the answer.
+        if cancelled.load(Ordering::Relaxed) {
+            return None;
+        }
+        let Some(q) = q else {
+            // A group (its own pairs in one pass), or a solo run.
+            out.push(group_query(registry, record).and_then(|query| {
                 let answer =
                     duet_model::predict::predict_group(model, registry, &query, None).ok()?;
-                return Some(observed_group_prediction(model.version(), &answer));
-            };
-            let p = match &batch {
-                Some(all) => all.get(next).copied(),
-                // One pair the model refuses fails the batch: then each on its own.
-                None => duet_model::predict::predict(
-                    model,
-                    registry,
-                    &PredictRequest {
-                        gpu: None,
-                        pairs: vec![q],
-                        groups: Vec::new(),
-                    },
-                    None,
-                )
-                .ok()
-                .and_then(|v| v.first().copied()),
-            };
-            next += 1;
-            p.map(|p| observed_prediction(model.version(), &p))
-        })
-        .collect()
+                Some(observed_group_prediction(model.version(), &answer))
+            }));
+            continue;
+        };
+        let p = match &batch {
+            Some(all) => all.get(next).copied(),
+            // One pair the model refuses fails the batch: then each on its own.
+            None => duet_model::predict::predict(
+                model,
+                registry,
+                &PredictRequest {
+                    gpu: None,
+                    pairs: vec![q],
+                    groups: Vec::new(),
+                },
+                None,
+            )
+            .ok()
+            .and_then(|v| v.first().copied()),
+        };
+        next += 1;
+        out.push(p.map(|p| observed_prediction(model.version(), &p)));
+    }
+    Some(out)
 }
 
 /// How the loaded model is asked about one stored job: by its id where the registry still
@@ -330,7 +337,9 @@ impl Windows {
         };
         for window in w.values_mut() {
             let records: Vec<&ObservationRecord> = window.iter().map(|(r, _)| r).collect();
-            let fresh = predict(model, registry, &records);
+            let Some(fresh) = predict(model, registry, &records, &AtomicBool::new(false)) else {
+                continue;
+            };
             let old = std::mem::take(window);
             *window = old
                 .into_iter()

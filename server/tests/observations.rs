@@ -538,9 +538,8 @@ async fn app_with_timeout(dir: &std::path::Path, timeout: std::time::Duration) -
     duet_server::router(state)
 }
 
-#[tokio::test]
-async fn a_batch_of_groups_past_the_request_timeout_is_given_up_between_items_and_stores_nothing() {
-    // 5,000 groups of eight: each one a forward pass of its 28 pairs, seconds in all.
+/// 5,000 observed groups of eight: each one a forward pass of its 28 pairs, seconds in all.
+fn groups_of_eight() -> Vec<Value> {
     let jobs = [
         "a3c",
         "cyclegan",
@@ -555,13 +554,31 @@ async fn a_batch_of_groups_past_the_request_timeout_is_given_up_between_items_an
         .iter()
         .map(|w| json!({"job": {"workload": w}, "throughput": 2.0, "solo_throughput": 10.0}))
         .collect();
-    let batch: Vec<Value> = (0..5_000)
+    (0..5_000)
         .map(|i| {
             let mut o = co_location(&format!("g{i}"), jobs[0], jobs[1], 0.5, 0.5);
             o["others"] = json!(others);
             o
         })
-        .collect();
+        .collect()
+}
+
+/// Waits for `duet_work_given_up_total` to reach 1, polling every `every`.
+async fn given_up(app: &Router, every: std::time::Duration) -> Option<f64> {
+    let mut given_up = None;
+    for _ in 0..100 {
+        given_up = metric(&metrics(app).await, "duet_work_given_up_total");
+        if given_up >= Some(1.0) {
+            break;
+        }
+        tokio::time::sleep(every).await;
+    }
+    given_up
+}
+
+#[tokio::test]
+async fn a_batch_of_groups_past_the_request_timeout_is_given_up_between_items_and_stores_nothing() {
+    let batch = groups_of_eight();
     // How long the whole batch takes here, parsed, checked and stored.
     let (first, second) = (
         tempfile::tempdir().expect("tmp"),
@@ -578,15 +595,7 @@ async fn a_batch_of_groups_past_the_request_timeout_is_given_up_between_items_an
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
     // The checking thread sees the request gone at its next item and stops there: given up
     // (without the check between items it ran to the end, and nothing counted it).
-    let mut given_up = None;
-    for _ in 0..100 {
-        given_up = metric(&metrics(&app).await, "duet_work_given_up_total");
-        if given_up >= Some(1.0) {
-            break;
-        }
-        tokio::time::sleep(took / 50).await;
-    }
-    assert_eq!(given_up, Some(1.0), "after {took:?}");
+    assert_eq!(given_up(&app, took / 50).await, Some(1.0), "after {took:?}");
     let text = metrics(&app).await;
     assert_eq!(
         metric(&text, r#"duet_observations_total{outcome="stored"}"#).unwrap_or(0.0),
@@ -611,4 +620,23 @@ async fn others_sent_as_null_is_a_pair() {
     assert_eq!(status, StatusCode::OK, "{answer}");
     let (_, drift) = call(&app, "GET", "/v1/drift", None, None).await;
     assert_eq!(drift["sizes"][0]["key"], "2", "{drift}");
+}
+
+#[tokio::test]
+async fn drift_past_the_request_timeout_is_given_up_between_groups() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let whole = app_with_timeout(dir.path(), std::time::Duration::from_secs(600)).await;
+    let (status, answer) = post(&whole, groups_of_eight()).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    // How long scoring the 5,000 stored groups takes here.
+    let started = std::time::Instant::now();
+    let (status, drift) = call(&whole, "GET", "/v1/drift", None, None).await;
+    let took = started.elapsed();
+    assert_eq!((status, &drift["pairs"]), (StatusCode::OK, &json!(5000)));
+    drop(whole);
+    // The same store, a third of that to answer in: the scoring stops at its next group.
+    let app = app_with_timeout(dir.path(), took / 3).await;
+    let (status, answer) = call(&app, "GET", "/v1/drift", None, None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+    assert_eq!(given_up(&app, took / 50).await, Some(1.0), "after {took:?}");
 }

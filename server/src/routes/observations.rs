@@ -298,7 +298,9 @@ pub async fn drift(
         let guard = scorer.read()?;
         let serving = guard.as_ref().ok_or_else(not_ready)?;
         let refs: Vec<&ObservationRecord> = records.iter().map(|(_, r)| r).collect();
-        let predictions = crate::drift::predict(&serving.model, &serving.registry, &refs);
+        let predictions =
+            crate::drift::predict(&serving.model, &serving.registry, &refs, work.cancelled())
+                .ok_or_else(|| scorer.metrics.guards.gave_up())?;
         let scored: Vec<_> = refs.iter().copied().zip(predictions).collect();
         let tallies = crate::drift::tallies(&scored);
         Ok(Json(DriftReport {

@@ -1,8 +1,8 @@
 //! Observations the cluster reports (`POST /v1/observations`): each item checked on its own like
 //! a row of an imported CSV (a refusal names the item and its field, and the rest of the batch
 //! is still stored), its jobs resolved against the registry on the observed device (so the
-//! stored record stands on its own when the registry later changes), and its pair scored by the
-//! serving model, for drift.
+//! stored record stands on its own when the registry later changes), and its pair (or group,
+//! answered as `/v1/predict` answers a group) scored by the serving model, for drift.
 
 use duet_core::api::{
     FeatureInput, Features, GroupPrediction, GroupQuery, JobRef, Observation, ObservationRecord,
