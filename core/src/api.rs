@@ -175,6 +175,13 @@ pub struct GroupQuery {
 }
 object_only!(GroupQuery);
 
+impl GroupQuery {
+    /// Job `k`'s MPS share, where the group gives shares.
+    pub fn share(&self, k: usize) -> Option<f64> {
+        self.shares.as_ref().and_then(|s| s.get(k).copied())
+    }
+}
+
 /// `POST /v1/predict`: pairs, groups of three or more, or both.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -346,6 +346,37 @@ pub fn group_effects(
     }
 }
 
+/// A group's own rules, before any of its pairs is encoded: 3 to `MAX_GROUP_SIZE` jobs, and
+/// one share per job where shares are given (fields `jobs`, `shares`).
+pub fn check_group(query: &GroupQuery) -> Result<(), ModelError> {
+    let n = query.jobs.len();
+    if !(3..=MAX_GROUP_SIZE).contains(&n) {
+        return Err(ModelError::field(
+            "jobs",
+            format!(
+                "{n} jobs: a group holds 3 to {MAX_GROUP_SIZE}{}",
+                if n == 2 {
+                    "; two jobs are a pair: ask for it in `pairs`"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
+    if let Some(shares) = &query.shares
+        && shares.len() != n
+    {
+        return Err(ModelError::field(
+            "shares",
+            format!(
+                "{} shares for {n} jobs: give one per job, in their order",
+                shares.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// One group's answer as `/v1/predict` gives it: its pairs (in `group::pairs_of` order) run in
 /// one forward pass, composed with the model's group calibration and its jobs' group effects. A
 /// refused pair's field names the group's job (`jobs[i]...`) or share (`shares[i]`).
@@ -355,22 +386,9 @@ pub fn predict_group(
     query: &GroupQuery,
     default_gpu: Option<&str>,
 ) -> Result<GroupPrediction, ModelError> {
+    check_group(query)?;
     let size = query.jobs.len();
-    if !(3..=MAX_GROUP_SIZE).contains(&size) {
-        return Err(ModelError::field(
-            "jobs",
-            format!("{size} jobs: a group holds 3 to {MAX_GROUP_SIZE}"),
-        ));
-    }
-    if let Some(shares) = &query.shares
-        && shares.len() != size
-    {
-        return Err(ModelError::field(
-            "shares",
-            format!("{} shares for {size} jobs: give one per job", shares.len()),
-        ));
-    }
-    let share = |k: usize| query.shares.as_ref().map(|s| s[k]);
+    let share = |k: usize| query.share(k);
     let order = group::pairs_of(size);
     let request = PredictRequest {
         gpu: query

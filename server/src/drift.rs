@@ -1,17 +1,18 @@
 //! Drift: how the loaded model does on what the cluster observed. Each observed pair or group
-//! is scored for every one of its jobs (a group as `/v1/predict` answers it): the absolute percentage error of the predicted speed against the
-//! observed one, whether the observed slowdown stayed at or below the predicted p90, and the
-//! signed error (bias). `/metrics` carries a rolling window of the latest pairs per device and
-//! mode this replica received (rescored when a model is loaded); `GET /v1/drift` scores the
-//! store's newest observations, every replica's, with the loaded model, per workload.
+//! is scored for every one of its jobs (a group as `/v1/predict` answers it): the absolute
+//! percentage error of the predicted speed against the observed one, whether the observed
+//! slowdown stayed at or below the predicted p90, and the signed error (bias). `/metrics`
+//! carries a rolling window of the latest pairs per device and mode this replica received
+//! (rescored when a model is loaded); `GET /v1/drift` scores the store's newest observations,
+//! every replica's, with the loaded model, per workload.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use duet_core::api::{
-    DriftEntry, Features, GroupQuery, JobRef, ObservationRecord, ObservedJob, ObservedPrediction,
-    PairQuery, PredictRequest,
+    DriftEntry, Features, GroupQuery, JobRef, ObservationRecord, ObservedPrediction, PairQuery,
+    PredictRequest,
 };
 use duet_core::dataset::Mode;
 use duet_model::{LoadedModel, Registry};
@@ -188,19 +189,16 @@ fn query(registry: &Registry, r: &ObservationRecord) -> Option<PairQuery> {
 fn group_query(registry: &Registry, r: &ObservationRecord) -> Option<GroupQuery> {
     let pair = query(registry, r)?;
     let gpu = &r.observation.gpu;
-    let mut stored = r.observation.clone();
-    stored.a = pair.a;
-    stored.others = r
-        .observation
-        .others
-        .iter()
-        .zip(&r.others)
-        .map(|(job, record)| ObservedJob {
-            job: job_ref(registry, gpu, &record.workload, &record.features),
-            ..job.clone()
-        })
-        .collect();
-    Some(crate::service::observations::group_query(&stored, &pair.b))
+    let mut jobs = vec![pair.a, pair.b];
+    jobs.extend(
+        r.others
+            .iter()
+            .map(|j| job_ref(registry, gpu, &j.workload, &j.features)),
+    );
+    Some(crate::service::observations::group_query(
+        &r.observation,
+        jobs,
+    ))
 }
 
 /// Running sums of scores, turned into a `DriftEntry`.

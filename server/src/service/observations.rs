@@ -120,7 +120,10 @@ pub fn check(
             }
         }
         if !record.observation.others.is_empty() {
-            let query = group_query(&record.observation, b);
+            let o = &record.observation;
+            let mut jobs = vec![o.a.clone(), b.clone()];
+            jobs.extend(o.others.iter().map(|j| j.job.clone()));
+            let query = group_query(o, jobs);
             let answer = duet_model::predict::predict_group(model, registry, &query, None)
                 .map_err(|e| {
                     let field = e.field.as_deref().map(observed_field).unwrap_or_default();
@@ -174,11 +177,9 @@ pub fn observed_prediction(version: &str, p: &duet_core::api::Prediction) -> Obs
     }
 }
 
-/// The prediction request of an observed group (`a`, `b`, then `others`), its jobs as the
-/// client named them; shares where any job has one.
-pub fn group_query(o: &Observation, b: &JobRef) -> GroupQuery {
-    let mut jobs = vec![o.a.clone(), b.clone()];
-    jobs.extend(o.others.iter().map(|j| j.job.clone()));
+/// The prediction request of the group observed in `o`, its jobs given as `jobs` (`a`, `b`,
+/// then `others`, in order); shares where any job has one.
+pub fn group_query(o: &Observation, jobs: Vec<JobRef>) -> GroupQuery {
     let any_share =
         o.share_a.is_some() || o.share_b.is_some() || o.others.iter().any(|j| j.share.is_some());
     let shares = any_share.then(|| {

@@ -142,8 +142,8 @@ fn expand(request: PredictRequest) -> Result<Expanded, Failure> {
             // pair asked either way round is one lookup; `swapped` where the group asks it the
             // other way round from the key.
             let key = numbers[i].zip(numbers[j]).map(|(x, y)| {
-                let x = (x, share_of(query, i).map(f64::to_bits));
-                let y = (y, share_of(query, j).map(f64::to_bits));
+                let x = (x, query.share(i).map(f64::to_bits));
+                let y = (y, query.share(j).map(f64::to_bits));
                 let swapped = y < x;
                 let (first, second) = if swapped { (y, x) } else { (x, y) };
                 let key: PairKey = (first.0, second.0, gpu, query.mode, first.1, second.1);
@@ -172,8 +172,8 @@ fn expand(request: PredictRequest) -> Result<Expanded, Failure> {
             a: query.jobs[i].clone(),
             b: query.jobs[j].clone(),
             mode: query.mode,
-            share_a: share_of(query, i),
-            share_b: share_of(query, j),
+            share_a: query.share(i),
+            share_b: query.share(j),
             gpu: query.gpu.clone(),
         });
     }
@@ -190,38 +190,13 @@ fn expand(request: PredictRequest) -> Result<Expanded, Failure> {
     })
 }
 
-/// Job `k`'s MPS share in `query`, where the group gives shares.
-fn share_of(query: &GroupQuery, k: usize) -> Option<f64> {
-    query.shares.as_ref().map(|s| s[k])
-}
-
+/// A group's own rules (`duet_model::predict::check_group`), its field said of the request.
 fn check_group(g: usize, query: &GroupQuery) -> Result<(), Failure> {
-    let n = query.jobs.len();
-    if !(3..=MAX_GROUP_SIZE).contains(&n) {
-        return Err(Failure::field(
-            format!("groups[{g}].jobs"),
-            format!(
-                "{n} jobs: a group holds 3 to {MAX_GROUP_SIZE}{}",
-                if n == 2 {
-                    "; two jobs are a pair: ask for it in `pairs`"
-                } else {
-                    ""
-                }
-            ),
-        ));
-    }
-    if let Some(shares) = &query.shares
-        && shares.len() != n
-    {
-        return Err(Failure::field(
-            format!("groups[{g}].shares"),
-            format!(
-                "{} shares for {n} jobs: give one per job, in their order",
-                shares.len()
-            ),
-        ));
-    }
-    Ok(())
+    duet_model::predict::check_group(query).map_err(|e| {
+        let mut failure = Failure::from(e);
+        failure.field = failure.field.map(|f| format!("groups[{g}].{f}"));
+        failure
+    })
 }
 
 /// A failure about pair `index` of an expanded request, said of the request as the client
