@@ -346,25 +346,17 @@ impl<'a> World<'a> {
         let Some(seen) = self.seen.as_mut() else {
             return;
         };
-        let share = |k: usize| q.shares.as_ref().and_then(|s| s.get(k).copied());
         if q.jobs.len() < 3 || speeds.len() != q.jobs.len() {
             return;
         }
         seen.push(Seen {
             t,
             a: q.jobs[0].to_string(),
-            b: Some((
-                q.jobs[1].to_string(),
-                Sharing {
-                    mode: q.mode,
-                    share_a: share(0),
-                    share_b: share(1),
-                },
-            )),
+            b: Some((q.jobs[1].to_string(), q.sharing(0, 1))),
             speed_a: speeds[0],
             speed_b: speeds[1],
             others: (2..q.jobs.len())
-                .map(|k| (q.jobs[k].to_string(), share(k), speeds[k]))
+                .map(|k| (q.jobs[k].to_string(), q.share(k), speeds[k]))
                 .collect(),
         });
     }
