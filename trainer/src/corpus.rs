@@ -136,6 +136,34 @@ impl Corpus {
             .collect()
     }
 
+    /// The settings of `rows` each of `held` keeps as its probes in a probed fold: for each
+    /// workload in turn, 1 to `PROBED_MAX` (the count drawn with `rng`) of its pair settings
+    /// with a partner outside `held`, drawn.
+    pub fn draw_probes(
+        &self,
+        rows: &[usize],
+        held: &BTreeSet<String>,
+        rng: &mut Rng,
+    ) -> BTreeSet<usize> {
+        let mut probes = BTreeSet::new();
+        for w in held {
+            let mut settings: Vec<usize> = rows
+                .iter()
+                .map(|&i| &self.examples[i])
+                .filter(|e| {
+                    (e.a == *w && !held.contains(&e.b)) || (e.b == *w && !held.contains(&e.a))
+                })
+                .map(|e| e.setting)
+                .collect::<BTreeSet<usize>>()
+                .into_iter()
+                .collect();
+            rng.shuffle(&mut settings);
+            let k = 1 + rng.below(PROBED_MAX as usize);
+            probes.extend(settings.into_iter().take(k));
+        }
+        probes
+    }
+
     /// Training rows twice: as known workloads, and with their ids hidden, as a new job would
     /// look; with `family_dropout` where the spec has a family, a third time with the ids and
     /// one job's family or both hidden, as a job of a new family looks. The network learns to

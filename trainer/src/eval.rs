@@ -320,6 +320,7 @@ pub fn folds(split: Split, corpus: &Corpus, seed: u64) -> Vec<Fold> {
 /// the `probed` class covers (a probed size of a well-measured family is easier).
 fn probed_folds(corpus: &Corpus, rng: &mut Rng) -> Vec<Fold> {
     let examples = &corpus.examples[..];
+    let all: Vec<usize> = (0..examples.len()).collect();
     let values = corpus
         .family
         .as_deref()
@@ -348,19 +349,7 @@ fn probed_folds(corpus: &Corpus, rng: &mut Rng) -> Vec<Fold> {
                 .filter(|(k, _)| k % folds == f)
                 .flat_map(|(_, ids)| ids.iter().map(|id| (*id).to_string()))
                 .collect();
-            let mut probes: BTreeSet<usize> = BTreeSet::new();
-            for w in &held {
-                let mut settings: Vec<usize> = examples
-                    .iter()
-                    .filter(|e| e.a == *w && !held.contains(&e.b))
-                    .map(|e| e.setting)
-                    .collect::<BTreeSet<usize>>()
-                    .into_iter()
-                    .collect();
-                rng.shuffle(&mut settings);
-                let k = 1 + rng.below(PROBED_MAX as usize);
-                probes.extend(settings.into_iter().take(k));
-            }
+            let probes = corpus.draw_probes(&all, &held, rng);
             let (mut train, mut test) = (Vec::new(), Vec::new());
             for (i, e) in examples.iter().enumerate() {
                 let touches = held.contains(&e.a) || held.contains(&e.b);

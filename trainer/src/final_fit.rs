@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use duet_core::api::Calibration as Kind;
 use duet_model::calibration::{Calibration, FOLDED_CONFORMAL, MIN_FAMILIES, SPLIT_CONFORMAL};
-use duet_model::encoding::PROBED_MAX;
 use duet_model::network::{OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig};
 use duet_model::prior::{Basis, Candidate, Weights, weigh_in};
 
@@ -105,7 +104,7 @@ impl Corpus {
     /// family's calibration, which the workload folds cannot give (a held-out workload's
     /// siblings stay in training). Then, where the rows hold at least [`MIN_FAMILIES`] families
     /// (or workloads, where no family is named), `folds` probed folds (`probed_folds`): a new
-    /// family probed 1 to [`PROBED_MAX`] times, `probed`'s hardest case. A fold that would
+    /// family probed 1 to `PROBED_MAX` times, `probed`'s hardest case. A fold that would
     /// leave nothing to train on is left out.
     pub fn calibration_folds(
         &self,
@@ -168,7 +167,7 @@ impl Corpus {
     /// The probed folds of `rows` (none with fewer than [`MIN_FAMILIES`] units): the
     /// workloads' families (the corpus' family feature; each workload its own unit where there
     /// is none, or it declares none), drawn with `rng`, in `folds` shares; in fold `f` every
-    /// workload of the `f`-th share keeps 1 to [`PROBED_MAX`] of its pair settings with a
+    /// workload of the `f`-th share keeps 1 to `PROBED_MAX` of its pair settings with a
     /// partner outside the share in training (the count and the settings drawn) and its other
     /// rows calibrate: a new job probed after its whole family was new, as the evaluation's
     /// `probed_workloads` folds hold it. Without them a final-only fit calibrates `probed` only
@@ -207,23 +206,7 @@ impl Corpus {
                     .filter(|(k, _)| k % folds == f)
                     .flat_map(|(_, ids)| ids.iter().cloned())
                     .collect();
-                let mut probes: BTreeSet<usize> = BTreeSet::new();
-                for w in &held {
-                    let mut settings: Vec<usize> = rows
-                        .iter()
-                        .map(|&i| &self.examples[i])
-                        .filter(|e| {
-                            (e.a == *w && !held.contains(&e.b))
-                                || (e.b == *w && !held.contains(&e.a))
-                        })
-                        .map(|e| e.setting)
-                        .collect::<BTreeSet<usize>>()
-                        .into_iter()
-                        .collect();
-                    rng.shuffle(&mut settings);
-                    let k = 1 + rng.below(PROBED_MAX as usize);
-                    probes.extend(settings.into_iter().take(k));
-                }
+                let probes = self.draw_probes(rows, &held, rng);
                 let (train, calibration): (Vec<usize>, Vec<usize>) = rows.iter().partition(|&&i| {
                     let e = &self.examples[i];
                     !(held.contains(&e.a) || held.contains(&e.b)) || probes.contains(&e.setting)
