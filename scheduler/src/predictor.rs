@@ -196,15 +196,11 @@ impl GroupOutlook {
     }
 }
 
-/// Groups answered from their pairs by one `predict` call (each distinct pair asked once),
-/// composed by [`GroupOutlook::composed`].
-pub fn groups_from_pairs(
-    predictor: &mut (impl Predictor + ?Sized),
-    gpu: &str,
-    groups: &[GroupQuery<'_>],
-) -> Result<Vec<GroupOutlook>> {
+/// The distinct pairs of `groups` (each asked once, in the order first met) and, per group, where
+/// each of its pairs (in `duet_model::group::pairs_of` order) is among them.
+fn distinct_pairs<'q>(groups: &[GroupQuery<'q>]) -> (Vec<Query<'q>>, Vec<Vec<usize>>) {
     let mut index: HashMap<(&str, &str, SharingKey), usize> = HashMap::new();
-    let mut queries: Vec<Query<'_>> = Vec::new();
+    let mut queries: Vec<Query<'q>> = Vec::new();
     let mut asked: Vec<Vec<usize>> = Vec::with_capacity(groups.len());
     for g in groups {
         let mut own = Vec::new();
@@ -222,6 +218,17 @@ pub fn groups_from_pairs(
         }
         asked.push(own);
     }
+    (queries, asked)
+}
+
+/// Groups answered from their pairs by one `predict` call (each distinct pair asked once),
+/// composed by [`GroupOutlook::composed`].
+pub fn groups_from_pairs(
+    predictor: &mut (impl Predictor + ?Sized),
+    gpu: &str,
+    groups: &[GroupQuery<'_>],
+) -> Result<Vec<GroupOutlook>> {
+    let (queries, asked) = distinct_pairs(groups);
     let outlooks = predictor.predict(gpu, &queries)?;
     if outlooks.len() != queries.len() {
         bail!(
@@ -714,39 +721,42 @@ impl Predictor for ModelPredictor {
         Ok(outlooks(&predictions))
     }
 
-    /// Groups of three or more as the server answers them: composed from the model's pairs
-    /// (each distinct pair predicted once), each job moved by its group effect and the p90
-    /// shifted by the model's calibration for the group's size.
+    /// Groups as the server answers them: the model's pairs (each distinct pair predicted
+    /// once) composed by `duet_model::group::compose`, each job moved by its group effect and
+    /// the p90 shifted by the model's calibration for the group's size.
     fn predict_groups(
         &mut self,
         gpu: &str,
         groups: &[GroupQuery<'_>],
     ) -> Result<Vec<GroupOutlook>> {
-        let mut out = groups_from_pairs(self, gpu, groups)?;
-        let calibration = &self.model.meta.calibration;
-        for (o, g) in out.iter_mut().zip(groups) {
-            let size = g.jobs.len();
-            if let Some(effects) = calibration.group_effects_of(size)
-                && size > 2
-                && o.feasible
-            {
-                for ((speed, safe), id) in o.speeds.iter_mut().zip(&mut o.safe_speeds).zip(&g.jobs)
-                {
-                    let moved = effects.of(gpu, id).exp();
-                    *speed *= moved;
-                    *safe *= moved;
-                }
-            }
-            if let Some((shift, _)) = calibration.group_shift(size)
-                && size > 2
-                && o.feasible
-            {
-                for (safe, speed) in o.safe_speeds.iter_mut().zip(&o.speeds) {
-                    *safe = group::shifted_p10(*safe, *speed, shift);
-                }
-            }
+        let (queries, asked) = distinct_pairs(groups);
+        if queries.is_empty() {
+            return Ok(groups
+                .iter()
+                .map(|g| GroupOutlook::infeasible(g.jobs.len()))
+                .collect());
         }
-        Ok(out)
+        let request = request(gpu, &queries, &InlineJobs::new());
+        let predictions = predict::predict(&self.model, &self.registry, &request, None)
+            .map_err(|e| anyhow!("model {}: {e}", self.model.dir.display()))?;
+        let calibration = &self.model.meta.calibration;
+        let (mut pairs, mut effects) = (Vec::new(), Vec::new());
+        groups
+            .iter()
+            .zip(asked)
+            .map(|(g, own)| {
+                let size = g.jobs.len();
+                pairs.clear();
+                pairs.extend(own.iter().map(|&k| predictions[k]));
+                effects.clear();
+                if let Some(of_size) = calibration.group_effects_of(size) {
+                    effects.extend(g.jobs.iter().map(|id| of_size.of(gpu, id)));
+                }
+                group::compose(size, &pairs, calibration.group_shift(size), &effects)
+                    .map(|p| GroupOutlook::of(&p))
+                    .ok_or_else(|| anyhow!("a group of {size} jobs: not composed from its pairs"))
+            })
+            .collect()
     }
 }
 
