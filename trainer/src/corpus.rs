@@ -136,10 +136,62 @@ impl Corpus {
             .collect()
     }
 
-    /// The settings of `rows` each of `held` keeps as its probes in a probed fold: for each
-    /// workload in turn, 1 to `PROBED_MAX` (the count drawn with `rng`) of its pair settings
-    /// with a partner outside `held`, drawn.
-    pub fn draw_probes(
+    /// The shares of a probed split of `rows`: the workloads' units (their family by the corpus'
+    /// family feature; a workload that declares none, or every workload where no family feature
+    /// is named, its own unit), drawn with `rng`, dealt into `folds` shares (none with fewer than
+    /// `min_units` units). Each share holds its units' workloads (`.0`), and each of them keeps as
+    /// its probes 1 to `PROBED_MAX` (the count drawn) of its pair settings with a partner outside
+    /// the share (`.1`, drawn): the evaluation's `probed_workloads` folds and a final-only fit's
+    /// probed calibration folds are both these.
+    pub fn probed_shares(
+        &self,
+        rows: &[usize],
+        rng: &mut Rng,
+        folds: usize,
+        min_units: usize,
+    ) -> Vec<(BTreeSet<String>, BTreeSet<usize>)> {
+        let values = self
+            .family
+            .as_deref()
+            .map(|f| self.values_of(f))
+            .unwrap_or_default();
+        let unit = |id: &str| -> String {
+            values
+                .iter()
+                .find_map(|d| d.get(id))
+                .map_or_else(|| format!("workload {id}"), |v| format!("family {v}"))
+        };
+        let mut units: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+        for &i in rows {
+            let e = &self.examples[i];
+            for id in [e.a.as_str(), e.b.as_str()] {
+                units.entry(unit(id)).or_default().insert(id);
+            }
+        }
+        if units.len() < min_units {
+            return Vec::new();
+        }
+        let mut order: Vec<BTreeSet<&str>> = units.into_values().collect();
+        rng.shuffle(&mut order);
+        let folds = folds.min(order.len());
+        (0..folds)
+            .map(|f| {
+                let held: BTreeSet<String> = order
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| k % folds == f)
+                    .flat_map(|(_, ids)| ids.iter().map(|id| (*id).to_string()))
+                    .collect();
+                let probes = self.draw_probes(rows, &held, rng);
+                (held, probes)
+            })
+            .collect()
+    }
+
+    /// The settings of `rows` each of `held` keeps as its probes: for each workload in turn, 1
+    /// to `PROBED_MAX` (the count drawn with `rng`) of its pair settings with a partner outside
+    /// `held`, drawn.
+    fn draw_probes(
         &self,
         rows: &[usize],
         held: &BTreeSet<String>,

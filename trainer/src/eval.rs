@@ -321,35 +321,10 @@ pub fn folds(split: Split, corpus: &Corpus, seed: u64) -> Vec<Fold> {
 fn probed_folds(corpus: &Corpus, rng: &mut Rng) -> Vec<Fold> {
     let examples = &corpus.examples[..];
     let all: Vec<usize> = (0..examples.len()).collect();
-    let values = corpus
-        .family
-        .as_deref()
-        .map(|f| corpus.values_of(f))
-        .unwrap_or_default();
-    let family_of = |id: &str| -> String {
-        values
-            .iter()
-            .find_map(|d| d.get(id))
-            .map_or_else(|| format!("workload {id}"), |v| format!("family {v}"))
-    };
-    let mut families: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
-    for e in examples {
-        for id in [e.a.as_str(), e.b.as_str()] {
-            families.entry(family_of(id)).or_default().insert(id);
-        }
-    }
-    let mut order: Vec<&BTreeSet<&str>> = families.values().collect();
-    rng.shuffle(&mut order);
-    let folds = FOLDS.min(order.len());
-    (0..folds)
-        .filter_map(|f| {
-            let held: BTreeSet<String> = order
-                .iter()
-                .enumerate()
-                .filter(|(k, _)| k % folds == f)
-                .flat_map(|(_, ids)| ids.iter().map(|id| (*id).to_string()))
-                .collect();
-            let probes = corpus.draw_probes(&all, &held, rng);
+    corpus
+        .probed_shares(&all, rng, FOLDS, 0)
+        .into_iter()
+        .filter_map(|(held, probes)| {
             let (mut train, mut test) = (Vec::new(), Vec::new());
             for (i, e) in examples.iter().enumerate() {
                 let touches = held.contains(&e.a) || held.contains(&e.b);

@@ -174,39 +174,9 @@ impl Corpus {
     /// on thin workloads of well-measured families, and its p90 for a job probed once is too
     /// narrow.
     fn probed_folds(&self, rows: &[usize], rng: &mut Rng, folds: usize) -> Vec<CalibrationSplit> {
-        let values = self
-            .family
-            .as_deref()
-            .map(|f| self.values_of(f))
-            .unwrap_or_default();
-        let unit = |e: &Example, id: &str| {
-            values
-                .get(e.dataset)
-                .and_then(|d| d.get(id))
-                .map_or_else(|| format!("workload {id}"), |v| format!("family {v}"))
-        };
-        let mut units: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for &i in rows {
-            let e = &self.examples[i];
-            for id in [&e.a, &e.b] {
-                units.entry(unit(e, id)).or_default().insert(id.clone());
-            }
-        }
-        if units.len() < MIN_FAMILIES {
-            return Vec::new();
-        }
-        let mut order: Vec<BTreeSet<String>> = units.into_values().collect();
-        rng.shuffle(&mut order);
-        let folds = folds.min(order.len());
-        (0..folds)
-            .filter_map(|f| {
-                let held: BTreeSet<String> = order
-                    .iter()
-                    .enumerate()
-                    .filter(|(k, _)| k % folds == f)
-                    .flat_map(|(_, ids)| ids.iter().cloned())
-                    .collect();
-                let probes = self.draw_probes(rows, &held, rng);
+        self.probed_shares(rows, rng, folds, MIN_FAMILIES)
+            .into_iter()
+            .filter_map(|(held, probes)| {
                 let (train, calibration): (Vec<usize>, Vec<usize>) = rows.iter().partition(|&&i| {
                     let e = &self.examples[i];
                     !(held.contains(&e.a) || held.contains(&e.b)) || probes.contains(&e.setting)
