@@ -415,6 +415,13 @@ pub struct TrainArgs {
     /// hidden, so the network learns to answer for a new family from the measured profile).
     #[arg(long)]
     pub no_family_dropout: bool,
+    /// Where the data has measured groups of three or more: `auto` (the default) trains a
+    /// network that also learns them, one row per job, and lets it answer each group size where
+    /// it beats the composition of pairs on groups it was not trained on (5 folds of whole
+    /// groups); `always` lets it answer every measured size, `never` composes every group (both
+    /// for comparison).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
+    pub group_network: String,
     /// Loss of the point estimate of ln(speed): `absolute` (the default: tracks the relative
     /// error MAPE measures) or `squared` (for comparison).
     #[arg(long, default_value = "absolute", value_parser = ["absolute", "squared"])]

@@ -1,7 +1,7 @@
 //! `duet train`.
 
 use anyhow::{Result, bail};
-use duet_model::network::{DEFAULT_SEEDS, PointLoss, TrainConfig, TrainDevice};
+use duet_model::network::{DEFAULT_SEEDS, GroupNetwork, PointLoss, TrainConfig, TrainDevice};
 use duet_trainer::pipeline::{self, TrainOptions};
 
 use crate::args::TrainArgs;
@@ -84,6 +84,11 @@ pub fn options(args: TrainArgs, command: Option<String>) -> Result<TrainOptions>
         patience: args.patience,
         identities: !args.no_identities,
         family_dropout: !args.no_family_dropout,
+        group_network: match args.group_network.as_str() {
+            "always" => GroupNetwork::Always,
+            "never" => GroupNetwork::Never,
+            _ => GroupNetwork::Auto,
+        },
         loss: if args.loss == "squared" {
             PointLoss::Squared
         } else {

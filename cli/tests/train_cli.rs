@@ -404,7 +404,7 @@ fn evaluate_scores_groups_from_a_model_of_pairs() {
     let tmp = tempfile::tempdir().expect("tmp");
     let data = committed("cpu-dev2c-triples");
     let model = tmp.path().join("model");
-    let trained = train(&[&data], &model, &[]);
+    let trained = train(&[&data], &model, &["--group-network", "never"]);
     assert!(trained.status.success(), "{}", refused(&trained));
     let said = String::from_utf8_lossy(&trained.stderr);
     assert!(

@@ -207,7 +207,8 @@ pub struct GroupJobPrediction {
     pub speed: f32,
     /// `1 / speed`.
     pub slowdown: f32,
-    /// The conservative slowdown: each co-runner's p90 excess slowdown added.
+    /// The conservative slowdown: each co-runner's p90 excess slowdown added (answered by the
+    /// network: its own p90).
     pub slowdown_p90: f32,
     /// The pair settings this job was measured in among the model's training data (0 for a
     /// workload new to it); absent where the model does not record them.
@@ -217,14 +218,17 @@ pub struct GroupJobPrediction {
 
 /// The prediction for one group, in the order of the request's groups. A group is answered
 /// from the model's pairs: a job's slowdown is 1 plus the extra slowdown each co-runner causes
-/// it in a pair (`composition`), the p90 likewise from the pairs' p90s.
+/// it in a pair (`composition`), the p90 likewise from the pairs' p90s; or, for a group size
+/// the model's network learned from measured groups, by the network itself, one row per job
+/// (`composition`: `network`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GroupPrediction {
     /// Every pair of the group fits on the device together (necessary for the group to fit,
-    /// not sufficient: the model knows memory pairwise only).
+    /// not sufficient: the model knows memory pairwise only); answered by the network, every
+    /// job's row says the group fits.
     pub feasible: bool,
-    /// The least of the pairs' feasibility probabilities.
+    /// The least of the pairs' (or the jobs' rows') feasibility probabilities.
     pub feasible_probability: f32,
     /// Each job's answer, in the order of the query's `jobs`.
     pub jobs: Vec<GroupJobPrediction>,
@@ -234,7 +238,8 @@ pub struct GroupPrediction {
     pub calibration: Calibration,
     /// How the pairs were composed: `excess`; `excess+effects` where a job's speed was also
     /// moved by its workload's group effect, learned from measured groups of this size
-    /// (model.json's `calibration.group_effects`).
+    /// (model.json's `calibration.group_effects`); `network` where the network answered the
+    /// group itself (model.json's `calibration.group_network`).
     pub composition: String,
     /// Measured groups of this size that calibrated the p90 slowdowns (0: the pairs' p90s
     /// composed, calibrated on no measured group: the model was trained without groups).

@@ -83,6 +83,11 @@ pub struct Calibration {
     /// 0 and the size is absent).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub group_effects: std::collections::BTreeMap<String, GroupEffects>,
+    /// The group sizes (`"3"`) the network answers itself, one row per job (its spec's
+    /// `groups`), where it beat the composition of its pairs on measured groups it was not
+    /// trained on; their `groups` shift is then the network's. Every other size is composed.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub group_network: std::collections::BTreeSet<String>,
     /// A pair with a job of a new family, or with a probed job: its ln speeds weighted between
     /// the network's and the effects prior's (`crate::prior`, a weight per device for each),
     /// the `new_family` and `probed` shifts fitted on the weighted ones. Absent without
@@ -190,6 +195,11 @@ impl Calibration {
             .get(&size.to_string())
             .filter(|o| !o.is_empty() && o.shift.is_finite())
             .map(|o| (o.shift, o.groups))
+    }
+
+    /// Whether the network answers a group of `size` jobs itself, one row per job.
+    pub fn network_answers(&self, size: usize) -> bool {
+        !self.group_network.is_empty() && self.group_network.contains(&size.to_string())
     }
 
     /// The correction of the composed ln speed of `workload` (a training workload's id) in a
@@ -346,6 +356,7 @@ mod tests {
             method: String::new(),
             groups: std::collections::BTreeMap::new(),
             group_effects: std::collections::BTreeMap::new(),
+            group_network: std::collections::BTreeSet::new(),
             family_prior: None,
         };
         assert_eq!(c.shift(Kind::Known, Some("v100")), 0.3);
@@ -422,6 +433,7 @@ mod tests {
             method: String::new(),
             groups: std::collections::BTreeMap::new(),
             group_effects: std::collections::BTreeMap::new(),
+            group_network: std::collections::BTreeSet::new(),
             family_prior: None,
         };
         assert_eq!(c.resolve(Kind::NewFamily, None), (Kind::NewFamily, 0.35));

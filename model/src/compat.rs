@@ -115,6 +115,7 @@ mod tests {
             dropped: vec!["flops: constant".into()],
             measured: Vec::new(),
             family: None,
+            groups: false,
         }
     }
 

@@ -75,6 +75,12 @@ pub struct FeatureSpec {
     /// recorded: every training workload is then `known`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub measured: Vec<u32>,
+    /// The network was trained on measured groups too, one row per job of a group: the job in
+    /// the first job's place, the mean of its co-runners' encodings in the second's, and one
+    /// more column after the context, ln(its co-runners) (0 for a pair). Absent (a model
+    /// trained on pairs alone, and files written before it): no such column.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub groups: bool,
 }
 
 /// A training workload measured in at most this many pair settings is `probed`: its pairs are
@@ -204,6 +210,7 @@ impl FeatureSpec {
             dropped,
             family: None,
             measured: Vec::new(),
+            groups: false,
         }
     }
 
@@ -412,18 +419,65 @@ impl FeatureSpec {
         self.encode_context(gpu, mode, share_a, share_b, out);
     }
 
-    /// Length of the context that follows the two jobs: device, mode and shares.
+    /// Length of the context that follows the two jobs: device, mode and shares (and the
+    /// co-runners' column where the network learned groups).
     pub fn context_width(&self) -> usize {
-        self.gpus.len() + 1 + self.modes.len() + 2
+        self.gpus.len() + 1 + self.modes.len() + 2 + usize::from(self.groups)
     }
 
-    /// Appends the context of a pair (device one-hot, mode one-hot, shares) to `out`.
+    /// Appends the context of a pair (device one-hot, mode one-hot, shares; where the network
+    /// learned groups, ln(1 co-runner) = 0) to `out`.
     pub fn encode_context(
         &self,
         gpu: &str,
         mode: Mode,
         share_a: Option<f64>,
         share_b: Option<f64>,
+        out: &mut Vec<f32>,
+    ) {
+        self.encode_group_context(gpu, mode, share_a, share_b, 1, out);
+    }
+
+    /// Appends one job's row of a group of `co_runners + 1` jobs to `out` (a spec whose
+    /// network learned groups): `job`, the mean of the encodings in `others` (each
+    /// `job_width` long), the context with the job's share and its co-runners' mean share, and
+    /// ln(co_runners). With one co-runner, exactly the pair's row.
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_group_row(
+        &self,
+        job: &[f32],
+        others: &[&[f32]],
+        gpu: &str,
+        mode: Mode,
+        share: Option<f64>,
+        others_share: Option<f64>,
+        out: &mut Vec<f32>,
+    ) {
+        out.extend_from_slice(job);
+        let start = out.len();
+        out.resize(start + job.len(), 0.0);
+        for other in others {
+            for (sum, x) in out[start..].iter_mut().zip(*other) {
+                *sum += x;
+            }
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let n = others.len().max(1) as f32;
+        if others.len() > 1 {
+            for x in &mut out[start..] {
+                *x /= n;
+            }
+        }
+        self.encode_group_context(gpu, mode, share, others_share, others.len(), out);
+    }
+
+    fn encode_group_context(
+        &self,
+        gpu: &str,
+        mode: Mode,
+        share_a: Option<f64>,
+        share_b: Option<f64>,
+        co_runners: usize,
         out: &mut Vec<f32>,
     ) {
         let g = self
@@ -439,6 +493,10 @@ impl FeatureSpec {
         );
         #[allow(clippy::cast_possible_truncation)]
         out.extend([share_a, share_b].map(|s| s.map_or(0.0, |s| (s / 100.0) as f32)));
+        if self.groups {
+            #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+            out.push((co_runners.max(1) as f64).ln() as f32);
+        }
     }
 }
 
@@ -505,6 +563,7 @@ pub(crate) mod tests {
             dropped: Vec::new(),
             family: None,
             measured: Vec::new(),
+            groups: false,
         }
         .with_family(Some("model"))
     }
@@ -625,5 +684,58 @@ pub(crate) mod tests {
         );
         // A family feature fitting dropped names none.
         assert_eq!(spec().with_family(Some("framework")).family, None);
+    }
+
+    #[test]
+    fn a_group_row_pools_the_co_runners_and_is_a_pairs_row_for_one() {
+        let pairs = spec();
+        let groups = FeatureSpec {
+            groups: true,
+            ..spec()
+        };
+        assert_eq!(groups.pair_width(), pairs.pair_width() + 1);
+        let encode = |j: &JobFeatures| {
+            let mut out = Vec::new();
+            groups.encode_job(j, &mut out);
+            out
+        };
+        let (a, b, c) = (
+            job(Some("lm-8"), Some("LM"), 1.0),
+            job(Some("resnet-16"), Some("ResNet-50"), 3.0),
+            job(None, Some("LM"), 2.0),
+        );
+        let (ea, eb, ec) = (encode(&a), encode(&b), encode(&c));
+        // One co-runner: the pair's row, its co-runners' column ln 1 = 0.
+        let mut pair = Vec::new();
+        groups.encode_pair(&a, &b, "v100", Mode::Space, None, None, &mut pair);
+        let mut row = Vec::new();
+        groups.encode_group_row(&ea, &[&eb], "v100", Mode::Space, None, None, &mut row);
+        assert_eq!(row, pair);
+        assert_eq!(*row.last().expect("a column"), 0.0);
+        // A model of pairs alone has no such column.
+        let mut plain = Vec::new();
+        pairs.encode_pair(&a, &b, "v100", Mode::Space, None, None, &mut plain);
+        assert_eq!(plain[..], pair[..pair.len() - 1]);
+        // Two co-runners: their mean in the second job's place, in either order, and ln 2.
+        let mut two = Vec::new();
+        groups.encode_group_row(&ea, &[&eb, &ec], "v100", Mode::Space, None, None, &mut two);
+        let mut turned = Vec::new();
+        groups.encode_group_row(
+            &ea,
+            &[&ec, &eb],
+            "v100",
+            Mode::Space,
+            None,
+            None,
+            &mut turned,
+        );
+        assert_eq!(two, turned);
+        let w = groups.job_width();
+        assert_eq!(two[..w], ea[..]);
+        for (k, x) in two[w..2 * w].iter().enumerate() {
+            assert!((x - (eb[k] + ec[k]) / 2.0).abs() < 1e-6, "slot {k}");
+        }
+        assert!((two[two.len() - 1] - 2f32.ln()).abs() < 1e-6);
+        assert_eq!(two.len(), groups.pair_width());
     }
 }

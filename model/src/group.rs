@@ -4,7 +4,9 @@
 //! order-invariant and holds any group size; which rule composes best is measured against
 //! measured groups (BENCHMARKS.md, "Groups of three or more"). Where the model was trained with
 //! measured groups of the size, the composed p90 carries their conformal shift
-//! (`Calibration::group_shift`), never narrower than the point.
+//! (`Calibration::group_shift`), never narrower than the point. A model whose network learned
+//! groups of a size answers that size itself, one row per job (`from_network`; chosen by the
+//! trainer where it beat this composition on measured groups it was not trained on).
 
 use duet_core::api::{Calibration, GroupJobPrediction, GroupPrediction, Prediction};
 use duet_core::dataset::MAX_GROUP_SIZE;
@@ -105,6 +107,91 @@ pub fn compose(
     })
 }
 
+/// How the network's rows of one group become its answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkDecode {
+    /// The group's class: its least known job's.
+    pub class: Calibration,
+    /// The shift of every job's ln(p10 speed).
+    pub shift: f64,
+    /// Measured groups that calibrated the shift.
+    pub groups: usize,
+    /// Each job's measured pair settings, in the group's order.
+    pub measured: Vec<Option<u32>>,
+}
+
+impl NetworkDecode {
+    /// The decoding of a group of `jobs` (each one job's encoding under `spec`) on `gpu`: the
+    /// class of its least known job, and its size's group shift widened by as much as that
+    /// class widens a pair over a known one on the device.
+    pub fn of_group(
+        spec: &crate::encoding::FeatureSpec,
+        calibration: &crate::calibration::Calibration,
+        jobs: &[&[f32]],
+        gpu: &str,
+    ) -> NetworkDecode {
+        let novelty = jobs
+            .iter()
+            .map(|j| spec.novelty(j))
+            .max()
+            .unwrap_or(crate::encoding::Novelty::Known);
+        let (class, class_shift) = calibration.resolve(novelty.class(), Some(gpu));
+        let known_shift = calibration.shift(Calibration::Known, Some(gpu));
+        let (group_shift, groups) = calibration.group_shift(jobs.len()).unwrap_or((0.0, 0));
+        NetworkDecode {
+            class,
+            shift: group_shift + (class_shift - known_shift).max(0.0),
+            groups,
+            measured: jobs.iter().map(|j| spec.measured_of(j)).collect(),
+        }
+    }
+}
+
+/// One group's answer from its jobs' network outputs (`rows`, one per job, in the group's
+/// order): each job's speed and its p10 shifted by `d.shift` (never above the point), the
+/// group feasible where every job's row says so.
+pub fn from_network(d: &NetworkDecode, rows: &[&[f32]]) -> GroupPrediction {
+    use crate::network::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10};
+    // As the pairs' answers are bounded: finite in single precision whatever the network says.
+    let bounded = |x: f64| {
+        if x.is_nan() {
+            0.0
+        } else {
+            x.clamp(-80.0, 80.0)
+        }
+    };
+    let mut probability = 1.0f32;
+    #[allow(clippy::cast_possible_truncation)]
+    let jobs: Vec<GroupJobPrediction> = rows
+        .iter()
+        .zip(&d.measured)
+        .map(|(o, measured)| {
+            let logit = f64::from(o[OUT_FEASIBLE_LOGIT]);
+            probability = probability.min((1.0 / (1.0 + (-logit).exp())) as f32);
+            let ln_speed = bounded(f64::from(o[OUT_LOG_SPEED]));
+            let ln_p10 = bounded(f64::from(o[OUT_LOG_SPEED_P10]) - d.shift).min(ln_speed);
+            GroupJobPrediction {
+                speed: ln_speed.exp() as f32,
+                slowdown: (-ln_speed).exp() as f32,
+                slowdown_p90: (-ln_p10).exp() as f32,
+                measured: *measured,
+            }
+        })
+        .collect();
+    GroupPrediction {
+        feasible: probability >= 0.5,
+        feasible_probability: probability,
+        combined: jobs.iter().map(|j| j.speed).sum(),
+        calibration: d.class,
+        composition: NETWORK.to_string(),
+        p90_groups: u32::try_from(d.groups).unwrap_or(u32::MAX),
+        jobs,
+    }
+}
+
+/// `GroupPrediction::composition` of a group the network answered itself.
+pub const NETWORK: &str = "network";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,5 +264,30 @@ mod tests {
             pairs_of(4),
             [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
         );
+    }
+
+    #[test]
+    fn the_networks_rows_answer_each_job_and_its_p90_is_never_narrower_than_the_point() {
+        let d = NetworkDecode {
+            class: Calibration::Known,
+            shift: 0.1,
+            groups: 56,
+            measured: vec![Some(5), None, Some(7)],
+        };
+        // ln speed, ln p10, feasibility logit per job; the third's p10 above its point.
+        let rows: [[f32; 3]; 3] = [[-0.5, -0.7, 3.0], [-1.0, -1.2, 2.0], [-0.2, 0.3, -1.0]];
+        let refs: Vec<&[f32]> = rows.iter().map(|r| &r[..]).collect();
+        let g = from_network(&d, &refs);
+        assert_eq!(g.composition, NETWORK);
+        assert_eq!(g.p90_groups, 56);
+        assert!((f64::from(g.jobs[0].speed) - (-0.5f64).exp()).abs() < 1e-6);
+        assert!((f64::from(g.jobs[0].slowdown_p90) - 0.8f64.exp()).abs() < 1e-5);
+        assert!((f64::from(g.jobs[2].slowdown_p90) - f64::from(g.jobs[2].slowdown)).abs() < 1e-6);
+        assert_eq!(g.jobs[1].measured, None);
+        // One job's row says it does not fit: neither does the group.
+        assert!(!g.feasible);
+        assert!((f64::from(g.feasible_probability) - 1.0 / (1.0 + 1f64.exp())).abs() < 1e-6);
+        let sum: f32 = g.jobs.iter().map(|j| j.speed).sum();
+        assert!((g.combined - sum).abs() < 1e-6);
     }
 }

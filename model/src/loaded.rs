@@ -29,6 +29,13 @@ impl LoadedModel {
     /// half-loaded ever comes back.
     pub fn load(dir: &Path, kind: EngineKind) -> Result<LoadedModel, String> {
         let (meta, nets) = artifact::load(dir).map_err(|e| e.to_string())?;
+        if !meta.calibration.group_network.is_empty() && !meta.spec.groups {
+            return Err(format!(
+                "{}: calibration.group_network names group sizes the network answers, but \
+                 spec.groups says it never learned groups",
+                dir.join(artifact::MODEL_JSON).display()
+            ));
+        }
         let width = meta.spec.pair_width();
         let burn = BurnEngine::new(nets, width);
         let probe = probe_batch(&meta);

@@ -95,6 +95,31 @@ pub struct TrainConfig {
     /// written before it), the family's unknown slot never trains.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub family_dropout: bool,
+    /// Where the training data has measured groups of three or more, whether a network that
+    /// also learns them (one row per job) answers their sizes: where it beats the composition of
+    /// pairs on groups it was not trained on (the default), always, or never. Recorded only when
+    /// not the default.
+    #[serde(default, skip_serializing_if = "GroupNetwork::is_default")]
+    pub group_network: GroupNetwork,
+}
+
+/// When the network that learns measured groups answers a group size (`--group-network`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupNetwork {
+    /// Where its MAPE on groups it was not trained on is below the composition's.
+    #[default]
+    Auto,
+    /// For every measured size (for comparison).
+    Always,
+    /// Never: every group is composed from its pairs (for comparison).
+    Never,
+}
+
+impl GroupNetwork {
+    fn is_default(&self) -> bool {
+        *self == GroupNetwork::default()
+    }
 }
 
 /// The loss of the point estimate of ln(speed).
@@ -133,6 +158,7 @@ impl Default for TrainConfig {
             identities: true,
             loss: PointLoss::Absolute,
             family_dropout: true,
+            group_network: GroupNetwork::Auto,
         }
     }
 }

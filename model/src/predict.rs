@@ -89,8 +89,22 @@ pub fn encode_pairs(
                 ));
             }
         }
-        let a = job(model, registry, &pair.a, gpu, (i, "a"), &mut scratch_a)?;
-        let b = job(model, registry, &pair.b, gpu, (i, "b"), &mut scratch_b)?;
+        let a = job(
+            model,
+            registry,
+            &pair.a,
+            gpu,
+            &|| field("a"),
+            &mut scratch_a,
+        )?;
+        let b = job(
+            model,
+            registry,
+            &pair.b,
+            gpu,
+            &|| field("b"),
+            &mut scratch_b,
+        )?;
         let key = (gpu, pair.mode, pair.share_a, pair.share_b);
         if context.as_ref().is_none_or(|(k, _, _)| *k != key) {
             let mut ab = Vec::with_capacity(spec.context_width());
@@ -117,11 +131,10 @@ fn job<'a>(
     registry: &'a Registry,
     job: &JobRef,
     gpu: &str,
-    (pair, side): (usize, &str),
+    field: &dyn Fn() -> String,
     scratch: &'a mut Vec<f32>,
 ) -> Result<&'a [f32], ModelError> {
     // Only an error needs the field's path.
-    let field = || format_field(pair, side);
     match (&job.workload, &job.features) {
         (Some(id), None) => {
             let entry = registry
@@ -174,10 +187,6 @@ fn job<'a>(
             "give exactly one of `workload` (a registered id) or `features`",
         )),
     }
-}
-
-fn format_field(pair: usize, side: &str) -> String {
-    format!("pairs[{pair}].{side}")
 }
 
 /// The largest |ln speed| an answer carries: `e^LOG_BOUND` and its inverse are finite in single
@@ -388,6 +397,11 @@ pub fn predict_group(
 ) -> Result<GroupPrediction, ModelError> {
     check_group(query)?;
     let size = query.jobs.len();
+    if model.meta.calibration.network_answers(size) {
+        return predict_network_groups(model, registry, &[query], default_gpu, &|_| String::new())?
+            .pop()
+            .ok_or_else(|| ModelError::internal("the group's answer is missing"));
+    }
     let share = |k: usize| query.share(k);
     let order = group::pairs_of(size);
     let request = PredictRequest {
@@ -417,6 +431,128 @@ pub fn predict_group(
     let shift = model.meta.calibration.group_shift(size);
     group::compose(size, &pairs, shift, &effects)
         .ok_or_else(|| ModelError::internal("the group's pairs' predictions are missing"))
+}
+
+/// The groups of `queries` the network answers itself (`Calibration::network_answers`: the
+/// sizes it learned from measured groups), every job one row (`FeatureSpec::encode_group_row`:
+/// the job, its co-runners' mean encoding, ln(co-runners)), all groups in one forward pass. A
+/// job's p90 takes its size's group shift, widened by as much as the group's least known job's
+/// class widens a pair over a known one on the device. A field of query `q` is said as
+/// `prefix(q)` followed by the group's own field (`jobs[k].features.x`, `shares[k]`, `mode`,
+/// `gpu`); every query is checked (`check_group`) and encoded before anything runs.
+pub fn predict_network_groups(
+    model: &LoadedModel,
+    registry: &Registry,
+    queries: &[&GroupQuery],
+    default_gpu: Option<&str>,
+    prefix: &dyn Fn(usize) -> String,
+) -> Result<Vec<GroupPrediction>, ModelError> {
+    let spec = &model.meta.spec;
+    let calibration = &model.meta.calibration;
+    let job_width = spec.job_width();
+    let width = spec.pair_width();
+    let model_gpu = (spec.gpus.len() == 1).then(|| spec.gpus[0].as_str());
+    let rows: usize = queries.iter().map(|q| q.jobs.len()).sum();
+    let mut inputs = Vec::with_capacity(rows * width);
+    let mut encoded: Vec<f32> = Vec::with_capacity(MAX_GROUP_SIZE * job_width);
+    let mut scratch = Vec::with_capacity(job_width);
+    // Each group's device, class, shift and the jobs' measured settings, for decoding.
+    let mut decodes = Vec::with_capacity(queries.len());
+    for (q, query) in queries.iter().enumerate() {
+        let field = |name: &str| format!("{}{name}", prefix(q));
+        check_group(query).map_err(|mut e| {
+            e.field = e.field.map(|f| field(&f));
+            e
+        })?;
+        let size = query.jobs.len();
+        let gpu = query
+            .gpu
+            .as_deref()
+            .or(default_gpu)
+            .or(model_gpu)
+            .ok_or_else(|| {
+                ModelError::field(
+                    field("gpu"),
+                    format!(
+                        "no device: give `gpu` in the group or the request (the model knows {})",
+                        spec.gpus.join(", ")
+                    ),
+                )
+            })?;
+        if !model.knows_mode(query.mode) {
+            return Err(ModelError::field(
+                field("mode"),
+                format!(
+                    "the model was not trained on mode `{}`; it knows {}",
+                    query.mode,
+                    model.modes()
+                ),
+            ));
+        }
+        for k in 0..size {
+            if let Some(s) = query.share(k)
+                && !(s > 0.0 && s <= 100.0)
+            {
+                return Err(ModelError::field(
+                    field(&format!("shares[{k}]")),
+                    format!("share {s} is outside (0, 100]"),
+                ));
+            }
+        }
+        encoded.clear();
+        for (k, j) in query.jobs.iter().enumerate() {
+            let job_field = || field(&format!("jobs[{k}]"));
+            let e = job(model, registry, j, gpu, &job_field, &mut scratch)?;
+            encoded.extend_from_slice(e);
+        }
+        let jobs: Vec<&[f32]> = encoded.chunks_exact(job_width.max(1)).collect();
+        decodes.push(group::NetworkDecode::of_group(
+            spec,
+            calibration,
+            &jobs,
+            gpu,
+        ));
+        let mut others: Vec<&[f32]> = Vec::with_capacity(size);
+        for k in 0..size {
+            others.clear();
+            others.extend(
+                jobs.iter()
+                    .enumerate()
+                    .filter(|&(o, _)| o != k)
+                    .map(|(_, j)| *j),
+            );
+            let shares: Option<Vec<f64>> = (0..size)
+                .filter(|&o| o != k)
+                .map(|o| query.share(o))
+                .collect();
+            #[allow(clippy::cast_precision_loss)]
+            let others_share = shares.map(|s| s.iter().sum::<f64>() / s.len().max(1) as f64);
+            spec.encode_group_row(
+                jobs[k],
+                &others,
+                gpu,
+                query.mode,
+                query.share(k),
+                others_share,
+                &mut inputs,
+            );
+        }
+    }
+    if inputs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let outputs = model
+        .engine
+        .run(inputs)
+        .map_err(|e| ModelError::internal(format!("inference failed: {e}")))?;
+    let mut next = outputs.chunks_exact(OUTPUTS);
+    Ok(decodes
+        .into_iter()
+        .map(|d| {
+            let rows: Vec<&[f32]> = next.by_ref().take(d.measured.len()).collect();
+            group::from_network(&d, &rows)
+        })
+        .collect())
 }
 
 /// A pair's field (`pairs[p].a.features.x`) said of the group whose pairs run in `order`.

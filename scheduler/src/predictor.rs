@@ -9,11 +9,10 @@ use std::time::Duration;
 use anyhow::{Result, anyhow, bail};
 use duet_core::api::{
     Features, GroupPrediction, GroupQuery as ApiGroup, JobRef, PairQuery, PredictRequest,
-    WorkloadBody,
 };
 use duet_core::dataset::{Dataset, Mode, Status, speed};
 pub use duet_model::EngineKind;
-use duet_model::{LoadedModel, Registry, group, predict};
+use duet_model::group;
 
 use crate::client::PredictClient;
 
@@ -676,90 +675,6 @@ fn outlooks(predictions: &[duet_core::api::Prediction]) -> Vec<Outlook> {
     predictions.iter().map(Outlook::of).collect()
 }
 
-/// duet's model loaded in this process: the server's own engine and registry, without HTTP.
-#[derive(Debug)]
-pub struct ModelPredictor {
-    model: LoadedModel,
-    registry: Registry,
-}
-
-impl ModelPredictor {
-    pub fn load(dir: &Path, engine: EngineKind) -> Result<ModelPredictor> {
-        ModelPredictor::load_with(dir, engine, &BTreeMap::new())
-    }
-
-    /// The model in `dir` with `workloads` registered over its datasets' (as clients register
-    /// them with the server).
-    pub fn load_with(
-        dir: &Path,
-        engine: EngineKind,
-        workloads: &BTreeMap<String, Option<WorkloadBody>>,
-    ) -> Result<ModelPredictor> {
-        let model = LoadedModel::load(dir, engine).map_err(|e| anyhow!("{e}"))?;
-        let (registry, _warnings) = Registry::build(&model, workloads.clone());
-        Ok(ModelPredictor { model, registry })
-    }
-}
-
-impl Predictor for ModelPredictor {
-    fn describe(&self) -> String {
-        format!(
-            "duet model {} in process ({}, {} engine)",
-            self.model.version(),
-            self.model.dir.display(),
-            self.model.engine.kind().as_str()
-        )
-    }
-
-    fn predict(&mut self, gpu: &str, queries: &[Query<'_>]) -> Result<Vec<Outlook>> {
-        if queries.is_empty() {
-            return Ok(Vec::new());
-        }
-        let request = request(gpu, queries, &InlineJobs::new());
-        let predictions = predict::predict(&self.model, &self.registry, &request, None)
-            .map_err(|e| anyhow!("model {}: {e}", self.model.dir.display()))?;
-        Ok(outlooks(&predictions))
-    }
-
-    /// Groups as the server answers them: the model's pairs (each distinct pair predicted
-    /// once) composed by `duet_model::group::compose`, each job moved by its group effect and
-    /// the p90 shifted by the model's calibration for the group's size.
-    fn predict_groups(
-        &mut self,
-        gpu: &str,
-        groups: &[GroupQuery<'_>],
-    ) -> Result<Vec<GroupOutlook>> {
-        let (queries, asked) = distinct_pairs(groups);
-        if queries.is_empty() {
-            return Ok(groups
-                .iter()
-                .map(|g| GroupOutlook::infeasible(g.jobs.len()))
-                .collect());
-        }
-        let request = request(gpu, &queries, &InlineJobs::new());
-        let predictions = predict::predict(&self.model, &self.registry, &request, None)
-            .map_err(|e| anyhow!("model {}: {e}", self.model.dir.display()))?;
-        let calibration = &self.model.meta.calibration;
-        let (mut pairs, mut effects) = (Vec::new(), Vec::new());
-        groups
-            .iter()
-            .zip(asked)
-            .map(|(g, own)| {
-                let size = g.jobs.len();
-                pairs.clear();
-                pairs.extend(own.iter().map(|&k| predictions[k]));
-                effects.clear();
-                if let Some(of_size) = calibration.group_effects_of(size) {
-                    effects.extend(g.jobs.iter().map(|id| of_size.of(gpu, id)));
-                }
-                group::compose(size, &pairs, calibration.group_shift(size), &effects)
-                    .map(|p| GroupOutlook::of(&p))
-                    .ok_or_else(|| anyhow!("a group of {size} jobs: not composed from its pairs"))
-            })
-            .collect()
-    }
-}
-
 /// The duet server: one `POST /v1/predict` per call; a refused connection or a 5xx is retried
 /// with back-off, then the error names the URL. Never falls back to another predictor.
 #[derive(Debug)]
@@ -877,6 +792,9 @@ impl Predictor for HttpPredictor {
         Ok(outlooks(&answer.predictions))
     }
 }
+
+mod in_process;
+pub use in_process::ModelPredictor;
 
 #[cfg(test)]
 mod tests;

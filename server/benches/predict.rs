@@ -5,7 +5,10 @@
 //! pass alone on the same 20,000 rows.
 //!
 //! `cargo bench -p duet-server --bench predict --profile dev` (the ONNX rows need
-//! `ORT_DYLIB_PATH`, set by `eval "$(scripts/python-env.sh)"`).
+//! `ORT_DYLIB_PATH`, set by `eval "$(scripts/python-env.sh)"`). `DUET_BENCH_MODEL=DIR` serves
+//! another model (its V100 and space sharing where it has them, else its first device and
+//! mode), `DUET_BENCH_GROUP_SIZE=K` asks groups of K (3 to 8) instead of four: a model whose
+//! network learned groups of three answers those one row per job.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -16,6 +19,9 @@ use duet_core::dataset::Mode;
 use duet_server::{AppState, Config, EngineKind};
 
 fn model_dir() -> std::path::PathBuf {
+    if let Some(dir) = std::env::var_os("DUET_BENCH_MODEL") {
+        return dir.into();
+    }
     Path::new(
         &std::env::var_os("CARGO_MANIFEST_DIR")
             .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
@@ -34,45 +40,63 @@ fn draws(seed: u64, n: usize) -> impl FnMut() -> usize {
     }
 }
 
-/// A request's body on V100.
-fn body(pairs: Vec<PairQuery>, groups: Vec<GroupQuery>) -> Vec<u8> {
+/// What the requests ask: the device, the mode and the group size.
+struct Ask {
+    gpu: String,
+    mode: Mode,
+    size: usize,
+}
+
+/// A request's body on the asked device.
+fn body(ask: &Ask, pairs: Vec<PairQuery>, groups: Vec<GroupQuery>) -> Vec<u8> {
     serde_json::to_vec(&PredictRequest {
-        gpu: Some("v100".into()),
+        gpu: Some(ask.gpu.clone()),
         pairs,
         groups,
     })
     .expect("json")
 }
 
-/// `n` pairs under space sharing; job `k` of the request is `job(k, d)`, `d` a fixed
+/// `n` pairs under the asked mode; job `k` of the request is `job(k, d)`, `d` a fixed
 /// pseudo-random draw among `choices`.
-fn pair_request(n: usize, choices: usize, mut job: impl FnMut(usize, usize) -> JobRef) -> Vec<u8> {
+fn pair_request(
+    ask: &Ask,
+    n: usize,
+    choices: usize,
+    mut job: impl FnMut(usize, usize) -> JobRef,
+) -> Vec<u8> {
     let mut next = draws(0x9E37_79B9_7F4A_7C15, choices);
     let pairs = (0..n)
         .map(|i| PairQuery {
             a: job(2 * i, next()),
             b: job(2 * i + 1, next()),
-            mode: Mode::Space,
+            mode: ask.mode,
             share_a: None,
             share_b: None,
             gpu: None,
         })
         .collect();
-    body(pairs, Vec::new())
+    body(ask, pairs, Vec::new())
 }
 
-/// `n` groups of four under space sharing, their jobs drawn as [`pair_request`]'s.
-fn group_request(n: usize, choices: usize, mut job: impl FnMut(usize, usize) -> JobRef) -> Vec<u8> {
+/// `n` groups of the asked size under the asked mode, their jobs drawn as [`pair_request`]'s.
+fn group_request(
+    ask: &Ask,
+    n: usize,
+    choices: usize,
+    mut job: impl FnMut(usize, usize) -> JobRef,
+) -> Vec<u8> {
     let mut next = draws(0x2545_F491_4F6C_DD1D, choices);
+    let k = ask.size;
     let groups = (0..n)
         .map(|g| GroupQuery {
-            jobs: (0..4).map(|j| job(4 * g + j, next())).collect(),
-            mode: Mode::Space,
+            jobs: (0..k).map(|j| job(k * g + j, next())).collect(),
+            mode: ask.mode,
             shares: None,
             gpu: None,
         })
         .collect();
-    body(Vec::new(), groups)
+    body(ask, Vec::new(), groups)
 }
 
 /// Job `k` by its features inline: a registered profile with its solo throughput scaled by
@@ -93,7 +117,7 @@ fn inline(profiles: &[Features], k: usize, pick: usize) -> JobRef {
 fn state(engine: EngineKind) -> std::sync::Arc<AppState> {
     let state = AppState::new(Config {
         engine,
-        max_pairs: 60_000,
+        max_pairs: 300_000,
         ..Config::new(model_dir())
     })
     .expect("state");
@@ -108,20 +132,49 @@ fn bench(c: &mut Criterion) {
     }
     for engine in engines {
         let state = state(engine);
-        // The registered workloads: by id, and their V100 profiles to send inline.
-        let (ids, profiles): (Vec<String>, Vec<Features>) = {
+        // The registered workloads: by id, and (below) their profiles to send inline.
+        let ids: Vec<String> = {
             let guard = state.serving.load_full();
             let serving = guard.as_ref().expect("loaded");
-            let list = serving.registry.list();
-            (
-                list.iter().map(|w| w.workload.clone()).collect(),
-                list.iter()
-                    .filter_map(|w| w.body.profiles.get("v100").cloned())
-                    .collect(),
-            )
+            serving
+                .registry
+                .list()
+                .iter()
+                .map(|w| w.workload.clone())
+                .collect()
         };
+        let ask = {
+            let model = state.model().expect("model");
+            let spec = &model.meta.spec;
+            let gpu = if spec.gpus.iter().any(|g| g == "v100") {
+                "v100".to_string()
+            } else {
+                spec.gpus.first().cloned().expect("a device")
+            };
+            let mode = if spec.modes.contains(&Mode::Space) {
+                Mode::Space
+            } else {
+                *spec.modes.first().expect("a mode")
+            };
+            let size = std::env::var("DUET_BENCH_GROUP_SIZE")
+                .ok()
+                .and_then(|k| k.parse().ok())
+                .unwrap_or(4);
+            Ask { gpu, mode, size }
+        };
+        let profiles: Vec<Features> = {
+            let guard = state.serving.load_full();
+            let serving = guard.as_ref().expect("loaded");
+            serving
+                .registry
+                .list()
+                .iter()
+                .filter_map(|w| w.body.profiles.get(&ask.gpu).cloned())
+                .collect()
+        };
+        let k = ask.size;
         let by_id = |_: usize, pick: usize| JobRef::workload(ids[pick].clone());
-        let body = pair_request(10_000, ids.len(), by_id);
+        let body = pair_request(&ask, 10_000, ids.len(), by_id);
         c.bench_function(&format!("predict_10k_pairs_{engine}"), |b| {
             b.iter(|| black_box(duet_server::answer(&state, black_box(&body)).expect("answer")));
         });
@@ -141,9 +194,9 @@ fn bench(c: &mut Criterion) {
                 b.iter(|| black_box(serde_json::to_vec(black_box(&parsed)).expect("json")));
             });
         }
-        let groups = group_request(10_000, ids.len(), by_id);
+        let groups = group_request(&ask, 10_000, ids.len(), by_id);
         if engine == EngineKind::Burn {
-            c.bench_function("parse_10k_groups_of_4", |b| {
+            c.bench_function(&format!("parse_10k_groups_of_{k}"), |b| {
                 b.iter(|| {
                     black_box(
                         serde_json::from_slice::<PredictRequest>(black_box(&groups))
@@ -152,24 +205,26 @@ fn bench(c: &mut Criterion) {
                 });
             });
         }
-        c.bench_function(&format!("predict_10k_groups_of_4_{engine}"), |b| {
+        c.bench_function(&format!("predict_10k_groups_of_{k}_{engine}"), |b| {
             b.iter(|| black_box(duet_server::answer(&state, black_box(&groups)).expect("answer")));
         });
-        let inline_pairs =
-            pair_request(10_000, profiles.len(), |k, pick| inline(&profiles, k, pick));
+        let inline_pairs = pair_request(&ask, 10_000, profiles.len(), |j, pick| {
+            inline(&profiles, j, pick)
+        });
         c.bench_function(&format!("predict_10k_inline_pairs_{engine}"), |b| {
             b.iter(|| {
                 black_box(duet_server::answer(&state, black_box(&inline_pairs)).expect("answer"))
             });
         });
-        let inline_groups =
-            group_request(10_000, profiles.len(), |k, pick| inline(&profiles, k, pick));
-        c.bench_function(&format!("predict_10k_inline_groups_of_4_{engine}"), |b| {
+        let inline_groups = group_request(&ask, 10_000, profiles.len(), |j, pick| {
+            inline(&profiles, j, pick)
+        });
+        c.bench_function(&format!("predict_10k_inline_groups_of_{k}_{engine}"), |b| {
             b.iter(|| {
                 black_box(duet_server::answer(&state, black_box(&inline_groups)).expect("answer"))
             });
         });
-        let single = pair_request(1, ids.len(), by_id);
+        let single = pair_request(&ask, 1, ids.len(), by_id);
         c.bench_function(&format!("predict_1_pair_{engine}"), |b| {
             b.iter(|| black_box(duet_server::answer(&state, black_box(&single)).expect("answer")));
         });

@@ -180,8 +180,9 @@ pub fn evaluate(model_dir: &Path, data: &[PathBuf]) -> Result<Report, PipelineEr
 }
 
 /// Every successful group of the corpus: its pairs predicted as the corpus's rows are, composed
-/// (with the model's group effects and shift where it has them for the size), scored against the measured
-/// speeds, beside the two rules on the measured pairs.
+/// (with the model's group effects and shift where it has them for the size), or the network's
+/// own answer for the sizes it learned, scored against the measured speeds, beside the two
+/// rules on the measured pairs.
 fn assess_groups(corpus: &Corpus, trained: &Trained) -> Vec<GroupAssessment> {
     let mut baselines: BTreeMap<(String, String, usize), Vec<CompositionError>> = BTreeMap::new();
     for d in corpus.datasets.iter().filter(|d| !d.groups.is_empty()) {
@@ -191,7 +192,25 @@ fn assess_groups(corpus: &Corpus, trained: &Trained) -> Vec<GroupAssessment> {
         }
     }
     let mut rows: BTreeMap<(String, String, usize), Vec<Scored>> = BTreeMap::new();
+    for (gpu, mode, size, measured, speed, p10) in crate::groups::network_answered(corpus, trained)
+    {
+        let s = Scored {
+            speed: Some(measured),
+            predicted: speed,
+            conservative: Some(p10),
+            feasible: None,
+        };
+        for key in [
+            (gpu.clone(), mode.to_string(), size),
+            ("all".to_string(), "all".to_string(), size),
+        ] {
+            rows.entry(key).or_default().push(s);
+        }
+    }
     for job in crate::groups::scored(corpus, trained) {
+        if trained.calibration.network_answers(job.size) {
+            continue;
+        }
         let calibration = &trained.calibration;
         let shift = calibration.group_shift(job.size).map_or(0.0, |s| s.0);
         let moved = calibration

@@ -132,6 +132,7 @@ impl Scores {
             method: method.to_string(),
             groups: BTreeMap::new(),
             group_effects: BTreeMap::new(),
+            group_network: Default::default(),
             family_prior: None,
         }
     }

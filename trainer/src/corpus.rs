@@ -17,7 +17,7 @@ use duet_model::network::{
 use duet_model::predict::Decode;
 use duet_model::prior::{EffectRow, FamilyPrior, weigh_in};
 
-use crate::rows::{Example, examples};
+use crate::rows::{Example, GroupExample, examples, group_examples};
 use crate::training::{Batch, TrainError, fit};
 
 /// Datasets loaded for training: their examples and every job's raw features.
@@ -26,6 +26,9 @@ pub struct Corpus {
     pub datasets: Vec<Dataset>,
     pub jobs: Vec<BTreeMap<String, JobFeatures>>,
     pub examples: Vec<Example>,
+    /// Every job of every measured group of three or more (rows of a network that learns
+    /// groups, `fit_with_groups`; no rows of any other fit).
+    pub group_examples: Vec<GroupExample>,
     /// The categorical workload feature that names a model family (`--family`), recorded in
     /// every spec fitted on the corpus.
     pub family: Option<String>,
@@ -35,10 +38,12 @@ impl Corpus {
     pub fn new(datasets: Vec<Dataset>) -> Corpus {
         let jobs = datasets.iter().map(job_features).collect();
         let examples = examples(&datasets);
+        let group_examples = group_examples(&datasets);
         Corpus {
             datasets,
             jobs,
             examples,
+            group_examples,
             family: None,
         }
     }
@@ -292,6 +297,66 @@ impl Corpus {
         batch
     }
 
+    /// The jobs of the measured groups numbered in `groups`, one row each
+    /// (`FeatureSpec::encode_group_row`), under `spec` (one whose network learns groups), with
+    /// their identities or without.
+    pub fn encode_group_rows(
+        &self,
+        spec: &FeatureSpec,
+        groups: &BTreeSet<usize>,
+        identity: bool,
+    ) -> Batch {
+        let mut batch = Batch {
+            width: spec.pair_width(),
+            ..Batch::default()
+        };
+        let mut own = Vec::with_capacity(spec.job_width());
+        let mut others: Vec<Vec<f32>> = Vec::new();
+        let mut buf = Vec::with_capacity(batch.width);
+        for g in self
+            .group_examples
+            .iter()
+            .filter(|g| groups.contains(&g.group))
+        {
+            let encode = |id: &str, out: &mut Vec<f32>| {
+                out.clear();
+                let job = &self.jobs[g.dataset][id];
+                spec.encode_job(&view(job, identity, None), out);
+            };
+            encode(&g.workload, &mut own);
+            others.resize_with(g.others.len(), Vec::new);
+            for (id, out) in g.others.iter().zip(&mut others) {
+                encode(id, out);
+            }
+            let pooled: Vec<&[f32]> = others.iter().map(Vec::as_slice).collect();
+            buf.clear();
+            spec.encode_group_row(
+                &own,
+                &pooled,
+                &g.gpu,
+                g.mode,
+                g.share,
+                g.others_share,
+                &mut buf,
+            );
+            batch.push(&buf, g.speed);
+        }
+        batch
+    }
+
+    /// The feature spec and an ensemble that learns groups too, fitted on the pair `rows` and
+    /// every job of the measured groups numbered in `groups` (`FeatureSpec::groups`), each
+    /// member holding out its share of the pair settings and of the groups for early stopping;
+    /// uncalibrated.
+    pub fn fit_with_groups(
+        &self,
+        sets: &[(&[usize], &BTreeSet<usize>)],
+        config: &TrainConfig,
+        workers: usize,
+    ) -> Result<Vec<Trained>, TrainError> {
+        self.fit_ensembles_with(sets, config, workers)
+    }
+
     /// The feature spec and the ensemble fitted on `rows`, uncalibrated (both shifts 0): the
     /// evaluation's per-fold refits, whose held-out scores calibrate cross-conformally, and the
     /// final fit of a full run, which carries those shifts. The same networks as `train_on`'s.
@@ -315,15 +380,29 @@ impl Corpus {
         config: &TrainConfig,
         workers: usize,
     ) -> Result<Vec<Trained>, TrainError> {
+        let none = BTreeSet::new();
+        let sets: Vec<(&[usize], &BTreeSet<usize>)> = sets.iter().map(|&r| (r, &none)).collect();
+        self.fit_ensembles_with(&sets, config, workers)
+    }
+
+    /// `fit_ensembles` where each set also names the measured groups its network learns (none:
+    /// a network of pairs alone, its spec without the co-runners' column).
+    fn fit_ensembles_with(
+        &self,
+        sets: &[(&[usize], &BTreeSet<usize>)],
+        config: &TrainConfig,
+        workers: usize,
+    ) -> Result<Vec<Trained>, TrainError> {
         let members = config.ensemble.max(1);
         let specs: Vec<FeatureSpec> = sets
             .iter()
-            .map(|rows| {
+            .map(|(rows, groups)| {
                 let mut spec = self.fit_spec(rows);
                 if !config.identities {
                     spec.identities.clear();
                     spec.measured.clear();
                 }
+                spec.groups = !groups.is_empty();
                 spec
             })
             .collect();
@@ -331,7 +410,7 @@ impl Corpus {
             .flat_map(|s| (0..members).map(move |m| (s, m)))
             .collect();
         let results = run_parallel(&tasks, workers, |&(s, m)| {
-            self.fit_member(sets[s], &specs[s], config, m as u64)
+            self.fit_member(sets[s].0, sets[s].1, &specs[s], config, m as u64)
         });
         let mut out: Vec<Trained> = specs
             .into_iter()
@@ -355,6 +434,7 @@ impl Corpus {
     fn fit_member(
         &self,
         rows: &[usize],
+        groups: &BTreeSet<usize>,
         spec: &FeatureSpec,
         config: &TrainConfig,
         member: u64,
@@ -377,8 +457,28 @@ impl Corpus {
         let (validation, train): (Vec<usize>, Vec<usize>) = rows
             .iter()
             .partition(|&&i| held.contains(&self.examples[i].setting));
-        let validation = self.encode_for_training(spec, &validation, config.family_dropout);
-        let train = self.encode_for_training(spec, &train, config.family_dropout);
+        let mut validation = self.encode_for_training(spec, &validation, config.family_dropout);
+        let mut train = self.encode_for_training(spec, &train, config.family_dropout);
+        if !groups.is_empty() {
+            // The groups' own share for early stopping, drawn after the settings' so that a
+            // network of pairs alone draws exactly as before.
+            let mut order: Vec<usize> = groups.iter().copied().collect();
+            rng.shuffle(&mut order);
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                clippy::cast_precision_loss
+            )]
+            let held = ((order.len() as f64) * config.validation_fraction).round() as usize;
+            let (held, kept) = order.split_at(held.min(order.len()));
+            for (batch, part) in [(&mut validation, held), (&mut train, kept)] {
+                let part: BTreeSet<usize> = part.iter().copied().collect();
+                batch.extend(&self.encode_group_rows(spec, &part, true));
+                if !spec.identities.is_empty() {
+                    batch.extend(&self.encode_group_rows(spec, &part, false));
+                }
+            }
+        }
         match config.device {
             TrainDevice::Cpu => {
                 fit::<Autodiff<Flex>>(&train, &validation, &member_config, &Default::default())

@@ -17,17 +17,18 @@
 //! 14 of the 56 committed triples, an unfloored shift covered 77% to 94% of the other 42 over
 //! five draws (BENCHMARKS.md, "Groups of three or more").
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use duet_core::Status;
 use duet_core::dataset::speed;
 use duet_core::rng::Rng;
 use duet_model::calibration::{ALPHA, GroupEffects, Offset, conformal_shift};
 use duet_model::group::{RULE, pairs_of};
-use duet_model::network::{OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS};
+use duet_model::network::{GroupNetwork, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, TrainConfig};
 
 use crate::corpus::{Corpus, Trained};
 use crate::rows::Example;
+use crate::training::TrainError;
 
 /// Folds of the coverage check.
 pub const FOLDS: usize = 5;
@@ -307,4 +308,249 @@ pub fn calibrate(corpus: &Corpus, trained: &Trained, seed: u64) -> Vec<GroupFit>
         });
     }
     fits
+}
+
+/// What the network that learns groups (`Corpus::fit_with_groups`) did on one group size, on
+/// groups it was not trained on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkSize {
+    pub size: usize,
+    /// MAPE of the network's speed on each fold's groups, trained on every pair and the other
+    /// folds' groups ([`FOLDS`] folds of whole groups).
+    pub mape_network: f64,
+    /// The composition's cross-fitted MAPE on the same size (`GroupFit::mape_corrected`).
+    pub mape_composed: f64,
+    /// The network answers this size: its MAPE was below the composition's.
+    pub chosen: bool,
+    /// The shift of the network's ln(p10 speed) fitted on its out-of-fold scores (not floored:
+    /// the network's p10 is no calibrated answer of its own).
+    pub offset: Offset,
+    /// Share of jobs covered with a shift fitted on the other folds' scores.
+    pub coverage: f64,
+}
+
+/// Each size's comparison of the network that learns groups with the composition (`composed`,
+/// `calibrate`'s fits on the same corpus), and that network fitted on everything where it wins
+/// some size (none where it wins none: its sizes say why; nothing at all with fewer than
+/// [`FOLDS`] groups, or where `config.group_network` is `never`); `always` takes it for every
+/// size with a finite p90 shift). `config.seed` draws the folds of
+/// whole groups, the same for every size; the folds' ensembles run on `workers` threads.
+pub fn network(
+    corpus: &Corpus,
+    pairs: &Trained,
+    composed: &[GroupFit],
+    config: &TrainConfig,
+    workers: usize,
+) -> Result<(Option<Trained>, Vec<NetworkSize>), TrainError> {
+    if config.group_network == GroupNetwork::Never {
+        return Ok((None, Vec::new()));
+    }
+    let modes = &pairs.spec.modes;
+    let mut numbers: Vec<usize> = corpus
+        .group_examples
+        .iter()
+        .filter(|g| modes.contains(&g.mode))
+        .map(|g| g.group)
+        .collect();
+    numbers.dedup();
+    if numbers.len() < FOLDS {
+        return Ok((None, Vec::new()));
+    }
+    let mut rng = Rng::new(config.seed ^ 0x6e65_7477);
+    rng.shuffle(&mut numbers);
+    let fold_of: BTreeMap<usize, usize> = numbers
+        .iter()
+        .enumerate()
+        .map(|(k, &g)| (g, k % FOLDS))
+        .collect();
+    let all: Vec<usize> = (0..corpus.examples.len()).collect();
+    let train_sets: Vec<BTreeSet<usize>> = (0..FOLDS)
+        .map(|fold| {
+            numbers
+                .iter()
+                .copied()
+                .filter(|g| fold_of[g] != fold)
+                .collect()
+        })
+        .collect();
+    let sets: Vec<(&[usize], &BTreeSet<usize>)> =
+        train_sets.iter().map(|t| (all.as_slice(), t)).collect();
+    let folds = corpus.fit_with_groups(&sets, config, workers)?;
+    // Each job's out-of-fold (size, ln point, ln p10, ln measured, fold).
+    let mut scored: Vec<(usize, f64, f64, f64, usize)> = Vec::new();
+    for (fold, trained) in folds.iter().enumerate() {
+        let held: BTreeSet<usize> = numbers
+            .iter()
+            .copied()
+            .filter(|g| fold_of[g] == fold)
+            .collect();
+        let batch = corpus.encode_group_rows(&trained.spec, &held, true);
+        let out = trained.forward(&batch.inputs);
+        let jobs = corpus
+            .group_examples
+            .iter()
+            .filter(|g| held.contains(&g.group));
+        for (g, o) in jobs.zip(out.chunks_exact(OUTPUTS)) {
+            if let Some(speed) = g.speed {
+                scored.push((
+                    g.size(),
+                    f64::from(o[OUT_LOG_SPEED]),
+                    f64::from(o[OUT_LOG_SPEED_P10]),
+                    speed.ln(),
+                    fold,
+                ));
+            }
+        }
+    }
+    let mut sizes = Vec::new();
+    for fit in composed {
+        let jobs: Vec<&(usize, f64, f64, f64, usize)> =
+            scored.iter().filter(|s| s.0 == fit.size).collect();
+        if jobs.is_empty() {
+            continue;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let mape_network = jobs
+            .iter()
+            .map(|s| ((s.1 - s.3).exp() - 1.0).abs())
+            .sum::<f64>()
+            / jobs.len() as f64;
+        let scores: Vec<f64> = jobs.iter().map(|s| s.2 - s.3).collect();
+        let mut covered = 0usize;
+        for fold in 0..FOLDS {
+            let others: Vec<f64> = jobs
+                .iter()
+                .zip(&scores)
+                .filter(|(s, _)| s.4 != fold)
+                .map(|(_, &score)| score)
+                .collect();
+            if let Some(shift) = conformal_shift(&others, ALPHA) {
+                covered += jobs
+                    .iter()
+                    .zip(&scores)
+                    .filter(|(s, score)| s.4 == fold && **score <= shift)
+                    .count();
+            }
+        }
+        let groups: BTreeSet<usize> = corpus
+            .group_examples
+            .iter()
+            .filter(|g| g.size() == fit.size && fold_of.contains_key(&g.group))
+            .map(|g| g.group)
+            .collect();
+        let offset = conformal_shift(&scores, ALPHA).map_or_else(
+            || Offset {
+                fallback: Some(format!(
+                    "{} jobs of {} groups of {}: too few for a 90% bound",
+                    jobs.len(),
+                    groups.len(),
+                    fit.size
+                )),
+                ..Offset::default()
+            },
+            |shift| Offset {
+                shift,
+                rows: jobs.len(),
+                groups: groups.len(),
+                fallback: None,
+            },
+        );
+        #[allow(clippy::cast_precision_loss)]
+        let coverage = covered as f64 / jobs.len() as f64;
+        sizes.push(NetworkSize {
+            size: fit.size,
+            mape_network,
+            mape_composed: fit.mape_corrected,
+            chosen: (config.group_network == GroupNetwork::Always
+                || mape_network < fit.mape_corrected)
+                && offset.fallback.is_none(),
+            offset,
+            coverage,
+        });
+    }
+    if !sizes.iter().any(|s| s.chosen) {
+        return Ok((None, sizes));
+    }
+    let every: BTreeSet<usize> = numbers.iter().copied().collect();
+    let trained = corpus
+        .fit_with_groups(&[(all.as_slice(), &every)], config, workers)?
+        .pop();
+    Ok((trained, sizes))
+}
+
+/// Every job of every successful measured group of a size the network of `trained` answers
+/// itself (`Calibration::network_answers`), answered as the server answers it
+/// (`duet_model::group::from_network`): `(gpu, mode, size, measured speed, speed, p10 speed)`.
+pub fn network_answered(
+    corpus: &Corpus,
+    trained: &Trained,
+) -> Vec<(String, duet_core::dataset::Mode, usize, f64, f64, f64)> {
+    use duet_model::group::{NetworkDecode, from_network};
+    let spec = &trained.spec;
+    let calibration = &trained.calibration;
+    let mut inputs = Vec::new();
+    let mut decodes = Vec::new();
+    let mut measured = Vec::new();
+    for members in corpus.group_examples.chunk_by(|a, b| a.group == b.group) {
+        let g = &members[0];
+        if !calibration.network_answers(g.size()) || !spec.modes.contains(&g.mode) {
+            continue;
+        }
+        let encoded: Vec<Vec<f32>> = std::iter::once(&g.workload)
+            .chain(&g.others)
+            .map(|id| {
+                let mut out = Vec::new();
+                spec.encode_job(&corpus.jobs[g.dataset][id], &mut out);
+                out
+            })
+            .collect();
+        let jobs: Vec<&[f32]> = encoded.iter().map(Vec::as_slice).collect();
+        for (k, m) in members.iter().enumerate() {
+            let others: Vec<&[f32]> = (0..jobs.len())
+                .filter(|&o| o != k)
+                .map(|o| jobs[o])
+                .collect();
+            spec.encode_group_row(
+                jobs[k],
+                &others,
+                &m.gpu,
+                m.mode,
+                m.share,
+                m.others_share,
+                &mut inputs,
+            );
+        }
+        decodes.push((
+            NetworkDecode::of_group(spec, calibration, &jobs, &g.gpu),
+            g.gpu.clone(),
+            g.mode,
+        ));
+        measured.push(members.iter().map(|m| m.speed).collect::<Vec<_>>());
+    }
+    if inputs.is_empty() {
+        return Vec::new();
+    }
+    let out = trained.forward(&inputs);
+    let mut rows = out.chunks_exact(OUTPUTS);
+    let mut answered = Vec::new();
+    for ((d, gpu, mode), speeds) in decodes.into_iter().zip(measured) {
+        let own: Vec<&[f32]> = rows.by_ref().take(speeds.len()).collect();
+        let answer = from_network(&d, &own);
+        if answer.jobs.len() != speeds.len() {
+            continue;
+        }
+        for (job, speed) in answer.jobs.iter().zip(speeds) {
+            if let Some(m) = speed {
+                answered.push((
+                    gpu.clone(),
+                    mode,
+                    d.measured.len(),
+                    m,
+                    f64::from(job.speed),
+                    1.0 / f64::from(job.slowdown_p90),
+                ));
+            }
+        }
+    }
+    answered
 }

@@ -333,7 +333,44 @@ pub fn run_with(
         trained
     };
     let mut trained = trained;
-    for fit in crate::groups::calibrate(&corpus, &trained, final_config.seed) {
+    let composed = crate::groups::calibrate(&corpus, &trained, final_config.seed);
+    let (network, network_sizes) =
+        crate::groups::network(&corpus, &trained, &composed, &final_config, workers)?;
+    let composed = match network {
+        // The network that learns groups answers the sizes where it won; the pairs keep the
+        // evaluation's calibration, and every other size is composed from its pairs.
+        Some(mut learned) => {
+            learned.calibration = std::mem::take(&mut trained.calibration);
+            trained = learned;
+            crate::groups::calibrate(&corpus, &trained, final_config.seed)
+        }
+        None => composed,
+    };
+    for s in &network_sizes {
+        progress.line(&format!(
+            "final model, groups of {}: the network that learns groups {:.2}% MAPE on groups it \
+             was not trained on ({}-fold), the composition {:.2}%: {}",
+            s.size,
+            s.mape_network * 100.0,
+            crate::groups::FOLDS,
+            s.mape_composed * 100.0,
+            if s.chosen {
+                format!(
+                    "the network answers them, its p90 shift {:+.4} (covers {:.1}% in the \
+                     {}-fold)",
+                    s.offset.shift,
+                    s.coverage * 100.0,
+                    crate::groups::FOLDS
+                )
+            } else {
+                "composed".to_string()
+            }
+        ));
+    }
+    for fit in composed {
+        if network_sizes.iter().any(|s| s.chosen && s.size == fit.size) {
+            continue;
+        }
         progress.line(&format!(
             "final model, groups of {}: p90 shift {:+.4} from {} jobs of {} measured groups \
              (covers {:.1}% in {}-fold over the groups; {:.1}% composed alone); composed \
@@ -380,6 +417,13 @@ pub fn run_with(
             .groups
             .insert(fit.size.to_string(), fit.offset);
     }
+    for s in network_sizes.iter().filter(|s| s.chosen) {
+        trained
+            .calibration
+            .groups
+            .insert(s.size.to_string(), s.offset.clone());
+        trained.calibration.group_network.insert(s.size.to_string());
+    }
     progress.event(Event::Step {
         done: total,
         now: "final model",
@@ -419,7 +463,7 @@ pub fn run_with(
             .iter()
             .map(|d| format!("feature left out: {d}")),
     );
-    if corpus_groups > 0 {
+    if corpus_groups > 0 && trained.calibration.group_network.is_empty() {
         warnings.push(format!(
             "{corpus_groups} groups of three or more jobs are not training rows: the model learns from \
              pairs and answers a group by composing them; the groups calibrate its p90 per group \

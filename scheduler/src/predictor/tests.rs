@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
+use duet_model::predict;
 
 /// A path of the repository, found at run time (a build may have moved).
 fn repo(path: &str) -> PathBuf {

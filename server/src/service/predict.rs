@@ -114,10 +114,11 @@ struct Expanded {
 }
 
 /// `request`'s pairs followed by the distinct pairs within its groups (checked first: 3 to
-/// `MAX_GROUP_SIZE` jobs, one share per job where shares are given). Two group pairs are one
+/// `MAX_GROUP_SIZE` jobs, one share per job where shares are given), but for the groups whose
+/// size the model's network answers itself (`network`), which have no pairs. Two group pairs are one
 /// where both jobs are registered workloads and the device, mode and shares agree, in either
 /// order; a job given by its features is its own pair's.
-fn expand(request: PredictRequest) -> Result<Expanded, Failure> {
+fn expand(request: PredictRequest, network: impl Fn(usize) -> bool) -> Result<Expanded, Failure> {
     let PredictRequest {
         gpu,
         mut pairs,
@@ -131,6 +132,9 @@ fn expand(request: PredictRequest) -> Result<Expanded, Failure> {
     let mut seen: HashMap<PairKey, (usize, bool)> = HashMap::new();
     let mut names = Interned::default();
     for (g, query) in groups.iter().enumerate() {
+        if network(query.jobs.len()) {
+            continue;
+        }
         // A job given by its registered id alone, by number; a job with features, none.
         let mut numbers = [None; MAX_GROUP_SIZE];
         for (k, job) in query.jobs.iter().enumerate() {
@@ -221,14 +225,16 @@ fn failure_of_request(mut failure: Failure, pairs: usize, origins: &[Origin]) ->
     failure
 }
 
-/// The groups' answers, in the order of `groups`, from the predictions of their distinct pairs
-/// (`distinct`, read as `reads` says), by `model` (its group calibration, and the group effects
+/// The groups' answers, in the order of `groups`: those the network answered (`answered`, in
+/// order), the others from the predictions of their distinct pairs (`distinct`, read as `reads`
+/// says), by `model` (its group calibration, and the group effects
 /// of its workloads on each group's device: the group's, else `default_gpu`, else the model's
 /// only one).
 fn compose_groups(
     groups: &[GroupQuery],
     reads: &[Read],
     distinct: &[Prediction],
+    mut answered: impl Iterator<Item = GroupPrediction>,
     model: &LoadedModel,
     default_gpu: Option<&str>,
 ) -> Result<Vec<GroupPrediction>, Failure> {
@@ -239,6 +245,15 @@ fn compose_groups(
     let mut next = 0;
     for (g, query) in groups.iter().enumerate() {
         let size = query.jobs.len();
+        if calibration.network_answers(size) {
+            out.push(answered.next().ok_or_else(|| {
+                Failure::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("group {g}: the network's answer is missing"),
+                )
+            })?);
+            continue;
+        }
         let n = group::pairs_in(size);
         own.clear();
         for &(index, swapped) in reads.get(next..next + n).unwrap_or_default() {
@@ -268,23 +283,100 @@ pub fn predict_with_groups(
     cancelled: &AtomicBool,
 ) -> Result<(String, Vec<Prediction>, Vec<GroupPrediction>), Failure> {
     let n = request.pairs.len();
-    let expanded = expand(request)?;
-    let predicted = predict::<Vec<Prediction>>(state, &expanded.request, cancelled)
-        .map_err(|f| failure_of_request(f, n, &expanded.origins))?;
-    let mut all: Vec<Prediction> = predicted.parts.into_iter().flatten().collect();
+    // One snapshot of model and registry for the pairs and every group.
+    let serving = state.read()?.ok_or_else(not_ready)?;
+    let model = &serving.model;
+    let calibration = &model.meta.calibration;
+    let expanded = expand(request, |size| calibration.network_answers(size))?;
+    let default_gpu = expanded
+        .request
+        .gpu
+        .as_deref()
+        .or(state.config.gpu.as_deref());
+    let learned: Vec<(usize, &GroupQuery)> = expanded
+        .groups
+        .iter()
+        .enumerate()
+        .filter(|(_, q)| calibration.network_answers(q.jobs.len()))
+        .collect();
+    let answered = network_groups(state, &serving, &learned, default_gpu, cancelled)?;
+    let mut all: Vec<Prediction> = if expanded.request.pairs.is_empty() {
+        Vec::new()
+    } else {
+        predict_on::<Vec<Prediction>>(state, &serving, &expanded.request, cancelled)
+            .map_err(|f| failure_of_request(f, n, &expanded.origins))?
+            .parts
+            .into_iter()
+            .flatten()
+            .collect()
+    };
     let groups = compose_groups(
         &expanded.groups,
         &expanded.reads,
         &all[n.min(all.len())..],
-        &predicted.model,
-        expanded
-            .request
-            .gpu
-            .as_deref()
-            .or(state.config.gpu.as_deref()),
+        answered.into_iter(),
+        model,
+        default_gpu,
     )?;
     all.truncate(n);
-    Ok((predicted.model.version().to_string(), all, groups))
+    Ok((model.version().to_string(), all, groups))
+}
+
+/// The groups the network answers itself (`learned`: each with its index in the request), a
+/// chunk of groups at a time, the chunks over the cores for a large request, each given up
+/// once `cancelled` is set.
+fn network_groups(
+    state: &AppState,
+    serving: &crate::state::Serving,
+    learned: &[(usize, &GroupQuery)],
+    default_gpu: Option<&str>,
+    cancelled: &AtomicBool,
+) -> Result<Vec<GroupPrediction>, Failure> {
+    if learned.is_empty() {
+        return Ok(Vec::new());
+    }
+    let chunk = |part: &[(usize, &GroupQuery)]| -> Result<Vec<GroupPrediction>, Failure> {
+        let mut out = Vec::with_capacity(part.len());
+        for groups in part.chunks(CHUNK_PAIRS / 2) {
+            if cancelled.load(Ordering::Relaxed) {
+                return Err(state.metrics.guards.gave_up());
+            }
+            let queries: Vec<&GroupQuery> = groups.iter().map(|(_, q)| *q).collect();
+            let answers = duet_model::predict::predict_network_groups(
+                &serving.model,
+                &serving.registry,
+                &queries,
+                default_gpu,
+                &|k| format!("groups[{}].", groups[k].0),
+            )
+            .map_err(Failure::from)?;
+            state
+                .metrics
+                .predicted(answers.iter().map(|a| a.calibration));
+            out.extend(answers);
+        }
+        Ok(out)
+    };
+    let jobs: usize = learned.iter().map(|(_, q)| q.jobs.len()).sum();
+    if jobs < PARALLEL_PAIRS * 2 {
+        return chunk(learned);
+    }
+    let parts = crate::state::cores().min(learned.len());
+    let size = learned.len().div_ceil(parts);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = learned
+            .chunks(size)
+            .map(|part| scope.spawn(move || chunk(part)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(state.metrics.guards.panicked("prediction worker")))
+            })
+            .collect::<Result<Vec<_>, Failure>>()
+    })
+    .map(|parts| parts.into_iter().flatten().collect())
 }
 
 /// Checks, encodes and runs every pair of `request` on the serving model and registry (one
@@ -299,8 +391,17 @@ pub fn predict<S: Sink>(
     if request.pairs.is_empty() {
         return Err(Failure::field("pairs", "no pairs or groups to predict"));
     }
-    let guard = state.read()?;
-    let serving = guard.as_ref().ok_or_else(not_ready)?;
+    let serving = state.read()?.ok_or_else(not_ready)?;
+    predict_on(state, &serving, request, cancelled)
+}
+
+/// `predict` on one snapshot of the serving model and registry.
+fn predict_on<S: Sink>(
+    state: &AppState,
+    serving: &crate::state::Serving,
+    request: &PredictRequest,
+    cancelled: &AtomicBool,
+) -> Result<Predicted<S>, Failure> {
     let model = &serving.model;
     let default_gpu = state.config.gpu.as_deref();
     let n = request.pairs.len();
