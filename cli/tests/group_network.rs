@@ -85,6 +85,8 @@ fn a_model_that_learned_groups_answers_their_size_with_the_network() {
             {"jobs": turned.map(job), "mode": "cpu"},
             {"jobs": four.map(job), "mode": "cpu"},
             {"jobs": [inline, job(ids[1]), job(ids[2])], "mode": "cpu"},
+            {"jobs": [job("stream"), job("stream"), job("matmul")], "mode": "cpu"},
+            {"jobs": [job("matmul"), job("stream"), job("stream")], "mode": "cpu"},
         ],
     });
     let answer: Value = ureq::post(&server.url("/v1/predict"))
@@ -110,6 +112,12 @@ fn a_model_that_learned_groups_answers_their_size_with_the_network() {
     for (k, t) in [2usize, 0, 1].iter().enumerate() {
         assert!((speed(1, k) - speed(0, *t)).abs() < 1e-5, "{answer}");
         assert!((p90(1, k) - p90(0, *t)).abs() < 1e-4, "{answer}");
+    }
+    // A workload twice, in two orders (the second run once, read from the first).
+    assert!((speed(4, 0) - speed(4, 1)).abs() < 1e-6, "{answer}");
+    for (k, t) in [2usize, 0, 1].iter().enumerate() {
+        assert!((speed(5, k) - speed(4, *t)).abs() < 1e-6, "{answer}");
+        assert!((p90(5, k) - p90(4, *t)).abs() < 1e-6, "{answer}");
     }
     // No group of four was measured: composed from its pairs.
     assert_eq!(groups[2]["composition"], "excess", "{answer}");

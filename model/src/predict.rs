@@ -4,7 +4,8 @@
 use duet_core::api::{
     Calibration, GroupPrediction, GroupQuery, JobRef, PairQuery, PredictRequest, Prediction,
 };
-use duet_core::dataset::MAX_GROUP_SIZE;
+use duet_core::dataset::{MAX_GROUP_SIZE, Mode};
+use std::collections::HashMap;
 
 use crate::calibration::Calibration as CalibrationShifts;
 use crate::encoding::FeatureSpec;
@@ -49,7 +50,7 @@ pub fn encode_pairs(
     let mut scratch_b = Vec::with_capacity(job_width);
     let model_gpu = (spec.gpus.len() == 1).then(|| spec.gpus[0].as_str());
     // Consecutive pairs usually share device, mode and shares: their context is encoded once.
-    type ContextKey<'r> = (&'r str, duet_core::dataset::Mode, Option<f64>, Option<f64>);
+    type ContextKey<'r> = (&'r str, Mode, Option<f64>, Option<f64>);
     let mut context: Option<(ContextKey, Vec<f32>, Vec<f32>)> = None;
     for (i, pair) in request.pairs[range.clone()].iter().enumerate() {
         let i = i + range.start;
@@ -456,8 +457,15 @@ pub fn predict_network_groups(
     let mut inputs = Vec::with_capacity(rows * width);
     let mut encoded: Vec<f32> = Vec::with_capacity(MAX_GROUP_SIZE * job_width);
     let mut scratch = Vec::with_capacity(job_width);
-    // Each group's device, class, shift and the jobs' measured settings, for decoding.
+    // Each distinct group's device, class, shift and the jobs' measured settings, for decoding.
     let mut decodes = Vec::with_capacity(queries.len());
+    // A group of registered workloads alone is run once per request whatever the order of its
+    // jobs (a pricing round asks the same residents beside many newcomers): its key, the
+    // distinct group it reads, and each query's (distinct group, its jobs' keys).
+    type JobKey<'q> = (&'q str, Option<u64>);
+    let mut distinct: HashMap<(&str, Mode, Vec<JobKey>), usize> = HashMap::new();
+    let mut first_keys: Vec<Option<Vec<JobKey>>> = Vec::new();
+    let mut reads: Vec<(usize, Option<Vec<JobKey>>)> = Vec::with_capacity(queries.len());
     for (q, query) in queries.iter().enumerate() {
         let field = |name: &str| format!("{}{name}", prefix(q));
         check_group(query).map_err(|mut e| {
@@ -499,6 +507,30 @@ pub fn predict_network_groups(
                 ));
             }
         }
+        let keys: Option<Vec<JobKey>> = query
+            .jobs
+            .iter()
+            .enumerate()
+            .map(|(k, j)| {
+                j.workload_id()
+                    .map(|id| (id, query.share(k).map(f64::to_bits)))
+            })
+            .collect();
+        if let Some(keys) = &keys {
+            let mut sorted = keys.clone();
+            sorted.sort_unstable();
+            match distinct.entry((gpu, query.mode, sorted)) {
+                std::collections::hash_map::Entry::Occupied(e) => {
+                    reads.push((*e.get(), Some(keys.clone())));
+                    continue;
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(decodes.len());
+                }
+            }
+        }
+        reads.push((decodes.len(), None));
+        first_keys.push(keys);
         encoded.clear();
         for (k, j) in query.jobs.iter().enumerate() {
             let job_field = || field(&format!("jobs[{k}]"));
@@ -546,13 +578,35 @@ pub fn predict_network_groups(
         .run(inputs)
         .map_err(|e| ModelError::internal(format!("inference failed: {e}")))?;
     let mut next = outputs.chunks_exact(OUTPUTS);
-    Ok(decodes
+    let answers: Vec<GroupPrediction> = decodes
         .into_iter()
         .map(|d| {
             let rows: Vec<&[f32]> = next.by_ref().take(d.measured.len()).collect();
             group::from_network(&d, &rows)
         })
-        .collect())
+        .collect();
+    reads
+        .into_iter()
+        .map(|(index, keys)| {
+            let answer = answers
+                .get(index)
+                .ok_or_else(|| ModelError::internal("a group's answer is missing"))?;
+            // A repeat in another order: each job reads the job of the first asker with the
+            // same workload and share (two such jobs of one group are answered alike).
+            let (Some(keys), Some(Some(first))) = (keys, first_keys.get(index)) else {
+                return Ok(answer.clone());
+            };
+            let mut moved = answer.clone();
+            for (k, key) in keys.iter().enumerate() {
+                let at = first
+                    .iter()
+                    .position(|f| f == key)
+                    .ok_or_else(|| ModelError::internal("a repeated group's job is missing"))?;
+                moved.jobs[k] = answer.jobs[at];
+            }
+            Ok(moved)
+        })
+        .collect()
 }
 
 /// A pair's field (`pairs[p].a.features.x`) said of the group whose pairs run in `order`.
