@@ -310,6 +310,14 @@ pub fn calibrate(corpus: &Corpus, trained: &Trained, seed: u64) -> Vec<GroupFit>
     fits
 }
 
+/// The fewest measured groups of a size the network may answer it from (`--group-network
+/// auto`). Its p90 there rests on its own out-of-fold scores alone (the composition's rests on
+/// the pairs' calibrated p90s and only widens), and a group's jobs are no independent draws:
+/// twice the 9 exchangeable units a 90% bound needs, so that each of the 5 folds holds out at
+/// least 4 whole groups. Trained with a quarter of `cpu-dev2c-fours` (10 groups of each size),
+/// a network chosen on its folds covered 72% of the other triples (BENCHMARKS.md).
+pub const MIN_NETWORK_GROUPS: usize = 20;
+
 /// What the network that learns groups (`Corpus::fit_with_groups`) did on one group size, on
 /// groups it was not trained on.
 #[derive(Debug, Clone, PartialEq)]
@@ -320,8 +328,11 @@ pub struct NetworkSize {
     pub mape_network: f64,
     /// The composition's cross-fitted MAPE on the same size (`GroupFit::mape_corrected`).
     pub mape_composed: f64,
-    /// The network answers this size: its MAPE was below the composition's.
+    /// The network answers this size: its MAPE was below the composition's, on at least
+    /// [`MIN_NETWORK_GROUPS`] measured groups.
     pub chosen: bool,
+    /// Measured groups of the size.
+    pub groups: usize,
     /// The shift of the network's ln(p10 speed) fitted on its out-of-fold scores (not floored:
     /// the network's p10 is no calibrated answer of its own).
     pub offset: Offset,
@@ -461,9 +472,12 @@ pub fn network(
             size: fit.size,
             mape_network,
             mape_composed: fit.mape_corrected,
-            chosen: (config.group_network == GroupNetwork::Always
-                || mape_network < fit.mape_corrected)
-                && offset.fallback.is_none(),
+            chosen: offset.fallback.is_none()
+                && match config.group_network {
+                    GroupNetwork::Always => true,
+                    _ => groups.len() >= MIN_NETWORK_GROUPS && mape_network < fit.mape_corrected,
+                },
+            groups: groups.len(),
             offset,
             coverage,
         });

@@ -334,8 +334,23 @@ pub fn run_with(
     };
     let mut trained = trained;
     let composed = crate::groups::calibrate(&corpus, &trained, final_config.seed);
+    let started = std::time::Instant::now();
     let (network, network_sizes) =
         crate::groups::network(&corpus, &trained, &composed, &final_config, workers)?;
+    if !network_sizes.is_empty() {
+        progress.line(&format!(
+            "final model: the network that learns groups, {} ensembles of {} members (one per \
+             fold of whole groups{}) in {:.1} s",
+            crate::groups::FOLDS + usize::from(network.is_some()),
+            final_config.ensemble.max(1),
+            if network.is_some() {
+                ", then the refit on every group"
+            } else {
+                ""
+            },
+            started.elapsed().as_secs_f64()
+        ));
+    }
     let composed = match network {
         // The network that learns groups answers the sizes where it won; the pairs keep the
         // evaluation's calibration, and every other size is composed from its pairs.
@@ -361,6 +376,14 @@ pub fn run_with(
                     s.offset.shift,
                     s.coverage * 100.0,
                     crate::groups::FOLDS
+                )
+            } else if s.groups < crate::groups::MIN_NETWORK_GROUPS
+                && final_config.group_network != duet_model::network::GroupNetwork::Always
+            {
+                format!(
+                    "composed ({} measured groups, fewer than the {} the network's p90 needs)",
+                    s.groups,
+                    crate::groups::MIN_NETWORK_GROUPS
                 )
             } else {
                 "composed".to_string()

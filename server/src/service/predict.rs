@@ -115,9 +115,9 @@ struct Expanded {
 
 /// `request`'s pairs followed by the distinct pairs within its groups (checked first: 3 to
 /// `MAX_GROUP_SIZE` jobs, one share per job where shares are given), but for the groups whose
-/// size the model's network answers itself (`network`), which have no pairs. Two group pairs are one
-/// where both jobs are registered workloads and the device, mode and shares agree, in either
-/// order; a job given by its features is its own pair's.
+/// size the model's network answers itself (`network`), which have no pairs. Two group pairs
+/// are one where both jobs are registered workloads and the device, mode and shares agree, in
+/// either order; a job given by its features is its own pair's.
 fn expand(request: PredictRequest, network: impl Fn(usize) -> bool) -> Result<Expanded, Failure> {
     let PredictRequest {
         gpu,
@@ -227,9 +227,8 @@ fn failure_of_request(mut failure: Failure, pairs: usize, origins: &[Origin]) ->
 
 /// The groups' answers, in the order of `groups`: those the network answered (`answered`, in
 /// order), the others from the predictions of their distinct pairs (`distinct`, read as `reads`
-/// says), by `model` (its group calibration, and the group effects
-/// of its workloads on each group's device: the group's, else `default_gpu`, else the model's
-/// only one).
+/// says), by `model` (its group calibration, and the group effects of its workloads on each
+/// group's device: the group's, else `default_gpu`, else the model's only one).
 fn compose_groups(
     groups: &[GroupQuery],
     reads: &[Read],
