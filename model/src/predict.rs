@@ -48,48 +48,24 @@ pub fn encode_pairs(
     let mut inputs = Vec::with_capacity(range.len() * 2 * width);
     let mut scratch_a = Vec::with_capacity(job_width);
     let mut scratch_b = Vec::with_capacity(job_width);
-    let model_gpu = (spec.gpus.len() == 1).then(|| spec.gpus[0].as_str());
     // Consecutive pairs usually share device, mode and shares: their context is encoded once.
     type ContextKey<'r> = (&'r str, Mode, Option<f64>, Option<f64>);
     let mut context: Option<(ContextKey, Vec<f32>, Vec<f32>)> = None;
     for (i, pair) in request.pairs[range.clone()].iter().enumerate() {
         let i = i + range.start;
         let field = |name: &str| format!("pairs[{i}].{name}");
-        let gpu = pair
-            .gpu
-            .as_deref()
-            .or(request.gpu.as_deref())
-            .or(default_gpu)
-            .or(model_gpu)
-            .ok_or_else(|| {
-                ModelError::field(
-                    field("gpu"),
-                    format!(
-                        "no device: give `gpu` in the pair or the request (the model knows {})",
-                        spec.gpus.join(", ")
-                    ),
-                )
-            })?;
-        if !model.knows_mode(pair.mode) {
-            return Err(ModelError::field(
-                field("mode"),
-                format!(
-                    "the model was not trained on mode `{}`; it knows {}",
-                    pair.mode,
-                    model.modes()
-                ),
-            ));
-        }
-        for (name, share) in [("share_a", pair.share_a), ("share_b", pair.share_b)] {
-            if let Some(s) = share
-                && !(s > 0.0 && s <= 100.0)
-            {
-                return Err(ModelError::field(
-                    field(name),
-                    format!("share {s} is outside (0, 100]"),
-                ));
-            }
-        }
+        let gpu = checked_setting(
+            model,
+            pair.gpu
+                .as_deref()
+                .or(request.gpu.as_deref())
+                .or(default_gpu),
+            pair.mode,
+            [pair.share_a, pair.share_b].into_iter(),
+            "pair",
+            &field,
+            &|k| field(["share_a", "share_b"][k]),
+        )?;
         let a = job(
             model,
             registry,
@@ -123,6 +99,54 @@ pub fn encode_pairs(
         }
     }
     Ok(inputs)
+}
+
+/// The device a pair or a group runs on (`asked`: its own or the request's or the server's
+/// default, else the model's only one), once its mode is one the model knows and every share in
+/// `shares` lies in (0, 100]; an error names `field("gpu")`, `field("mode")` or
+/// `share_field(k)`.
+#[allow(clippy::too_many_arguments)]
+fn checked_setting<'a>(
+    model: &'a LoadedModel,
+    asked: Option<&'a str>,
+    mode: Mode,
+    mut shares: impl Iterator<Item = Option<f64>>,
+    what: &str,
+    field: &dyn Fn(&str) -> String,
+    share_field: &dyn Fn(usize) -> String,
+) -> Result<&'a str, ModelError> {
+    let spec = &model.meta.spec;
+    let gpu = asked
+        .or_else(|| (spec.gpus.len() == 1).then(|| spec.gpus[0].as_str()))
+        .ok_or_else(|| {
+            ModelError::field(
+                field("gpu"),
+                format!(
+                    "no device: give `gpu` in the {what} or the request (the model knows {})",
+                    spec.gpus.join(", ")
+                ),
+            )
+        })?;
+    if !model.knows_mode(mode) {
+        return Err(ModelError::field(
+            field("mode"),
+            format!(
+                "the model was not trained on mode `{mode}`; it knows {}",
+                model.modes()
+            ),
+        ));
+    }
+    if let Some((k, Some(s))) = shares
+        .by_ref()
+        .enumerate()
+        .find(|(_, s)| s.is_some_and(|s| !(s > 0.0 && s <= 100.0)))
+    {
+        return Err(ModelError::field(
+            share_field(k),
+            format!("share {s} is outside (0, 100]"),
+        ));
+    }
+    Ok(gpu)
 }
 
 /// One job's encoding: a registered workload's cached profile, or inline features encoded into
@@ -452,7 +476,6 @@ pub fn predict_network_groups(
     let calibration = &model.meta.calibration;
     let job_width = spec.job_width();
     let width = spec.pair_width();
-    let model_gpu = (spec.gpus.len() == 1).then(|| spec.gpus[0].as_str());
     let rows: usize = queries.iter().map(|q| q.jobs.len()).sum();
     let mut inputs = Vec::with_capacity(rows * width);
     let mut encoded: Vec<f32> = Vec::with_capacity(MAX_GROUP_SIZE * job_width);
@@ -473,40 +496,15 @@ pub fn predict_network_groups(
             e
         })?;
         let size = query.jobs.len();
-        let gpu = query
-            .gpu
-            .as_deref()
-            .or(default_gpu)
-            .or(model_gpu)
-            .ok_or_else(|| {
-                ModelError::field(
-                    field("gpu"),
-                    format!(
-                        "no device: give `gpu` in the group or the request (the model knows {})",
-                        spec.gpus.join(", ")
-                    ),
-                )
-            })?;
-        if !model.knows_mode(query.mode) {
-            return Err(ModelError::field(
-                field("mode"),
-                format!(
-                    "the model was not trained on mode `{}`; it knows {}",
-                    query.mode,
-                    model.modes()
-                ),
-            ));
-        }
-        for k in 0..size {
-            if let Some(s) = query.share(k)
-                && !(s > 0.0 && s <= 100.0)
-            {
-                return Err(ModelError::field(
-                    field(&format!("shares[{k}]")),
-                    format!("share {s} is outside (0, 100]"),
-                ));
-            }
-        }
+        let gpu = checked_setting(
+            model,
+            query.gpu.as_deref().or(default_gpu),
+            query.mode,
+            (0..size).map(|k| query.share(k)),
+            "group",
+            &field,
+            &|k| field(&format!("shares[{k}]")),
+        )?;
         let keys: Option<Vec<JobKey>> = query
             .jobs
             .iter()
@@ -516,12 +514,12 @@ pub fn predict_network_groups(
                     .map(|id| (id, query.share(k).map(f64::to_bits)))
             })
             .collect();
-        if let Some(keys) = &keys {
-            let mut sorted = keys.clone();
+        if let Some(own) = &keys {
+            let mut sorted = own.clone();
             sorted.sort_unstable();
             match distinct.entry((gpu, query.mode, sorted)) {
                 std::collections::hash_map::Entry::Occupied(e) => {
-                    reads.push((*e.get(), Some(keys.clone())));
+                    reads.push((*e.get(), keys));
                     continue;
                 }
                 std::collections::hash_map::Entry::Vacant(e) => {

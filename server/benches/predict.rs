@@ -132,17 +132,6 @@ fn bench(c: &mut Criterion) {
     }
     for engine in engines {
         let state = state(engine);
-        // The registered workloads: by id, and (below) their profiles to send inline.
-        let ids: Vec<String> = {
-            let guard = state.serving.load_full();
-            let serving = guard.as_ref().expect("loaded");
-            serving
-                .registry
-                .list()
-                .iter()
-                .map(|w| w.workload.clone())
-                .collect()
-        };
         let ask = {
             let model = state.model().expect("model");
             let spec = &model.meta.spec;
@@ -162,15 +151,17 @@ fn bench(c: &mut Criterion) {
                 .unwrap_or(4);
             Ask { gpu, mode, size }
         };
-        let profiles: Vec<Features> = {
+        // The registered workloads: by id, and their profiles on the device to send inline.
+        let (ids, profiles): (Vec<String>, Vec<Features>) = {
             let guard = state.serving.load_full();
             let serving = guard.as_ref().expect("loaded");
-            serving
-                .registry
-                .list()
-                .iter()
-                .filter_map(|w| w.body.profiles.get(&ask.gpu).cloned())
-                .collect()
+            let list = serving.registry.list();
+            (
+                list.iter().map(|w| w.workload.clone()).collect(),
+                list.iter()
+                    .filter_map(|w| w.body.profiles.get(&ask.gpu).cloned())
+                    .collect(),
+            )
         };
         let k = ask.size;
         let by_id = |_: usize, pick: usize| JobRef::workload(ids[pick].clone());

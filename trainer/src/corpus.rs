@@ -444,16 +444,8 @@ impl Corpus {
             seed: config.seed.wrapping_add(member.wrapping_mul(0x9E37_79B9)),
             ..config.clone()
         };
-        let mut order: Vec<usize> = settings.into_iter().collect();
         let mut rng = Rng::new(member_config.seed ^ 0x5EED);
-        rng.shuffle(&mut order);
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let held = ((order.len() as f64) * config.validation_fraction).round() as usize;
-        let held: BTreeSet<usize> = order.into_iter().take(held).collect();
+        let held = held_out(&settings, config.validation_fraction, &mut rng);
         let (validation, train): (Vec<usize>, Vec<usize>) = rows
             .iter()
             .partition(|&&i| held.contains(&self.examples[i].setting));
@@ -462,17 +454,9 @@ impl Corpus {
         if !groups.is_empty() {
             // The groups' own share for early stopping, drawn after the settings' so that a
             // network of pairs alone draws exactly as before.
-            let mut order: Vec<usize> = groups.iter().copied().collect();
-            rng.shuffle(&mut order);
-            #[allow(
-                clippy::cast_possible_truncation,
-                clippy::cast_sign_loss,
-                clippy::cast_precision_loss
-            )]
-            let held = ((order.len() as f64) * config.validation_fraction).round() as usize;
-            let (held, kept) = order.split_at(held.min(order.len()));
+            let held = held_out(groups, config.validation_fraction, &mut rng);
+            let kept: BTreeSet<usize> = groups.difference(&held).copied().collect();
             for (batch, part) in [(&mut validation, held), (&mut train, kept)] {
-                let part: BTreeSet<usize> = part.iter().copied().collect();
                 batch.extend(&self.encode_group_rows(spec, &part, true));
                 if !spec.identities.is_empty() {
                     batch.extend(&self.encode_group_rows(spec, &part, false));
@@ -486,6 +470,20 @@ impl Corpus {
             TrainDevice::Cuda(index) => fit_cuda(&train, &validation, &member_config, index),
         }
     }
+}
+
+/// `share` of `units` (rounded), drawn by shuffling them with `rng`: what a member holds out
+/// for early stopping.
+fn held_out(units: &BTreeSet<usize>, share: f64, rng: &mut Rng) -> BTreeSet<usize> {
+    let mut order: Vec<usize> = units.iter().copied().collect();
+    rng.shuffle(&mut order);
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let held = ((order.len() as f64) * share).round() as usize;
+    order.into_iter().take(held).collect()
 }
 
 /// `job` of every task on `workers` threads (at most one per task); results in task order,

@@ -162,6 +162,17 @@ pub fn scored(corpus: &Corpus, trained: &Trained) -> Vec<Scored> {
     scored
 }
 
+/// Each of the groups `numbers`' fold of [`FOLDS`], drawn with `seed`: the same for the
+/// composition's checks and the network's.
+fn folds_of(mut numbers: Vec<usize>, seed: u64) -> BTreeMap<usize, usize> {
+    Rng::new(seed ^ 0x6120_0095).shuffle(&mut numbers);
+    numbers
+        .iter()
+        .enumerate()
+        .map(|(k, &g)| (g, k % FOLDS))
+        .collect()
+}
+
 /// The group effects of `jobs` (each workload's residuals summed over its jobs plus
 /// `penalty`), by device and workload.
 fn effects_of<'a>(jobs: impl Iterator<Item = &'a Scored>, penalty: f64) -> GroupEffects {
@@ -243,13 +254,7 @@ pub fn calibrate(corpus: &Corpus, trained: &Trained, seed: u64) -> Vec<GroupFit>
         let mut numbers: Vec<usize> = jobs.iter().map(|s| s.group).collect();
         numbers.dedup();
         let groups = numbers.len();
-        let mut rng = Rng::new(seed ^ 0x6120_0095);
-        rng.shuffle(&mut numbers);
-        let fold_of: BTreeMap<usize, usize> = numbers
-            .iter()
-            .enumerate()
-            .map(|(k, &g)| (g, k % FOLDS))
-            .collect();
+        let fold_of = folds_of(numbers, seed);
         let candidates = std::iter::once(None).chain(PENALTIES.iter().copied().map(Some));
         let (penalty, corrected, mape_corrected) = candidates
             .map(|p| {
@@ -344,8 +349,8 @@ pub struct NetworkSize {
 /// `calibrate`'s fits on the same corpus), and that network fitted on everything where it wins
 /// some size (none where it wins none: its sizes say why; nothing at all with fewer than
 /// [`FOLDS`] groups, or where `config.group_network` is `never`); `always` takes it for every
-/// size with a finite p90 shift). `config.seed` draws the folds of
-/// whole groups, the same for every size; the folds' ensembles run on `workers` threads.
+/// size with a finite p90 shift). `config.seed` draws each size's folds of whole groups as
+/// `calibrate` draws them; the folds' ensembles run on `workers` threads.
 pub fn network(
     corpus: &Corpus,
     pairs: &Trained,
@@ -357,22 +362,25 @@ pub fn network(
         return Ok((None, Vec::new()));
     }
     let modes = &pairs.spec.modes;
-    let mut numbers: Vec<usize> = corpus
+    // Each size's groups in `calibrate`'s folds (the same where every group ran).
+    let mut by_size: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for g in corpus
         .group_examples
         .iter()
         .filter(|g| modes.contains(&g.mode))
-        .map(|g| g.group)
-        .collect();
-    numbers.dedup();
+    {
+        let numbers = by_size.entry(g.size()).or_default();
+        if numbers.last() != Some(&g.group) {
+            numbers.push(g.group);
+        }
+    }
+    let numbers: Vec<usize> = by_size.values().flatten().copied().collect();
     if numbers.len() < FOLDS {
         return Ok((None, Vec::new()));
     }
-    let mut rng = Rng::new(config.seed ^ 0x6e65_7477);
-    rng.shuffle(&mut numbers);
-    let fold_of: BTreeMap<usize, usize> = numbers
-        .iter()
-        .enumerate()
-        .map(|(k, &g)| (g, k % FOLDS))
+    let fold_of: BTreeMap<usize, usize> = by_size
+        .into_values()
+        .flat_map(|n| folds_of(n, config.seed))
         .collect();
     let all: Vec<usize> = (0..corpus.examples.len()).collect();
     let train_sets: Vec<BTreeSet<usize>> = (0..FOLDS)

@@ -362,20 +362,29 @@ fn network_groups(
     }
     let parts = crate::state::cores().min(learned.len());
     let size = learned.len().div_ceil(parts);
+    let chunks: Vec<&[(usize, &GroupQuery)]> = learned.chunks(size).collect();
+    in_parts(state, chunks.len(), |k| chunk(chunks[k]))
+        .map(|parts| parts.into_iter().flatten().collect())
+}
+
+/// `work` for parts `0..parts`, each on its own thread, joined in order: the first failing
+/// part's failure is the request's (it names the first bad pair or group).
+fn in_parts<T: Send>(
+    state: &AppState,
+    parts: usize,
+    work: impl Fn(usize) -> Result<T, Failure> + Sync,
+) -> Result<Vec<T>, Failure> {
+    let work = &work;
     std::thread::scope(|scope| {
-        let handles: Vec<_> = learned
-            .chunks(size)
-            .map(|part| scope.spawn(move || chunk(part)))
-            .collect();
+        let handles: Vec<_> = (0..parts).map(|k| scope.spawn(move || work(k))).collect();
         handles
             .into_iter()
             .map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err(state.metrics.guards.panicked("prediction worker")))
             })
-            .collect::<Result<Vec<_>, Failure>>()
+            .collect()
     })
-    .map(|parts| parts.into_iter().flatten().collect())
 }
 
 /// Checks, encodes and runs every pair of `request` on the serving model and registry (one
@@ -451,21 +460,8 @@ fn predict_on<S: Sink>(
     let parts: Vec<S> = if parts == 1 {
         vec![part(0..n, false)?]
     } else {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..parts)
-                .map(|k| {
-                    let range = (k * size)..((k + 1) * size).min(n);
-                    scope.spawn(move || part(range, true))
-                })
-                .collect();
-            // Joined in order: the first failing part names the first bad pair.
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(state.metrics.guards.panicked("prediction worker")))
-                })
-                .collect::<Result<Vec<_>, Failure>>()
+        in_parts(state, parts, |k| {
+            part((k * size)..((k + 1) * size).min(n), true)
         })?
     };
     state.metrics.pairs(n);
