@@ -101,7 +101,8 @@ pub struct PredictResponse {
     pub groups: ::prost::alloc::vec::Vec<GroupPrediction>,
 }
 /// A group answered from its pairs: each job's slowdown is 1 plus the extra slowdown each
-/// co-runner causes it in a pair (`composition`), the p90 likewise.
+/// co-runner causes it in a pair (`composition`), the p90 likewise; or, for a group size the
+/// model's network learned from measured groups, by the network itself, one row per job.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct GroupPrediction {
     /// Every pair of the group fits together (necessary, not sufficient).
@@ -120,7 +121,8 @@ pub struct GroupPrediction {
     #[prost(enumeration = "Calibration", tag = "5")]
     pub calibration: i32,
     /// How the pairs were composed: excess; excess+effects where a job's speed was also moved by
-    /// its workload's group effect, learned from measured groups of this size.
+    /// its workload's group effect, learned from measured groups of this size; network where the
+    /// network answered the group itself.
     #[prost(string, tag = "6")]
     pub composition: ::prost::alloc::string::String,
     /// Measured groups of this size that calibrated the p90 slowdowns (0: the pairs' p90s
