@@ -471,6 +471,31 @@ impl FeatureSpec {
         self.encode_group_context(gpu, mode, share, others_share, others.len(), out);
     }
 
+    /// Appends the row of every job of a group to `out`, in the group's order
+    /// (`encode_group_row`): `jobs` holds each job's encoding, `share(k)` job `k`'s share; a
+    /// job's co-runners' share is their mean where every one has a share.
+    pub fn encode_group(
+        &self,
+        jobs: &[&[f32]],
+        share: impl Fn(usize) -> Option<f64>,
+        gpu: &str,
+        mode: Mode,
+        out: &mut Vec<f32>,
+    ) {
+        let mut others: Vec<&[f32]> = Vec::with_capacity(jobs.len());
+        for k in 0..jobs.len() {
+            others.clear();
+            others.extend((0..jobs.len()).filter(|&o| o != k).map(|o| jobs[o]));
+            let mut sum = Some(0.0);
+            for o in (0..jobs.len()).filter(|&o| o != k) {
+                sum = sum.zip(share(o)).map(|(total, s)| total + s);
+            }
+            #[allow(clippy::cast_precision_loss)]
+            let others_share = sum.map(|total| total / others.len().max(1) as f64);
+            self.encode_group_row(jobs[k], &others, gpu, mode, share(k), others_share, out);
+        }
+    }
+
     fn encode_group_context(
         &self,
         gpu: &str,

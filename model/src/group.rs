@@ -151,15 +151,7 @@ impl NetworkDecode {
 /// order): each job's speed and its p10 shifted by `d.shift` (never above the point), the
 /// group feasible where every job's row says so.
 pub fn from_network(d: &NetworkDecode, rows: &[&[f32]]) -> GroupPrediction {
-    use crate::network::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10};
-    // As the pairs' answers are bounded: finite in single precision whatever the network says.
-    let bounded = |x: f64| {
-        if x.is_nan() {
-            0.0
-        } else {
-            x.clamp(-80.0, 80.0)
-        }
-    };
+    use crate::network::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, bounded_exp};
     let mut probability = 1.0f32;
     #[allow(clippy::cast_possible_truncation)]
     let jobs: Vec<GroupJobPrediction> = rows
@@ -168,12 +160,13 @@ pub fn from_network(d: &NetworkDecode, rows: &[&[f32]]) -> GroupPrediction {
         .map(|(o, measured)| {
             let logit = f64::from(o[OUT_FEASIBLE_LOGIT]);
             probability = probability.min((1.0 / (1.0 + (-logit).exp())) as f32);
-            let ln_speed = bounded(f64::from(o[OUT_LOG_SPEED]));
-            let ln_p10 = bounded(f64::from(o[OUT_LOG_SPEED_P10]) - d.shift).min(ln_speed);
+            let speed = bounded_exp(o[OUT_LOG_SPEED]);
+            // Never narrower than the point.
+            let p90 = bounded_exp(d.shift - f64::from(o[OUT_LOG_SPEED_P10])).max(1.0 / speed);
             GroupJobPrediction {
-                speed: ln_speed.exp() as f32,
-                slowdown: (-ln_speed).exp() as f32,
-                slowdown_p90: (-ln_p10).exp() as f32,
+                speed: speed as f32,
+                slowdown: (1.0 / speed) as f32,
+                slowdown_p90: p90 as f32,
                 measured: *measured,
             }
         })

@@ -15,6 +15,21 @@ pub const OUT_LOG_SPEED_P10: usize = 1;
 pub const OUT_FEASIBLE_LOGIT: usize = 2;
 pub const OUTPUTS: usize = 3;
 
+/// The largest |ln speed| an answer carries: `e^LOG_BOUND` and its inverse are finite in single
+/// precision. Only inputs far outside anything the model was trained on get near it; JSON has no
+/// infinity, so an answer is bounded rather than null.
+pub const LOG_BOUND: f64 = 80.0;
+
+/// `exp(x)` with `x` clamped to `[-LOG_BOUND, LOG_BOUND]` (a NaN, which finite inputs never
+/// produce, is taken as 0: speed 1): how an output in ln becomes an answer.
+pub fn bounded_exp(x: impl Into<f64>) -> f64 {
+    let x: f64 = x.into();
+    if x.is_nan() {
+        return 1.0;
+    }
+    x.clamp(-LOG_BOUND, LOG_BOUND).exp()
+}
+
 /// The quantile of log speed the conservative head learns (0.1: p90 of slowdown).
 pub const CONSERVATIVE_QUANTILE: f64 = 0.1;
 

@@ -13,7 +13,7 @@ use crate::encoding::FeatureSpec;
 use crate::error::ModelError;
 use crate::group;
 use crate::loaded::LoadedModel;
-use crate::network::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS};
+use crate::network::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, bounded_exp};
 use crate::prior::weigh_outputs;
 use crate::registry::Registry;
 
@@ -214,21 +214,6 @@ fn job<'a>(
     }
 }
 
-/// The largest |ln speed| an answer carries: `e^LOG_BOUND` and its inverse are finite in single
-/// precision. Only inputs far outside anything the model was trained on get near it; JSON has no
-/// infinity, so an answer is bounded rather than null.
-const LOG_BOUND: f64 = 80.0;
-
-/// `exp(x)` with `x` clamped to `[-LOG_BOUND, LOG_BOUND]` (a NaN, which finite inputs never
-/// produce, is taken as 0: speed 1).
-fn bounded_exp(x: impl Into<f64>) -> f64 {
-    let x: f64 = x.into();
-    if x.is_nan() {
-        return 1.0;
-    }
-    x.clamp(-LOG_BOUND, LOG_BOUND).exp()
-}
-
 /// How one pair's outputs become its prediction: its calibration class (that of its less known
 /// job: `FeatureSpec::calibration_kind`, resolved by `Calibration::resolve`), the shift of that
 /// class on its device, and, where a job is of a new family and the model has a family prior
@@ -420,13 +405,14 @@ pub fn predict_group(
     query: &GroupQuery,
     default_gpu: Option<&str>,
 ) -> Result<GroupPrediction, ModelError> {
-    check_group(query)?;
     let size = query.jobs.len();
     if model.meta.calibration.network_answers(size) {
+        // It checks the group as below.
         return predict_network_groups(model, registry, &[query], default_gpu, &|_| String::new())?
             .pop()
             .ok_or_else(|| ModelError::internal("the group's answer is missing"));
     }
+    check_group(query)?;
     let share = |k: usize| query.share(k);
     let order = group::pairs_of(size);
     let request = PredictRequest {
@@ -542,31 +528,7 @@ pub fn predict_network_groups(
             &jobs,
             gpu,
         ));
-        let mut others: Vec<&[f32]> = Vec::with_capacity(size);
-        for k in 0..size {
-            others.clear();
-            others.extend(
-                jobs.iter()
-                    .enumerate()
-                    .filter(|&(o, _)| o != k)
-                    .map(|(_, j)| *j),
-            );
-            let shares: Option<Vec<f64>> = (0..size)
-                .filter(|&o| o != k)
-                .map(|o| query.share(o))
-                .collect();
-            #[allow(clippy::cast_precision_loss)]
-            let others_share = shares.map(|s| s.iter().sum::<f64>() / s.len().max(1) as f64);
-            spec.encode_group_row(
-                jobs[k],
-                &others,
-                gpu,
-                query.mode,
-                query.share(k),
-                others_share,
-                &mut inputs,
-            );
-        }
+        spec.encode_group(&jobs, |k| query.share(k), gpu, query.mode, &mut inputs);
     }
     if inputs.is_empty() {
         return Ok(Vec::new());

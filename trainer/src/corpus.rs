@@ -310,36 +310,27 @@ impl Corpus {
             width: spec.pair_width(),
             ..Batch::default()
         };
-        let mut own = Vec::with_capacity(spec.job_width());
-        let mut others: Vec<Vec<f32>> = Vec::new();
-        let mut buf = Vec::with_capacity(batch.width);
-        for g in self
-            .group_examples
-            .iter()
-            .filter(|g| groups.contains(&g.group))
-        {
-            let encode = |id: &str, out: &mut Vec<f32>| {
-                out.clear();
-                let job = &self.jobs[g.dataset][id];
-                spec.encode_job(&view(job, identity, None), out);
-            };
-            encode(&g.workload, &mut own);
-            others.resize_with(g.others.len(), Vec::new);
-            for (id, out) in g.others.iter().zip(&mut others) {
-                encode(id, out);
+        let mut rows = Vec::new();
+        for members in self.group_examples.chunk_by(|a, b| a.group == b.group) {
+            let g = &members[0];
+            if !groups.contains(&g.group) {
+                continue;
             }
-            let pooled: Vec<&[f32]> = others.iter().map(Vec::as_slice).collect();
-            buf.clear();
-            spec.encode_group_row(
-                &own,
-                &pooled,
-                &g.gpu,
-                g.mode,
-                g.share,
-                g.others_share,
-                &mut buf,
-            );
-            batch.push(&buf, g.speed);
+            let encoded: Vec<Vec<f32>> = members
+                .iter()
+                .map(|m| {
+                    let mut out = Vec::with_capacity(spec.job_width());
+                    let job = &self.jobs[g.dataset][&m.workload];
+                    spec.encode_job(&view(job, identity, None), &mut out);
+                    out
+                })
+                .collect();
+            let jobs: Vec<&[f32]> = encoded.iter().map(Vec::as_slice).collect();
+            rows.clear();
+            spec.encode_group(&jobs, |k| members[k].share, &g.gpu, g.mode, &mut rows);
+            for (row, m) in rows.chunks_exact(batch.width).zip(members) {
+                batch.push(row, m.speed);
+            }
         }
         batch
     }
@@ -348,15 +339,6 @@ impl Corpus {
     /// every job of the measured groups numbered in `groups` (`FeatureSpec::groups`), each
     /// member holding out its share of the pair settings and of the groups for early stopping;
     /// uncalibrated.
-    pub fn fit_with_groups(
-        &self,
-        sets: &[(&[usize], &BTreeSet<usize>)],
-        config: &TrainConfig,
-        workers: usize,
-    ) -> Result<Vec<Trained>, TrainError> {
-        self.fit_ensembles_with(sets, config, workers)
-    }
-
     /// The feature spec and the ensemble fitted on `rows`, uncalibrated (both shifts 0): the
     /// evaluation's per-fold refits, whose held-out scores calibrate cross-conformally, and the
     /// final fit of a full run, which carries those shifts. The same networks as `train_on`'s.
@@ -382,12 +364,15 @@ impl Corpus {
     ) -> Result<Vec<Trained>, TrainError> {
         let none = BTreeSet::new();
         let sets: Vec<(&[usize], &BTreeSet<usize>)> = sets.iter().map(|&r| (r, &none)).collect();
-        self.fit_ensembles_with(&sets, config, workers)
+        self.fit_with_groups(&sets, config, workers)
     }
 
-    /// `fit_ensembles` where each set also names the measured groups its network learns (none:
-    /// a network of pairs alone, its spec without the co-runners' column).
-    fn fit_ensembles_with(
+    /// `fit_ensembles` where each set also names the measured groups its network learns: the
+    /// feature spec and an ensemble fitted on the pair rows and every job of those groups
+    /// (`FeatureSpec::groups`; none: a network of pairs alone, its spec without the
+    /// co-runners' column), each member holding out its share of the pair settings and of the
+    /// groups for early stopping; uncalibrated.
+    pub fn fit_with_groups(
         &self,
         sets: &[(&[usize], &BTreeSet<usize>)],
         config: &TrainConfig,

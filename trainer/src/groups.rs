@@ -173,6 +173,55 @@ fn folds_of(mut numbers: Vec<usize>, seed: u64) -> BTreeMap<usize, usize> {
         .collect()
 }
 
+/// The conformal shift of `scores` (one per job, `folds[k]` the fold of job `k`'s group) at
+/// least `floor`, with what fitted it (`groups` groups of `size` jobs), and the share of jobs
+/// covered by a shift fitted the same way on the other folds' scores (a fold whose others are
+/// too few for a bound covers none of its jobs).
+fn folded_shift(
+    scores: &[f64],
+    folds: &[usize],
+    floor: f64,
+    groups: usize,
+    size: usize,
+) -> (Offset, f64) {
+    let mut covered = 0usize;
+    for fold in 0..FOLDS {
+        let others: Vec<f64> = scores
+            .iter()
+            .zip(folds)
+            .filter(|&(_, &f)| f != fold)
+            .map(|(&s, _)| s)
+            .collect();
+        if let Some(shift) = conformal_shift(&others, ALPHA).map(|s| s.max(floor)) {
+            covered += scores
+                .iter()
+                .zip(folds)
+                .filter(|&(&s, &f)| f == fold && s <= shift)
+                .count();
+        }
+    }
+    let offset = conformal_shift(scores, ALPHA)
+        .map(|s| s.max(floor))
+        .map_or_else(
+            || Offset {
+                fallback: Some(format!(
+                    "{} jobs of {groups} groups of {size}: too few for a 90% bound",
+                    scores.len()
+                )),
+                ..Offset::default()
+            },
+            |shift| Offset {
+                shift,
+                rows: scores.len(),
+                groups,
+                fallback: None,
+            },
+        );
+    #[allow(clippy::cast_precision_loss)]
+    let coverage = covered as f64 / scores.len().max(1) as f64;
+    (offset, coverage)
+}
+
 /// The group effects of `jobs` (each workload's residuals summed over its jobs plus
 /// `penalty`), by device and workload.
 fn effects_of<'a>(jobs: impl Iterator<Item = &'a Scored>, penalty: f64) -> GroupEffects {
@@ -272,40 +321,16 @@ pub fn calibrate(corpus: &Corpus, trained: &Trained, seed: u64) -> Vec<GroupFit>
             .unwrap_or((None, vec![0.0; jobs.len()], f64::NAN));
         let score = |k: usize| jobs[k].ln_p10 + corrected[k] - jobs[k].measured.ln();
         let scores: Vec<f64> = (0..jobs.len()).map(score).collect();
-        let mut covered = 0usize;
-        for fold in 0..FOLDS {
-            let (held, rest): (Vec<usize>, Vec<usize>) =
-                (0..jobs.len()).partition(|&k| fold_of[&jobs[k].group] == fold);
-            let others: Vec<f64> = rest.iter().map(|&k| scores[k]).collect();
-            // A fold whose others are too few for a bound covers none of its jobs.
-            if let Some(shift) = conformal_shift(&others, ALPHA).map(|s| s.max(0.0)) {
-                covered += held.iter().filter(|&&k| scores[k] <= shift).count();
-            }
-        }
+        let folds: Vec<usize> = jobs.iter().map(|s| fold_of[&s.group]).collect();
+        // Only widens: the pairs' p90s it composes are calibrated already.
+        let (offset, coverage) = folded_shift(&scores, &folds, 0.0, groups, size);
         #[allow(clippy::cast_precision_loss)]
         let share = |n: usize| n as f64 / jobs.len().max(1) as f64;
-        let offset = conformal_shift(&scores, ALPHA)
-            .map(|s| s.max(0.0))
-            .map_or_else(
-                || Offset {
-                    fallback: Some(format!(
-                        "{} jobs of {groups} groups of {size}: too few for a 90% bound",
-                        jobs.len()
-                    )),
-                    ..Offset::default()
-                },
-                |shift| Offset {
-                    shift,
-                    rows: jobs.len(),
-                    groups,
-                    fallback: None,
-                },
-            );
         let composed_scores = jobs.iter().filter(|s| s.ln_p10 <= s.measured.ln()).count();
         fits.push(GroupFit {
             size,
             offset,
-            coverage: share(covered),
+            coverage,
             coverage_composed: share(composed_scores),
             mape_speed: mape(&jobs, &vec![0.0; jobs.len()]),
             mape_corrected,
@@ -369,7 +394,7 @@ pub fn network(
         .iter()
         .filter(|g| modes.contains(&g.mode))
     {
-        let numbers = by_size.entry(g.size()).or_default();
+        let numbers = by_size.entry(g.size).or_default();
         if numbers.last() != Some(&g.group) {
             numbers.push(g.group);
         }
@@ -412,7 +437,7 @@ pub fn network(
         for (g, o) in jobs.zip(out.chunks_exact(OUTPUTS)) {
             if let Some(speed) = g.speed {
                 scored.push((
-                    g.size(),
+                    g.size,
                     f64::from(o[OUT_LOG_SPEED]),
                     f64::from(o[OUT_LOG_SPEED_P10]),
                     speed.ln(),
@@ -435,47 +460,14 @@ pub fn network(
             .sum::<f64>()
             / jobs.len() as f64;
         let scores: Vec<f64> = jobs.iter().map(|s| s.2 - s.3).collect();
-        let mut covered = 0usize;
-        for fold in 0..FOLDS {
-            let others: Vec<f64> = jobs
-                .iter()
-                .zip(&scores)
-                .filter(|(s, _)| s.4 != fold)
-                .map(|(_, &score)| score)
-                .collect();
-            if let Some(shift) = conformal_shift(&others, ALPHA) {
-                covered += jobs
-                    .iter()
-                    .zip(&scores)
-                    .filter(|(s, score)| s.4 == fold && **score <= shift)
-                    .count();
-            }
-        }
-        let groups: BTreeSet<usize> = corpus
+        let folds: Vec<usize> = jobs.iter().map(|s| s.4).collect();
+        let groups = corpus
             .group_examples
-            .iter()
-            .filter(|g| g.size() == fit.size && fold_of.contains_key(&g.group))
-            .map(|g| g.group)
-            .collect();
-        let offset = conformal_shift(&scores, ALPHA).map_or_else(
-            || Offset {
-                fallback: Some(format!(
-                    "{} jobs of {} groups of {}: too few for a 90% bound",
-                    jobs.len(),
-                    groups.len(),
-                    fit.size
-                )),
-                ..Offset::default()
-            },
-            |shift| Offset {
-                shift,
-                rows: jobs.len(),
-                groups: groups.len(),
-                fallback: None,
-            },
-        );
-        #[allow(clippy::cast_precision_loss)]
-        let coverage = covered as f64 / jobs.len() as f64;
+            .chunk_by(|a, b| a.group == b.group)
+            .filter(|g| g[0].size == fit.size && fold_of.contains_key(&g[0].group))
+            .count();
+        // Not floored: the network's p10 is no calibrated answer of its own.
+        let (offset, coverage) = folded_shift(&scores, &folds, f64::NEG_INFINITY, groups, fit.size);
         sizes.push(NetworkSize {
             size: fit.size,
             mape_network,
@@ -483,9 +475,9 @@ pub fn network(
             chosen: offset.fallback.is_none()
                 && match config.group_network {
                     GroupNetwork::Always => true,
-                    _ => groups.len() >= MIN_NETWORK_GROUPS && mape_network < fit.mape_corrected,
+                    _ => groups >= MIN_NETWORK_GROUPS && mape_network < fit.mape_corrected,
                 },
-            groups: groups.len(),
+            groups,
             offset,
             coverage,
         });
@@ -515,33 +507,19 @@ pub fn network_answered(
     let mut measured = Vec::new();
     for members in corpus.group_examples.chunk_by(|a, b| a.group == b.group) {
         let g = &members[0];
-        if !calibration.network_answers(g.size()) || !spec.modes.contains(&g.mode) {
+        if !calibration.network_answers(g.size) || !spec.modes.contains(&g.mode) {
             continue;
         }
-        let encoded: Vec<Vec<f32>> = std::iter::once(&g.workload)
-            .chain(&g.others)
-            .map(|id| {
+        let encoded: Vec<Vec<f32>> = members
+            .iter()
+            .map(|m| {
                 let mut out = Vec::new();
-                spec.encode_job(&corpus.jobs[g.dataset][id], &mut out);
+                spec.encode_job(&corpus.jobs[g.dataset][&m.workload], &mut out);
                 out
             })
             .collect();
         let jobs: Vec<&[f32]> = encoded.iter().map(Vec::as_slice).collect();
-        for (k, m) in members.iter().enumerate() {
-            let others: Vec<&[f32]> = (0..jobs.len())
-                .filter(|&o| o != k)
-                .map(|o| jobs[o])
-                .collect();
-            spec.encode_group_row(
-                jobs[k],
-                &others,
-                &m.gpu,
-                m.mode,
-                m.share,
-                m.others_share,
-                &mut inputs,
-            );
-        }
+        spec.encode_group(&jobs, |k| members[k].share, &g.gpu, g.mode, &mut inputs);
         decodes.push((
             NetworkDecode::of_group(spec, calibration, &jobs, &g.gpu),
             g.gpu.clone(),

@@ -85,32 +85,24 @@ pub fn examples(datasets: &[Dataset]) -> Vec<Example> {
 }
 
 /// One job of a measured group of three or more: a training row of a network that learns
-/// groups (one row per job: the job, its co-runners pooled).
+/// groups (one row per job: the job, its co-runners pooled). A group's jobs are consecutive, in
+/// the group's order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupExample {
     /// Index of the dataset the measurement comes from.
     pub dataset: usize,
     /// The group's number among the corpus's groups (its jobs share it).
     pub group: usize,
+    /// Jobs in the group.
+    pub size: usize,
     pub workload: String,
-    /// The other jobs' workloads, in the group's order.
-    pub others: Vec<String>,
     pub gpu: String,
     pub mode: Mode,
     pub share: Option<f64>,
-    /// The co-runners' mean share, where every one has a share.
-    pub others_share: Option<f64>,
     /// Whether the group ran (status `ok`); `oom` groups are infeasible.
     pub feasible: bool,
     /// Co-located over solo throughput, for feasible groups.
     pub speed: Option<f64>,
-}
-
-impl GroupExample {
-    /// Jobs in the group.
-    pub fn size(&self) -> usize {
-        self.others.len() + 1
-    }
 }
 
 /// Every job of every `ok` and `oom` group of every dataset whose workloads it declares.
@@ -129,26 +121,15 @@ pub fn group_examples(datasets: &[Dataset]) -> Vec<GroupExample> {
                 .collect();
             let Some(solos) = solos else { continue };
             let feasible = g.status == Status::Ok;
-            for (k, (job, solo)) in g.jobs.iter().zip(&solos).enumerate() {
-                let others: Vec<&duet_core::dataset::GroupJob> = g
-                    .jobs
-                    .iter()
-                    .enumerate()
-                    .filter(|&(o, _)| o != k)
-                    .map(|(_, j)| j)
-                    .collect();
-                let shares: Option<Vec<f64>> = others.iter().map(|j| j.share).collect();
-                #[allow(clippy::cast_precision_loss)]
-                let others_share = shares.map(|s| s.iter().sum::<f64>() / s.len().max(1) as f64);
+            for (job, solo) in g.jobs.iter().zip(&solos) {
                 out.push(GroupExample {
                     dataset: index,
                     group: number,
+                    size: g.jobs.len(),
                     workload: job.workload.clone(),
-                    others: others.iter().map(|j| j.workload.clone()).collect(),
                     gpu: g.gpu.clone(),
                     mode: g.mode,
                     share: job.share,
-                    others_share,
                     feasible,
                     speed: feasible.then(|| speed(job.throughput, *solo)),
                 });
