@@ -124,6 +124,19 @@ fn a_model_that_learned_groups_answers_their_size_with_the_network() {
     // A job given by its features is new to the model: the group is, and its p90 no narrower.
     assert_eq!(groups[3]["composition"], "network");
     assert_eq!(groups[3]["calibration"], "new", "{answer}");
+    // `/metrics` counts groups by class and by how they were answered.
+    let metrics = ureq::get(&server.url("/metrics"))
+        .call()
+        .expect("200")
+        .into_string()
+        .expect("text");
+    for line in [
+        "duet_predicted_groups_total{calibration=\"known\",composition=\"network\"} 4",
+        "duet_predicted_groups_total{calibration=\"new\",composition=\"network\"} 1",
+        "duet_predicted_groups_total{calibration=\"known\",composition=\"excess\"} 1",
+    ] {
+        assert!(metrics.contains(line), "missing `{line}` in\n{metrics}");
+    }
 
     // The same answer in process (what observations, drift and the pricing loop ask).
     let loaded = LoadedModel::load(&model, EngineKind::Burn).expect("the model loads");

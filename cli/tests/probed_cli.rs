@@ -1,7 +1,8 @@
 //! A workload measured in only a few pair settings (a new job after its probes), end to end:
 //! `duet train` records every training workload's count and calibrates the `probed` class on
 //! its `probed_workloads` folds, and `duet serve` answers that workload's pairs and groups as
-//! `probed`, with the p90 of that class and the count of measurements behind each job.
+//! `probed`, with the p90 of that class and the count of measurements behind each job, on the
+//! device asked.
 
 mod support;
 
@@ -152,4 +153,90 @@ fn a_probed_workload_is_answered_with_its_class_and_its_count() {
     assert_eq!(kinds[0].class, Class::Probed);
     assert!((kinds[0].shift - shift).abs() < 1e-12);
     assert_eq!(kinds[0].measured, [Some(2), Some(n(others[0]) as u32)]);
+}
+
+/// `d` as if measured on `gpu`: the same runs under another device's name.
+fn on_device(d: &Dataset, gpu: &str) -> Dataset {
+    let mut d = d.clone();
+    d.meta.provenance.gpu = gpu.to_string();
+    d.meta.name = format!("{}-{gpu}", d.meta.name);
+    for p in &mut d.pairs {
+        p.gpu = gpu.to_string();
+    }
+    d
+}
+
+#[test]
+fn a_workload_is_counted_and_classed_on_the_device_asked() {
+    // `conv-train` fully measured on `cpu`, probed twice on `cpu-b`: what probing a job on a
+    // second device of a model that knows it on the first gives.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let full_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/cpu-dev2c");
+    let full = Dataset::read(&full_dir).expect("the committed dataset");
+    let thin = "conv-train";
+    let probed_dir = tmp.path().join("thin-b");
+    let probed = on_device(&thinned(&tmp.path().join("thin"), thin, 2), "cpu-b");
+    probed
+        .write(&probed_dir)
+        .expect("write the second device's dataset");
+    let model = tmp.path().join("model");
+    train_quick(
+        &full_dir,
+        &model,
+        &[
+            "--data",
+            probed_dir.to_str().expect("utf-8"),
+            "--name",
+            "two",
+        ],
+    );
+    let others: Vec<&str> = full
+        .workloads
+        .iter()
+        .map(|w| w.workload.as_str())
+        .filter(|w| *w != thin)
+        .collect();
+    let other = others[0];
+    let (n_full, n_probed) = (settings_of(&full, thin), settings_of(&probed, thin));
+    assert_eq!(n_probed, 2);
+    assert!(n_full > PROBED_MAX, "{n_full}");
+
+    // model.json: the counts on each device, and their sum.
+    let meta: Value =
+        serde_json::from_str(&fs::read_to_string(model.join("model.json")).expect("model.json"))
+            .expect("json");
+    let spec = &meta["spec"];
+    let at = spec["identities"]
+        .as_array()
+        .expect("identities")
+        .iter()
+        .position(|id| id == thin)
+        .expect("an identity slot");
+    let by_device = &spec["measured_by_device"];
+    assert_eq!(by_device["cpu"][at], u64::from(n_full), "{by_device}");
+    assert_eq!(by_device["cpu-b"][at], u64::from(n_probed), "{by_device}");
+    assert_eq!(spec["measured"][at], u64::from(n_full + n_probed));
+
+    // The server: known with its full count on `cpu`, probed with its two probes on `cpu-b`,
+    // for a pair and for a group.
+    let server = Server::start_model(&model, &[]);
+    let pair = |gpu: &str| json!({"a": {"workload": thin}, "b": {"workload": other}, "mode": "cpu", "gpu": gpu});
+    let answer: Value = ureq::post(&server.url("/v1/predict"))
+        .send_json(json!({
+            "pairs": [pair("cpu"), pair("cpu-b")],
+            "groups": [{"jobs": [{"workload": other}, {"workload": thin},
+                                 {"workload": others[1]}],
+                        "mode": "cpu", "gpu": "cpu-b"}],
+        }))
+        .expect("200")
+        .into_json()
+        .expect("json");
+    let p = &answer["predictions"];
+    assert_eq!(p[0]["calibration"], "known", "{answer}");
+    assert_eq!(p[0]["measured_a"], u64::from(n_full));
+    assert_eq!(p[1]["calibration"], "probed", "{answer}");
+    assert_eq!(p[1]["measured_a"], u64::from(n_probed));
+    let g = &answer["groups"][0];
+    assert_eq!(g["calibration"], "probed", "{answer}");
+    assert_eq!(g["jobs"][1]["measured"], u64::from(n_probed));
 }

@@ -210,8 +210,9 @@ pub struct GroupJobPrediction {
     /// The conservative slowdown: each co-runner's p90 excess slowdown added (answered by the
     /// network: its own p90).
     pub slowdown_p90: f32,
-    /// The pair settings this job was measured in among the model's training data (0 for a
-    /// workload new to it); absent where the model does not record them.
+    /// The pair settings this job was measured in on the asked device among the model's
+    /// training data (0 for a workload new to it or to the device); absent where the model
+    /// does not record them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured: Option<u32>,
 }
@@ -272,8 +273,10 @@ pub struct Prediction {
     /// `new_family` when a new one's model family was never in training, `conservative` when
     /// no calibrated class covers the pair (see [`Calibration`]).
     pub calibration: Calibration,
-    /// The pair settings `a` was measured in among the model's training data (0 for a
-    /// workload new to it); absent where the model does not record them (trained before it).
+    /// The pair settings `a` was measured in on the asked device among the model's training
+    /// data (0 for a workload new to it or to the device); absent where the model does not
+    /// record them (trained before it; a model trained before the per-device counts counts
+    /// every device).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_a: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -114,6 +114,7 @@ mod tests {
             modes: vec![Mode::Space],
             dropped: vec!["flops: constant".into()],
             measured: Vec::new(),
+            measured_by_device: std::collections::BTreeMap::new(),
             family: None,
             groups: false,
         }

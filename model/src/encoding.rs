@@ -70,11 +70,18 @@ pub struct FeatureSpec {
     /// none) is of a new family.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family: Option<String>,
-    /// The pair settings each of `identities` was measured in among the training rows (in its
-    /// order; both directions of a setting count once). Empty in files written before it was
-    /// recorded: every training workload is then `known`.
+    /// The pair settings each of `identities` was measured in among the training rows, all
+    /// devices together (in its order; both directions of a setting count once). Empty in
+    /// files written before it was recorded: every training workload is then `known`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub measured: Vec<u32>,
+    /// The same counts on each device of the training rows (device -> counts in `identities`'
+    /// order). Where recorded, a job's class and count are those of the device asked: a
+    /// workload fully measured on one device and probed on another is `probed` on the second,
+    /// and on a device training never had it was measured in none. Empty in files written
+    /// before it was recorded: `measured`, all devices together, tells them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub measured_by_device: BTreeMap<String, Vec<u32>>,
     /// The network was trained on measured groups too, one row per job of a group: the job in
     /// the first job's place, the mean of its co-runners' encodings in the second's, and one
     /// more column after the context, ln(its co-runners) (0 for a pair). Absent (a model
@@ -210,6 +217,7 @@ impl FeatureSpec {
             dropped,
             family: None,
             measured: Vec::new(),
+            measured_by_device: BTreeMap::new(),
             groups: false,
         }
     }
@@ -225,20 +233,57 @@ impl FeatureSpec {
         self
     }
 
-    /// The pair settings the job encoded in `job` was measured in among the training rows: 0
-    /// for a job without an identity slot, `None` where the spec records no counts.
-    pub fn measured_of(&self, job: &[f32]) -> Option<u32> {
-        self.measured_at(self.identity_index(job))
+    /// Records how many pair settings each training workload was measured in on each device
+    /// (`counts`: device -> id -> settings; an identity absent from a device's counts was
+    /// measured in none there), and their sum over devices as `measured` (a setting is on one
+    /// device, so the sum counts each once).
+    pub fn with_measured_by_device(
+        self,
+        counts: &BTreeMap<String, BTreeMap<String, u32>>,
+    ) -> FeatureSpec {
+        let mut total: BTreeMap<String, u32> = BTreeMap::new();
+        for on_device in counts.values() {
+            for (id, n) in on_device {
+                let t = total.entry(id.clone()).or_default();
+                *t = t.saturating_add(*n);
+            }
+        }
+        let mut spec = self.with_measured(&total);
+        spec.measured_by_device = counts
+            .iter()
+            .map(|(gpu, on_device)| {
+                let n = spec
+                    .identities
+                    .iter()
+                    .map(|id| on_device.get(id).copied().unwrap_or(0))
+                    .collect();
+                (gpu.clone(), n)
+            })
+            .collect();
+        spec
+    }
+
+    /// The pair settings the job encoded in `job` was measured in among the training rows on
+    /// `gpu` (all devices together where the spec records no per-device counts; `None` for a
+    /// device the encoding does not name): 0 for a job without an identity slot, `None` where
+    /// the spec records no counts.
+    pub fn measured_of(&self, job: &[f32], gpu: Option<&str>) -> Option<u32> {
+        self.measured_at(self.identity_index(job), gpu)
     }
 
     /// `measured_of` for the job whose identity slot is `identity`.
-    fn measured_at(&self, identity: Option<usize>) -> Option<u32> {
+    fn measured_at(&self, identity: Option<usize>, gpu: Option<&str>) -> Option<u32> {
         if self.measured.is_empty() {
             return None;
         }
+        let counts = if self.measured_by_device.is_empty() {
+            Some(&self.measured)
+        } else {
+            gpu.and_then(|g| self.measured_by_device.get(g))
+        };
         Some(
             identity
-                .and_then(|i| self.measured.get(i).copied())
+                .and_then(|i| counts.and_then(|c| c.get(i)).copied())
                 .unwrap_or(0),
         )
     }
@@ -252,13 +297,14 @@ impl FeatureSpec {
         self
     }
 
-    /// What the model knows of the job encoded in `job` (one job's slice, `job_width` long).
-    pub fn novelty(&self, job: &[f32]) -> Novelty {
-        self.novelty_at(job, self.identity_index(job))
+    /// What the model knows of the job encoded in `job` (one job's slice, `job_width` long)
+    /// on `gpu` (`measured_of`'s device).
+    pub fn novelty(&self, job: &[f32], gpu: Option<&str>) -> Novelty {
+        self.novelty_at(job, self.identity_index(job), gpu)
     }
 
     /// `novelty` for the job encoded in `job`, whose identity slot is `identity`.
-    fn novelty_at(&self, job: &[f32], identity: Option<usize>) -> Novelty {
+    fn novelty_at(&self, job: &[f32], identity: Option<usize>, gpu: Option<&str>) -> Novelty {
         let mut at = 0;
         for f in &self.numeric {
             let (z, missing) = (job[at], job[at + 1]);
@@ -273,9 +319,9 @@ impl FeatureSpec {
                 return Novelty::OutOfRange;
             }
         }
-        if let Some(i) = identity {
-            match self.measured.get(i) {
-                Some(&n) if n <= PROBED_MAX => Novelty::Probed,
+        if identity.is_some() {
+            match self.measured_at(identity, gpu) {
+                Some(n) if n <= PROBED_MAX => Novelty::Probed,
                 _ => Novelty::Known,
             }
         } else if self.family_is_new(job) {
@@ -343,15 +389,20 @@ impl FeatureSpec {
     }
 
     /// `calibration_kind` of an encoded pair row and the pair settings each of its two jobs
-    /// was measured in (`measured_of`), each job's identity slot looked for once.
+    /// was measured in on the row's device (`measured_of`), each job's identity slot looked
+    /// for once.
     pub fn pair_view(&self, row: &[f32]) -> (duet_core::api::Calibration, [Option<u32>; 2]) {
         let job = self.job_width();
         if row.len() < 2 * job {
             return (duet_core::api::Calibration::New, [None, None]);
         }
+        let gpu = self.row_gpu(row);
         let [a, b] = [&row[..job], &row[job..2 * job]].map(|j| {
             let identity = self.identity_index(j);
-            (self.novelty_at(j, identity), self.measured_at(identity))
+            (
+                self.novelty_at(j, identity, gpu),
+                self.measured_at(identity, gpu),
+            )
         });
         (a.0.max(b.0).class(), [a.1, b.1])
     }
@@ -588,6 +639,7 @@ pub(crate) mod tests {
             dropped: Vec::new(),
             family: None,
             measured: Vec::new(),
+            measured_by_device: BTreeMap::new(),
             groups: false,
         }
         .with_family(Some("model"))
@@ -615,7 +667,7 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         spec.encode_job(j, &mut out);
         assert_eq!(out.len(), spec.job_width());
-        spec.novelty(&out)
+        spec.novelty(&out, None)
     }
 
     #[test]
@@ -626,19 +678,19 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         plain.encode_job(&lm, &mut out);
         // No counts recorded (an older model.json): known, and no count to tell.
-        assert_eq!(plain.novelty(&out), Novelty::Known);
-        assert_eq!(plain.measured_of(&out), None);
+        assert_eq!(plain.novelty(&out, None), Novelty::Known);
+        assert_eq!(plain.measured_of(&out, None), None);
         let counts = BTreeMap::from([("lm-8".to_string(), PROBED_MAX)]);
         let s = spec().with_measured(&counts);
         assert_eq!(s.measured, vec![PROBED_MAX, 0]);
-        assert_eq!(s.novelty(&out), Novelty::Probed);
-        assert_eq!(s.measured_of(&out), Some(PROBED_MAX));
+        assert_eq!(s.novelty(&out, None), Novelty::Probed);
+        assert_eq!(s.measured_of(&out, None), Some(PROBED_MAX));
         let s = spec().with_measured(&BTreeMap::from([("lm-8".to_string(), PROBED_MAX + 1)]));
-        assert_eq!(s.novelty(&out), Novelty::Known);
+        assert_eq!(s.novelty(&out, None), Novelty::Known);
         // A new job was measured in none; a pair takes its less known job's class.
         let mut new = Vec::new();
         s.encode_job(&job(None, Some("LM"), e), &mut new);
-        assert_eq!(s.measured_of(&new), Some(0));
+        assert_eq!(s.measured_of(&new, None), Some(0));
         let s = spec().with_measured(&counts);
         let mut row = Vec::new();
         let resnet = job(Some("resnet-16"), Some("ResNet-50"), e);
@@ -655,6 +707,65 @@ pub(crate) mod tests {
             &mut row,
         );
         assert_eq!(s.calibration_kind(&row), Class::New);
+    }
+
+    #[test]
+    fn a_job_is_counted_and_classed_on_the_device_asked() {
+        let e = std::f64::consts::E;
+        let lm = job(Some("lm-8"), Some("LM"), e);
+        let resnet = job(Some("resnet-16"), Some("ResNet-50"), e);
+        // lm-8 fully measured on k80, probed twice on v100; resnet-16 on k80 alone.
+        let counts = BTreeMap::from([
+            (
+                "k80".to_string(),
+                BTreeMap::from([("lm-8".to_string(), 9), ("resnet-16".to_string(), 9)]),
+            ),
+            (
+                "v100".to_string(),
+                BTreeMap::from([("lm-8".to_string(), 2)]),
+            ),
+        ]);
+        let s = FeatureSpec {
+            gpus: vec!["k80".to_string(), "v100".to_string()],
+            ..spec()
+        }
+        .with_measured_by_device(&counts);
+        assert_eq!(s.measured, vec![11, 9]);
+        assert_eq!(
+            s.measured_by_device,
+            BTreeMap::from([
+                ("k80".to_string(), vec![9, 9]),
+                ("v100".to_string(), vec![2, 0]),
+            ])
+        );
+        let mut out = Vec::new();
+        s.encode_job(&lm, &mut out);
+        assert_eq!(s.novelty(&out, Some("k80")), Novelty::Known);
+        assert_eq!(s.measured_of(&out, Some("k80")), Some(9));
+        assert_eq!(s.novelty(&out, Some("v100")), Novelty::Probed);
+        assert_eq!(s.measured_of(&out, Some("v100")), Some(2));
+        // A device training never had: measured in none there.
+        assert_eq!(s.novelty(&out, Some("a100")), Novelty::Probed);
+        assert_eq!(s.measured_of(&out, None), Some(0));
+        let mut row = Vec::new();
+        s.encode_pair(&lm, &resnet, "k80", Mode::Space, None, None, &mut row);
+        assert_eq!(s.pair_view(&row), (Class::Known, [Some(9), Some(9)]));
+        row.clear();
+        s.encode_pair(&resnet, &lm, "v100", Mode::Space, None, None, &mut row);
+        assert_eq!(s.pair_view(&row), (Class::Probed, [Some(0), Some(2)]));
+        // Read back from model.json, and a file written before the per-device counts (all
+        // devices together).
+        let back: FeatureSpec =
+            serde_json::from_str(&serde_json::to_string(&s).expect("json")).expect("spec");
+        assert_eq!(back, s);
+        let older = FeatureSpec {
+            measured_by_device: BTreeMap::new(),
+            ..s
+        };
+        let text = serde_json::to_string(&older).expect("json");
+        assert!(!text.contains("measured_by_device"), "{text}");
+        assert_eq!(older.novelty(&out, Some("v100")), Novelty::Known);
+        assert_eq!(older.measured_of(&out, Some("v100")), Some(11));
     }
 
     #[test]

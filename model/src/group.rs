@@ -132,7 +132,7 @@ impl NetworkDecode {
     ) -> NetworkDecode {
         let novelty = jobs
             .iter()
-            .map(|j| spec.novelty(j))
+            .map(|j| spec.novelty(j, Some(gpu)))
             .max()
             .unwrap_or(crate::encoding::Novelty::Known);
         let (class, class_shift) = calibration.resolve(novelty.class(), Some(gpu));
@@ -142,7 +142,10 @@ impl NetworkDecode {
             class,
             shift: group_shift + (class_shift - known_shift).max(0.0),
             groups,
-            measured: jobs.iter().map(|j| spec.measured_of(j)).collect(),
+            measured: jobs
+                .iter()
+                .map(|j| spec.measured_of(j, Some(gpu)))
+                .collect(),
         }
     }
 }

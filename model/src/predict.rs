@@ -224,8 +224,8 @@ pub struct Decode {
     pub shift: f64,
     /// `(prior ln speed, the network's weight)` of `(a, b)` and of `(b, a)`.
     pub prior: [Option<(f64, f64)>; 2],
-    /// The pair settings `a` and `b` were measured in among the training rows (`None` where
-    /// the model does not record them).
+    /// The pair settings `a` and `b` were measured in among the training rows on the pair's
+    /// device (`None` where the model does not record them).
     pub measured: [Option<u32>; 2],
 }
 

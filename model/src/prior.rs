@@ -214,14 +214,15 @@ impl FamilyPrior {
     pub fn lookup(&self, spec: &FeatureSpec, row: &[f32]) -> Option<(f64, Basis, &DeviceEffects)> {
         let width = spec.job_width();
         let (a, b) = (row.get(..width)?, row.get(width..2 * width)?);
+        let gpu = spec.row_gpu(row);
         let basis = if spec.family_is_new(a) || spec.family_is_new(b) {
             Basis::NewFamily
-        } else if spec.novelty(a).max(spec.novelty(b)) == Novelty::Probed {
+        } else if spec.novelty(a, gpu).max(spec.novelty(b, gpu)) == Novelty::Probed {
             Basis::Probed
         } else {
             return None;
         };
-        let device = self.devices.get(spec.row_gpu(row)?)?;
+        let device = self.devices.get(gpu?)?;
         let effect = |map: &BTreeMap<String, f64>, job: &[f32]| {
             spec.identity_of(job)
                 .and_then(|id| map.get(id))

@@ -101,6 +101,14 @@ struct CalibrationClass {
     calibration: &'static str,
 }
 
+/// A group's class and how it was answered (`excess`, `excess+effects` or `network`: a
+/// bounded set the server writes).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupAnswer {
+    calibration: &'static str,
+    composition: String,
+}
+
 /// `gpu` (the model's devices, or `other`: a bounded set) and `mode` (`solo` for solo runs).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeviceMode {
@@ -139,6 +147,8 @@ pub struct Metrics {
     /// Pairs predicted, by the calibration class of their p90 (`known`, `new`, `new_family`,
     /// `conservative`).
     predicted: Family<CalibrationClass, Counter>,
+    /// Groups of three or more predicted, by class and how they were answered.
+    predicted_groups: Family<GroupAnswer, Counter>,
     /// KServe v2 rows answered, by the calibration class of the pair each encodes.
     kserve_rows: Family<CalibrationClass, Counter>,
     reloads: Counter,
@@ -168,6 +178,7 @@ impl Default for Metrics {
             latency: Latency::new_with_constructor(|| Histogram::new(LATENCY)),
             pairs: Histogram::new(PAIRS),
             predicted: Family::default(),
+            predicted_groups: Family::default(),
             kserve_rows: Family::default(),
             reloads: Counter::default(),
             reload_failures: Counter::default(),
@@ -214,6 +225,15 @@ impl Default for Metrics {
             "Pairs predicted, by the calibration class of their p90 slowdowns (conservative: no \
              calibrated class covers them; the widest p90 the model has).",
             m.predicted.clone(),
+        );
+        register(
+            r,
+            "duet_predicted_groups",
+            "Groups of three or more jobs predicted, by the calibration class of their p90 \
+             slowdowns and how they were answered (excess, excess+effects: composed from their \
+             pairs, which duet_predicted_pairs counts too; network: by the network, one row per \
+             job, not counted as pairs).",
+            m.predicted_groups.clone(),
         );
         register(
             r,
@@ -290,6 +310,23 @@ impl Metrics {
     /// Counts predicted pairs, one class each.
     pub fn predicted(&self, classes: impl IntoIterator<Item = Calibration>) {
         by_class(&self.predicted, classes);
+    }
+
+    /// Counts predicted groups by class and composition (each series' total added once).
+    pub fn predicted_groups<'a>(&self, groups: impl IntoIterator<Item = (Calibration, &'a str)>) {
+        let mut counts: std::collections::BTreeMap<(&'static str, &'a str), u64> =
+            std::collections::BTreeMap::new();
+        for (class, composition) in groups {
+            *counts.entry((class.as_str(), composition)).or_default() += 1;
+        }
+        for ((calibration, composition), n) in counts {
+            self.predicted_groups
+                .get_or_create(&GroupAnswer {
+                    calibration,
+                    composition: composition.to_string(),
+                })
+                .inc_by(n);
+        }
     }
 
     /// Counts answered KServe rows, one class each.

@@ -22,11 +22,16 @@ use http::{call, model_dir};
 const TOKEN: &str = "scraper-token";
 
 /// Every family as OpenMetrics names it, its type, and its series' label names.
-const FAMILIES: [(&str, &str, &[&str]); 34] = [
+const FAMILIES: [(&str, &str, &[&str]); 35] = [
     ("duet_requests", "counter", &["route", "status"]),
     ("duet_request_duration_seconds", "histogram", &["route"]),
     ("duet_predict_pairs", "histogram", &[]),
     ("duet_predicted_pairs", "counter", &["calibration"]),
+    (
+        "duet_predicted_groups",
+        "counter",
+        &["calibration", "composition"],
+    ),
     ("duet_kserve_rows", "counter", &["calibration"]),
     ("duet_model_reloads", "counter", &[]),
     ("duet_model_reload_failures", "counter", &[]),
@@ -159,9 +164,11 @@ async fn prometheus_client_reads_every_family_under_its_classic_name_type_labels
     .expect("state");
     state.start().await.expect("the default model loads");
     let app = duet_server::router(state.clone());
-    // A prediction and a scored pair, so that every family has a series.
+    // A prediction (a pair and a group) and a scored pair, so that every family has a series.
     let pair = json!({"gpu": "v100", "pairs": [
-        {"a": {"workload": "a3c"}, "b": {"workload": "cyclegan"}, "mode": "space"}]});
+        {"a": {"workload": "a3c"}, "b": {"workload": "cyclegan"}, "mode": "space"}],
+        "groups": [{"jobs": [{"workload": "a3c"}, {"workload": "cyclegan"},
+                             {"workload": "resnet-50-bs64"}], "mode": "space"}]});
     let (status, answer) = call(&app, "POST", "/v1/predict", Some(pair), None).await;
     assert_eq!(status, StatusCode::OK, "{answer}");
     let observation = json!({"id": "pair-1", "gpu": "v100", "mode": "space",

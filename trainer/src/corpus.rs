@@ -20,6 +20,10 @@ use duet_model::prior::{EffectRow, FamilyPrior, weigh_in};
 use crate::rows::{Example, GroupExample, examples, group_examples};
 use crate::training::{Batch, TrainError, fit};
 
+/// The pair settings each workload was measured in, by device then workload id
+/// (`Corpus::measured`).
+pub type Measured = BTreeMap<String, BTreeMap<String, u32>>;
+
 /// Datasets loaded for training: their examples and every job's raw features.
 #[derive(Debug)]
 pub struct Corpus {
@@ -99,25 +103,25 @@ impl Corpus {
             rows.iter().map(|&i| self.examples[i].mode),
         )
         .with_family(self.family.as_deref())
-        .with_measured(&self.measured(rows))
+        .with_measured_by_device(&self.measured(rows))
     }
 
     /// The class the shipped model, trained on rows where the workloads have `counts` measured
-    /// settings, gives the pair of `e` that a fold's model sees as `kind`. Known and probed are
-    /// told by `counts`, not by the fold's own: holding rows out thins every workload, so in a
+    /// settings on each device, gives the pair of `e` (on its device) that a fold's model sees
+    /// as `kind`. Known and probed are told by `counts`, not by the fold's own: holding rows out thins every workload, so in a
     /// small campaign's folds a fully measured workload would look probed and its scores would
     /// calibrate the wrong class. A row of a workload a probed fold holds out (`probed`) is
     /// probed whatever its count.
-    pub fn served_kind(
-        kind: Kind,
-        e: &Example,
-        counts: &BTreeMap<String, u32>,
-        probed: bool,
-    ) -> Kind {
+    pub fn served_kind(kind: Kind, e: &Example, counts: &Measured, probed: bool) -> Kind {
         if !matches!(kind, Kind::Known | Kind::Probed) {
             return kind;
         }
-        let thin = |id: &String| counts.get(id).is_some_and(|&n| n <= PROBED_MAX);
+        let on_device = counts.get(&e.gpu);
+        let thin = |id: &String| {
+            on_device
+                .and_then(|c| c.get(id))
+                .is_some_and(|&n| n <= PROBED_MAX)
+        };
         if probed || thin(&e.a) || thin(&e.b) {
             Kind::Probed
         } else {
@@ -125,19 +129,26 @@ impl Corpus {
         }
     }
 
-    /// The pair settings each workload of `rows` was measured in (a setting counts once for
-    /// each of its two jobs, whichever of its rows `rows` holds).
-    pub fn measured(&self, rows: &[usize]) -> BTreeMap<String, u32> {
-        let mut settings: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
+    /// The pair settings each workload of `rows` was measured in on each device (a setting
+    /// counts once for each of its two jobs, whichever of its rows `rows` holds).
+    pub fn measured(&self, rows: &[usize]) -> Measured {
+        let mut settings: BTreeMap<&str, BTreeMap<&str, BTreeSet<usize>>> = BTreeMap::new();
         for &i in rows {
             let e = &self.examples[i];
+            let on_device = settings.entry(e.gpu.as_str()).or_default();
             for id in [&e.a, &e.b] {
-                settings.entry(id.as_str()).or_default().insert(e.setting);
+                on_device.entry(id.as_str()).or_default().insert(e.setting);
             }
         }
         settings
             .into_iter()
-            .map(|(id, s)| (id.to_string(), u32::try_from(s.len()).unwrap_or(u32::MAX)))
+            .map(|(gpu, ids)| {
+                let n = ids
+                    .into_iter()
+                    .map(|(id, s)| (id.to_string(), u32::try_from(s.len()).unwrap_or(u32::MAX)))
+                    .collect();
+                (gpu.to_string(), n)
+            })
             .collect()
     }
 

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::baselines::{LowRank, Ridge, constant, utilisation_sum};
 use crate::conformal::Scores;
-use crate::corpus::Corpus;
+use crate::corpus::{Corpus, Measured};
 use crate::rows::Example;
 use crate::training::TrainError;
 
@@ -406,7 +406,7 @@ fn score_fold(
     corpus: &Corpus,
     fold: &Fold,
     config: &TrainConfig,
-    counts: &BTreeMap<String, u32>,
+    counts: &Measured,
 ) -> Result<FoldScores, TrainError> {
     let trained = corpus.fit(&fold.train, config, 1)?;
     let prior = corpus.family_prior(&fold.train);
@@ -592,7 +592,7 @@ fn run_folds(
     corpus: &Corpus,
     folds: &[Fold],
     config: &TrainConfig,
-    counts: &BTreeMap<String, u32>,
+    counts: &Measured,
     mut progress: impl FnMut(usize),
 ) -> Vec<Result<FoldScores, TrainError>> {
     let workers = std::thread::available_parallelism()

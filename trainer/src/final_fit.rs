@@ -12,7 +12,7 @@ use duet_model::network::{OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainC
 use duet_model::prior::{Basis, Candidate, Weights, weigh_in};
 
 use crate::conformal::Scores;
-use crate::corpus::{Corpus, Trained};
+use crate::corpus::{Corpus, Measured, Trained};
 use crate::rows::Example;
 use crate::training::TrainError;
 
@@ -308,7 +308,7 @@ impl Corpus {
         fitted: &[Trained],
         folds: &[CalibrationSplit],
         rows: &[usize],
-        counts: &BTreeMap<String, u32>,
+        counts: &Measured,
     ) -> Calibration {
         let mut scores = Scores::default();
         let (mut plain, mut family, mut probed) = (Vec::new(), Vec::new(), Vec::new());
@@ -435,7 +435,7 @@ impl Corpus {
         trained: &Trained,
         split: &CalibrationSplit,
         (inputs, out): (&[f32], &[f32]),
-        counts: &BTreeMap<String, u32>,
+        counts: &Measured,
         scores: &mut Scores,
     ) {
         let width = trained.spec.pair_width();

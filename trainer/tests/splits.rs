@@ -663,16 +663,29 @@ fn calibration_folds_probe_every_family_once_after_the_family_folds() {
 fn folds_tell_known_from_probed_by_the_shipped_counts() {
     let corpus = gavel();
     let e = &corpus.examples[0];
-    let many = std::collections::BTreeMap::from([(e.a.clone(), 9), (e.b.clone(), 4)]);
+    let on = |gpu: &str, a: u32, b: u32| {
+        std::collections::BTreeMap::from([(
+            gpu.to_string(),
+            std::collections::BTreeMap::from([(e.a.clone(), a), (e.b.clone(), b)]),
+        )])
+    };
+    let many = on(&e.gpu, 9, 4);
     // A fold's thinned view does not make a well-measured pair probed, nor the reverse.
     assert_eq!(
         Corpus::served_kind(Calibration::Probed, e, &many, false),
         Calibration::Known
     );
-    let thin = std::collections::BTreeMap::from([(e.a.clone(), 9), (e.b.clone(), PROBED_MAX)]);
+    let thin = on(&e.gpu, 9, PROBED_MAX);
     assert_eq!(
         Corpus::served_kind(Calibration::Known, e, &thin, false),
         Calibration::Probed
+    );
+    // Counted on the row's device: thin on another device leaves the pair known here.
+    let mut elsewhere = on("another-device", 9, PROBED_MAX);
+    elsewhere.extend(on(&e.gpu, 9, 4));
+    assert_eq!(
+        Corpus::served_kind(Calibration::Known, e, &elsewhere, false),
+        Calibration::Known
     );
     // A probed fold's held workload is probed whatever its count; other classes stand.
     assert_eq!(

@@ -317,6 +317,11 @@ pub fn predict_with_groups(
         model,
         default_gpu,
     )?;
+    state.metrics.predicted_groups(
+        groups
+            .iter()
+            .map(|g| (g.calibration, g.composition.as_str())),
+    );
     all.truncate(n);
     Ok((model.version().to_string(), all, groups))
 }
@@ -349,9 +354,6 @@ fn network_groups(
                 &|k| format!("groups[{}].", groups[k].0),
             )
             .map_err(Failure::from)?;
-            state
-                .metrics
-                .predicted(answers.iter().map(|a| a.calibration));
             out.extend(answers);
         }
         Ok(out)

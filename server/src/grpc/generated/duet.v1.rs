@@ -138,8 +138,9 @@ pub struct GroupJobPrediction {
     pub slowdown: f32,
     #[prost(float, tag = "3")]
     pub slowdown_p90: f32,
-    /// The pair settings this job was measured in among the model's training data (0 for a
-    /// workload new to it); unset where the model does not record them.
+    /// The pair settings this job was measured in on the asked device among the model's training
+    /// data (0 for a workload new to it or to the device); unset where the model does not record
+    /// them.
     #[prost(uint32, optional, tag = "4")]
     pub measured: ::core::option::Option<u32>,
 }
@@ -172,8 +173,9 @@ pub struct Prediction {
     /// Which calibration the p90 slowdowns come from.
     #[prost(enumeration = "Calibration", tag = "10")]
     pub calibration: i32,
-    /// The pair settings a (b) was measured in among the model's training data (0 for a workload
-    /// new to it); unset where the model does not record them.
+    /// The pair settings a (b) was measured in on the asked device among the model's training data
+    /// (0 for a workload new to it or to the device); unset where the model does not record them
+    /// (a model trained before the per-device counts counts every device).
     #[prost(uint32, optional, tag = "11")]
     pub measured_a: ::core::option::Option<u32>,
     #[prost(uint32, optional, tag = "12")]
