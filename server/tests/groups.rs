@@ -226,3 +226,46 @@ async fn groups_sharing_pairs_are_answered_as_each_alone() {
     // The same group twice in one request: the same answer, bit for bit.
     assert_eq!(together[0], together[6]);
 }
+
+#[test]
+fn a_large_answer_written_over_the_cores_is_what_serde_writes() {
+    // Enough pairs and groups that both arrays are written in parts, one per core.
+    let state = duet_server::AppState::new(Config {
+        max_pairs: 100_000,
+        ..Config::new(model_dir())
+    })
+    .expect("state");
+    state.load_model(None, Vec::new()).expect("model");
+    let ids = [
+        "resnet-50-bs64",
+        "transformer-bs32",
+        "a3c",
+        "cyclegan",
+        "resnet-18-bs32",
+    ];
+    let n = duet_server::service::predict::PARALLEL_PAIRS + 3;
+    let pairs: Vec<Value> = (0..n)
+        .map(|i| pair(ids[i % 5], ids[(i / 5 + i + 1) % 5]))
+        .collect();
+    let groups: Vec<Value> = (0..n)
+        .map(|i| group(&[ids[i % 5], ids[(i + 1) % 5], ids[(i / 5 + i + 2) % 5]]))
+        .collect();
+    let body = serde_json::to_vec(&json!({"gpu": "v100", "pairs": pairs, "groups": groups}))
+        .expect("json");
+    let written = duet_server::answer(&state, &body).expect("an answer");
+    let request = duet_server::routes::predict::parse_request(&body, 100_000).expect("parsed");
+    let (model_version, predictions, groups) = duet_server::service::predict::predict_with_groups(
+        &state,
+        request,
+        &std::sync::atomic::AtomicBool::new(false),
+    )
+    .expect("predicted");
+    assert_eq!(groups.len(), n);
+    let whole = serde_json::to_vec(&duet_core::api::PredictResponse {
+        model_version,
+        predictions,
+        groups,
+    })
+    .expect("json");
+    assert!(written == whole, "the answers differ");
+}

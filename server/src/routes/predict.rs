@@ -144,13 +144,28 @@ fn answer_with_groups(
 ) -> Result<Vec<u8>, Failure> {
     let (model_version, predictions, groups) =
         service::predict_with_groups(state, request, cancelled)?;
-    let response = PredictResponse {
-        model_version,
-        predictions,
-        groups,
-    };
-    serde_json::to_vec(&response)
-        .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+    if groups.is_empty() {
+        return serde_json::to_vec(&PredictResponse {
+            model_version,
+            predictions,
+            groups,
+        })
+        .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()));
+    }
+    // `PredictResponse` as serde writes it, its two arrays written over the cores.
+    let version = serde_json::to_string(&model_version)
+        .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let pairs = service::json_array(state, &predictions)?;
+    let groups = service::json_array(state, &groups)?;
+    let mut out = Vec::with_capacity(version.len() + pairs.len() + groups.len() + 44);
+    out.extend_from_slice(b"{\"model_version\":");
+    out.extend_from_slice(version.as_bytes());
+    out.extend_from_slice(b",\"predictions\":");
+    out.extend_from_slice(&pairs);
+    out.extend_from_slice(b",\"groups\":");
+    out.extend_from_slice(&groups);
+    out.push(b'}');
+    Ok(out)
 }
 
 #[utoipa::path(post, tag = "predict", path = "/v1/predict", request_body = PredictRequest, responses(

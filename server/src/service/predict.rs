@@ -36,8 +36,7 @@ pub struct JsonItems(pub Vec<u8>);
 
 impl Sink for JsonItems {
     fn push(&mut self, predictions: &[Prediction]) -> Result<(), Failure> {
-        let array = serde_json::to_vec(predictions)
-            .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        let array = array_of(predictions)?;
         // A JSON array `[...]`: its items go in, separated by a comma.
         let chunk_items = &array[1..array.len() - 1];
         if !self.0.is_empty() && !chunk_items.is_empty() {
@@ -46,6 +45,12 @@ impl Sink for JsonItems {
         self.0.extend_from_slice(chunk_items);
         Ok(())
     }
+}
+
+/// `items` as the JSON array serde writes.
+fn array_of<T: serde::Serialize>(items: &[T]) -> Result<Vec<u8>, Failure> {
+    serde_json::to_vec(items)
+        .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
 /// A request's predictions: the model that made them, and the parts' sinks in the order of the
@@ -367,6 +372,31 @@ fn network_groups(
     let chunks: Vec<&[(usize, &GroupQuery)]> = learned.chunks(size).collect();
     in_parts(state, chunks.len(), |k| chunk(chunks[k]))
         .map(|parts| parts.into_iter().flatten().collect())
+}
+
+/// `items` as the JSON array serde writes, written on one thread per core from
+/// [`PARALLEL_PAIRS`] items (a large request's groups and pairs: writing them is most of what
+/// answering groups the network runs once costs), the parts' items joined in order.
+pub fn json_array<T: serde::Serialize + Sync>(
+    state: &AppState,
+    items: &[T],
+) -> Result<Vec<u8>, Failure> {
+    if items.len() < PARALLEL_PAIRS {
+        return array_of(items);
+    }
+    let size = items.len().div_ceil(crate::state::cores().min(items.len()));
+    let chunks: Vec<&[T]> = items.chunks(size).collect();
+    let parts = in_parts(state, chunks.len(), |k| array_of(chunks[k]))?;
+    let mut out = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+    out.push(b'[');
+    for (k, part) in parts.iter().enumerate() {
+        if k > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(&part[1..part.len() - 1]);
+    }
+    out.push(b']');
+    Ok(out)
 }
 
 /// `work` for parts `0..parts`, each on its own thread, joined in order: the first failing
