@@ -137,6 +137,17 @@ fn a_model_that_learned_groups_answers_their_size_with_the_network() {
     ] {
         assert!(metrics.contains(line), "missing `{line}` in\n{metrics}");
     }
+    // Pairs: the request's one and the six of the composed group of four; a group the network
+    // answered counts none.
+    let pairs: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("duet_predicted_pairs_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(
+        (pairs - 7.0).abs() < 1e-9,
+        "{pairs} pairs counted:\n{metrics}"
+    );
 
     // The same answer in process (what observations, drift and the pricing loop ask).
     let loaded = LoadedModel::load(&model, EngineKind::Burn).expect("the model loads");

@@ -315,8 +315,9 @@ pub enum Calibration {
     /// Both workloads were in the model's training data.
     Known,
     /// Both workloads were in the model's training data, and at least one was measured in so
-    /// few pair settings (at most `duet_model::encoding::PROBED_MAX`: a new job's probes)
-    /// that its p90 is calibrated on families held out with that many settings kept.
+    /// few pair settings on the pair's device (at most `duet_model::encoding::PROBED_MAX`: a
+    /// new job's probes) that its p90 is calibrated on families held out with that many
+    /// settings kept.
     Probed,
     /// At least one workload is new to the model (profiled only alone, or inline features),
     /// and its model family was in training.

@@ -90,7 +90,8 @@ pub struct FeatureSpec {
     pub groups: bool,
 }
 
-/// A training workload measured in at most this many pair settings is `probed`: its pairs are
+/// A training workload measured in at most this many pair settings (on the device asked, where
+/// the model records counts per device) is `probed`: its pairs are
 /// calibrated on families held out with 1 to `PROBED_MAX` settings of each workload kept
 /// (a new job's probes, `duet profile --onto DIR --probes K`, whose default K it is), not on
 /// fully measured ones. An absolute count, not a share of the grid: what the class promises is
@@ -103,7 +104,7 @@ pub const PROBED_MAX: u32 = 3;
 pub enum Novelty {
     /// A training workload (its identity slot is set).
     Known,
-    /// A training workload measured in at most [`PROBED_MAX`] pair settings.
+    /// A training workload measured in at most [`PROBED_MAX`] pair settings on the device.
     Probed,
     /// A new workload of a family training had.
     New,
@@ -264,9 +265,9 @@ impl FeatureSpec {
     }
 
     /// The pair settings the job encoded in `job` was measured in among the training rows on
-    /// `gpu` (all devices together where the spec records no per-device counts; `None` for a
-    /// device the encoding does not name): 0 for a job without an identity slot, `None` where
-    /// the spec records no counts.
+    /// `gpu` (all devices together where the spec records no per-device counts; a device
+    /// training never had, or `None`, counts 0): 0 for a job without an identity slot, `None`
+    /// where the spec records no counts.
     pub fn measured_of(&self, job: &[f32], gpu: Option<&str>) -> Option<u32> {
         self.measured_at(self.identity_index(job), gpu)
     }

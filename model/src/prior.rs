@@ -46,7 +46,7 @@ pub struct FamilyPrior {
 pub enum Basis {
     /// A job of the pair is of a family training never had.
     NewFamily,
-    /// Neither is new, and one was measured in at most `PROBED_MAX` pair settings.
+    /// Neither is new, and one was measured in at most `PROBED_MAX` pair settings on the device.
     Probed,
 }
 

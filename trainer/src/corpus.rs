@@ -108,10 +108,10 @@ impl Corpus {
 
     /// The class the shipped model, trained on rows where the workloads have `counts` measured
     /// settings on each device, gives the pair of `e` (on its device) that a fold's model sees
-    /// as `kind`. Known and probed are told by `counts`, not by the fold's own: holding rows out thins every workload, so in a
-    /// small campaign's folds a fully measured workload would look probed and its scores would
-    /// calibrate the wrong class. A row of a workload a probed fold holds out (`probed`) is
-    /// probed whatever its count.
+    /// as `kind`. Known and probed are told by `counts`, not by the fold's own: holding rows out
+    /// thins every workload, so in a small campaign's folds a fully measured workload would
+    /// look probed and its scores would calibrate the wrong class. A row of a workload a probed
+    /// fold holds out (`probed`) is probed whatever its count.
     pub fn served_kind(kind: Kind, e: &Example, counts: &Measured, probed: bool) -> Kind {
         if !matches!(kind, Kind::Known | Kind::Probed) {
             return kind;
@@ -397,6 +397,7 @@ impl Corpus {
                 if !config.identities {
                     spec.identities.clear();
                     spec.measured.clear();
+                    spec.measured_by_device.clear();
                 }
                 spec.groups = !groups.is_empty();
                 spec

@@ -240,7 +240,7 @@ pub fn render(
          raw ln p10 speed minus the measured ln speed of a row no member of the scoring ensemble \
          trained or early-stopped on), chosen per pair: `known` when the model has an identity \
          slot for both workloads, `probed` when one of them was measured in at most {probed} pair \
-         settings, `new` otherwise, `new_family` where a new workload's family \
+         settings on the pair's device, `new` otherwise, `new_family` where a new workload's family \
          (`{family}`) was never in training, and per device where the model knows several. \
          A new family with fewer than {min} families held out, or a job more than one training \
          standard deviation outside a feature's range, gets the widest shift, labelled \

@@ -387,16 +387,27 @@ pub fn json_array<T: serde::Serialize + Sync>(
     let size = items.len().div_ceil(crate::state::cores().min(items.len()));
     let chunks: Vec<&[T]> = items.chunks(size).collect();
     let parts = in_parts(state, chunks.len(), |k| array_of(chunks[k]))?;
-    let mut out = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+    Ok(joined(&parts))
+}
+
+/// One JSON array of the items of `arrays` (each a JSON array), in order.
+fn joined(arrays: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(arrays.iter().map(Vec::len).sum::<usize>() + 2);
     out.push(b'[');
-    for (k, part) in parts.iter().enumerate() {
-        if k > 0 {
+    for array in arrays {
+        let items = array
+            .get(1..array.len().saturating_sub(1))
+            .unwrap_or_default();
+        if items.is_empty() {
+            continue;
+        }
+        if out.len() > 1 {
             out.push(b',');
         }
-        out.extend_from_slice(&part[1..part.len() - 1]);
+        out.extend_from_slice(items);
     }
     out.push(b']');
-    Ok(out)
+    out
 }
 
 /// `work` for parts `0..parts`, each on its own thread, joined in order: the first failing
@@ -509,3 +520,20 @@ const CHUNK_PAIRS: usize = 2048;
 
 /// Requests with at least this many pairs are split over the cores.
 pub const PARALLEL_PAIRS: usize = 2048;
+
+#[cfg(test)]
+mod tests {
+    use super::joined;
+
+    #[test]
+    fn arrays_join_into_the_array_of_their_items_in_order() {
+        let parts: Vec<Vec<u8>> = [vec![1, 2, 3], vec![], vec![4], vec![5, 6]]
+            .iter()
+            .map(|p: &Vec<u32>| serde_json::to_vec(p).expect("json"))
+            .collect();
+        let whole = serde_json::to_vec(&[1, 2, 3, 4, 5, 6]).expect("json");
+        assert_eq!(joined(&parts), whole);
+        assert_eq!(joined(&parts[1..2]), b"[]");
+        assert_eq!(joined(&[]), b"[]");
+    }
+}

@@ -194,8 +194,9 @@ pub enum Calibration {
     /// No calibrated class covers the pair (a new family where the model saw too few families to
     /// calibrate one, or a feature far outside training's range): the widest p90 the model has.
     Conservative = 4,
-    /// Both workloads were in training, and one was measured in only a few pair settings (a new
-    /// job's probes): the p90 is calibrated on families held out but for that many settings.
+    /// Both workloads were in training, and one was measured in only a few pair settings on the
+    /// pair's device (a new job's probes): the p90 is calibrated on families held out but for that
+    /// many settings.
     Probed = 5,
 }
 impl Calibration {
