@@ -10,15 +10,19 @@ use crate::encoding::{FeatureSpec, SOLO_THROUGHPUT};
 
 /// The features a model requires of every job, `solo_throughput` first.
 pub fn feature_names(spec: &FeatureSpec) -> Vec<String> {
-    let mut names = vec![SOLO_THROUGHPUT.to_string()];
-    names.extend(
-        spec.numeric
-            .iter()
-            .map(|f| f.name.clone())
-            .filter(|n| n != SOLO_THROUGHPUT),
-    );
-    names.extend(spec.categorical.iter().map(|f| f.name.clone()));
-    names
+    feature_name_refs(spec).map(str::to_string).collect()
+}
+
+/// [`feature_names`] without copying them.
+pub fn feature_name_refs(spec: &FeatureSpec) -> impl Iterator<Item = &str> {
+    std::iter::once(SOLO_THROUGHPUT)
+        .chain(
+            spec.numeric
+                .iter()
+                .map(|f| f.name.as_str())
+                .filter(|n| *n != SOLO_THROUGHPUT),
+        )
+        .chain(spec.categorical.iter().map(|f| f.name.as_str()))
 }
 
 /// The feature names a client may send: the model's inputs, and dataset columns the trainer

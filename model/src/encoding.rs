@@ -131,6 +131,8 @@ impl Novelty {
 /// A job's raw inputs: its solo throughput and declared features, by name.
 pub type JobFeatures = BTreeMap<String, FeatureValue>;
 
+pub use crate::source::FeatureSource;
+
 /// The raw features of every workload of `dataset`, solo throughput included.
 pub fn job_features(dataset: &Dataset) -> BTreeMap<String, JobFeatures> {
     dataset
@@ -415,8 +417,13 @@ impl FeatureSpec {
 
     /// Appends the encoding of one job to `out`.
     pub fn encode_job(&self, job: &JobFeatures, out: &mut Vec<f32>) {
+        self.encode_from(job, out);
+    }
+
+    /// Appends the encoding of the job whose features `job` gives to `out`.
+    pub fn encode_from(&self, job: &impl FeatureSource, out: &mut Vec<f32>) {
         for f in &self.numeric {
-            match job.get(&f.name).and_then(FeatureValue::as_number) {
+            match job.number(&f.name) {
                 Some(v) if v.is_finite() && (!f.log || v > 0.0) => {
                     let x = if f.log { v.ln() } else { v };
                     #[allow(clippy::cast_possible_truncation)]
@@ -430,7 +437,7 @@ impl FeatureSpec {
             }
         }
         for c in &self.categorical {
-            let value = job.get(&c.name).and_then(|v| v.as_category());
+            let value = job.category(&c.name);
             let slot = match value {
                 Some(v) => Some(c.vocabulary.iter().position(|x| x == v)),
                 // A job that declares no family is of a new one: the unknown slot.
@@ -446,7 +453,7 @@ impl FeatureSpec {
                 out.push(if hot { 1.0 } else { 0.0 });
             }
         }
-        let id = job.get(IDENTITY).and_then(|v| v.as_category());
+        let id = job.category(IDENTITY);
         out.extend(
             self.identities
                 .iter()

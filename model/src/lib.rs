@@ -3,6 +3,7 @@
 //!
 //! - `artifact`: the model folder (`model.json`, Burn records, `model.onnx`), written and read;
 //! - `encoding`: the feature spec and the encoder that turns two jobs into the network's input;
+//! - `source`: where the encoder reads a job's features (the model's own, or a request's map);
 //! - `network`: the Burn MLP, its initialisation and forward passes;
 //! - `onnx`: the same ensemble as an ONNX graph, written by duet;
 //! - `engine`: the engines that run it (Burn `Flex`, ONNX Runtime);
@@ -31,6 +32,7 @@ pub mod onnx;
 pub mod predict;
 pub mod prior;
 pub mod registry;
+pub mod source;
 
 pub use engine::EngineKind;
 pub use error::{ErrorKind, ModelError};

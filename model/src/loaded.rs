@@ -83,20 +83,49 @@ impl LoadedModel {
         crate::compat::knows_feature(&self.meta.spec, name)
     }
 
-    /// A client's features as the model's job features, checked: every feature the model
-    /// uses present (`null` where not measured), no unknown name, numbers where numbers belong,
-    /// `solo_throughput` a positive number. `field` prefixes the paths of errors.
+    /// A client's features as the model's job features, checked (`check_features`).
     pub fn job_features(
         &self,
         features: &Features,
         field: &str,
     ) -> Result<JobFeatures, ModelError> {
+        self.check_features(features, field)?;
         let spec = &self.meta.spec;
         let mut job = JobFeatures::new();
         for (name, value) in features {
+            let numeric = name == SOLO_THROUGHPUT || spec.numeric.iter().any(|f| &f.name == name);
+            let value = match value {
+                FeatureInput::Number(v) => FeatureValue::Number(Some(*v)),
+                FeatureInput::Text(v) => FeatureValue::Category(Some(v.clone())),
+                FeatureInput::Null if numeric => FeatureValue::Number(None),
+                FeatureInput::Null => FeatureValue::Category(None),
+            };
+            if numeric || spec.categorical.iter().any(|f| &f.name == name) {
+                job.insert(name.clone(), value);
+            }
+        }
+        Ok(job)
+    }
+
+    /// Checks a client's features: every feature the model uses present (`null` where not
+    /// measured), no unknown name, numbers where numbers belong, `solo_throughput` a positive
+    /// number. A dataset column the trainer found no signal in is accepted, unused. `field`
+    /// prefixes the paths of errors.
+    pub fn check_features(&self, features: &Features, field: &str) -> Result<(), ModelError> {
+        self.check_features_at(features, &|| field.to_string())
+    }
+
+    /// `check_features` with the errors' path prefix written only for an error.
+    pub fn check_features_at(
+        &self,
+        features: &Features,
+        field: &dyn Fn() -> String,
+    ) -> Result<(), ModelError> {
+        let spec = &self.meta.spec;
+        for (name, value) in features {
             if !self.knows_feature(name) {
                 return Err(ModelError::field(
-                    format!("{field}.{name}"),
+                    format!("{}.{name}", field()),
                     format!(
                         "unknown feature `{name}`; this model knows {}",
                         self.feature_names().join(", ")
@@ -109,37 +138,33 @@ impl LoadedModel {
                 // (a number where the dataset had numbers), unused.
                 continue;
             }
-            let value = match (value, numeric) {
-                (FeatureInput::Number(v), true) => FeatureValue::Number(Some(*v)),
-                (FeatureInput::Null, true) => FeatureValue::Number(None),
-                (FeatureInput::Text(v), false) => FeatureValue::Category(Some(v.clone())),
-                (FeatureInput::Null, false) => FeatureValue::Category(None),
+            match (value, numeric) {
                 (FeatureInput::Text(_), true) => {
                     return Err(ModelError::field(
-                        format!("{field}.{name}"),
+                        format!("{}.{name}", field()),
                         format!("`{name}` is numeric: send a number or null"),
                     ));
                 }
                 (FeatureInput::Number(_), false) => {
                     return Err(ModelError::field(
-                        format!("{field}.{name}"),
+                        format!("{}.{name}", field()),
                         format!("`{name}` is categorical: send a string or null"),
                     ));
                 }
-            };
-            job.insert(name.clone(), value);
+                _ => {}
+            }
         }
-        match job.get(SOLO_THROUGHPUT).and_then(FeatureValue::as_number) {
-            Some(v) if v > 0.0 => {}
-            Some(v) => {
+        match features.get(SOLO_THROUGHPUT) {
+            Some(FeatureInput::Number(v)) if *v > 0.0 => {}
+            Some(FeatureInput::Number(v)) => {
                 return Err(ModelError::field(
-                    format!("{field}.{SOLO_THROUGHPUT}"),
+                    format!("{}.{SOLO_THROUGHPUT}", field()),
                     format!("{SOLO_THROUGHPUT} must be positive, got {v}"),
                 ));
             }
-            None => {
+            _ => {
                 return Err(ModelError::field(
-                    format!("{field}.{SOLO_THROUGHPUT}"),
+                    format!("{}.{SOLO_THROUGHPUT}", field()),
                     format!(
                         "missing feature `{SOLO_THROUGHPUT}` (iterations per second alone on the \
                          pair's device)"
@@ -147,15 +172,15 @@ impl LoadedModel {
                 ));
             }
         }
-        for name in self.feature_names() {
-            if !job.contains_key(&name) {
-                return Err(ModelError::field(
-                    format!("{field}.{name}"),
-                    format!("missing feature `{name}` (send null if it was not measured)"),
-                ));
-            }
+        if let Some(name) =
+            crate::compat::feature_name_refs(spec).find(|n| !features.contains_key(*n))
+        {
+            return Err(ModelError::field(
+                format!("{}.{name}", field()),
+                format!("missing feature `{name}` (send null if it was not measured)"),
+            ));
         }
-        Ok(job)
+        Ok(())
     }
 
     /// The features the model uses, `solo_throughput` first.

@@ -202,9 +202,10 @@ fn job<'a>(
             })
         }
         (None, Some(features)) => {
-            let parsed = model.job_features(features, &format!("{}.features", field()))?;
+            // Encoded from the request's own map: no copy of it per job.
+            model.check_features_at(features, &|| format!("{}.features", field()))?;
             scratch.clear();
-            model.meta.spec.encode_job(&parsed, scratch);
+            model.meta.spec.encode_from(features, scratch);
             Ok(scratch)
         }
         _ => Err(ModelError::field(
