@@ -345,7 +345,8 @@ fn probed_folds(corpus: &Corpus, rng: &mut Rng) -> Vec<Fold> {
         .collect()
 }
 
-/// One held-out MLP prediction, kept for the report's plots.
+/// One held-out MLP prediction, kept for the report's plots and for reading coverage by what
+/// a fold held out.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HeldOut {
     pub split: Split,
@@ -354,6 +355,16 @@ pub struct HeldOut {
     pub b: String,
     pub speed: f64,
     pub predicted: f64,
+    /// The predicted p10 speed (`1 / p90 slowdown`), calibrated as the report's coverage is;
+    /// absent in files written before it.
+    #[serde(default)]
+    pub predicted_p10: Option<f64>,
+    /// What the row's fold held out: the workload of an unseen-workloads fold, the feature
+    /// value of an `unseen_<feature>` fold (a family for `unseen_model`); absent for the other
+    /// splits and in files written before it. A pair of two held-out units' jobs is in both
+    /// folds, once each.
+    #[serde(default)]
+    pub held: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -693,6 +704,8 @@ pub fn evaluate_splits(
                         b: e.b.clone(),
                         speed,
                         predicted: s.predicted,
+                        predicted_p10: s.conservative,
+                        held: fold.workload.clone().or_else(|| fold.value.clone()),
                     });
                 }
                 for key in metric_groups(e) {

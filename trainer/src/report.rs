@@ -622,3 +622,31 @@ fn heatmap(m: &Matrix) -> String {
     svg.push_str("</svg>\n");
     svg
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{held_out_csv, read_held_out};
+
+    #[test]
+    fn held_out_rows_read_back_and_older_files_still_read() {
+        let older = "split,gpu,a,b,speed,predicted\nunseen_model,v100,a3c,lm-bs5,0.5,0.6\n";
+        let rows = read_held_out(older).expect("an older file reads");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            (rows[0].predicted_p10, rows[0].held.as_deref()),
+            (None, None)
+        );
+        let mut row = rows[0].clone();
+        row.predicted_p10 = Some(0.4);
+        row.held = Some("LM".to_string());
+        let text = held_out_csv(&[row.clone(), rows[0].clone()]);
+        assert!(
+            text.starts_with("split,gpu,a,b,speed,predicted,predicted_p10,held\n"),
+            "{text}"
+        );
+        assert_eq!(
+            read_held_out(&text).expect("reads back"),
+            vec![row, rows[0].clone()]
+        );
+    }
+}
