@@ -303,11 +303,13 @@ impl FeatureSpec {
     /// What the model knows of the job encoded in `job` (one job's slice, `job_width` long)
     /// on `gpu` (`measured_of`'s device).
     pub fn novelty(&self, job: &[f32], gpu: Option<&str>) -> Novelty {
-        self.novelty_at(job, self.identity_index(job), gpu)
+        let identity = self.identity_index(job);
+        self.novelty_at(job, identity, self.measured_at(identity, gpu))
     }
 
-    /// `novelty` for the job encoded in `job`, whose identity slot is `identity`.
-    fn novelty_at(&self, job: &[f32], identity: Option<usize>, gpu: Option<&str>) -> Novelty {
+    /// `novelty` for the job encoded in `job`, whose identity slot is `identity` and whose
+    /// count on the device is `measured` (`measured_at`).
+    fn novelty_at(&self, job: &[f32], identity: Option<usize>, measured: Option<u32>) -> Novelty {
         let mut at = 0;
         for f in &self.numeric {
             let (z, missing) = (job[at], job[at + 1]);
@@ -323,7 +325,7 @@ impl FeatureSpec {
             }
         }
         if identity.is_some() {
-            match self.measured_at(identity, gpu) {
+            match measured {
                 Some(n) if n <= PROBED_MAX => Novelty::Probed,
                 _ => Novelty::Known,
             }
@@ -402,10 +404,8 @@ impl FeatureSpec {
         let gpu = self.row_gpu(row);
         let [a, b] = [&row[..job], &row[job..2 * job]].map(|j| {
             let identity = self.identity_index(j);
-            (
-                self.novelty_at(j, identity, gpu),
-                self.measured_at(identity, gpu),
-            )
+            let measured = self.measured_at(identity, gpu);
+            (self.novelty_at(j, identity, measured), measured)
         });
         (a.0.max(b.0).class(), [a.1, b.1])
     }

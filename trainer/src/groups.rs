@@ -92,12 +92,9 @@ pub fn scored(corpus: &Corpus, trained: &Trained) -> Vec<Scored> {
             if !trained.spec.modes.contains(&g.mode) {
                 continue;
             }
-            let solos: Option<Vec<f64>> = g
-                .jobs
-                .iter()
-                .map(|j| dataset.workload(&j.workload).map(|w| w.solo_throughput))
-                .collect();
-            let Some(solos) = solos else { continue };
+            let Some(solos) = dataset.group_solos(g) else {
+                continue;
+            };
             for (i, j) in pairs_of(g.jobs.len()) {
                 for (a, b) in [(i, j), (j, i)] {
                     examples.push(Example {

@@ -114,12 +114,9 @@ pub fn group_examples(datasets: &[Dataset]) -> Vec<GroupExample> {
             if !matches!(g.status, Status::Ok | Status::Oom) {
                 continue;
             }
-            let solos: Option<Vec<f64>> = g
-                .jobs
-                .iter()
-                .map(|j| d.workload(&j.workload).map(|w| w.solo_throughput))
-                .collect();
-            let Some(solos) = solos else { continue };
+            let Some(solos) = d.group_solos(g) else {
+                continue;
+            };
             let feasible = g.status == Status::Ok;
             for (job, solo) in g.jobs.iter().zip(&solos) {
                 out.push(GroupExample {

@@ -293,6 +293,16 @@ impl Dataset {
         self.workloads.iter().find(|w| w.workload == id)
     }
 
+    /// The solo throughput of each job of `group`, in its order; `None` where a job's workload
+    /// has no solo row (validation refuses one).
+    pub fn group_solos(&self, group: &Group) -> Option<Vec<f64>> {
+        group
+            .jobs
+            .iter()
+            .map(|j| self.workload(&j.workload).map(|w| w.solo_throughput))
+            .collect()
+    }
+
     /// Every job of every successful group with its speed; a group whose workload has no solo
     /// row is left out (validation refuses one).
     pub fn group_speeds(&self) -> Vec<GroupSpeed<'_>> {
