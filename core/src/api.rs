@@ -103,8 +103,13 @@ macro_rules! object_only {
     };
 }
 
+/// The name of a job's feature: compared, ordered and looked up as the `str` it holds, and
+/// stored in place up to 24 bytes (every feature name duet writes), so parsing a job's inline
+/// features allocates nothing for their names.
+pub type FeatureName = compact_str::CompactString;
+
 /// A job's features by name, `solo_throughput` included.
-pub type Features = BTreeMap<String, FeatureInput>;
+pub type Features = BTreeMap<FeatureName, FeatureInput>;
 
 /// One job of a pair: `{"workload": "<id>"}` or `{"features": {...}}`, exactly one of the two.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -686,6 +691,14 @@ mod tests {
         assert_eq!(f["d"], FeatureInput::Null);
         let back = serde_json::to_string(&f).expect("write");
         assert_eq!(back, r#"{"a":1.0,"b":2.5,"c":"x","d":null}"#);
+        // Names stored in place or (past 24 bytes) on the heap, escaped or not, read and
+        // looked up alike; a name given twice keeps its last value.
+        let long = "a_feature_name_longer_than_24_bytes";
+        let f: Features = serde_json::from_str(&format!(r#"{{"{long}": 1, "\u0062": 2, "b": 3}}"#))
+            .expect("parse");
+        assert_eq!(f[long], FeatureInput::Number(1.0));
+        assert_eq!(f["b"], FeatureInput::Number(3.0));
+        assert_eq!(f.len(), 2);
         let err = serde_json::from_str::<Features>(r#"{"a": true}"#).expect_err("bool");
         assert!(
             err.to_string()

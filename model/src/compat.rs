@@ -37,6 +37,82 @@ pub fn knows_feature(spec: &FeatureSpec, name: &str) -> bool {
             .any(|d| d.split(':').next() == Some(name))
 }
 
+/// How a model reads a feature name a client may send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// A required number (`solo_throughput` and the numeric inputs).
+    Numeric,
+    /// A required category.
+    Categorical,
+    /// A dataset column the trainer found no signal in: accepted, unused.
+    Unused,
+}
+
+/// Every feature name a client may send ([`knows_feature`]) with its [`Role`], sorted by name as
+/// a job's feature map is, so that a job's features are checked in one pass over both.
+#[derive(Debug, Clone, Default)]
+pub struct Accepted {
+    names: Vec<(String, Role)>,
+    /// How many of them are required (numeric or categorical).
+    required: usize,
+}
+
+impl Accepted {
+    pub fn of(spec: &FeatureSpec) -> Accepted {
+        let mut names: Vec<(String, Role)> = std::iter::once((SOLO_THROUGHPUT, Role::Numeric))
+            .chain(
+                spec.numeric
+                    .iter()
+                    .map(|f| (f.name.as_str(), Role::Numeric)),
+            )
+            .chain(
+                spec.categorical
+                    .iter()
+                    .map(|f| (f.name.as_str(), Role::Categorical)),
+            )
+            .chain(
+                spec.dropped
+                    .iter()
+                    .filter_map(|d| d.split(':').next())
+                    .map(|n| (n, Role::Unused)),
+            )
+            .map(|(n, r)| (n.to_string(), r))
+            .collect();
+        // A name listed twice keeps its first role in the order numeric, categorical, unused
+        // (`knows_feature`'s and the checks' order).
+        names.sort();
+        names.dedup_by(|later, first| later.0 == first.0);
+        let required = names.iter().filter(|(_, r)| *r != Role::Unused).count();
+        Accepted { names, required }
+    }
+
+    /// The roles of `names`, which come in ascending order each once (a feature map's keys):
+    /// `None` for a name the model does not accept. Walks both lists once.
+    pub fn roles<'a, I>(&'a self, names: I) -> impl Iterator<Item = (&'a str, Option<Role>)> + 'a
+    where
+        I: IntoIterator<Item = &'a str>,
+        I::IntoIter: 'a,
+    {
+        let mut at = 0;
+        names.into_iter().map(move |name| {
+            while self.names.get(at).is_some_and(|(n, _)| n.as_str() < name) {
+                at += 1;
+            }
+            let role = self
+                .names
+                .get(at)
+                .filter(|(n, _)| n == name)
+                .map(|(_, r)| *r);
+            (name, role)
+        })
+    }
+
+    /// How many names are required (numeric or categorical).
+    pub fn required(&self) -> usize {
+        self.required
+    }
+}
+
 /// `numeric`, `categorical`, or `None` for a feature the model accepts unused (or not at all).
 fn kind(spec: &FeatureSpec, name: &str) -> Option<&'static str> {
     if name == SOLO_THROUGHPUT || spec.numeric.iter().any(|f| f.name == name) {
@@ -128,6 +204,24 @@ mod tests {
     fn a_spec_replaces_itself() {
         assert!(feature_names(&spec()).contains(&"solo_throughput".to_string()));
         assert!(knows_feature(&spec(), "flops"));
+        let accepted = Accepted::of(&spec());
+        let asked = [
+            "batch_size",
+            "flops",
+            "memory",
+            "model",
+            "solo_throughput",
+            "zeta",
+        ];
+        let roles: Vec<_> = accepted.roles(asked).collect();
+        for (name, role) in &roles {
+            assert_eq!(role.is_some(), knows_feature(&spec(), name), "{name}");
+        }
+        assert_eq!(roles[0].1, Some(Role::Numeric));
+        assert_eq!(roles[1].1, Some(Role::Unused));
+        assert_eq!(roles[3].1, Some(Role::Categorical));
+        assert_eq!(roles[4].1, Some(Role::Numeric));
+        assert_eq!(accepted.required(), feature_names(&spec()).len());
         assert!(!knows_feature(&spec(), "memory"));
         let meta = |spec: FeatureSpec| {
             let mut m: ModelMeta = serde_json::from_str(

@@ -22,6 +22,8 @@ pub struct LoadedModel {
     pub engine: Box<dyn Engine>,
     /// Unix seconds when it was loaded.
     pub loaded_at: u64,
+    /// The feature names clients may send, sorted, for checking a job's features in one pass.
+    accepted: crate::compat::Accepted,
 }
 
 impl LoadedModel {
@@ -66,6 +68,7 @@ impl LoadedModel {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         Ok(LoadedModel {
+            accepted: crate::compat::Accepted::of(&meta.spec),
             meta,
             dir: dir.to_path_buf(),
             engine,
@@ -93,15 +96,15 @@ impl LoadedModel {
         let spec = &self.meta.spec;
         let mut job = JobFeatures::new();
         for (name, value) in features {
-            let numeric = name == SOLO_THROUGHPUT || spec.numeric.iter().any(|f| &f.name == name);
+            let numeric = name == SOLO_THROUGHPUT || spec.numeric.iter().any(|f| f.name == name);
             let value = match value {
                 FeatureInput::Number(v) => FeatureValue::Number(Some(*v)),
                 FeatureInput::Text(v) => FeatureValue::Category(Some(v.clone())),
                 FeatureInput::Null if numeric => FeatureValue::Number(None),
                 FeatureInput::Null => FeatureValue::Category(None),
             };
-            if numeric || spec.categorical.iter().any(|f| &f.name == name) {
-                job.insert(name.clone(), value);
+            if numeric || spec.categorical.iter().any(|f| f.name == name) {
+                job.insert(name.to_string(), value);
             }
         }
         Ok(job)
@@ -121,23 +124,28 @@ impl LoadedModel {
         features: &Features,
         field: &dyn Fn() -> String,
     ) -> Result<(), ModelError> {
-        let spec = &self.meta.spec;
-        for (name, value) in features {
-            if !self.knows_feature(name) {
-                return Err(ModelError::field(
-                    format!("{}.{name}", field()),
-                    format!(
-                        "unknown feature `{name}`; this model knows {}",
-                        self.feature_names().join(", ")
-                    ),
-                ));
-            }
-            let numeric = name == SOLO_THROUGHPUT || spec.numeric.iter().any(|f| &f.name == name);
-            if !numeric && !spec.categorical.iter().any(|f| &f.name == name) {
-                // A dataset column the trainer found no signal in: accepted as measured
-                // (a number where the dataset had numbers), unused.
-                continue;
-            }
+        use crate::compat::Role;
+        let mut required = 0;
+        // The map's names and the accepted ones, both sorted, walked once together.
+        let roles = self.accepted.roles(features.keys().map(|n| n.as_str()));
+        for ((name, role), value) in roles.zip(features.values()) {
+            let numeric = match role {
+                None => {
+                    return Err(ModelError::field(
+                        format!("{}.{name}", field()),
+                        format!(
+                            "unknown feature `{name}`; this model knows {}",
+                            self.feature_names().join(", ")
+                        ),
+                    ));
+                }
+                // A dataset column the trainer found no signal in: accepted as measured (a
+                // number where the dataset had numbers), unused.
+                Some(Role::Unused) => continue,
+                Some(Role::Numeric) => true,
+                Some(Role::Categorical) => false,
+            };
+            required += 1;
             match (value, numeric) {
                 (FeatureInput::Text(_), true) => {
                     return Err(ModelError::field(
@@ -172,8 +180,13 @@ impl LoadedModel {
                 ));
             }
         }
-        if let Some(name) =
-            crate::compat::feature_name_refs(spec).find(|n| !features.contains_key(*n))
+        // Every required name was met above where as many were; otherwise the first missing.
+        if let Some(name) = (required < self.accepted.required())
+            .then(|| {
+                crate::compat::feature_name_refs(&self.meta.spec)
+                    .find(|n| !features.contains_key(*n))
+            })
+            .flatten()
         {
             return Err(ModelError::field(
                 format!("{}.{name}", field()),

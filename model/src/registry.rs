@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use duet_core::Dataset;
-use duet_core::api::{FeatureInput, RegisteredWorkload, WorkloadBody};
+use duet_core::api::{FeatureInput, Features, RegisteredWorkload, WorkloadBody};
 use duet_core::dataset::FeatureValue;
 
 use crate::encoding::SOLO_THROUGHPUT;
@@ -249,7 +249,7 @@ fn seeds(model: &LoadedModel) -> (BTreeMap<String, RegisteredWorkload>, Vec<Stri
             }
         };
         for w in &dataset.workloads {
-            let mut features: BTreeMap<String, FeatureInput> = w
+            let mut features: Features = w
                 .features
                 .iter()
                 .filter(|(name, _)| used.contains(*name))
@@ -259,14 +259,16 @@ fn seeds(model: &LoadedModel) -> (BTreeMap<String, RegisteredWorkload>, Vec<Stri
                         FeatureValue::Category(Some(c)) => FeatureInput::Text(c.clone()),
                         _ => FeatureInput::Null,
                     };
-                    (name.clone(), input)
+                    (name.as_str().into(), input)
                 })
                 .collect();
             for name in &used {
-                features.entry(name.clone()).or_insert(FeatureInput::Null);
+                features
+                    .entry(name.as_str().into())
+                    .or_insert(FeatureInput::Null);
             }
             features.insert(
-                SOLO_THROUGHPUT.to_string(),
+                SOLO_THROUGHPUT.into(),
                 FeatureInput::Number(w.solo_throughput),
             );
             let entry = out

@@ -17,7 +17,7 @@ fn model() -> LoadedModel {
 fn features(pairs: &[(&str, FeatureInput)]) -> Features {
     pairs
         .iter()
-        .map(|(k, v)| ((*k).to_string(), v.clone()))
+        .map(|(k, v)| ((*k).into(), v.clone()))
         .collect()
 }
 
@@ -104,6 +104,26 @@ fn a_request_map_encodes_as_the_model_job_features_do() {
                 ("flops", n(1.0)),
             ]),
             "x.flops",
+        ),
+        // Unknown names sorting before and after every known one (the check walks the sorted
+        // names once), and one longer than a name stored in place.
+        (
+            features(&[
+                ("aaa", n(1.0)),
+                ("solo_throughput", n(2.0)),
+                ("batch_size", n(64.0)),
+                ("model", t("LM")),
+            ]),
+            "x.aaa",
+        ),
+        (
+            features(&[
+                ("solo_throughput", n(2.0)),
+                ("batch_size", n(64.0)),
+                ("model", t("LM")),
+                ("zzz_a_feature_name_longer_than_24_bytes", n(1.0)),
+            ]),
+            "x.zzz_a_feature_name_longer_than_24_bytes",
         ),
     ] {
         let checked = model.check_features(&f, "x").expect_err("refused");

@@ -202,6 +202,16 @@ fn bench(c: &mut Criterion) {
         let inline_pairs = pair_request(&ask, 10_000, profiles.len(), |j, pick| {
             inline(&profiles, j, pick)
         });
+        if engine == EngineKind::Burn {
+            c.bench_function("parse_10k_inline_pairs", |b| {
+                b.iter(|| {
+                    black_box(
+                        duet_server::parse_request(black_box(&inline_pairs), usize::MAX)
+                            .expect("parse"),
+                    )
+                });
+            });
+        }
         c.bench_function(&format!("predict_10k_inline_pairs_{engine}"), |b| {
             b.iter(|| {
                 black_box(duet_server::answer(&state, black_box(&inline_pairs)).expect("answer"))
@@ -210,6 +220,16 @@ fn bench(c: &mut Criterion) {
         let inline_groups = group_request(&ask, 10_000, profiles.len(), |j, pick| {
             inline(&profiles, j, pick)
         });
+        if engine == EngineKind::Burn {
+            c.bench_function(&format!("parse_10k_inline_groups_of_{k}"), |b| {
+                b.iter(|| {
+                    black_box(
+                        duet_server::parse_request(black_box(&inline_groups), usize::MAX)
+                            .expect("parse"),
+                    )
+                });
+            });
+        }
         c.bench_function(&format!("predict_10k_inline_groups_of_{k}_{engine}"), |b| {
             b.iter(|| {
                 black_box(duet_server::answer(&state, black_box(&inline_groups)).expect("answer"))

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 pub use duet_model::EngineKind;
 pub use router::router;
-pub use routes::predict::answer;
+pub use routes::predict::{answer, parse_request};
 pub use state::{AppState, Config};
 
 /// Serves `config` on `listener` until SIGTERM or Ctrl-C. Fails when the registry database

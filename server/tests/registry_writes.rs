@@ -25,9 +25,9 @@ fn body(solo: f64) -> WorkloadBody {
         profiles: BTreeMap::from([(
             "v100".to_string(),
             BTreeMap::from([
-                ("solo_throughput".to_string(), FeatureInput::Number(solo)),
-                ("model".to_string(), FeatureInput::Text("ResNet-50".into())),
-                ("batch_size".to_string(), FeatureInput::Number(64.0)),
+                ("solo_throughput".into(), FeatureInput::Number(solo)),
+                ("model".into(), FeatureInput::Text("ResNet-50".into())),
+                ("batch_size".into(), FeatureInput::Number(64.0)),
             ]),
         )]),
     }

@@ -25,7 +25,7 @@ fn body(solo: f64) -> WorkloadBody {
         kind: None,
         profiles: BTreeMap::from([(
             "v100".to_string(),
-            BTreeMap::from([("solo_throughput".to_string(), FeatureInput::Number(solo))]),
+            BTreeMap::from([("solo_throughput".into(), FeatureInput::Number(solo))]),
         )]),
     }
 }

@@ -333,7 +333,10 @@ pub fn dataset(
         let features = columns
             .iter()
             .map(|c| {
-                let value = job.features.get(&c.name).unwrap_or(&FeatureInput::Null);
+                let value = job
+                    .features
+                    .get(c.name.as_str())
+                    .unwrap_or(&FeatureInput::Null);
                 let v = match (c.kind, value) {
                     (FeatureKind::Numeric, FeatureInput::Number(v)) => {
                         FeatureValue::Number(Some(*v))
@@ -423,7 +426,7 @@ fn feature_columns<'a>(features: impl Iterator<Item = &'a Features>) -> Vec<Feat
             if name == "solo_throughput" {
                 continue;
             }
-            let seen = kinds.entry(name.clone()).or_insert((false, false));
+            let seen = kinds.entry(name.to_string()).or_insert((false, false));
             match value {
                 FeatureInput::Number(_) => seen.0 = true,
                 FeatureInput::Text(_) => seen.1 = true,

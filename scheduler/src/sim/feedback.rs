@@ -118,7 +118,7 @@ fn profile(w: &duet_core::dataset::Workload, gpu: &str) -> WorkloadBody {
                 FeatureValue::Category(Some(c)) => FeatureInput::Text(c.clone()),
                 _ => FeatureInput::Null,
             };
-            (name.clone(), value)
+            (name.as_str().into(), value)
         })
         .collect();
     features.insert(

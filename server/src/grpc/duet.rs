@@ -56,7 +56,7 @@ fn job(job: Option<Job>, field: &str) -> Result<JobRef, Failure> {
                         ));
                     }
                 };
-                values.insert(name, value);
+                values.insert(name.into(), value);
             }
             Ok(JobRef {
                 workload: None,
