@@ -72,6 +72,26 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8], budget: usize) -> Result<T, Refu
     }
 }
 
+/// `parse` for a `T` that borrows from `bytes`, where the caller needs no error of its own (it
+/// parses again with `parse` to say why): `None` on any failure, else the value and the items
+/// of the budget it left.
+pub fn parse_borrowed<'de, T: serde::Deserialize<'de>>(
+    bytes: &'de [u8],
+    budget: usize,
+) -> Option<(T, usize)> {
+    let _scope = Scope::enter(budget);
+    let value = serde_json::from_slice(bytes).ok()?;
+    Some((value, BUDGET.get().unwrap_or(budget)))
+}
+
+/// Runs `parse` with `budget` items for the bounded arrays it reads on this thread, the whole
+/// run one budget: `None` where they held more (or `parse` gave `None`).
+pub fn within<T>(budget: usize, parse: impl FnOnce() -> Option<T>) -> Option<T> {
+    let _scope = Scope::enter(budget);
+    let value = parse();
+    if OVER.get() { None } else { value }
+}
+
 /// A JSON array whose items are taken from the budget of the body being parsed; the item past
 /// the budget ends the parse.
 pub fn vec<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>

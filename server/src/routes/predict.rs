@@ -62,28 +62,53 @@ mod wire {
         pub gpu: Option<String>,
     }
     duet_core::object_only!(GroupQuery);
+
+    impl GroupQuery {
+        pub fn into_api(self) -> duet_core::api::GroupQuery {
+            duet_core::api::GroupQuery {
+                jobs: self.jobs,
+                mode: self.mode,
+                shares: self.shares,
+                gpu: self.gpu,
+            }
+        }
+    }
 }
 
+mod parts;
+
 /// Parses a prediction request, refusing it at the first item over `max_pairs`, or once
-/// parsed where its pairs and the pairs within its groups come to more.
+/// parsed where its pairs and the pairs within its groups come to more. A body of at least
+/// `shed::WHOLE_BODY_BYTES` (one that holds every core's place of work) is parsed over the
+/// cores.
 pub fn parse_request(body: &[u8], max_pairs: usize) -> Result<PredictRequest, Failure> {
-    let request = match crate::bounded::parse::<wire::PredictRequest>(body, max_pairs) {
-        Ok(b) => PredictRequest {
-            gpu: b.gpu,
-            pairs: b.pairs,
-            groups: b
-                .groups
-                .into_iter()
-                .map(|g| duet_core::api::GroupQuery {
-                    jobs: g.jobs,
-                    mode: g.mode,
-                    shares: g.shares,
-                    gpu: g.gpu,
-                })
-                .collect(),
+    parse_request_over(body, max_pairs, crate::shed::cores())
+}
+
+/// [`parse_request`] over at most `threads` threads.
+pub fn parse_request_over(
+    body: &[u8],
+    max_pairs: usize,
+    threads: usize,
+) -> Result<PredictRequest, Failure> {
+    let in_parts = (threads > 1 && body.len() >= crate::shed::WHOLE_BODY_BYTES)
+        .then(|| parts::parse(body, max_pairs, threads))
+        .flatten();
+    let request = match in_parts {
+        Some(request) => request,
+        None => match crate::bounded::parse::<wire::PredictRequest>(body, max_pairs) {
+            Ok(b) => PredictRequest {
+                gpu: b.gpu,
+                pairs: b.pairs,
+                groups: b
+                    .groups
+                    .into_iter()
+                    .map(wire::GroupQuery::into_api)
+                    .collect(),
+            },
+            Err(Refused::OverLimit) => return Err(service::over_pairs(max_pairs)),
+            Err(Refused::Invalid(f)) => return Err(f),
         },
-        Err(Refused::OverLimit) => return Err(service::over_pairs(max_pairs)),
-        Err(Refused::Invalid(f)) => return Err(f),
     };
     if service::pair_count(&request) > max_pairs {
         return Err(service::over_pairs(max_pairs));
@@ -199,7 +224,7 @@ pub async fn predict_route(
         // The work holds its places until it ends, even after its client is gone; those its
         // pairs do not need are given back once they are counted.
         tokio::task::spawn_blocking(move || {
-            let request = parse_request(&body, worker.config.max_pairs)?;
+            let request = parse_request_over(&body, worker.config.max_pairs, work.places())?;
             let places = worker
                 .limiter
                 .places_for(service::pair_count(&request), service::PARALLEL_PAIRS);
