@@ -15,6 +15,7 @@ pub mod grpc;
 pub mod intake;
 pub mod lifecycle;
 pub mod listen;
+pub mod memory;
 pub mod metrics;
 pub mod openapi;
 pub mod router;

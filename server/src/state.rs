@@ -118,6 +118,15 @@ impl Config {
         max_body_bytes.saturating_mul(4).max(64 << 20)
     }
 
+    /// The resident memory above which a large request's freed memory is given back to the
+    /// system after it (`crate::memory::trim_above`): the budget of body bytes in flight and
+    /// 64 MiB for the model, the registry and the work of the requests running.
+    pub fn memory_mark(&self) -> u64 {
+        u64::try_from(self.max_inflight_body_bytes)
+            .unwrap_or(u64::MAX)
+            .saturating_add(64 << 20)
+    }
+
     /// The model repository: `model_repo`, else the folder that holds `model`.
     pub fn repository(&self) -> PathBuf {
         self.model_repo.clone().unwrap_or_else(|| {

@@ -224,12 +224,19 @@ pub async fn predict_route(
         // The work holds its places until it ends, even after its client is gone; those its
         // pairs do not need are given back once they are counted.
         tokio::task::spawn_blocking(move || {
-            let request = parse_request_over(&body, worker.config.max_pairs, work.places())?;
-            let places = worker
-                .limiter
-                .places_for(service::pair_count(&request), service::PARALLEL_PAIRS);
-            work.fit(places);
-            answer_request(&worker, request, work.cancelled())
+            let answer = parse_request_over(&body, worker.config.max_pairs, work.places())
+                .and_then(|request| {
+                    let places = worker
+                        .limiter
+                        .places_for(service::pair_count(&request), service::PARALLEL_PAIRS);
+                    work.fit(places);
+                    answer_request(&worker, request, work.cancelled())
+                });
+            // What the request freed (answered or refused), given back where the process holds
+            // more than the bodies it admits and a working margin explain (`crate::memory`).
+            drop(body);
+            crate::memory::trim_above(worker.config.memory_mark());
+            answer
         })
         .await
         .map_err(|e| state.metrics.guards.join_failure(&e, "prediction"))??
