@@ -299,9 +299,17 @@ pub async fn with_place<T: Send + 'static>(
     let place = crate::shed::take(&state.limiter, &state.metrics.guards, method, places).await?;
     let guard = crate::shed::GiveUpOnDrop::new(place.clone());
     let worker = state.clone();
-    let answer = tokio::task::spawn_blocking(move || work(&worker, place.cancelled()))
-        .await
-        .map_err(|e| state.metrics.guards.join_failure(&e, what))?;
+    let answer = tokio::task::spawn_blocking(move || {
+        let answer = work(&worker, place.cancelled());
+        // A message split over the cores: its freed memory given back past the mark, as a
+        // large prediction body's is (`crate::memory`).
+        if places > 1 {
+            crate::memory::trim_above(worker.config.memory_mark());
+        }
+        answer
+    })
+    .await
+    .map_err(|e| state.metrics.guards.join_failure(&e, what))?;
     guard.answered();
     answer
 }

@@ -676,7 +676,13 @@ async fn infer_version(
         body.map_err(|e| body_failure(&e, state.config.max_body_bytes, "--max-body-bytes"))?;
     let worker = state.clone();
     tokio::task::spawn_blocking(move || {
-        answer(&worker, &model, &body, header_length, work.cancelled())
+        let answer = answer(&worker, &model, &body, header_length, work.cancelled());
+        // A large request's freed memory given back past the mark, as a prediction's is.
+        if body.len() > crate::routes::predict::INLINE_BODY_BYTES {
+            drop(body);
+            crate::memory::trim_above(worker.config.memory_mark());
+        }
+        answer
     })
     .await
     .map_err(|e| state.metrics.guards.join_failure(&e, "inference"))?
