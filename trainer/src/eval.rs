@@ -365,6 +365,11 @@ pub struct HeldOut {
     /// folds, once each.
     #[serde(default)]
     pub held: Option<String>,
+    /// The ln shift the row's class took in its fold (the other folds' scores), so that its
+    /// raw p10, the one its conformity score is of, is `ln predicted_p10 + shift`; absent in
+    /// files written before it.
+    #[serde(default)]
+    pub shift: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -695,7 +700,8 @@ pub fn evaluate_splits(
             let calibration = out_of_fold.calibration_for(corpus, split, fold);
             for (k, r) in scored.mlp.iter().enumerate() {
                 let e = &corpus.examples[fold.test[k]];
-                let s = mlp_scored(&r.out, e.speed, calibration.shift(r.kind, Some(&e.gpu)));
+                let shift = calibration.shift(r.kind, Some(&e.gpu));
+                let s = mlp_scored(&r.out, e.speed, shift);
                 if let Some(speed) = e.speed {
                     held_out.push(HeldOut {
                         split,
@@ -706,6 +712,7 @@ pub fn evaluate_splits(
                         predicted: s.predicted,
                         predicted_p10: s.conservative,
                         held: fold.workload.clone().or_else(|| fold.value.clone()),
+                        shift: Some(shift),
                     });
                 }
                 for key in metric_groups(e) {

@@ -633,15 +633,20 @@ mod tests {
         let rows = read_held_out(older).expect("an older file reads");
         assert_eq!(rows.len(), 1);
         assert_eq!(
-            (rows[0].predicted_p10, rows[0].held.as_deref()),
-            (None, None)
+            (
+                rows[0].predicted_p10,
+                rows[0].held.as_deref(),
+                rows[0].shift
+            ),
+            (None, None, None)
         );
         let mut row = rows[0].clone();
         row.predicted_p10 = Some(0.4);
         row.held = Some("LM".to_string());
+        row.shift = Some(0.25);
         let text = held_out_csv(&[row.clone(), rows[0].clone()]);
         assert!(
-            text.starts_with("split,gpu,a,b,speed,predicted,predicted_p10,held\n"),
+            text.starts_with("split,gpu,a,b,speed,predicted,predicted_p10,held,shift\n"),
             "{text}"
         );
         assert_eq!(
