@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod support;
-use support::{Server, TOKEN, alone, peak_rss_mib};
+use support::{Server, TOKEN, alone, peak_rss_mib, resident_mib};
 
 #[path = "../../server/tests/support/pg.rs"]
 mod pg;
@@ -56,17 +56,6 @@ fn cpu_seconds(pid: &str) -> f64 {
 /// Open descriptors of process `pid`.
 fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
-}
-
-/// `pid`'s resident memory now (VmRSS).
-fn resident_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS");
-    kib / 1024.0
 }
 
 fn addr(server: &Server) -> String {

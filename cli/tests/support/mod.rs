@@ -249,11 +249,21 @@ pub fn alone() -> std::sync::MutexGuard<'static, ()> {
 
 /// Peak resident memory of process `pid`, MiB (`VmHWM`).
 pub fn peak_rss_mib(pid: u32) -> f64 {
+    status_mib(pid, "VmHWM")
+}
+
+/// `pid`'s resident memory now (`VmRSS`), in MiB.
+pub fn resident_mib(pid: u32) -> f64 {
+    status_mib(pid, "VmRSS")
+}
+
+/// A memory line of `/proc/<pid>/status` (`key: N kB`), in MiB.
+fn status_mib(pid: u32, key: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     let kib: f64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmHWM");
+        .unwrap_or_else(|| panic!("{key} in /proc/{pid}/status"));
     kib / 1024.0
 }
