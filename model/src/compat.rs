@@ -28,13 +28,7 @@ pub fn feature_name_refs(spec: &FeatureSpec) -> impl Iterator<Item = &str> {
 /// The feature names a client may send: the model's inputs, and dataset columns the trainer
 /// found no signal in (accepted, unused).
 pub fn knows_feature(spec: &FeatureSpec, name: &str) -> bool {
-    name == SOLO_THROUGHPUT
-        || spec.numeric.iter().any(|f| f.name == name)
-        || spec.categorical.iter().any(|f| f.name == name)
-        || spec
-            .dropped
-            .iter()
-            .any(|d| d.split(':').next() == Some(name))
+    Accepted::of(spec).role(name).is_some()
 }
 
 /// How a model reads a feature name a client may send.
@@ -48,8 +42,9 @@ pub enum Role {
     Unused,
 }
 
-/// Every feature name a client may send ([`knows_feature`]) with its [`Role`], sorted by name as
-/// a job's feature map is, so that a job's features are checked in one pass over both.
+/// Every feature name a client may send with its [`Role`] (the one place that says which),
+/// sorted by name as a job's feature map is, so that a job's features are checked in one pass
+/// over both.
 #[derive(Debug, Clone, Default)]
 pub struct Accepted {
     names: Vec<(String, Role)>,
@@ -78,8 +73,7 @@ impl Accepted {
             )
             .map(|(n, r)| (n.to_string(), r))
             .collect();
-        // A name listed twice keeps its first role in the order numeric, categorical, unused
-        // (`knows_feature`'s and the checks' order).
+        // A name listed twice keeps its first role in the order numeric, categorical, unused.
         names.sort();
         names.dedup_by(|later, first| later.0 == first.0);
         let required = names.iter().filter(|(_, r)| *r != Role::Unused).count();
@@ -107,6 +101,14 @@ impl Accepted {
         })
     }
 
+    /// The role of one name; `None` for a name the model does not accept.
+    pub fn role(&self, name: &str) -> Option<Role> {
+        self.names
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()
+            .map(|at| self.names[at].1)
+    }
+
     /// How many names are required (numeric or categorical).
     pub fn required(&self) -> usize {
         self.required
@@ -114,13 +116,11 @@ impl Accepted {
 }
 
 /// `numeric`, `categorical`, or `None` for a feature the model accepts unused (or not at all).
-fn kind(spec: &FeatureSpec, name: &str) -> Option<&'static str> {
-    if name == SOLO_THROUGHPUT || spec.numeric.iter().any(|f| f.name == name) {
-        Some("numeric")
-    } else if spec.categorical.iter().any(|f| f.name == name) {
-        Some("categorical")
-    } else {
-        None
+fn kind(accepted: &Accepted, name: &str) -> Option<&'static str> {
+    match accepted.role(name)? {
+        Role::Numeric => Some("numeric"),
+        Role::Categorical => Some("categorical"),
+        Role::Unused => None,
     }
 }
 
@@ -152,13 +152,15 @@ pub fn replacement_problems(new: &ModelMeta, serving: &ModelMeta) -> Vec<String>
             ));
         }
     }
+    let (accepted_new, accepted_serving) = (Accepted::of(n), Accepted::of(s));
     for name in &sent {
-        if !knows_feature(n, name) {
+        if accepted_new.role(name).is_none() {
             problems.push(format!(
                 "feature `{name}`: clients of the serving model send it, and this model does \
                  not know it (it would refuse them)"
             ));
-        } else if let (Some(was), Some(is)) = (kind(s, name), kind(n, name))
+        } else if let (Some(was), Some(is)) =
+            (kind(&accepted_serving, name), kind(&accepted_new, name))
             && was != is
         {
             problems.push(format!(
@@ -215,7 +217,7 @@ mod tests {
         ];
         let roles: Vec<_> = accepted.roles(asked).collect();
         for (name, role) in &roles {
-            assert_eq!(role.is_some(), knows_feature(&spec(), name), "{name}");
+            assert_eq!(*role, accepted.role(name), "{name}");
         }
         assert_eq!(roles[0].1, Some(Role::Numeric));
         assert_eq!(roles[1].1, Some(Role::Unused));

@@ -83,7 +83,7 @@ impl LoadedModel {
     /// The feature names a client may send: the model's inputs, and dataset columns the
     /// trainer found no signal in (accepted, unused).
     pub fn knows_feature(&self, name: &str) -> bool {
-        crate::compat::knows_feature(&self.meta.spec, name)
+        self.accepted.role(name).is_some()
     }
 
     /// A client's features as the model's job features, checked (`check_features`).
@@ -92,20 +92,24 @@ impl LoadedModel {
         features: &Features,
         field: &str,
     ) -> Result<JobFeatures, ModelError> {
+        use crate::compat::Role;
         self.check_features(features, field)?;
-        let spec = &self.meta.spec;
         let mut job = JobFeatures::new();
-        for (name, value) in features {
-            let numeric = name == SOLO_THROUGHPUT || spec.numeric.iter().any(|f| f.name == name);
+        let roles = self.accepted.roles(features.keys().map(|n| n.as_str()));
+        for ((name, role), value) in roles.zip(features.values()) {
+            // Checked above: every name is accepted; an unused one is not the model's.
+            let numeric = match role {
+                Some(Role::Numeric) => true,
+                Some(Role::Categorical) => false,
+                Some(Role::Unused) | None => continue,
+            };
             let value = match value {
                 FeatureInput::Number(v) => FeatureValue::Number(Some(*v)),
                 FeatureInput::Text(v) => FeatureValue::Category(Some(v.clone())),
                 FeatureInput::Null if numeric => FeatureValue::Number(None),
                 FeatureInput::Null => FeatureValue::Category(None),
             };
-            if numeric || spec.categorical.iter().any(|f| f.name == name) {
-                job.insert(name.to_string(), value);
-            }
+            job.insert(name.to_string(), value);
         }
         Ok(job)
     }
