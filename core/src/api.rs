@@ -267,7 +267,8 @@ pub struct Prediction {
     /// `1 / speed`: how many times longer a job takes next to the other.
     pub slowdown_a: f32,
     pub slowdown_b: f32,
-    /// The conservative slowdown: 90% of pairs like this one slow down less.
+    /// The conservative slowdown: 90% of pairs like this one slow down less; never below
+    /// `slowdown_a` (the median).
     pub slowdown_a_p90: f32,
     pub slowdown_b_p90: f32,
     /// `speed_a + speed_b`: the pair's total normalised throughput (1 = running one job alone).

@@ -264,6 +264,17 @@ impl Decode {
         d
     }
 
+    /// One direction's ln speed and its calibrated ln p10 speed (`-ln` of the p90 slowdown it
+    /// is answered with): the p10 after the class's shift, never above the speed itself. The
+    /// p10 head is a quantile of its own and a shift may narrow it (a class whose held-out p10s
+    /// were too wide has a negative shift), so for some pairs the shifted p10 lands above the
+    /// point; a p90 slowdown below the median one would say the job is surely faster than
+    /// expected, and a price read from it would favour the pair for its uncertainty.
+    pub fn calibrated(&self, side: usize, out: &[f32]) -> (f64, f64) {
+        let (speed, p10) = self.ln_speeds(side, out);
+        (speed, (p10 - self.shift).min(speed))
+    }
+
     /// One direction's ln speed and ln p10 speed (before the shift) from its network outputs:
     /// the network's, or weighted with the prior's where `side` has one.
     pub fn ln_speeds(&self, side: usize, out: &[f32]) -> (f64, f64) {
@@ -299,8 +310,8 @@ pub fn predictions(kinds: &[Decode], outputs: &[f32]) -> Vec<Prediction> {
         .zip(kinds)
         .map(|(rows, d)| {
             let (ab, ba) = rows.split_at(OUTPUTS);
-            let (ln_a, ln_a_p10) = d.ln_speeds(0, ab);
-            let (ln_b, ln_b_p10) = d.ln_speeds(1, ba);
+            let (ln_a, ln_a_p10) = d.calibrated(0, ab);
+            let (ln_b, ln_b_p10) = d.calibrated(1, ba);
             let speed_a = bounded_exp(ln_a);
             let speed_b = bounded_exp(ln_b);
             let logit =
@@ -315,8 +326,9 @@ pub fn predictions(kinds: &[Decode], outputs: &[f32]) -> Vec<Prediction> {
                 speed_b: single(speed_b),
                 slowdown_a: single(1.0 / speed_a),
                 slowdown_b: single(1.0 / speed_b),
-                slowdown_a_p90: single(bounded_exp(d.shift - ln_a_p10)),
-                slowdown_b_p90: single(bounded_exp(d.shift - ln_b_p10)),
+                // At least the slowdown to the last bit (both read from the bounded speed).
+                slowdown_a_p90: single(bounded_exp(-ln_a_p10).max(1.0 / speed_a)),
+                slowdown_b_p90: single(bounded_exp(-ln_b_p10).max(1.0 / speed_b)),
                 combined: single(speed_a + speed_b),
                 calibration: d.class,
                 measured_a: d.measured[0],
@@ -626,5 +638,36 @@ mod tests {
             assert!(v.is_finite() && v >= 0.0, "{p:?}");
         }
         assert!(p.speed_a > 1e30 && p.speed_b < 1e-30, "{p:?}");
+        assert!(p.slowdown_a_p90 >= p.slowdown_a && p.slowdown_b_p90 >= p.slowdown_b);
+    }
+
+    #[test]
+    fn a_p90_slowdown_is_never_below_the_median_one() {
+        // (a, b): the p10 head 0.05 below the speed; (b, a): 0.02 above it (a crossed head).
+        let outputs = [-0.5, -0.55, 2.0, -0.3, -0.28, 2.0];
+        let decode = |shift: f64| Decode {
+            class: Calibration::Known,
+            shift,
+            prior: [None, None],
+            measured: [None, None],
+        };
+        // A shift of -0.1 narrows both past the point: each p90 is its slowdown.
+        let p = predictions(&[decode(-0.1)], &outputs)[0];
+        assert_eq!(p.slowdown_a_p90, p.slowdown_a, "{p:?}");
+        assert_eq!(p.slowdown_b_p90, p.slowdown_b, "{p:?}");
+        // A shift of 0.01 keeps `a` wider than its point and `b`'s crossed head at it.
+        let p = predictions(&[decode(0.01)], &outputs)[0];
+        let want = (f64::from(0.55f32) + 0.01).exp();
+        assert!(
+            (f64::from(p.slowdown_a_p90) - want).abs() < 1e-5 * want,
+            "{p:?}"
+        );
+        assert!(p.slowdown_a_p90 > p.slowdown_a, "{p:?}");
+        assert_eq!(p.slowdown_b_p90, p.slowdown_b, "{p:?}");
+        let at = |shift: f64| decode(shift).calibrated(1, &outputs[3..]);
+        assert_eq!(at(0.01), (f64::from(-0.3f32), f64::from(-0.3f32)));
+        // A shift of 0.1 widens `b` past its point too.
+        let (speed, p10) = at(0.1);
+        assert!((p10 - (f64::from(-0.28f32) - 0.1)).abs() < 1e-12 && p10 < speed);
     }
 }

@@ -27,8 +27,11 @@ use duet_model::{EngineKind, LoadedModel, Registry, predict};
 /// refitted on this machine's floating-point kernels); the previous model.json still hashes to
 /// that value with this code. Unchanged when issue 37 gave a probed job's pairs the effects prior
 /// (the default model retrained with `probed_weight`s): no job of the fixture is probed, and the
-/// refitted networks answer to the bit as before.
-const EXPECTED: &str = "d3f14c39f0d99696";
+/// refitted networks answer to the bit as before. Changed from `d3f14c39f0d99696` when a p90
+/// slowdown was capped below by its slowdown (`Decode::calibrated`): 4 of the fixture's 20,000
+/// answers, all `new`, had a p90 below their slowdown and now have it equal; the model is
+/// unchanged.
+const EXPECTED: &str = "a6e1c02701397efb";
 
 fn root() -> PathBuf {
     PathBuf::from(

@@ -40,12 +40,18 @@ pub const FOLDS: usize = 5;
 pub const PREDICTORS: [&str; 5] = ["mlp", "ridge", "low_rank", "utilisation_sum", "constant"];
 
 /// The MLP's prediction for one row from its network outputs `o` (`OUTPUTS` values) and the
-/// conformal shift of the row's kind.
+/// conformal shift of the row's kind: the p10 shifted, never above the point, as served
+/// (`Decode::calibrated`).
 pub fn mlp_scored(o: &[f32], speed: Option<f64>, shift: f64) -> Scored {
+    let ln_speed = f64::from(o[OUT_LOG_SPEED]);
     Scored {
         speed,
-        predicted: f64::from(o[OUT_LOG_SPEED]).exp(),
-        conservative: Some((f64::from(o[OUT_LOG_SPEED_P10]) - shift).exp()),
+        predicted: ln_speed.exp(),
+        conservative: Some(
+            (f64::from(o[OUT_LOG_SPEED_P10]) - shift)
+                .min(ln_speed)
+                .exp(),
+        ),
         feasible: Some(o[OUT_FEASIBLE_LOGIT] > 0.0),
     }
 }
@@ -355,8 +361,8 @@ pub struct HeldOut {
     pub b: String,
     pub speed: f64,
     pub predicted: f64,
-    /// The predicted p10 speed (`1 / p90 slowdown`), calibrated as the report's coverage is;
-    /// absent in files written before it.
+    /// The predicted p10 speed (`1 / p90 slowdown`), calibrated as the report's coverage is
+    /// and as served (never above `predicted`); absent in files written before it.
     #[serde(default)]
     pub predicted_p10: Option<f64>,
     /// What the row's fold held out: the workload of an unseen-workloads fold, the feature
@@ -366,8 +372,9 @@ pub struct HeldOut {
     #[serde(default)]
     pub held: Option<String>,
     /// The ln shift the row's class took in its fold (the other folds' scores), so that its
-    /// raw p10, the one its conformity score is of, is `ln predicted_p10 + shift`; absent in
-    /// files written before it.
+    /// raw p10, the one its conformity score is of, is `ln predicted_p10 + shift` where
+    /// `predicted_p10` is below `predicted` (at it, the p10 may have been lowered to the point);
+    /// absent in files written before it.
     #[serde(default)]
     pub shift: Option<f64>,
 }

@@ -2,10 +2,10 @@
 //! model a request names, the checks of its one input tensor (`pairs`, FP32 `[N, width]`) and
 //! the forward pass to its outputs: `outputs` (FP32 `[N, 3]`: ln speed, ln p10 speed as the
 //! network gives it, feasibility logit), `calibrated` (FP32 `[N, 1]`: the ln p10 speed after the
-//! conformal shift of the row's calibration class, `-ln slowdown_p90` of `/v1/predict`; for a
-//! row with a job of a new family or a probed job, weighted with the model's effects prior first,
-//! as there) and
-//! `calibration` (INT32 `[N, 1]`: that class, 0 known, 1 new, 2 new_family, 3 conservative, 4 probed).
+//! conformal shift of the row's calibration class, never above the row's ln speed: `-ln
+//! slowdown_p90` of `/v1/predict`; for a row with a job of a new family or a probed job,
+//! weighted with the model's effects prior first, as there) and `calibration` (INT32 `[N, 1]`:
+//! that class, 0 known, 1 new, 2 new_family, 3 conservative, 4 probed).
 //! The HTTP route (`crate::routes::kserve`, JSON or the binary tensor extension) and the gRPC
 //! service (`crate::grpc::kserve`) parse their wire format into these calls, so both refuse the
 //! same tensors with the same words.
@@ -117,7 +117,8 @@ pub fn input_spec(model: &LoadedModel) -> TensorSpec {
 pub enum Output {
     /// `outputs`: the network's ln speed, ln p10 speed and feasibility logit.
     Raw,
-    /// `calibrated`: the ln p10 speed after the row's calibration shift.
+    /// `calibrated`: the ln p10 speed after the row's calibration shift, never above its ln
+    /// speed.
     Calibrated,
     /// `calibration`: the row's calibration class, its index in `Calibration::ALL`.
     Calibration,
@@ -353,7 +354,7 @@ pub fn run(
         outputs
             .chunks_exact(OUTPUTS)
             .zip(&classes)
-            .map(|(row, d)| (d.ln_speeds(0, row).1 - d.shift) as f32)
+            .map(|(row, d)| d.calibrated(0, row).1 as f32)
             .collect::<Vec<f32>>()
     });
     #[allow(clippy::cast_possible_wrap, clippy::cast_possible_truncation)]

@@ -162,7 +162,8 @@ pub struct Prediction {
     pub slowdown_a: f32,
     #[prost(float, tag = "6")]
     pub slowdown_b: f32,
-    /// The conservative slowdown: 90% of pairs like this one slow down less.
+    /// The conservative slowdown: 90% of pairs like this one slow down less; never below
+    /// slowdown_a (the median).
     #[prost(float, tag = "7")]
     pub slowdown_a_p90: f32,
     #[prost(float, tag = "8")]
