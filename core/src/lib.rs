@@ -11,6 +11,7 @@ pub mod features;
 pub mod hash;
 pub mod import;
 pub mod panic;
+pub mod parallel;
 pub mod progress;
 pub mod rng;
 pub mod stats;

@@ -204,27 +204,17 @@ impl Engine for OnnxEngine {
         }
         // A large batch: one slice of rows per core, each on its own single-threaded session.
         let chunk = rows.div_ceil(cores) * self.width;
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = inputs
-                .chunks(chunk)
-                .zip(&self.small)
-                .map(|(data, session)| {
-                    scope.spawn(move || {
-                        let mut session = session
-                            .lock()
-                            .map_err(|_| "an ONNX Runtime session panicked".to_string())?;
-                        run_on(&mut session, data, self.width)
-                    })
-                })
-                .collect();
-            let mut out = Vec::with_capacity(rows * OUTPUTS);
-            for handle in handles {
-                let part = handle
-                    .join()
-                    .map_err(|_| "an ONNX Runtime worker panicked".to_string())??;
-                out.extend(part);
-            }
-            Ok(out)
-        })
+        let chunks: Vec<&[f32]> = inputs.chunks(chunk).collect();
+        let parts = duet_core::parallel::each(chunks.len(), |k| {
+            let mut session = self.small[k]
+                .lock()
+                .map_err(|_| "an ONNX Runtime session panicked".to_string())?;
+            run_on(&mut session, chunks[k], self.width)
+        });
+        let mut out = Vec::with_capacity(rows * OUTPUTS);
+        for part in parts {
+            out.extend(part.map_err(|_| "an ONNX Runtime worker panicked".to_string())??);
+        }
+        Ok(out)
     }
 }

@@ -308,16 +308,11 @@ fn numbers_split(
     let starts: Vec<usize> = std::iter::once(first)
         .chain(commas.iter().map(|c| c + 1))
         .collect();
-    let pieces: Vec<Option<(Vec<f32>, usize)>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = starts[1..]
-            .iter()
-            .zip(&ends[1..])
-            .map(|(&start, &end)| scope.spawn(move || numbers(bytes, start, end, cap)))
+    let pieces: Vec<Option<(Vec<f32>, usize)>> =
+        duet_core::parallel::each(threads, |t| numbers(bytes, starts[t], ends[t], cap))
+            .into_iter()
+            .map(|piece| piece.ok().flatten())
             .collect();
-        let mut out = vec![numbers(bytes, starts[0], ends[0], cap)];
-        out.extend(handles.into_iter().map(|h| h.join().ok().flatten()));
-        out
-    });
     let mut values = Vec::with_capacity(pieces.iter().flatten().map(|(v, _)| v.len()).sum());
     let mut at = first;
     for piece in pieces {

@@ -410,24 +410,19 @@ fn joined(arrays: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-/// `work` for parts `0..parts`, each on its own thread, joined in order: the first failing
-/// part's failure is the request's (it names the first bad pair or group).
+/// `work` for parts `0..parts`, over the cores (`duet_core::parallel::each`), joined in order:
+/// the first failing part's failure is the request's (it names the first bad pair or group).
 fn in_parts<T: Send>(
     state: &AppState,
     parts: usize,
     work: impl Fn(usize) -> Result<T, Failure> + Sync,
 ) -> Result<Vec<T>, Failure> {
-    let work = &work;
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..parts).map(|k| scope.spawn(move || work(k))).collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(state.metrics.guards.panicked("prediction worker")))
-            })
-            .collect()
-    })
+    duet_core::parallel::each(parts, work)
+        .into_iter()
+        .map(|part| {
+            part.unwrap_or_else(|_| Err(state.metrics.guards.panicked("prediction worker")))
+        })
+        .collect()
 }
 
 /// Checks, encodes and runs every pair of `request` on the serving model and registry (one

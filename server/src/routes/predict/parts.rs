@@ -35,7 +35,7 @@ struct Part<'a> {
     bytes: usize,
 }
 
-/// `body` parsed in up to `parts` parts, each on its own thread, with at most `budget` items
+/// `body` parsed in up to `parts` parts over the cores (`duet_core::parallel::each`), with at most `budget` items
 /// in its bounded arrays (`bounded::parse`'s count); `None` where the one-pass parse must
 /// answer (see the module's doc).
 pub fn parse(body: &[u8], budget: usize, parts: usize) -> Option<PredictRequest> {
@@ -47,19 +47,11 @@ pub fn parse(body: &[u8], budget: usize, parts: usize) -> Option<PredictRequest>
     let (outline, left) = bounded::parse_borrowed::<Outline>(body, budget)?;
     let split = split(&outline.pairs, &outline.groups, parts.max(1));
     let total: usize = split.iter().map(|p| p.bytes).sum::<usize>().max(1);
-    let parsed: Vec<Option<(Vec<PairQuery>, Vec<GroupQuery>)>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = split
-            .iter()
-            .map(|part| {
-                // The part's share of the items left, in proportion to its bytes.
-                let share = left.saturating_mul(part.bytes) / total;
-                scope.spawn(move || bounded::within(share, || parse_part(part)))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().ok().flatten())
-            .collect()
+    let parsed = duet_core::parallel::each(split.len(), |k| {
+        let part = &split[k];
+        // The part's share of the items left, in proportion to its bytes.
+        let share = left.saturating_mul(part.bytes) / total;
+        bounded::within(share, || parse_part(part))
     });
     let mut request = PredictRequest {
         gpu: outline.gpu,
@@ -67,7 +59,7 @@ pub fn parse(body: &[u8], budget: usize, parts: usize) -> Option<PredictRequest>
         groups: Vec::with_capacity(outline.groups.len()),
     };
     for part in parsed {
-        let (pairs, groups) = part?;
+        let (pairs, groups) = part.ok().flatten()?;
         request.pairs.extend(pairs);
         request.groups.extend(groups);
     }
