@@ -229,6 +229,19 @@ fn bench(c: &mut Criterion) {
                     )
                 });
             });
+            // What freeing a parsed request costs (its jobs' feature maps).
+            for (name, body) in [
+                ("drop_10k_inline_pairs".to_string(), &inline_pairs),
+                (format!("drop_10k_inline_groups_of_{k}"), &inline_groups),
+            ] {
+                c.bench_function(&name, |b| {
+                    b.iter_batched(
+                        || duet_server::parse_request(body, usize::MAX).expect("parse"),
+                        drop,
+                        criterion::BatchSize::LargeInput,
+                    );
+                });
+            }
         }
         c.bench_function(&format!("predict_10k_inline_groups_of_{k}_{engine}"), |b| {
             b.iter(|| {

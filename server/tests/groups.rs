@@ -258,6 +258,7 @@ fn a_large_answer_written_over_the_cores_is_what_serde_writes() {
         &state,
         request,
         &std::sync::atomic::AtomicBool::new(false),
+        &mut duet_server::service::predict::Spent::default(),
     )
     .expect("predicted");
     assert_eq!(groups.len(), n);

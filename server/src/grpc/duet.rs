@@ -20,7 +20,7 @@ use super::proto::duet::v1::{
 use super::{authorize_read, call, with_place};
 use crate::error::Failure;
 use crate::routes::predict::INLINE_BODY_BYTES;
-use crate::service::predict::{over_pairs, pair_count, predict, predict_with_groups};
+use crate::service::predict::{Spent, over_pairs, pair_count, predict, predict_with_groups};
 
 pub(crate) const PREDICT: &str = "/duet.v1.Predictor/Predict";
 
@@ -199,7 +199,8 @@ fn answer(
             groups: Vec::new(),
         });
     }
-    let (model_version, predictions, groups) = predict_with_groups(state, request, cancelled)?;
+    let (model_version, predictions, groups) =
+        predict_with_groups(state, request, cancelled, &mut Spent::default())?;
     Ok(PredictResponse {
         model_version,
         predictions: predictions.iter().map(prediction).collect(),

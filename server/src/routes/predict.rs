@@ -16,7 +16,7 @@ use duet_core::api::{PredictRequest, PredictResponse};
 
 use crate::bounded::Refused;
 use crate::error::{Failure, body_failure};
-use crate::service::predict::{self as service, JsonItems};
+use crate::service::predict::{self as service, JsonItems, Spent};
 use crate::shed::Work;
 use crate::state::AppState;
 
@@ -139,10 +139,23 @@ pub fn answer_request(
     request: PredictRequest,
     cancelled: &AtomicBool,
 ) -> Result<Vec<u8>, Failure> {
+    answer_keeping(state, request, cancelled, &mut Spent::default())
+}
+
+/// `answer_request`, with the request and what was built from it kept in `spent` for its caller
+/// to free after the answer is out.
+pub fn answer_keeping(
+    state: &AppState,
+    request: PredictRequest,
+    cancelled: &AtomicBool,
+    spent: &mut Spent,
+) -> Result<Vec<u8>, Failure> {
     if !request.groups.is_empty() {
-        return answer_with_groups(state, request, cancelled);
+        return answer_with_groups(state, request, cancelled, spent);
     }
-    let predicted = service::predict::<JsonItems>(state, &request, cancelled)?;
+    let predicted = service::predict::<JsonItems>(state, &request, cancelled);
+    spent.keep(request);
+    let predicted = predicted?;
     let version = serde_json::to_string(predicted.model.version())
         .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     let arrays = predicted.parts;
@@ -166,9 +179,10 @@ fn answer_with_groups(
     state: &AppState,
     request: PredictRequest,
     cancelled: &AtomicBool,
+    spent: &mut Spent,
 ) -> Result<Vec<u8>, Failure> {
     let (model_version, predictions, groups) =
-        service::predict_with_groups(state, request, cancelled)?;
+        service::predict_with_groups(state, request, cancelled, spent)?;
     if groups.is_empty() {
         return serde_json::to_vec(&PredictResponse {
             model_version,
@@ -191,6 +205,25 @@ fn answer_with_groups(
     out.extend_from_slice(&groups);
     out.push(b'}');
     Ok(out)
+}
+
+/// What a large request leaves once its answer is out: the request and its body are freed, what
+/// they freed (answered or refused) is given back where the process holds more than the bodies
+/// it admits and a working margin explain (`crate::memory`), and only then are its places given
+/// back, so that the next request's work never overlaps its freeing.
+struct Leftover {
+    spent: Spent,
+    body: Bytes,
+    mark: u64,
+    _work: Work,
+}
+
+impl Drop for Leftover {
+    fn drop(&mut self) {
+        drop(std::mem::take(&mut self.spent));
+        self.body = Bytes::new();
+        crate::memory::trim_above(self.mark);
+    }
 }
 
 #[utoipa::path(post, tag = "predict", path = "/v1/predict", request_body = PredictRequest, responses(
@@ -223,23 +256,32 @@ pub async fn predict_route(
         let worker = state.clone();
         // The work holds its places until it ends, even after its client is gone; those its
         // pairs do not need are given back once they are counted.
-        tokio::task::spawn_blocking(move || {
+        let (answer, leftover) = tokio::task::spawn_blocking(move || {
+            let mut spent = Spent::default();
             let answer = parse_request_over(&body, worker.config.max_pairs, work.places())
                 .and_then(|request| {
                     let places = worker
                         .limiter
                         .places_for(service::pair_count(&request), service::PARALLEL_PAIRS);
                     work.fit(places);
-                    answer_request(&worker, request, work.cancelled())
+                    answer_keeping(&worker, request, work.cancelled(), &mut spent)
                 });
-            // What the request freed (answered or refused), given back where the process holds
-            // more than the bodies it admits and a working margin explain (`crate::memory`).
-            drop(body);
-            crate::memory::trim_above(worker.config.memory_mark());
-            answer
+            let mark = worker.config.memory_mark();
+            (
+                answer,
+                Leftover {
+                    spent,
+                    body,
+                    mark,
+                    _work: work,
+                },
+            )
         })
         .await
-        .map_err(|e| state.metrics.guards.join_failure(&e, "prediction"))??
+        .map_err(|e| state.metrics.guards.join_failure(&e, "prediction"))?;
+        // Freed once the answer is handed over (a request given up is freed where it ends).
+        tokio::task::spawn_blocking(move || drop(leftover));
+        answer?
     };
     Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response())
 }

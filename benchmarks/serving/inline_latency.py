@@ -1,0 +1,58 @@
+"""p50 and p90 latency of large requests whose jobs are all given by their features, against a
+running `duet serve`, one after another on one connection (5 warm-up requests, then 30 of each):
+10,000 pairs and 10,000 groups of GROUP_SIZE jobs (default 4), every job a registered profile on
+the model's first device with its solo throughput scaled by 1 + k / 1e7, so that no two jobs of a
+request are alike (as `cargo bench -p duet-server --bench predict`'s inline requests). PAUSE_MS
+(default 0) waits between requests, as a pricing loop does between its rounds: what the server
+does after an answer is then off the next request's path.
+
+Usage: python benchmarks/serving/inline_latency.py PORT [GROUP_SIZE] [PAUSE_MS]
+"""
+import http.client, json, statistics, sys, time
+
+port = int(sys.argv[1])
+size = int(sys.argv[2]) if len(sys.argv) > 2 else 4
+pause = float(sys.argv[3]) / 1000 if len(sys.argv) > 3 else 0.0
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+
+
+def call(method, path, body=None):
+    c.request(method, path, body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    assert r.status == 200, (r.status, data[:300])
+    return data
+
+
+workloads = json.loads(call("GET", "/v1/workloads"))
+gpu = sorted(workloads[0]["profiles"])[0]
+profiles = [w["profiles"][gpu] for w in workloads if gpu in w["profiles"]]
+
+
+def job(k):
+    features = dict(profiles[(k * 7919) % len(profiles)])
+    features["solo_throughput"] *= 1 + k / 1e7
+    return {"features": features}
+
+
+def mode_of():
+    # The serving model's first mode.
+    return json.loads(call("GET", "/v1/models"))[0]["meta"]["spec"]["modes"][0]
+
+
+mode = mode_of()
+pairs = json.dumps({"gpu": gpu, "pairs": [
+    {"a": job(2 * i), "b": job(2 * i + 1), "mode": mode} for i in range(10_000)]}).encode()
+groups = json.dumps({"gpu": gpu, "groups": [
+    {"jobs": [job(size * g + j) for j in range(size)], "mode": mode} for g in range(10_000)]}).encode()
+for name, body in (("10,000 inline pairs", pairs), (f"10,000 inline groups of {size}", groups)):
+    t = []
+    for i in range(35):
+        time.sleep(pause)
+        s = time.perf_counter()
+        call("POST", "/v1/predict", body)
+        if i >= 5:
+            t.append((time.perf_counter() - s) * 1000)
+    t.sort()
+    print(f"{name} ({len(body) / 1e6:.1f} MB): p50 {statistics.median(t):.1f} ms, "
+          f"p90 {t[int(len(t) * 0.9)]:.1f} ms")
