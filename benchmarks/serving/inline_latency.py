@@ -1,32 +1,41 @@
-"""p50 and p90 latency of large requests whose jobs are all given by their features, against a
-running `duet serve`, one after another on one connection (5 warm-up requests, then 30 of each):
+"""p50 and p90 latency of large requests whose jobs are all given by their features, against
+running `duet serve`s, one request at a time (5 warm-up requests each, then ROUNDS of each):
 10,000 pairs and 10,000 groups of GROUP_SIZE jobs (default 4), every job a registered profile on
 the model's first device with its solo throughput scaled by 1 + k / 1e7, so that no two jobs of a
 request are alike (as `cargo bench -p duet-server --bench predict`'s inline requests). PAUSE_MS
-(default 0) waits between requests, as a pricing loop does between its rounds: what the server
+(default 0) waits between requests, as a pricing loop does between its rounds: what a server
 does after an answer is then off the next request's path.
 
-Usage: python benchmarks/serving/inline_latency.py PORT [GROUP_SIZE] [PAUSE_MS]
+PORTS is one port or several separated by commas (servers of the same model, for example two
+builds): the requests alternate between them, so that each server's figures are taken under
+the same load of the machine, which on a shared machine moves more between minutes than a
+change of a few milliseconds does.
+
+Usage: python benchmarks/serving/inline_latency.py PORTS [GROUP_SIZE] [PAUSE_MS] [ROUNDS]
 """
 import http.client, json, statistics, sys, time
 
-port = int(sys.argv[1])
+ports = [int(p) for p in sys.argv[1].split(",")]
 size = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 pause = float(sys.argv[3]) / 1000 if len(sys.argv) > 3 else 0.0
-c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 30
+connections = {p: http.client.HTTPConnection("127.0.0.1", p, timeout=120) for p in ports}
 
 
-def call(method, path, body=None):
+def call(port, method, path, body=None):
+    c = connections[port]
     c.request(method, path, body, {"Content-Type": "application/json"})
     r = c.getresponse()
     data = r.read()
-    assert r.status == 200, (r.status, data[:300])
+    assert r.status == 200, (port, r.status, data[:300])
     return data
 
 
-workloads = json.loads(call("GET", "/v1/workloads"))
+workloads = json.loads(call(ports[0], "GET", "/v1/workloads"))
 gpu = sorted(workloads[0]["profiles"])[0]
 profiles = [w["profiles"][gpu] for w in workloads if gpu in w["profiles"]]
+# The serving model's first mode.
+mode = json.loads(call(ports[0], "GET", "/v1/models"))[0]["meta"]["spec"]["modes"][0]
 
 
 def job(k):
@@ -35,24 +44,20 @@ def job(k):
     return {"features": features}
 
 
-def mode_of():
-    # The serving model's first mode.
-    return json.loads(call("GET", "/v1/models"))[0]["meta"]["spec"]["modes"][0]
-
-
-mode = mode_of()
 pairs = json.dumps({"gpu": gpu, "pairs": [
     {"a": job(2 * i), "b": job(2 * i + 1), "mode": mode} for i in range(10_000)]}).encode()
 groups = json.dumps({"gpu": gpu, "groups": [
     {"jobs": [job(size * g + j) for j in range(size)], "mode": mode} for g in range(10_000)]}).encode()
 for name, body in (("10,000 inline pairs", pairs), (f"10,000 inline groups of {size}", groups)):
-    t = []
-    for i in range(35):
-        time.sleep(pause)
-        s = time.perf_counter()
-        call("POST", "/v1/predict", body)
-        if i >= 5:
-            t.append((time.perf_counter() - s) * 1000)
-    t.sort()
-    print(f"{name} ({len(body) / 1e6:.1f} MB): p50 {statistics.median(t):.1f} ms, "
-          f"p90 {t[int(len(t) * 0.9)]:.1f} ms")
+    times = {p: [] for p in ports}
+    for i in range(5 + rounds):
+        for port in ports:
+            time.sleep(pause)
+            s = time.perf_counter()
+            call(port, "POST", "/v1/predict", body)
+            if i >= 5:
+                times[port].append((time.perf_counter() - s) * 1000)
+    for port, t in times.items():
+        t.sort()
+        print(f"port {port}: {name} ({len(body) / 1e6:.1f} MB): p50 {statistics.median(t):.1f} ms, "
+              f"p90 {t[int(len(t) * 0.9)]:.1f} ms")

@@ -207,15 +207,15 @@ fn answer_with_groups(
     Ok(out)
 }
 
-/// What a large request leaves once its answer is out: the request and its body are freed, what
-/// they freed (answered or refused) is given back where the process holds more than the bodies
-/// it admits and a working margin explain (`crate::memory`), and only then are its places given
-/// back, so that the next request's work never overlaps its freeing.
+/// What a large request leaves once its answer is out: the request and its body are freed, and
+/// what they freed (answered or refused) is given back where the process holds more than the
+/// bodies it admits and a working margin explain (`crate::memory`). Its places are given back
+/// with its answer, as before: held for the freeing too, they would refuse the next request of
+/// a client that waits for each answer (`--max-queue 0`) for a few milliseconds of freeing.
 struct Leftover {
     spent: Spent,
     body: Bytes,
     mark: u64,
-    _work: Work,
 }
 
 impl Drop for Leftover {
@@ -267,15 +267,8 @@ pub async fn predict_route(
                     answer_keeping(&worker, request, work.cancelled(), &mut spent)
                 });
             let mark = worker.config.memory_mark();
-            (
-                answer,
-                Leftover {
-                    spent,
-                    body,
-                    mark,
-                    _work: work,
-                },
-            )
+            drop(work);
+            (answer, Leftover { spent, body, mark })
         })
         .await
         .map_err(|e| state.metrics.guards.join_failure(&e, "prediction"))?;
