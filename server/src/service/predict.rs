@@ -54,8 +54,9 @@ fn array_of<T: serde::Serialize>(items: &[T]) -> Result<Vec<u8>, Failure> {
 }
 
 /// What a prediction leaves to free: its parsed request and what was built from it. Freeing a
-/// large inline request's feature maps takes about a fifteenth of its time, so the HTTP route
-/// frees them after its answer is handed over; another caller frees them where it drops this.
+/// large inline request's feature maps takes about a tenth of its time (BENCHMARKS.md, "A
+/// request freed after its answer"), so the HTTP route frees them after its answer is handed
+/// over; another caller frees them where it drops this.
 #[derive(Default)]
 pub struct Spent(Vec<Box<dyn Send>>);
 
