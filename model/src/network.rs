@@ -30,6 +30,15 @@ pub fn bounded_exp(x: impl Into<f64>) -> f64 {
     x.clamp(-LOG_BOUND, LOG_BOUND).exp()
 }
 
+/// The calibrated ln p10 speed (`-ln` of the p90 slowdown answered): the network's ln p10 less
+/// its calibration class's `shift`, never above the ln speed. The p10 head is a quantile of its
+/// own and a shift may narrow it (a class whose held-out p10s were too wide has a negative
+/// shift), so the shifted p10 can land above the point; a p90 slowdown below the median one
+/// would say the job is surely faster than expected.
+pub fn calibrated_ln_p10(ln_speed: f64, ln_p10: f64, shift: f64) -> f64 {
+    (ln_p10 - shift).min(ln_speed)
+}
+
 /// The quantile of log speed the conservative head learns (0.1: p90 of slowdown).
 pub const CONSERVATIVE_QUANTILE: f64 = 0.1;
 

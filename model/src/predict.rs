@@ -13,7 +13,9 @@ use crate::encoding::FeatureSpec;
 use crate::error::ModelError;
 use crate::group;
 use crate::loaded::LoadedModel;
-use crate::network::{OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, bounded_exp};
+use crate::network::{
+    OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, bounded_exp, calibrated_ln_p10,
+};
 use crate::prior::weigh_outputs;
 use crate::registry::Registry;
 
@@ -265,14 +267,11 @@ impl Decode {
     }
 
     /// One direction's ln speed and its calibrated ln p10 speed (`-ln` of the p90 slowdown it
-    /// is answered with): the p10 after the class's shift, never above the speed itself. The
-    /// p10 head is a quantile of its own and a shift may narrow it (a class whose held-out p10s
-    /// were too wide has a negative shift), so for some pairs the shifted p10 lands above the
-    /// point; a p90 slowdown below the median one would say the job is surely faster than
-    /// expected, and a price read from it would favour the pair for its uncertainty.
+    /// is answered with: `network::calibrated_ln_p10`, never above the speed). A price read
+    /// from a p90 below the median would favour the pair for its uncertainty.
     pub fn calibrated(&self, side: usize, out: &[f32]) -> (f64, f64) {
         let (speed, p10) = self.ln_speeds(side, out);
-        (speed, (p10 - self.shift).min(speed))
+        (speed, calibrated_ln_p10(speed, p10, self.shift))
     }
 
     /// One direction's ln speed and ln p10 speed (before the shift) from its network outputs:

@@ -23,6 +23,7 @@ use duet_model::calibration::{CROSS_CONFORMAL, Calibration};
 use duet_model::encoding::PROBED_MAX;
 use duet_model::network::{
     OUT_FEASIBLE_LOGIT, OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig,
+    calibrated_ln_p10,
 };
 use duet_model::prior::{Basis, Candidate, Weights};
 use serde::{Deserialize, Serialize};
@@ -40,17 +41,14 @@ pub const FOLDS: usize = 5;
 pub const PREDICTORS: [&str; 5] = ["mlp", "ridge", "low_rank", "utilisation_sum", "constant"];
 
 /// The MLP's prediction for one row from its network outputs `o` (`OUTPUTS` values) and the
-/// conformal shift of the row's kind: the p10 shifted, never above the point, as served
-/// (`Decode::calibrated`).
+/// conformal shift of the row's kind: the p10 calibrated as served (`calibrated_ln_p10`).
 pub fn mlp_scored(o: &[f32], speed: Option<f64>, shift: f64) -> Scored {
     let ln_speed = f64::from(o[OUT_LOG_SPEED]);
     Scored {
         speed,
         predicted: ln_speed.exp(),
         conservative: Some(
-            (f64::from(o[OUT_LOG_SPEED_P10]) - shift)
-                .min(ln_speed)
-                .exp(),
+            calibrated_ln_p10(ln_speed, f64::from(o[OUT_LOG_SPEED_P10]), shift).exp(),
         ),
         feasible: Some(o[OUT_FEASIBLE_LOGIT] > 0.0),
     }

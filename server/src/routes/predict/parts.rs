@@ -35,9 +35,9 @@ struct Part<'a> {
     bytes: usize,
 }
 
-/// `body` parsed in up to `parts` parts over the cores (`duet_core::parallel::each`), with at most `budget` items
-/// in its bounded arrays (`bounded::parse`'s count); `None` where the one-pass parse must
-/// answer (see the module's doc).
+/// `body` parsed in up to `parts` parts over the cores (`duet_core::parallel::each`), with at
+/// most `budget` items in its bounded arrays (`bounded::parse`'s count); `None` where the
+/// one-pass parse must answer (see the module's doc).
 pub fn parse(body: &[u8], budget: usize, parts: usize) -> Option<PredictRequest> {
     // An object only, as `duet_core::object_only` has it: serde's derive would also read an
     // array of the fields.
