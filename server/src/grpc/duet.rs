@@ -37,8 +37,8 @@ impl Predictor {
 }
 
 /// A job as `/v1/predict` takes it; neither or both of id and features are the model's to
-/// refuse, in the words it uses for JSON.
-fn job(job: Option<Job>, field: &str) -> Result<JobRef, Failure> {
+/// refuse, in the words it uses for JSON. `field` (the job's path) is only written for an error.
+fn job(job: Option<Job>, field: &dyn Fn() -> String) -> Result<JobRef, Failure> {
     match job.and_then(|j| j.job) {
         None => Ok(JobRef::default()),
         Some(JobChoice::Workload(id)) => Ok(JobRef::workload(id)),
@@ -51,7 +51,7 @@ fn job(job: Option<Job>, field: &str) -> Result<JobRef, Failure> {
                     Some(Value::Number(x)) if x.is_finite() => FeatureInput::Number(x),
                     Some(Value::Number(x)) => {
                         return Err(Failure::field(
-                            format!("{field}.features.{name}"),
+                            format!("{}.features.{name}", field()),
                             format!("{x} is not a finite number"),
                         ));
                     }
@@ -89,7 +89,7 @@ pub fn request(message: PredictRequest, max_pairs: usize) -> Result<api::Predict
             let jobs = jobs
                 .into_iter()
                 .enumerate()
-                .map(|(k, j)| job(Some(j), &format!("groups[{g}].jobs[{k}]")))
+                .map(|(k, j)| job(Some(j), &|| format!("groups[{g}].jobs[{k}]")))
                 .collect::<Result<Vec<_>, Failure>>()?;
             Ok(GroupQuery {
                 jobs,
@@ -116,8 +116,8 @@ pub fn request(message: PredictRequest, max_pairs: usize) -> Result<api::Predict
                 .parse()
                 .map_err(|e: String| Failure::field(format!("pairs[{i}].mode"), e))?;
             Ok(PairQuery {
-                a: job(a, &format!("pairs[{i}].a"))?,
-                b: job(b, &format!("pairs[{i}].b"))?,
+                a: job(a, &|| format!("pairs[{i}].a"))?,
+                b: job(b, &|| format!("pairs[{i}].b"))?,
                 mode,
                 share_a,
                 share_b,
