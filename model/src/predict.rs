@@ -550,33 +550,50 @@ pub fn predict_network_groups(
         .run(inputs)
         .map_err(|e| ModelError::internal(format!("inference failed: {e}")))?;
     let mut next = outputs.chunks_exact(OUTPUTS);
-    let answers: Vec<GroupPrediction> = decodes
+    let mut answers: Vec<Option<GroupPrediction>> = decodes
         .into_iter()
         .map(|d| {
             let rows: Vec<&[f32]> = next.by_ref().take(d.measured.len()).collect();
-            group::from_network(&d, &rows)
+            Some(group::from_network(&d, &rows))
         })
         .collect();
+    // A distinct group's answer moves to its last reader; only a repeated group's is copied.
+    let mut readers = vec![0usize; answers.len()];
+    for (index, _) in &reads {
+        if let Some(n) = readers.get_mut(*index) {
+            *n += 1;
+        }
+    }
     reads
         .into_iter()
         .map(|(index, keys)| {
-            let answer = answers
-                .get(index)
-                .ok_or_else(|| ModelError::internal("a group's answer is missing"))?;
+            let last = readers.get_mut(index).is_some_and(|n| {
+                *n -= 1;
+                *n == 0
+            });
+            let mut answer = if last {
+                answers.get_mut(index).and_then(Option::take)
+            } else {
+                answers.get(index).and_then(Clone::clone)
+            }
+            .ok_or_else(|| ModelError::internal("a group's answer is missing"))?;
             // A repeat in another order: each job reads the job of the first asker with the
             // same workload and share (two such jobs of one group are answered alike).
             let (Some(keys), Some(Some(first))) = (keys, first_keys.get(index)) else {
-                return Ok(answer.clone());
+                return Ok(answer);
             };
-            let mut moved = answer.clone();
-            for (k, key) in keys.iter().enumerate() {
-                let at = first
-                    .iter()
-                    .position(|f| f == key)
-                    .ok_or_else(|| ModelError::internal("a repeated group's job is missing"))?;
-                moved.jobs[k] = answer.jobs[at];
-            }
-            Ok(moved)
+            let jobs = keys
+                .iter()
+                .map(|key| {
+                    first
+                        .iter()
+                        .position(|f| f == key)
+                        .and_then(|at| answer.jobs.get(at).copied())
+                        .ok_or_else(|| ModelError::internal("a repeated group's job is missing"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            answer.jobs = jobs;
+            Ok(answer)
         })
         .collect()
 }
