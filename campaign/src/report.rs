@@ -1,6 +1,6 @@
 //! A replay's report folder: report.md (the tables a person reads), report.json (everything,
-//! [`Replay`]), budget.svg (test-set MAPE against the share measured) and probes.svg (the probe
-//! curves).
+//! [`Replay`]), budget.svg (test-set MAPE against the share measured) and, where it has probe
+//! curves, probes.svg.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -33,12 +33,16 @@ pub fn write(replay: &Replay, out: &Path) -> Result<(), CampaignError> {
         path: out.join(JSON_FILE),
         message: e.to_string(),
     })?;
-    let files = [
+    let mut files = vec![
         (REPORT_FILE, markdown(replay)),
         (JSON_FILE, json + "\n"),
         (BUDGET_PLOT, budget_plot(replay)),
-        (PROBES_PLOT, probes_plot(replay)),
     ];
+    // A replay without probe curves (`--probe-units 0`) has no plot of them, as its report.md
+    // has no section.
+    if !replay.probes.is_empty() {
+        files.push((PROBES_PLOT, probes_plot(replay)));
+    }
     duet_core::atomic::write_folder(
         out,
         |p, message| CampaignError::Io {

@@ -99,6 +99,28 @@ fn a_replay_keeps_its_sets_apart_and_its_full_budget_is_the_full_data() {
     // The same seeds replay the same.
     let again = replay(&data, &options, &mut Lines(|_: &str| {})).expect("replayed");
     assert_eq!(again.curves, r.curves);
+    // Written with its probe curves, and without any (no plot of nothing).
+    let tmp = tempfile::tempdir().expect("tmp");
+    let no_probes = Replay {
+        probes: Vec::new(),
+        ..r.clone()
+    };
+    for (replayed, name, plotted) in [(&r, "with", true), (&no_probes, "without", false)] {
+        let out = tmp.path().join(name);
+        crate::report::write(replayed, &out).expect("written");
+        let mut files: Vec<String> = std::fs::read_dir(&out)
+            .expect("listed")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let mut expected = vec!["budget.svg", "report.json", "report.md"];
+        if plotted {
+            expected.insert(1, crate::report::PROBES_PLOT);
+        }
+        assert_eq!(files, expected, "{name} probe curves");
+        let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+        assert_eq!(md.contains(crate::report::PROBES_PLOT), plotted, "{name}");
+    }
 }
 
 /// `d` as measured on another device, `gpu`.
