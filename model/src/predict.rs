@@ -420,9 +420,16 @@ pub fn predict_group(
     let size = query.jobs.len();
     if model.meta.calibration.network_answers(size) {
         // It checks the group as below.
-        return predict_network_groups(model, registry, &[query], default_gpu, &|_| String::new())?
-            .pop()
-            .ok_or_else(|| ModelError::internal("the group's answer is missing"));
+        return predict_network_groups(
+            model,
+            registry,
+            &[query],
+            default_gpu,
+            &|_| String::new(),
+            false,
+        )?
+        .pop()
+        .ok_or_else(|| ModelError::internal("the group's answer is missing"));
     }
     check_group(query)?;
     let share = |k: usize| query.share(k);
@@ -462,13 +469,17 @@ pub fn predict_group(
 /// job's p90 takes its size's group shift, widened by as much as the group's least known job's
 /// class widens a pair over a known one on the device. A field of query `q` is said as
 /// `prefix(q)` followed by the group's own field (`jobs[k].features.x`, `shares[k]`, `mode`,
-/// `gpu`); every query is checked (`check_group`) and encoded before anything runs.
+/// `gpu`); every query is checked (`check_group`) and encoded before anything runs. `serial`:
+/// the caller already runs one part per core, so the forward pass stays on its thread
+/// (`Engine::run_serial`, as a part of pairs runs), where a large batch would otherwise be split
+/// over the cores again, each part's slices queueing for the same sessions.
 pub fn predict_network_groups(
     model: &LoadedModel,
     registry: &Registry,
     queries: &[&GroupQuery],
     default_gpu: Option<&str>,
     prefix: &dyn Fn(usize) -> String,
+    serial: bool,
 ) -> Result<Vec<GroupPrediction>, ModelError> {
     let spec = &model.meta.spec;
     let calibration = &model.meta.calibration;
@@ -545,10 +556,12 @@ pub fn predict_network_groups(
     if inputs.is_empty() {
         return Ok(Vec::new());
     }
-    let outputs = model
-        .engine
-        .run(inputs)
-        .map_err(|e| ModelError::internal(format!("inference failed: {e}")))?;
+    let outputs = if serial {
+        model.engine.run_serial(inputs)
+    } else {
+        model.engine.run(inputs)
+    }
+    .map_err(|e| ModelError::internal(format!("inference failed: {e}")))?;
     let mut next = outputs.chunks_exact(OUTPUTS);
     let mut answers: Vec<Option<GroupPrediction>> = decodes
         .into_iter()

@@ -84,13 +84,17 @@ impl Predictor for ModelPredictor {
             })
             .collect();
         let refs: Vec<&duet_core::api::GroupQuery> = asked.iter().collect();
-        let mut answered =
-            predict::predict_network_groups(&self.model, &self.registry, &refs, Some(gpu), &|k| {
-                format!("groups[{k}].")
-            })
-            .map_err(|e| anyhow!("model {}: {e}", self.model.dir.display()))?
-            .into_iter()
-            .map(|p| GroupOutlook::of(&p));
+        let mut answered = predict::predict_network_groups(
+            &self.model,
+            &self.registry,
+            &refs,
+            Some(gpu),
+            &|k| format!("groups[{k}]."),
+            false,
+        )
+        .map_err(|e| anyhow!("model {}: {e}", self.model.dir.display()))?
+        .into_iter()
+        .map(|p| GroupOutlook::of(&p));
         let rest: Vec<GroupQuery<'_>> = groups.iter().filter(|g| !learned(g)).cloned().collect();
         let mut composed = self.composed_groups(gpu, &rest)?.into_iter();
         groups

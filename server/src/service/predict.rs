@@ -366,33 +366,36 @@ fn network_groups(
     if learned.is_empty() {
         return Ok(Vec::new());
     }
-    let chunk = |part: &[(usize, &GroupQuery)]| -> Result<Vec<GroupPrediction>, Failure> {
-        let mut out = Vec::with_capacity(part.len());
-        for groups in part.chunks(CHUNK_PAIRS / 2) {
-            if cancelled.load(Ordering::Relaxed) {
-                return Err(state.metrics.guards.gave_up());
+    let chunk =
+        |part: &[(usize, &GroupQuery)], serial: bool| -> Result<Vec<GroupPrediction>, Failure> {
+            let mut out = Vec::with_capacity(part.len());
+            for groups in part.chunks(CHUNK_PAIRS / 2) {
+                if cancelled.load(Ordering::Relaxed) {
+                    return Err(state.metrics.guards.gave_up());
+                }
+                let queries: Vec<&GroupQuery> = groups.iter().map(|(_, q)| *q).collect();
+                let answers = duet_model::predict::predict_network_groups(
+                    &serving.model,
+                    &serving.registry,
+                    &queries,
+                    default_gpu,
+                    &|k| format!("groups[{}].", groups[k].0),
+                    serial,
+                )
+                .map_err(Failure::from)?;
+                out.extend(answers);
             }
-            let queries: Vec<&GroupQuery> = groups.iter().map(|(_, q)| *q).collect();
-            let answers = duet_model::predict::predict_network_groups(
-                &serving.model,
-                &serving.registry,
-                &queries,
-                default_gpu,
-                &|k| format!("groups[{}].", groups[k].0),
-            )
-            .map_err(Failure::from)?;
-            out.extend(answers);
-        }
-        Ok(out)
-    };
+            Ok(out)
+        };
     let jobs: usize = learned.iter().map(|(_, q)| q.jobs.len()).sum();
     if jobs < PARALLEL_PAIRS * 2 {
-        return chunk(learned);
+        return chunk(learned, false);
     }
     let parts = crate::state::cores().min(learned.len());
     let size = learned.len().div_ceil(parts);
     let chunks: Vec<&[(usize, &GroupQuery)]> = learned.chunks(size).collect();
-    in_parts(state, chunks.len(), |k| chunk(chunks[k]))
+    // One part per core, each forward pass on its part's thread, as a part of pairs runs.
+    in_parts(state, chunks.len(), |k| chunk(chunks[k], chunks.len() > 1))
         .map(|parts| parts.into_iter().flatten().collect())
 }
 
