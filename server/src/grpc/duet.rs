@@ -185,14 +185,18 @@ fn group_prediction(g: api::GroupPrediction) -> GroupPrediction {
     }
 }
 
-/// The answer to `request`, given up at its next chunk once `cancelled` is set.
+/// The answer to `request`, given up at its next chunk once `cancelled` is set; the request,
+/// and what was built from it, go to `spent`.
 fn answer(
     state: &crate::state::AppState,
     request: api::PredictRequest,
     cancelled: &AtomicBool,
+    spent: &mut Spent,
 ) -> Result<PredictResponse, Failure> {
     if request.groups.is_empty() {
-        let predicted = predict::<Vec<api::Prediction>>(state, &request, cancelled)?;
+        let predicted = predict::<Vec<api::Prediction>>(state, &request, cancelled);
+        spent.keep(request);
+        let predicted = predicted?;
         return Ok(PredictResponse {
             model_version: predicted.model.version().to_string(),
             predictions: predicted.parts.iter().flatten().map(prediction).collect(),
@@ -200,7 +204,7 @@ fn answer(
         });
     }
     let (model_version, predictions, groups) =
-        predict_with_groups(state, request, cancelled, &mut Spent::default())?;
+        predict_with_groups(state, request, cancelled, spent)?;
     Ok(PredictResponse {
         model_version,
         predictions: predictions.iter().map(prediction).collect(),
@@ -222,7 +226,12 @@ impl PredictorService for Predictor {
             let request = self::request(message, state.config.max_pairs)?;
             if small {
                 // A few pairs: answered at once, without a place, as on HTTP.
-                answer(state, request, &AtomicBool::new(false))
+                answer(
+                    state,
+                    request,
+                    &AtomicBool::new(false),
+                    &mut Spent::default(),
+                )
             } else {
                 let places = state.limiter.places_for(
                     pair_count(&request),
@@ -233,7 +242,7 @@ impl PredictorService for Predictor {
                     PREDICT,
                     "prediction",
                     places,
-                    move |state, cancelled| answer(state, request, cancelled),
+                    move |state, cancelled, spent| answer(state, request, cancelled, spent),
                 )
                 .await
             }

@@ -162,7 +162,8 @@ impl GrpcInferenceService for Kserve {
                 MODEL_INFER,
                 "inference",
                 places,
-                move |state, cancelled| infer(state, &model, request, cancelled),
+                // The message's tensors are a few large blocks, freed where they are used.
+                move |state, cancelled, _| infer(state, &model, request, cancelled),
             )
             .await
         })

@@ -29,6 +29,7 @@ use tonic::transport::server::Connected;
 use tonic::{Code, Request, Response, Status};
 
 use crate::error::Failure;
+use crate::service::predict::Spent;
 use crate::state::AppState;
 
 /// The messages and services of `proto/`, as tonic-prost-build writes them.
@@ -288,28 +289,35 @@ pub async fn call<T>(
 
 /// Runs `work` on a blocking thread with `places` of model work (`crate::shed`), or the 503 of
 /// a server at its limit. The places are held until `work` ends; if the call is dropped first
-/// (its client went away, its time ran out), `work` sees `cancelled` set.
+/// (its client went away, its time ran out), `work` sees `cancelled` set. What `work` keeps in
+/// its `Spent` is freed after the answer is handed back, as `/v1/predict` frees a large
+/// request's, and a message split over the cores then gives its freed memory back past the mark
+/// (`crate::memory`).
 pub async fn with_place<T: Send + 'static>(
     state: &Arc<AppState>,
     method: &'static str,
     what: &'static str,
     places: usize,
-    work: impl FnOnce(&AppState, &std::sync::atomic::AtomicBool) -> Result<T, Failure> + Send + 'static,
+    work: impl FnOnce(&AppState, &std::sync::atomic::AtomicBool, &mut Spent) -> Result<T, Failure>
+    + Send
+    + 'static,
 ) -> Result<T, Failure> {
     let place = crate::shed::take(&state.limiter, &state.metrics.guards, method, places).await?;
     let guard = crate::shed::GiveUpOnDrop::new(place.clone());
     let worker = state.clone();
-    let answer = tokio::task::spawn_blocking(move || {
-        let answer = work(&worker, place.cancelled());
-        // A message split over the cores: its freed memory given back past the mark, as a
-        // large prediction body's is (`crate::memory`).
+    let (answer, spent) = tokio::task::spawn_blocking(move || {
+        let mut spent = Spent::default();
+        let answer = work(&worker, place.cancelled(), &mut spent);
         if places > 1 {
-            crate::memory::trim_above(worker.config.memory_mark());
+            spent.trim_above(worker.config.memory_mark());
         }
-        answer
+        // The places go back with the answer, before the freeing.
+        drop(place);
+        (answer, spent)
     })
     .await
     .map_err(|e| state.metrics.guards.join_failure(&e, what))?;
     guard.answered();
+    spent.free_later();
     answer
 }

@@ -207,25 +207,6 @@ fn answer_with_groups(
     Ok(out)
 }
 
-/// What a large request leaves once its answer is out: the request and its body are freed, and
-/// what they freed (answered or refused) is given back where the process holds more than the
-/// bodies it admits and a working margin explain (`crate::memory`). Its places are given back
-/// with its answer, as before: held for the freeing too, they would refuse the next request of
-/// a client that waits for each answer (`--max-queue 0`) for a few milliseconds of freeing.
-struct Leftover {
-    spent: Spent,
-    body: Bytes,
-    mark: u64,
-}
-
-impl Drop for Leftover {
-    fn drop(&mut self) {
-        drop(std::mem::take(&mut self.spent));
-        self.body = Bytes::new();
-        crate::memory::trim_above(self.mark);
-    }
-}
-
 #[utoipa::path(post, tag = "predict", path = "/v1/predict", request_body = PredictRequest, responses(
     (status = 200, body = PredictResponse),
     (status = 400, body = duet_core::api::ApiError, description = "malformed JSON"),
@@ -256,7 +237,7 @@ pub async fn predict_route(
         let worker = state.clone();
         // The work holds its places until it ends, even after its client is gone; those its
         // pairs do not need are given back once they are counted.
-        let (answer, leftover) = tokio::task::spawn_blocking(move || {
+        let (answer, spent) = tokio::task::spawn_blocking(move || {
             let mut spent = Spent::default();
             let answer = parse_request_over(&body, worker.config.max_pairs, work.places())
                 .and_then(|request| {
@@ -266,14 +247,19 @@ pub async fn predict_route(
                     work.fit(places);
                     answer_keeping(&worker, request, work.cancelled(), &mut spent)
                 });
-            let mark = worker.config.memory_mark();
+            // The request and its body are freed, and what they freed (answered or refused)
+            // given back past the bodies the server admits and a working margin. Its places go
+            // back with its answer: held for the freeing too, they would refuse the next request
+            // of a client that waits for each answer (`--max-queue 0`) for a few milliseconds.
+            spent.keep(body);
+            spent.trim_above(worker.config.memory_mark());
             drop(work);
-            (answer, Leftover { spent, body, mark })
+            (answer, spent)
         })
         .await
         .map_err(|e| state.metrics.guards.join_failure(&e, "prediction"))?;
         // Freed once the answer is handed over (a request given up is freed where it ends).
-        tokio::task::spawn_blocking(move || drop(leftover));
+        spent.free_later();
         answer?
     };
     Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response())

@@ -53,23 +53,52 @@ fn array_of<T: serde::Serialize>(items: &[T]) -> Result<Vec<u8>, Failure> {
         .map_err(|e| Failure::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
-/// What a prediction leaves to free: its parsed request and what was built from it. Freeing a
-/// large inline request's feature maps takes about a tenth of its time (BENCHMARKS.md, "A
-/// request freed after its answer"), so the HTTP route frees them after its answer is handed
-/// over; another caller frees them where it drops this.
+/// What a prediction leaves to free: its parsed request and what was built from it (and, for
+/// a large request, its body). Freeing a large inline request's feature maps takes about a
+/// tenth of its time (BENCHMARKS.md, "A request freed after its answer"), so the transports
+/// free them after the answer is handed over; another caller frees them where it drops this.
+/// Dropped, it frees what it keeps, then, where a mark is set (`trim_above`), gives the
+/// allocator's free memory back past it (`crate::memory`): also where its request was given
+/// up, so a request whose client went away is freed and trimmed where its work ends.
 #[derive(Default)]
-pub struct Spent(Vec<Box<dyn Send>>);
+pub struct Spent {
+    kept: Vec<Box<dyn Send>>,
+    mark: Option<u64>,
+}
 
 impl std::fmt::Debug for Spent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Spent({} values)", self.0.len())
+        write!(f, "Spent({} values, mark {:?})", self.kept.len(), self.mark)
     }
 }
 
 impl Spent {
     /// `value`, freed with the rest.
     pub fn keep<T: Send + 'static>(&mut self, value: T) {
-        self.0.push(Box::new(value));
+        self.kept.push(Box::new(value));
+    }
+
+    /// Once freed, the allocator trimmed where the process holds more than `mark` bytes
+    /// resident (`crate::memory::trim_above`).
+    pub fn trim_above(&mut self, mark: u64) {
+        self.mark = Some(mark);
+    }
+
+    /// Frees it on a blocking thread of the runtime, off the caller's path (its answer's).
+    pub fn free_later(self) {
+        if self.kept.is_empty() && self.mark.is_none() {
+            return;
+        }
+        tokio::task::spawn_blocking(move || drop(self));
+    }
+}
+
+impl Drop for Spent {
+    fn drop(&mut self) {
+        drop(std::mem::take(&mut self.kept));
+        if let Some(mark) = self.mark {
+            crate::memory::trim_above(mark);
+        }
     }
 }
 
@@ -543,7 +572,30 @@ pub const PARALLEL_PAIRS: usize = 2048;
 
 #[cfg(test)]
 mod tests {
-    use super::joined;
+    use super::{Spent, joined};
+
+    #[test]
+    fn what_is_spent_is_freed_when_it_is_dropped_and_not_before() {
+        struct Flag(std::sync::Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let freed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut spent = Spent::default();
+        spent.keep(Flag(freed.clone()));
+        spent.keep(vec![0u8; 1 << 20]);
+        // A mark no process reaches: dropped, it frees and does not trim.
+        spent.trim_above(u64::MAX);
+        assert!(!freed.load(std::sync::atomic::Ordering::SeqCst));
+        assert_eq!(
+            format!("{spent:?}"),
+            format!("Spent(2 values, mark Some({}))", u64::MAX)
+        );
+        drop(spent);
+        assert!(freed.load(std::sync::atomic::Ordering::SeqCst));
+    }
 
     #[test]
     fn arrays_join_into_the_array_of_their_items_in_order() {

@@ -1,0 +1,98 @@
+"""p50 and p90 latency of large `duet.v1.Predictor/Predict` calls whose jobs are all given by
+their features, against running `duet serve --grpc-addr`s, one call at a time (5 warm-up calls
+each, then ROUNDS of each): 10,000 pairs and 10,000 groups of GROUP_SIZE jobs (default 4), every
+job a registered profile on the model's first device with its solo throughput scaled by
+1 + k / 1e7, so that no two jobs of a call are alike (as `inline_latency.py` asks over HTTP).
+PAUSE_MS (default 0) waits between calls, as a pricing loop does between its rounds.
+
+SERVERS is one `HTTP_PORT:GRPC_PORT` or several separated by commas (servers of the same model,
+for example two builds): the calls alternate between them, so that each server's figures are
+taken under the same load of the machine. The HTTP port serves the workloads and the model's
+modes the calls are built from.
+
+Usage: python benchmarks/serving/grpc_inline_latency.py SERVERS [GROUP_SIZE] [PAUSE_MS] [ROUNDS]
+"""
+import http.client
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import grpc
+from grpc_tools import protoc
+
+servers = [tuple(int(p) for p in s.split(":")) for s in sys.argv[1].split(",")]
+size = int(sys.argv[2]) if len(sys.argv) > 2 else 4
+pause = float(sys.argv[3]) / 1000 if len(sys.argv) > 3 else 0.0
+rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 30
+
+work = tempfile.mkdtemp()
+protos = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "proto")
+assert protoc.main([
+    "protoc", f"-I{protos}", f"--python_out={work}", os.path.join(protos, "duet.proto"),
+]) == 0
+sys.path.insert(0, work)
+import duet_pb2  # noqa: E402
+
+
+def get(port, path):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("GET", path)
+    r = c.getresponse()
+    data = r.read()
+    assert r.status == 200, (port, path, r.status, data[:300])
+    return json.loads(data)
+
+
+workloads = get(servers[0][0], "/v1/workloads")
+gpu = sorted(workloads[0]["profiles"])[0]
+profiles = [w["profiles"][gpu] for w in workloads if gpu in w["profiles"]]
+mode = get(servers[0][0], "/v1/models")[0]["meta"]["spec"]["modes"][0]
+
+
+def job(k):
+    features = dict(profiles[(k * 7919) % len(profiles)])
+    features["solo_throughput"] *= 1 + k / 1e7
+    values = {}
+    for name, value in features.items():
+        if value is None:
+            values[name] = duet_pb2.FeatureValue()
+        elif isinstance(value, str):
+            values[name] = duet_pb2.FeatureValue(text=value)
+        else:
+            values[name] = duet_pb2.FeatureValue(number=float(value))
+    return duet_pb2.Job(features=duet_pb2.Features(values=values))
+
+
+pairs = duet_pb2.PredictRequest(gpu=gpu, pairs=[
+    duet_pb2.Pair(a=job(2 * i), b=job(2 * i + 1), mode=mode) for i in range(10_000)
+]).SerializeToString()
+groups = duet_pb2.PredictRequest(gpu=gpu, groups=[
+    duet_pb2.Group(jobs=[job(size * g + j) for j in range(size)], mode=mode) for g in range(10_000)
+]).SerializeToString()
+
+options = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
+calls = {}
+for _, grpc_port in servers:
+    channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}", options=options)
+    calls[grpc_port] = channel.unary_unary(
+        "/duet.v1.Predictor/Predict",
+        request_serializer=lambda body: body,
+        response_deserializer=lambda body: body,
+    )
+
+for name, body in (("10,000 inline pairs", pairs), (f"10,000 inline groups of {size}", groups)):
+    times = {p: [] for _, p in servers}
+    for i in range(5 + rounds):
+        for _, port in servers:
+            time.sleep(pause)
+            s = time.perf_counter()
+            calls[port](body, timeout=120)
+            if i >= 5:
+                times[port].append((time.perf_counter() - s) * 1000)
+    for port, t in times.items():
+        t.sort()
+        print(f"gRPC port {port}: {name} ({len(body) / 1e6:.1f} MB): p50 {statistics.median(t):.1f} ms, "
+              f"p90 {t[int(len(t) * 0.9)]:.1f} ms")
