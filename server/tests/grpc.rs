@@ -451,56 +451,45 @@ async fn predict_over_grpc_answers_what_v1_predict_answers() {
             },
         );
     }
-    let on_a = client
-        .predict(duet::PredictRequest {
-            gpu: Some("v100".into()),
-            pairs: vec![pair(infinite.clone(), job("a3c"))],
-            ..Default::default()
-        })
-        .await
-        .expect_err("infinite feature");
-    assert_status(
-        &on_a,
-        Code::InvalidArgument,
-        "pairs[0].a.features.solo_throughput: inf is not a finite number",
-    );
-    // The same job second in the second pair, and third in a group: named where it is.
-    let on_b = client
-        .predict(duet::PredictRequest {
-            gpu: Some("v100".into()),
-            pairs: vec![
+    // The job first in a pair, second in the second pair, third in a group: named where it is.
+    let group = duet::Group {
+        jobs: [job("a3c"), job("a3c"), infinite.clone()]
+            .into_iter()
+            .map(|j| j.expect("a job"))
+            .collect(),
+        mode: "space".into(),
+        ..Default::default()
+    };
+    for (pairs, groups, path) in [
+        (
+            vec![pair(infinite.clone(), job("a3c"))],
+            vec![],
+            "pairs[0].a",
+        ),
+        (
+            vec![
                 pair(job("a3c"), job("a3c")),
                 pair(job("a3c"), infinite.clone()),
             ],
-            ..Default::default()
-        })
-        .await
-        .expect_err("infinite feature");
-    assert_status(
-        &on_b,
-        Code::InvalidArgument,
-        "pairs[1].b.features.solo_throughput: inf is not a finite number",
-    );
-    let in_group = client
-        .predict(duet::PredictRequest {
-            gpu: Some("v100".into()),
-            groups: vec![duet::Group {
-                jobs: [job("a3c"), job("a3c"), infinite]
-                    .into_iter()
-                    .map(|j| j.expect("a job"))
-                    .collect(),
-                mode: "space".into(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        })
-        .await
-        .expect_err("infinite feature");
-    assert_status(
-        &in_group,
-        Code::InvalidArgument,
-        "groups[0].jobs[2].features.solo_throughput: inf is not a finite number",
-    );
+            vec![],
+            "pairs[1].b",
+        ),
+        (vec![], vec![group], "groups[0].jobs[2]"),
+    ] {
+        let refused = client
+            .predict(duet::PredictRequest {
+                gpu: Some("v100".into()),
+                pairs,
+                groups,
+            })
+            .await
+            .expect_err("infinite feature");
+        assert_status(
+            &refused,
+            Code::InvalidArgument,
+            &format!("{path}.features.solo_throughput: inf is not a finite number"),
+        );
+    }
 }
 
 #[tokio::test]
