@@ -12,16 +12,14 @@ modes the calls are built from.
 
 Usage: python benchmarks/serving/grpc_inline_latency.py SERVERS [GROUP_SIZE] [PAUSE_MS] [ROUNDS]
 """
-import http.client
-import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 
 import grpc
 from grpc_tools import protoc
+
+from alternating import inline_jobs, time_alternating
 
 servers = [tuple(int(p) for p in s.split(":")) for s in sys.argv[1].split(",")]
 size = int(sys.argv[2]) if len(sys.argv) > 2 else 4
@@ -36,27 +34,12 @@ assert protoc.main([
 sys.path.insert(0, work)
 import duet_pb2  # noqa: E402
 
-
-def get(port, path):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    c.request("GET", path)
-    r = c.getresponse()
-    data = r.read()
-    assert r.status == 200, (port, path, r.status, data[:300])
-    return json.loads(data)
-
-
-workloads = get(servers[0][0], "/v1/workloads")
-gpu = sorted(workloads[0]["profiles"])[0]
-profiles = [w["profiles"][gpu] for w in workloads if gpu in w["profiles"]]
-mode = get(servers[0][0], "/v1/models")[0]["meta"]["spec"]["modes"][0]
+gpu, mode, features = inline_jobs(servers[0][0])
 
 
 def job(k):
-    features = dict(profiles[(k * 7919) % len(profiles)])
-    features["solo_throughput"] *= 1 + k / 1e7
     values = {}
-    for name, value in features.items():
+    for name, value in features(k).items():
         if value is None:
             values[name] = duet_pb2.FeatureValue()
         elif isinstance(value, str):
@@ -83,16 +66,7 @@ for _, grpc_port in servers:
         response_deserializer=lambda body: body,
     )
 
+grpc_ports = [p for _, p in servers]
 for name, body in (("10,000 inline pairs", pairs), (f"10,000 inline groups of {size}", groups)):
-    times = {p: [] for _, p in servers}
-    for i in range(5 + rounds):
-        for _, port in servers:
-            time.sleep(pause)
-            s = time.perf_counter()
-            calls[port](body, timeout=120)
-            if i >= 5:
-                times[port].append((time.perf_counter() - s) * 1000)
-    for port, t in times.items():
-        t.sort()
-        print(f"gRPC port {port}: {name} ({len(body) / 1e6:.1f} MB): p50 {statistics.median(t):.1f} ms, "
-              f"p90 {t[int(len(t) * 0.9)]:.1f} ms")
+    time_alternating(name, len(body), grpc_ports, lambda port: calls[port](body, timeout=120),
+                     rounds, pause, lambda port: f"gRPC port {port}")

@@ -13,35 +13,30 @@ change of a few milliseconds does.
 
 Usage: python benchmarks/serving/inline_latency.py PORTS [GROUP_SIZE] [PAUSE_MS] [ROUNDS]
 """
-import http.client, json, statistics, sys, time
+import http.client
+import json
+import sys
+
+from alternating import inline_jobs, time_alternating
 
 ports = [int(p) for p in sys.argv[1].split(",")]
 size = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 pause = float(sys.argv[3]) / 1000 if len(sys.argv) > 3 else 0.0
 rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 30
 connections = {p: http.client.HTTPConnection("127.0.0.1", p, timeout=120) for p in ports}
-
-
-def call(port, method, path, body=None):
-    c = connections[port]
-    c.request(method, path, body, {"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    assert r.status == 200, (port, r.status, data[:300])
-    return data
-
-
-workloads = json.loads(call(ports[0], "GET", "/v1/workloads"))
-gpu = sorted(workloads[0]["profiles"])[0]
-profiles = [w["profiles"][gpu] for w in workloads if gpu in w["profiles"]]
-# The serving model's first mode.
-mode = json.loads(call(ports[0], "GET", "/v1/models"))[0]["meta"]["spec"]["modes"][0]
+gpu, mode, features = inline_jobs(ports[0])
 
 
 def job(k):
-    features = dict(profiles[(k * 7919) % len(profiles)])
-    features["solo_throughput"] *= 1 + k / 1e7
-    return {"features": features}
+    return {"features": features(k)}
+
+
+def post(port, body):
+    c = connections[port]
+    c.request("POST", "/v1/predict", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    assert r.status == 200, (port, r.status, data[:300])
 
 
 pairs = json.dumps({"gpu": gpu, "pairs": [
@@ -49,15 +44,5 @@ pairs = json.dumps({"gpu": gpu, "pairs": [
 groups = json.dumps({"gpu": gpu, "groups": [
     {"jobs": [job(size * g + j) for j in range(size)], "mode": mode} for g in range(10_000)]}).encode()
 for name, body in (("10,000 inline pairs", pairs), (f"10,000 inline groups of {size}", groups)):
-    times = {p: [] for p in ports}
-    for i in range(5 + rounds):
-        for port in ports:
-            time.sleep(pause)
-            s = time.perf_counter()
-            call(port, "POST", "/v1/predict", body)
-            if i >= 5:
-                times[port].append((time.perf_counter() - s) * 1000)
-    for port, t in times.items():
-        t.sort()
-        print(f"port {port}: {name} ({len(body) / 1e6:.1f} MB): p50 {statistics.median(t):.1f} ms, "
-              f"p90 {t[int(len(t) * 0.9)]:.1f} ms")
+    time_alternating(name, len(body), ports, lambda port: post(port, body), rounds, pause,
+                     lambda port: f"port {port}")
