@@ -8,7 +8,8 @@
 //! - the KServe JSON reader's fast path (`tensor_json`, a tensor's numbers read from the bytes)
 //!   reads exactly what serde reads, or steps aside;
 //! - the gRPC walker (`grpc::scan`) accepts every message prost decodes and counts its entries
-//!   as prost does, so a client is refused only for what it sent.
+//!   as prost does, so a client is refused only for what it sent, and its bound on what the
+//!   message decodes into is at least what prost's decoding holds (`support/counting.rs`).
 
 use axum::Router;
 use axum::body::Body;
@@ -21,6 +22,8 @@ use prost::Message;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+#[path = "support/counting.rs"]
+mod counting;
 #[path = "support/http.rs"]
 mod http;
 use http::{app_with, model_dir};
@@ -349,12 +352,91 @@ fn the_grpc_walker_accepts_what_prost_decodes_and_counts_alike() {
             assert_eq!(count("groups"), decoded.groups.len());
             let jobs: usize = decoded.groups.iter().map(|g| g.jobs.len()).sum();
             assert_eq!(count("group_jobs"), jobs);
-            // What it decodes into is at least the pairs' and groups' structs.
+            // What it decodes into, counted by the allocator, is within the walker's bound.
+            let held = counting::decoded_bytes::<PredictRequest>(&bytes).expect("decodes");
             assert!(
+                walked.decoded_bytes >= held,
+                "round {round}: the walker says {} bytes, the message holds {held}",
                 walked.decoded_bytes
-                    >= decoded.pairs.len() * size_of::<Pair>()
-                        + decoded.groups.len() * size_of::<Group>()
             );
         }
     }
+}
+
+#[test]
+fn the_grpc_walker_bounds_what_an_inference_request_decodes_into() {
+    use duet_server::grpc::proto::inference::model_infer_request::{
+        InferInputTensor, InferRequestedOutputTensor,
+    };
+    use duet_server::grpc::proto::inference::{
+        InferParameter, InferTensorContents, ModelInferRequest, infer_parameter,
+    };
+    use duet_server::grpc::scan::MODEL_INFER_REQUEST;
+    let mut draw = Rng::new(29);
+    let mut decoded_some = 0;
+    for round in 0..2_000 {
+        let parameters = |draw: &mut Rng| {
+            (0..draw.below(20))
+                .map(|k| {
+                    let value = infer_parameter::ParameterChoice::StringParam("v".repeat(k));
+                    (
+                        format!("p{k}"),
+                        InferParameter {
+                            parameter_choice: Some(value),
+                        },
+                    )
+                })
+                .collect()
+        };
+        let request = ModelInferRequest {
+            model_name: "duet".into(),
+            parameters: parameters(&mut draw),
+            inputs: (0..draw.below(12))
+                .map(|i| InferInputTensor {
+                    name: format!("input-{i}"),
+                    datatype: "FP32".into(),
+                    shape: vec![1; draw.below(4)],
+                    parameters: parameters(&mut draw),
+                    contents: (i % 2 == 0).then(|| InferTensorContents {
+                        fp32_contents: vec![0.5; draw.below(40)],
+                        int64_contents: vec![7; draw.below(9)],
+                        bytes_contents: vec![b"x".to_vec(); draw.below(5)],
+                        ..Default::default()
+                    }),
+                })
+                .collect(),
+            outputs: (0..draw.below(3))
+                .map(|_| InferRequestedOutputTensor {
+                    name: "speed".into(),
+                    parameters: parameters(&mut draw),
+                })
+                .collect(),
+            raw_input_contents: vec![vec![1u8; draw.below(9)].into(); draw.below(4)],
+            ..Default::default()
+        };
+        let bytes = request.encode_to_vec();
+        let bytes = if round % 4 == 0 {
+            bytes
+        } else {
+            mutate(&mut draw, &bytes)
+        };
+        let walked = scan(&MODEL_INFER_REQUEST, &bytes);
+        let Some(held) = counting::decoded_bytes::<ModelInferRequest>(&bytes) else {
+            continue;
+        };
+        let walked =
+            walked.unwrap_or_else(|e| panic!("prost decodes what the walker refuses: {e:?}"));
+        let decoded = ModelInferRequest::decode(bytes.as_slice()).expect("decodes");
+        assert_eq!(
+            walked.counts.get("inputs").copied().unwrap_or(0),
+            decoded.inputs.len()
+        );
+        assert!(
+            walked.decoded_bytes >= held,
+            "round {round}: the walker says {} bytes, the message holds {held}",
+            walked.decoded_bytes
+        );
+        decoded_some += 1;
+    }
+    assert!(decoded_some > 500, "{decoded_some}");
 }

@@ -4,6 +4,12 @@
 //! struct of a hundred bytes or more, so a message is judged by what it decodes into, not only
 //! by its length (`super::intake`).
 //!
+//! The bound follows prost's decoding block by block: each string's bytes, each repeated
+//! field's vector and each map's hash table as they stand after prost pushed or inserted every
+//! entry, each block as malloc holds it. `server/tests/grpc_decoded_bound.rs` and the parser
+//! properties decode messages under an allocator that counts those blocks and hold the bound
+//! to it.
+//!
 //! Each message type the services take is described by a `Schema`: its fields' numbers and
 //! kinds, and its struct's size as prost lays it out. Fields the schema does not list are
 //! unknown to prost too, which skips them without allocating.
@@ -19,8 +25,11 @@ use super::proto::inference::model_infer_request as infer;
 #[derive(Debug)]
 pub struct Schema {
     pub name: &'static str,
-    /// The struct's own bytes (an entry of a map: its key, its value and the table's share).
+    /// The struct's own bytes as an element of a repeated field (a vector's element; for a
+    /// map's entry, its key and value together).
     pub size: usize,
+    /// An entry of a protobuf map: the entries of one map live in one hash table, not a vector.
+    pub map: bool,
     pub fields: &'static [Field],
 }
 
@@ -52,7 +61,9 @@ pub enum Kind {
 /// What a message decodes into.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Scan {
-    /// Bytes it would take in memory at most (its structs, their heap, a vector's growth).
+    /// Bytes its decoded message holds at most: its structs, their strings, its vectors'
+    /// and maps' storage as they grow while prost pushes entry after entry, each block as the
+    /// allocator holds it (`heap`).
     pub decoded_bytes: usize,
     /// Entries of the counted fields, by name.
     pub counts: HashMap<&'static str, usize>,
@@ -62,10 +73,95 @@ pub struct Scan {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Malformed(pub String);
 
-/// A vector's growth may leave it at twice its length.
-const GROWTH: usize = 2;
-/// What a hash table adds per entry (control bytes, spare capacity).
-const TABLE: usize = 16;
+/// The most fields a schema has (one count of entries each while its message is walked).
+const MAX_FIELDS: usize = 8;
+
+/// An element of a repeated string or bytes field: a `Vec<u8>`/`String` or a `Bytes`.
+const BYTES_ELEMENT: usize = {
+    let (vec, shared) = (size_of::<Vec<u8>>(), size_of::<prost::bytes::Bytes>());
+    if vec > shared { vec } else { shared }
+};
+
+/// What the allocator holds for a block of `size` bytes: glibc's malloc adds an 8-byte header,
+/// rounds to 16 bytes and takes at least 32; past its mmap threshold, whole pages. Most other
+/// allocators hold no more (their size classes round by less than the header and rounding
+/// here add), so this is what the scan charges each block.
+const fn heap(size: usize) -> usize {
+    if size == 0 {
+        0
+    } else if size >= 128 * 1024 {
+        (size + 16).next_multiple_of(4096)
+    } else {
+        let chunk = (size + 8).next_multiple_of(16);
+        if chunk < 32 { 32 } else { chunk }
+    }
+}
+
+/// A string or bytes field of `len` bytes: prost reserves exactly its length, and a vector of
+/// bytes takes at least 8.
+const fn string_bytes(len: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        heap(if len < 8 { 8 } else { len })
+    }
+}
+
+/// A vector of `n` elements of `size` bytes, pushed one at a time as prost decodes them: its
+/// capacity doubles from the least the standard library gives (8 for bytes, 4 up to 1 KiB,
+/// else 1).
+const fn vec_bytes(n: usize, size: usize) -> usize {
+    if n == 0 || size == 0 {
+        return 0;
+    }
+    let least = if size == 1 {
+        8
+    } else if size <= 1024 {
+        4
+    } else {
+        1
+    };
+    let capacity = (if n > least { n } else { least }).next_power_of_two();
+    heap(capacity.saturating_mul(size))
+}
+
+/// A hash table (`std`'s, hashbrown's) of `n` entries of `size` bytes, inserted one at a
+/// time: buckets a power of two from 4 (three entries) and at most 7/8 full from 8, the
+/// entries then one control byte per bucket and a 16-byte group, in one block.
+const fn table_bytes(n: usize, size: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    let mut buckets = 4;
+    while (if buckets < 8 {
+        buckets - 1
+    } else {
+        buckets / 8 * 7
+    }) < n
+    {
+        buckets *= 2;
+    }
+    const GROUP: usize = 16;
+    heap(
+        buckets
+            .saturating_mul(size)
+            .next_multiple_of(GROUP)
+            .saturating_add(buckets + GROUP),
+    )
+}
+
+/// What the `n` entries of a repeated `field` of one message hold besides their own heap.
+fn storage(field: &Field, n: usize) -> usize {
+    if !field.repeated {
+        return 0;
+    }
+    match field.kind {
+        Kind::Message(child) if child.map => table_bytes(n, child.size),
+        Kind::Message(child) => vec_bytes(n, child.size),
+        Kind::Bytes => vec_bytes(n, BYTES_ELEMENT),
+        Kind::Scalar { width, .. } => vec_bytes(n, width),
+    }
+}
 
 const fn field(number: u32, kind: Kind) -> Field {
     Field {
@@ -97,7 +193,8 @@ const fn counted(number: u32, kind: Kind, name: &'static str) -> Field {
 const fn map_entry<V>(name: &'static str, value: &'static [Field]) -> Schema {
     Schema {
         name,
-        size: size_of::<(String, V)>() + TABLE,
+        size: size_of::<(String, V)>(),
+        map: true,
         fields: value,
     }
 }
@@ -105,7 +202,8 @@ const fn map_entry<V>(name: &'static str, value: &'static [Field]) -> Schema {
 // duet.v1.Predictor/Predict
 static FEATURE_VALUE: Schema = Schema {
     name: "FeatureValue",
-    size: 0,
+    size: size_of::<duet::FeatureValue>(),
+    map: false,
     fields: &[
         field(1, Kind::Scalar { width: 0, fixed: 8 }),
         field(2, Kind::Bytes),
@@ -120,17 +218,20 @@ static FEATURES_ENTRY: Schema = map_entry::<duet::FeatureValue>(
 );
 static FEATURES: Schema = Schema {
     name: "Features",
-    size: 0,
+    size: size_of::<duet::Features>(),
+    map: false,
     fields: &[counted(1, Kind::Message(&FEATURES_ENTRY), "features")],
 };
 static JOB: Schema = Schema {
     name: "Job",
-    size: 0,
+    size: size_of::<duet::Job>(),
+    map: false,
     fields: &[field(1, Kind::Bytes), field(2, Kind::Message(&FEATURES))],
 };
 static PAIR: Schema = Schema {
     name: "Pair",
     size: size_of::<duet::Pair>(),
+    map: false,
     fields: &[
         field(1, Kind::Message(&JOB)),
         field(2, Kind::Message(&JOB)),
@@ -141,6 +242,7 @@ static PAIR: Schema = Schema {
 static GROUP: Schema = Schema {
     name: "Group",
     size: size_of::<duet::Group>(),
+    map: false,
     fields: &[
         counted(1, Kind::Message(&JOB), "group_jobs"),
         field(2, Kind::Bytes),
@@ -152,6 +254,7 @@ static GROUP: Schema = Schema {
 pub static PREDICT_REQUEST: Schema = Schema {
     name: "PredictRequest",
     size: size_of::<duet::PredictRequest>(),
+    map: false,
     fields: &[
         field(1, Kind::Bytes),
         counted(2, Kind::Message(&PAIR), "pairs"),
@@ -162,7 +265,8 @@ pub static PREDICT_REQUEST: Schema = Schema {
 // inference.GRPCInferenceService/ModelInfer
 static PARAMETER: Schema = Schema {
     name: "InferParameter",
-    size: 0,
+    size: size_of::<inference::InferParameter>(),
+    map: false,
     fields: &[field(3, Kind::Bytes)],
 };
 static PARAMETERS_ENTRY: Schema = map_entry::<inference::InferParameter>(
@@ -171,7 +275,8 @@ static PARAMETERS_ENTRY: Schema = map_entry::<inference::InferParameter>(
 );
 static CONTENTS: Schema = Schema {
     name: "InferTensorContents",
-    size: 0,
+    size: size_of::<inference::InferTensorContents>(),
+    map: false,
     fields: &[
         repeated(1, Kind::Scalar { width: 1, fixed: 0 }),
         repeated(2, Kind::Scalar { width: 4, fixed: 0 }),
@@ -186,6 +291,7 @@ static CONTENTS: Schema = Schema {
 static INPUT: Schema = Schema {
     name: "InferInputTensor",
     size: size_of::<infer::InferInputTensor>(),
+    map: false,
     fields: &[
         field(1, Kind::Bytes),
         field(2, Kind::Bytes),
@@ -197,6 +303,7 @@ static INPUT: Schema = Schema {
 static OUTPUT: Schema = Schema {
     name: "InferRequestedOutputTensor",
     size: size_of::<infer::InferRequestedOutputTensor>(),
+    map: false,
     fields: &[
         field(1, Kind::Bytes),
         repeated(2, Kind::Message(&PARAMETERS_ENTRY)),
@@ -206,6 +313,7 @@ static OUTPUT: Schema = Schema {
 pub static MODEL_INFER_REQUEST: Schema = Schema {
     name: "ModelInferRequest",
     size: size_of::<inference::ModelInferRequest>(),
+    map: false,
     fields: &[
         field(1, Kind::Bytes),
         field(2, Kind::Bytes),
@@ -220,6 +328,7 @@ pub static MODEL_INFER_REQUEST: Schema = Schema {
 pub static MODEL_NAME_REQUEST: Schema = Schema {
     name: "ModelMetadataRequest",
     size: size_of::<inference::ModelMetadataRequest>(),
+    map: false,
     fields: &[field(1, Kind::Bytes), field(2, Kind::Bytes)],
 };
 /// A request without fields (`ServerLive`, `ServerReady`, `ServerMetadata`): every field is
@@ -227,6 +336,7 @@ pub static MODEL_NAME_REQUEST: Schema = Schema {
 pub static EMPTY_REQUEST: Schema = Schema {
     name: "Empty",
     size: 0,
+    map: false,
     fields: &[],
 };
 
@@ -250,6 +360,9 @@ fn walk(schema: &Schema, mut bytes: &[u8], depth: usize, out: &mut Scan) -> Resu
     let add = |out: &mut Scan, n: usize| {
         out.decoded_bytes = out.decoded_bytes.saturating_add(n);
     };
+    // The entries of each repeated field of this message, in the order of `schema.fields`:
+    // their vector's or table's storage is charged once the message is walked.
+    let mut entries = [0usize; MAX_FIELDS];
     while !bytes.is_empty() {
         let key = varint(&mut bytes).ok_or_else(|| truncated(schema))?;
         let number = u32::try_from(key >> 3).map_err(|_| truncated(schema))?;
@@ -257,21 +370,23 @@ fn walk(schema: &Schema, mut bytes: &[u8], depth: usize, out: &mut Scan) -> Resu
         if number == 0 {
             return Err(Malformed(format!("{}: field number 0", schema.name)));
         }
-        let field = schema.fields.iter().find(|f| f.number == number);
+        let position = schema.fields.iter().position(|f| f.number == number);
+        let field = position.map(|p| &schema.fields[p]);
         if let Some(name) = field.and_then(|f| f.counted) {
             *out.counts.entry(name).or_insert(0) += 1;
         }
+        // `n` more entries of the field, where it is repeated.
+        let mut entry = |n: usize| {
+            if let (Some(p), Some(Field { repeated: true, .. })) = (position, field)
+                && let Some(count) = entries.get_mut(p)
+            {
+                *count = count.saturating_add(n);
+            }
+        };
         match wire {
             0 => {
                 varint(&mut bytes).ok_or_else(|| truncated(schema))?;
-                if let Some(Field {
-                    kind: Kind::Scalar { width, .. },
-                    repeated: true,
-                    ..
-                }) = field
-                {
-                    add(out, width * GROWTH);
-                }
+                entry(1);
             }
             1 | 5 => {
                 let n = if wire == 1 { 8 } else { 4 };
@@ -279,14 +394,7 @@ fn walk(schema: &Schema, mut bytes: &[u8], depth: usize, out: &mut Scan) -> Resu
                     return Err(truncated(schema));
                 }
                 bytes = &bytes[n..];
-                if let Some(Field {
-                    kind: Kind::Scalar { width, .. },
-                    repeated: true,
-                    ..
-                }) = field
-                {
-                    add(out, width * GROWTH);
-                }
+                entry(1);
             }
             2 => {
                 let inner = length_delimited(schema, &mut bytes)?;
@@ -294,29 +402,20 @@ fn walk(schema: &Schema, mut bytes: &[u8], depth: usize, out: &mut Scan) -> Resu
                     None => {}
                     Some(f) => match f.kind {
                         Kind::Message(child) => {
-                            if f.repeated {
-                                add(out, child.size * GROWTH);
-                            }
+                            entry(1);
                             walk(child, inner, depth + 1, out)?;
                         }
                         Kind::Bytes => {
-                            let header = if f.repeated {
-                                size_of::<Vec<u8>>() * GROWTH
-                            } else {
-                                0
-                            };
-                            add(out, header + inner.len());
+                            entry(1);
+                            add(out, string_bytes(inner.len()));
                         }
                         // Packed: one value per varint (a byte under 0x80 ends one), or per
                         // fixed-width value.
-                        Kind::Scalar { width, fixed } => {
-                            let values = if fixed == 0 {
-                                inner.iter().filter(|&&b| b < 0x80).count()
-                            } else {
-                                inner.len().div_ceil(fixed)
-                            };
-                            add(out, values * width * GROWTH);
-                        }
+                        Kind::Scalar { fixed, .. } => entry(if fixed == 0 {
+                            inner.iter().filter(|&&b| b < 0x80).count()
+                        } else {
+                            inner.len().div_ceil(fixed)
+                        }),
                     },
                 }
             }
@@ -330,6 +429,9 @@ fn walk(schema: &Schema, mut bytes: &[u8], depth: usize, out: &mut Scan) -> Resu
                 )));
             }
         }
+    }
+    for (field, &n) in schema.fields.iter().zip(&entries) {
+        add(out, storage(field, n));
     }
     Ok(())
 }
@@ -525,6 +627,46 @@ mod tests {
         assert_eq!(s.counts["pairs"], 1);
         assert_eq!(s.counts["features"], 20);
         assert!(duet::PredictRequest::decode(&bytes[..]).is_ok());
+    }
+
+    #[test]
+    fn every_schema_fits_the_counts_of_its_walk() {
+        fn check(schema: &Schema) {
+            assert!(schema.fields.len() <= MAX_FIELDS, "{}", schema.name);
+            for f in schema.fields {
+                if let Kind::Message(child) = f.kind {
+                    check(child);
+                }
+            }
+        }
+        for schema in [
+            &PREDICT_REQUEST,
+            &MODEL_INFER_REQUEST,
+            &MODEL_NAME_REQUEST,
+            &EMPTY_REQUEST,
+        ] {
+            check(schema);
+        }
+    }
+
+    #[test]
+    fn storage_grows_as_vectors_and_tables_do() {
+        // A vector of 1 to 4 elements of 24 bytes holds 4; of 5, 8.
+        assert_eq!(vec_bytes(1, 24), heap(96));
+        assert_eq!(vec_bytes(4, 24), heap(96));
+        assert_eq!(vec_bytes(5, 24), heap(192));
+        assert_eq!(vec_bytes(3, 1), heap(8));
+        assert_eq!(vec_bytes(0, 24), 0);
+        // A table of 1 to 3 entries has 4 buckets, of 4 to 7 eight, of 8 to 14 sixteen.
+        assert_eq!(table_bytes(1, 56), heap(4 * 56 + 4 + 16));
+        assert_eq!(table_bytes(3, 56), heap(4 * 56 + 4 + 16));
+        assert_eq!(table_bytes(4, 56), heap(8 * 56 + 8 + 16));
+        assert_eq!(table_bytes(14, 56), heap(16 * 56 + 16 + 16));
+        assert_eq!(table_bytes(15, 56), heap(32 * 56 + 32 + 16));
+        // Blocks as malloc holds them.
+        assert_eq!((heap(1), heap(24), heap(25), heap(40)), (32, 32, 48, 48));
+        assert_eq!(string_bytes(0), 0);
+        assert_eq!(string_bytes(1), 32);
     }
 
     #[test]
