@@ -6,9 +6,9 @@ job a registered profile on the model's first device with its solo throughput sc
 PAUSE_MS (default 0) waits between calls, as a pricing loop does between its rounds.
 
 SERVERS is one `HTTP_PORT:GRPC_PORT` or several separated by commas (servers of the same model,
-for example two builds): the calls alternate between them, so that each server's figures are
-taken under the same load of the machine. The HTTP port serves the workloads and the model's
-modes the calls are built from.
+for example two builds): the calls alternate between them, and between pairs and groups, so that
+each server's figures, and the ratio of groups to pairs, are taken under the same load of the
+machine. The HTTP port serves the workloads and the model's modes the calls are built from.
 
 Usage: python benchmarks/serving/grpc_inline_latency.py SERVERS [GROUP_SIZE] [PAUSE_MS] [ROUNDS]
 """
@@ -67,6 +67,6 @@ for _, grpc_port in servers:
     )
 
 grpc_ports = [p for _, p in servers]
-for name, body in (("10,000 inline pairs", pairs), (f"10,000 inline groups of {size}", groups)):
-    time_alternating(name, len(body), grpc_ports, lambda port: calls[port](body, timeout=120),
-                     rounds, pause, lambda port: f"gRPC port {port}")
+workloads = [("10,000 inline pairs", pairs), (f"10,000 inline groups of {size}", groups)]
+time_alternating(workloads, grpc_ports, lambda port, body: calls[port](body, timeout=120), rounds,
+                 pause, lambda port: f"gRPC port {port}")

@@ -7,9 +7,10 @@ request are alike (as `cargo bench -p duet-server --bench predict`'s inline requ
 does after an answer is then off the next request's path.
 
 PORTS is one port or several separated by commas (servers of the same model, for example two
-builds): the requests alternate between them, so that each server's figures are taken under
-the same load of the machine, which on a shared machine moves more between minutes than a
-change of a few milliseconds does.
+builds): the requests alternate between them, and between pairs and groups, so that each
+server's figures, and the ratio of groups to pairs it prints, are taken under the same load of
+the machine, which on a shared machine moves more between minutes than a change of a few
+milliseconds does.
 
 Usage: python benchmarks/serving/inline_latency.py PORTS [GROUP_SIZE] [PAUSE_MS] [ROUNDS]
 """
@@ -43,6 +44,5 @@ pairs = json.dumps({"gpu": gpu, "pairs": [
     {"a": job(2 * i), "b": job(2 * i + 1), "mode": mode} for i in range(10_000)]}).encode()
 groups = json.dumps({"gpu": gpu, "groups": [
     {"jobs": [job(size * g + j) for j in range(size)], "mode": mode} for g in range(10_000)]}).encode()
-for name, body in (("10,000 inline pairs", pairs), (f"10,000 inline groups of {size}", groups)):
-    time_alternating(name, len(body), ports, lambda port: post(port, body), rounds, pause,
-                     lambda port: f"port {port}")
+workloads = [("10,000 inline pairs", pairs), (f"10,000 inline groups of {size}", groups)]
+time_alternating(workloads, ports, post, rounds, pause, lambda port: f"port {port}")
