@@ -306,6 +306,16 @@ fn the_tensor_fast_path_reads_what_serde_reads() {
     assert!(agreed_ok > 0);
 }
 
+/// A drawn message as protobuf: as prost encodes it every fourth round, else mutated.
+fn encoded_or_mutated(draw: &mut Rng, round: usize, message: &impl Message) -> Vec<u8> {
+    let bytes = message.encode_to_vec();
+    if round.is_multiple_of(4) {
+        bytes
+    } else {
+        mutate(draw, &bytes)
+    }
+}
+
 fn job(id: &str) -> Option<Job> {
     Some(Job {
         job: Some(job::Job::Workload(id.into())),
@@ -337,12 +347,7 @@ fn the_grpc_walker_accepts_what_prost_decodes_and_counts_alike() {
                 })
                 .collect(),
         };
-        let bytes = request.encode_to_vec();
-        let bytes = if round % 4 == 0 {
-            bytes
-        } else {
-            mutate(&mut draw, &bytes)
-        };
+        let bytes = encoded_or_mutated(&mut draw, round, &request);
         let walked = scan(&PREDICT_REQUEST, &bytes);
         if let Ok(decoded) = PredictRequest::decode(bytes.as_slice()) {
             let walked =
@@ -414,12 +419,7 @@ fn the_grpc_walker_bounds_what_an_inference_request_decodes_into() {
             raw_input_contents: vec![vec![1u8; draw.below(9)].into(); draw.below(4)],
             ..Default::default()
         };
-        let bytes = request.encode_to_vec();
-        let bytes = if round % 4 == 0 {
-            bytes
-        } else {
-            mutate(&mut draw, &bytes)
-        };
+        let bytes = encoded_or_mutated(&mut draw, round, &request);
         let walked = scan(&MODEL_INFER_REQUEST, &bytes);
         let Some(held) = counting::decoded_bytes::<ModelInferRequest>(&bytes) else {
             continue;
