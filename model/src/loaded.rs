@@ -188,7 +188,7 @@ impl LoadedModel {
         if let Some(name) = (required < self.accepted.required())
             .then(|| {
                 crate::compat::feature_name_refs(&self.meta.spec)
-                    .find(|n| !features.contains_key(*n))
+                    .find(|n| !features.contains_key(n))
             })
             .flatten()
         {

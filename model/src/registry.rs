@@ -263,9 +263,9 @@ fn seeds(model: &LoadedModel) -> (BTreeMap<String, RegisteredWorkload>, Vec<Stri
                 })
                 .collect();
             for name in &used {
-                features
-                    .entry(name.as_str().into())
-                    .or_insert(FeatureInput::Null);
+                if !features.contains_key(name) {
+                    features.insert(name.as_str().into(), FeatureInput::Null);
+                }
             }
             features.insert(
                 SOLO_THROUGHPUT.into(),

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use duet_core::api::{FeatureInput, WorkloadBody};
+use duet_core::api::{FeatureInput, Features, WorkloadBody};
 use duet_server::{AppState, Config};
 
 fn body(solo: f64) -> WorkloadBody {
@@ -17,7 +17,7 @@ fn body(solo: f64) -> WorkloadBody {
         kind: None,
         profiles: BTreeMap::from([(
             "v100".to_string(),
-            BTreeMap::from([
+            Features::from([
                 ("solo_throughput".into(), FeatureInput::Number(solo)),
                 ("model".into(), FeatureInput::Text("ResNet-50".into())),
                 ("batch_size".into(), FeatureInput::Number(64.0)),

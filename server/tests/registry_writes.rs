@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use duet_core::api::{FeatureInput, WorkloadBody};
+use duet_core::api::{FeatureInput, Features, WorkloadBody};
 use duet_server::store::{StateLocation, Store};
 use duet_server::{AppState, Config};
 
@@ -24,7 +24,7 @@ fn body(solo: f64) -> WorkloadBody {
         kind: None,
         profiles: BTreeMap::from([(
             "v100".to_string(),
-            BTreeMap::from([
+            Features::from([
                 ("solo_throughput".into(), FeatureInput::Number(solo)),
                 ("model".into(), FeatureInput::Text("ResNet-50".into())),
                 ("batch_size".into(), FeatureInput::Number(64.0)),

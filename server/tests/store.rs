@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use duet_core::api::{
-    Calibration, FeatureInput, JobRef, Observation, ObservationRecord, ObservedJob,
+    Calibration, FeatureInput, Features, JobRef, Observation, ObservationRecord, ObservedJob,
     ObservedJobPrediction, ObservedJobRecord, ObservedPrediction, WorkloadBody,
 };
 use duet_core::dataset::{JobKind, Mode};
@@ -25,7 +25,7 @@ fn body(solo: f64) -> WorkloadBody {
         kind: None,
         profiles: BTreeMap::from([(
             "v100".to_string(),
-            BTreeMap::from([("solo_throughput".into(), FeatureInput::Number(solo))]),
+            Features::from([("solo_throughput".into(), FeatureInput::Number(solo))]),
         )]),
     }
 }
