@@ -241,6 +241,8 @@ mod tests {
             (m.len(), m.get("f04999")),
             (5_001, Some(&FeatureInput::Number(4999.0)))
         );
+        // Held in a block of exactly its entries.
+        assert_eq!(m.0.capacity(), m.0.len());
         assert_eq!(map(r#"{"y": 2}"#).len(), 1);
         SCRATCH.with_borrow(|scratch| assert!(scratch.capacity() <= SCRATCH_KEPT));
     }
