@@ -123,10 +123,12 @@ impl<const N: usize> From<[(FeatureName, FeatureInput); N]> for Features {
 }
 
 impl Extend<(FeatureName, FeatureInput)> for Features {
+    /// The entries appended and sorted once (a name given again keeps its last value), not
+    /// inserted one by one, each shifting the entries after it.
     fn extend<I: IntoIterator<Item = (FeatureName, FeatureInput)>>(&mut self, iter: I) {
-        for (name, value) in iter {
-            self.insert(name, value);
-        }
+        let mut entries = std::mem::take(&mut self.0);
+        entries.extend(iter);
+        *self = Features::from_entries(entries);
     }
 }
 
@@ -264,5 +266,11 @@ mod tests {
         let names: Vec<&str> = collected.keys().map(FeatureName::as_str).collect();
         assert_eq!(names, ["x", "y"]);
         assert_eq!(collected["y"], FeatureInput::Number(3.0));
+        // Extended: a name given again keeps its last value, the order kept.
+        let mut extended = collected.clone();
+        extended.extend([("w", 4.0), ("y", 5.0)].map(|(k, v)| (k.into(), FeatureInput::Number(v))));
+        let names: Vec<&str> = extended.keys().map(FeatureName::as_str).collect();
+        assert_eq!(names, ["w", "x", "y"]);
+        assert_eq!(extended["y"], FeatureInput::Number(5.0));
     }
 }

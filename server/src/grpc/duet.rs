@@ -43,7 +43,9 @@ fn job(job: Option<Job>, field: &dyn Fn() -> String) -> Result<JobRef, Failure> 
         None => Ok(JobRef::default()),
         Some(JobChoice::Workload(id)) => Ok(JobRef::workload(id)),
         Some(JobChoice::Features(features)) => {
-            let mut values = api::Features::new();
+            // Gathered, then sorted once into the map (`collect`): inserting each of a map's
+            // entries, which arrive in the hash table's order, would shift the entries after it.
+            let mut values = Vec::with_capacity(features.values.len());
             for (name, value) in features.values {
                 let value = match value.value {
                     None => FeatureInput::Null,
@@ -56,11 +58,11 @@ fn job(job: Option<Job>, field: &dyn Fn() -> String) -> Result<JobRef, Failure> 
                         ));
                     }
                 };
-                values.insert(name.into(), value);
+                values.push((name.into(), value));
             }
             Ok(JobRef {
                 workload: None,
-                features: Some(values),
+                features: Some(values.into_iter().collect()),
             })
         }
     }
