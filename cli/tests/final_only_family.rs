@@ -2,7 +2,8 @@
 //! holds whole families out (not only workloads), so model.json carries a `new_family` shift
 //! and the effects prior's weight fitted on them (and a `probed` shift from families held out
 //! but for their probes), and `duet serve` answers a job of a family the data never had with that
-//! class and its shift, not with the workload class's.
+//! class and its shift, not with the workload class's, and with its effects from its profile
+//! where the device's families chose them.
 
 mod support;
 
@@ -118,6 +119,40 @@ fn a_final_only_fit_calibrates_and_serves_a_new_family() {
         #[allow(clippy::cast_possible_truncation)]
         let bits = |v: f64| (v as f32).to_bits();
         assert_eq!(bits(f("slowdown_b_p90")), e.slowdown_b_p90.to_bits(), "{k}");
+    }
+    // k80's families choose a new job's effects from its profile (`family_prior.devices.k80.
+    // profile`), and the served new-family speeds are the ones it gives: the same model without
+    // it answers the new family's pair otherwise, the known family's new size the same.
+    let with_profile = &calibration["family_prior"]["devices"]["k80"]["profile"];
+    assert!(with_profile["penalty"].as_f64().is_some(), "{calibration}");
+    let plain_prior = tmp.path().join("plain-prior");
+    fs::create_dir(&plain_prior).expect("dir");
+    for entry in fs::read_dir(&model).expect("model dir") {
+        let path = entry.expect("entry").path();
+        fs::copy(&path, plain_prior.join(path.file_name().expect("name"))).expect("copy");
+    }
+    let mut without = m.clone();
+    without["calibration"]["family_prior"]["devices"]["k80"]
+        .as_object_mut()
+        .expect("k80")
+        .remove("profile");
+    fs::write(plain_prior.join("model.json"), without.to_string()).expect("write");
+    let plain_model = LoadedModel::load(&plain_prior, EngineKind::Burn).expect("loads");
+    let (plain_registry, _) = Registry::build(&plain_model, Default::default());
+    let plain_answer =
+        predict::predict(&plain_model, &plain_registry, &request, None).expect("in process");
+    for (k, e) in expected.iter().enumerate() {
+        let served = [p[k]["speed_a"].as_f64(), p[k]["speed_b"].as_f64()];
+        #[allow(clippy::cast_possible_truncation)]
+        let bits = served.map(|v| (v.expect("speed") as f32).to_bits());
+        assert_eq!(bits, [e.speed_a.to_bits(), e.speed_b.to_bits()], "{k}");
+        let moved = (e.speed_a, e.speed_b) != (plain_answer[k].speed_a, plain_answer[k].speed_b);
+        assert_eq!(
+            moved,
+            k == 0,
+            "pair {k}: {e:?} against {:?}",
+            plain_answer[k]
+        );
     }
     let inputs = predict::encode(&loaded, &registry, &request, None).expect("encode");
     let kinds = predict::kinds(&loaded.meta.spec, shifts, &inputs);

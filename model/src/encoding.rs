@@ -368,6 +368,22 @@ impl FeatureSpec {
         false
     }
 
+    /// The columns of a job's encoding that describe its profile rather than name it: every
+    /// numeric feature and its missing flag, and every categorical slot but the family's; never
+    /// the identity slots. What the effects prior reads of a job training never measured.
+    pub fn profile_columns(&self) -> Vec<usize> {
+        let mut columns: Vec<usize> = (0..self.numeric.len() * 2).collect();
+        let mut at = columns.len();
+        for c in &self.categorical {
+            let slots = c.vocabulary.len() + 1;
+            if self.family.as_deref() != Some(c.name.as_str()) {
+                columns.extend(at..at + slots);
+            }
+            at += slots;
+        }
+        columns
+    }
+
     /// Length of one job's encoding.
     pub fn job_width(&self) -> usize {
         self.numeric.len() * 2

@@ -5,8 +5,9 @@
 //! boosting, ridge) is further off for a held-out family than the plain additive effects of the
 //! jobs it knows (BENCHMARKS.md, "A new model family"). So such a pair's ln speed is a weighted
 //! mean of the network's and of the **effects prior**: the device's mean ln speed, plus how much
-//! slower than that mean jobs ran next to the partner (where training measured the partner), plus
-//! how much slower the job itself ran next to anyone (where training measured the job). The
+//! slower than that mean jobs ran next to the partner, plus how much slower the job itself ran
+//! next to anyone, each where training measured the job, and where it did not, as the job's
+//! profile predicts it on devices whose families show the profile transfers (`profile`). The
 //! network's weight is chosen per device on the evaluation's leave-one-family-out folds (the same
 //! folds that calibrate the `new_family` p90, which is then fitted on the weighted predictions),
 //! so a device whose features do transfer keeps the network and one whose do not leans on the
@@ -21,12 +22,16 @@
 //! probes. A pair of well-measured or new workloads of known families is answered by the network
 //! alone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{FeatureSpec, Novelty, PROBED_MAX};
 use crate::network::{OUT_LOG_SPEED, OUT_LOG_SPEED_P10};
+
+pub mod profile;
+
+pub use profile::{Profile, ProfileEffects};
 
 /// The network's weights tried for a new family's pairs: 0, 0.1, ..., 1.
 pub const WEIGHTS: usize = 11;
@@ -70,6 +75,11 @@ pub struct DeviceEffects {
     pub partner: BTreeMap<String, f64>,
     /// Per training workload: its own mean ln speed next to any partner, less `mean`.
     pub own: BTreeMap<String, f64>,
+    /// A job's own and partner effects from its profile, for a job training never measured
+    /// (`profile`); absent where its family folds chose the plain prior, and in a model.json
+    /// written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<ProfileEffects>,
 }
 
 fn network_alone() -> f64 {
@@ -90,6 +100,7 @@ impl Default for DeviceEffects {
             mean: 0.0,
             partner: BTreeMap::new(),
             own: BTreeMap::new(),
+            profile: None,
         }
     }
 }
@@ -112,8 +123,9 @@ impl DeviceEffects {
         }
     }
 
-    /// The mean, partner and own effects of one device's finite rows (weights 1).
-    fn fit(rows: &[EffectRow]) -> DeviceEffects {
+    /// The mean, partner and own effects of one device's finite rows (weights 1), and the
+    /// effects from `profiles` where its families show they transfer ([`profile::fit`]).
+    fn fit(rows: &[EffectRow], profiles: &Profiles) -> DeviceEffects {
         let mut total = (0.0, 0usize);
         let mut partner: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
         let mut own: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
@@ -146,6 +158,20 @@ impl DeviceEffects {
             ..DeviceEffects::default()
         };
         effects.backfit_sparse(rows, &sparse);
+        let well_measured: BTreeSet<&str> = effects
+            .own
+            .keys()
+            .map(String::as_str)
+            .filter(|id| !sparse.contains(id))
+            .collect();
+        effects.profile = profile::fit(
+            rows,
+            effects.mean,
+            (&effects.own, &effects.partner),
+            &well_measured,
+            &profiles.columns,
+            &profiles.workloads,
+        );
         effects
     }
 
@@ -187,6 +213,15 @@ impl FamilyPrior {
     /// and partner effects there backfitted on its rows ([`backfit_sparse`]): a plain mean
     /// over a few partners is mostly theirs.
     pub fn fit<'a>(rows: impl IntoIterator<Item = EffectRow<'a>>) -> FamilyPrior {
+        FamilyPrior::fit_with_profiles(rows, &Profiles::default())
+    }
+
+    /// [`FamilyPrior::fit`], each device also fitting a new job's effects from `profiles`
+    /// where its families show they transfer ([`profile::fit`]).
+    pub fn fit_with_profiles<'a>(
+        rows: impl IntoIterator<Item = EffectRow<'a>>,
+        profiles: &Profiles,
+    ) -> FamilyPrior {
         let mut by_device: BTreeMap<&str, Vec<EffectRow>> = BTreeMap::new();
         for r in rows {
             if r.ln_speed.is_finite() {
@@ -195,7 +230,7 @@ impl FamilyPrior {
         }
         let devices = by_device
             .into_iter()
-            .map(|(gpu, rows)| (gpu.to_string(), DeviceEffects::fit(&rows)))
+            .map(|(gpu, rows)| (gpu.to_string(), DeviceEffects::fit(&rows, profiles)))
             .collect();
         FamilyPrior { devices }
     }
@@ -223,13 +258,19 @@ impl FamilyPrior {
             return None;
         };
         let device = self.devices.get(gpu?)?;
-        let effect = |map: &BTreeMap<String, f64>, job: &[f32]| {
+        // A job training measured on the device: its effect; one it never did: its profile's
+        // (none: 0, an average job).
+        let effect = |map: &BTreeMap<String, f64>, job: &[f32], as_partner: bool| {
             spec.identity_of(job)
                 .and_then(|id| map.get(id))
                 .copied()
+                .or_else(|| {
+                    let (own, partner) = device.profile.as_ref()?.effects(job)?;
+                    Some(if as_partner { partner } else { own })
+                })
                 .unwrap_or(0.0)
         };
-        let prior = device.mean + effect(&device.partner, b) + effect(&device.own, a);
+        let prior = device.mean + effect(&device.partner, b, true) + effect(&device.own, a, false);
         Some((prior, basis, device))
     }
 
@@ -364,6 +405,15 @@ pub fn weigh_in(out: &mut [f32], weight: f64, prior: f64) {
         out[OUT_LOG_SPEED] = speed as f32;
         out[OUT_LOG_SPEED_P10] = p10 as f32;
     }
+}
+
+/// Every training workload's profile, for [`FamilyPrior::fit_with_profiles`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Profiles {
+    /// The columns of a job's encoding the profiles hold (`FeatureSpec::profile_columns`).
+    pub columns: Vec<usize>,
+    /// By workload id.
+    pub workloads: BTreeMap<String, Profile>,
 }
 
 #[cfg(test)]

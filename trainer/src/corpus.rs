@@ -15,7 +15,7 @@ use duet_model::network::{
     Mlp, OUTPUTS, Rng, TrainConfig, TrainDevice, TrainOutcome, ensemble_forward,
 };
 use duet_model::predict::Decode;
-use duet_model::prior::{EffectRow, FamilyPrior, weigh_in};
+use duet_model::prior::{EffectRow, FamilyPrior, Profile, Profiles, weigh_in};
 
 use crate::rows::{Example, GroupExample, examples, group_examples};
 use crate::training::{Batch, TrainError, fit};
@@ -78,17 +78,51 @@ impl Corpus {
     }
 
     /// The effects prior of a new family's pairs (`duet_model::prior`), fitted on the feasible
-    /// rows of `rows`; every weight 1 until weighed.
-    pub fn family_prior(&self, rows: &[usize]) -> FamilyPrior {
-        FamilyPrior::fit(rows.iter().filter_map(|&i| {
+    /// rows of `rows`, with every workload's profile as `spec` encodes it (a new job's effects
+    /// from its profile, where the families show they transfer); every weight 1 until weighed.
+    pub fn family_prior(&self, rows: &[usize], spec: &FeatureSpec) -> FamilyPrior {
+        FamilyPrior::fit_with_profiles(
+            rows.iter().filter_map(|&i| {
+                let e = &self.examples[i];
+                Some(EffectRow {
+                    gpu: &e.gpu,
+                    a: &e.a,
+                    b: &e.b,
+                    ln_speed: e.speed?.ln(),
+                })
+            }),
+            &self.profiles(rows, spec),
+        )
+    }
+
+    /// The profile of every workload of `rows` (`FeatureSpec::profile_columns` of its encoding
+    /// under `spec`), grouped by its family where the corpus names one (else by its id).
+    fn profiles(&self, rows: &[usize], spec: &FeatureSpec) -> Profiles {
+        let columns = spec.profile_columns();
+        let families = self.family.as_deref().map(|f| self.values_of(f));
+        let mut workloads = BTreeMap::new();
+        let mut encoded = Vec::new();
+        for &i in rows {
             let e = &self.examples[i];
-            Some(EffectRow {
-                gpu: &e.gpu,
-                a: &e.a,
-                b: &e.b,
-                ln_speed: e.speed?.ln(),
-            })
-        }))
+            for id in [&e.a, &e.b] {
+                if workloads.contains_key(id) {
+                    continue;
+                }
+                encoded.clear();
+                spec.encode_job(self.job(e, id), &mut encoded);
+                let x = columns
+                    .iter()
+                    .map(|&c| encoded.get(c).copied().map_or(f64::NAN, f64::from))
+                    .collect();
+                let group = families
+                    .as_ref()
+                    .and_then(|f| f[e.dataset].get(id))
+                    .cloned()
+                    .unwrap_or_else(|| id.clone());
+                workloads.insert(id.clone(), Profile { group, x });
+            }
+        }
+        Profiles { columns, workloads }
     }
 
     /// The feature spec fitted on the jobs, devices and modes of `rows`.

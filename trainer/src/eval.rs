@@ -430,7 +430,7 @@ fn score_fold(
     counts: &Measured,
 ) -> Result<FoldScores, TrainError> {
     let trained = corpus.fit(&fold.train, config, 1)?;
-    let prior = corpus.family_prior(&fold.train);
+    let prior = corpus.family_prior(&fold.train, &trained.spec);
     let test_batch = corpus.encode(&trained.spec, &fold.test);
     let out = trained.forward(&test_batch.inputs);
     let train_rows: Vec<&Example> = fold.train.iter().map(|&i| &corpus.examples[i]).collect();

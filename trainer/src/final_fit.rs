@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use duet_core::api::Calibration as Kind;
 use duet_model::calibration::{Calibration, FOLDED_CONFORMAL, MIN_FAMILIES, SPLIT_CONFORMAL};
+use duet_model::encoding::FeatureSpec;
 use duet_model::network::{OUT_LOG_SPEED, OUT_LOG_SPEED_P10, OUTPUTS, Rng, TrainConfig};
 use duet_model::prior::{Basis, Candidate, Weights, weigh_in};
 
@@ -289,7 +290,8 @@ impl Corpus {
             .collect();
         let mut fitted = self.fit_ensembles(&sets, config, workers)?;
         let mut trained = fitted.pop().ok_or(TrainError::Empty)?;
-        trained.calibration = self.folded_calibration(&fitted, &folds, rows, &counts);
+        trained.calibration =
+            self.folded_calibration(&fitted, &folds, rows, &trained.spec, &counts);
         Ok(trained)
     }
 
@@ -308,6 +310,7 @@ impl Corpus {
         fitted: &[Trained],
         folds: &[CalibrationSplit],
         rows: &[usize],
+        spec: &FeatureSpec,
         counts: &Measured,
     ) -> Calibration {
         let mut scores = Scores::default();
@@ -341,7 +344,7 @@ impl Corpus {
         }
         let mut calibration = scores.calibration(FOLDED_CONFORMAL);
         if !family_rows.is_empty() || !probed_rows.is_empty() {
-            let mut prior = self.family_prior(rows);
+            let mut prior = self.family_prior(rows, spec);
             prior.weigh(&family_rows);
             prior.weigh_probed(&probed_rows);
             calibration.family_prior = Some(prior);
@@ -359,7 +362,7 @@ impl Corpus {
         inputs: &[f32],
         out: &[f32],
     ) -> Vec<PriorRow> {
-        let prior = self.family_prior(&fold.train);
+        let prior = self.family_prior(&fold.train, &held.spec);
         let width = held.spec.pair_width();
         let mut rows = Vec::new();
         for (k, &i) in fold.calibration.iter().enumerate() {

@@ -310,14 +310,18 @@ pub fn run_with(
             .flat_map(|e| e.probed_candidates.iter().cloned())
             .collect();
         if !candidates.is_empty() || !probed.is_empty() {
-            let mut prior = corpus.family_prior(&all);
+            let mut prior = corpus.family_prior(&all, &trained.spec);
             prior.weigh(&candidates);
             prior.weigh_probed(&probed);
             for (gpu, d) in &prior.devices {
+                let profile = d.profile.as_ref().map_or_else(
+                    || "none (the families held out did not agree a fit does better)".to_string(),
+                    |p| format!("a ridge of penalty {} a workload", p.penalty),
+                );
                 progress.line(&format!(
                     "final model on {gpu}: the network's weight beside the effects prior {:.1} \
                      for a new family (chosen on {} held-out rows), {:.1} for a probed job \
-                     (chosen on {})",
+                     (chosen on {}); a new job's effects from its profile: {profile}",
                     d.weight, d.chosen_on, d.probed_weight, d.probed_chosen_on
                 ));
             }

@@ -274,7 +274,9 @@ pub fn render(
             "\nA pair with a job of a new family is answered with its ln speed weighted between \
              the network's and an effects prior's (the device's mean ln speed plus the \
              partner's effect on the jobs that ran next to it plus the job's own, where training \
-             measured them), its ln p10 speed the lower of the network's and the weighted \
+             measured them; where it did not, as the job's profile predicts them, on a device \
+             whose training families, each held out in turn, agree that this beats the plain \
+             prior by more than its standard error, below), its ln p10 speed the lower of the network's and the weighted \
              speed less the network's spread. The network's weight, of 0, 0.1, ..., 1, is \
              the one with the least MAPE of speed on the leave-one-family-out folds' rows, each \
              held-out family weighing the same (each family's fold is scored with the weight \
@@ -285,12 +287,22 @@ pub fn render(
              (each probed workload weighing the same), the probed workload's effects \
              backfitted on its few rows; `probed`'s shift is fitted on those weighted rows.\n\n\
              | device | the network's weight, new family | chosen on rows | the network's \
-             weight, probed | chosen on rows |\n|---|---|---|---|---|"
+             weight, probed | chosen on rows | a new job's effects from its profile |\n\
+             |---|---|---|---|---|---|"
         );
         for (gpu, d) in &prior.devices {
+            let profile = d.profile.as_ref().map_or_else(
+                || "none: the plain prior".to_string(),
+                |p| {
+                    format!(
+                        "ridge, penalty {} a workload, on {} workloads of {} families",
+                        p.penalty, p.workloads, p.families
+                    )
+                },
+            );
             let _ = writeln!(
                 md,
-                "| {gpu} | {:.1} | {} | {:.1} | {} |",
+                "| {gpu} | {:.1} | {} | {:.1} | {} | {profile} |",
                 d.weight, d.chosen_on, d.probed_weight, d.probed_chosen_on
             );
         }

@@ -263,4 +263,47 @@ fn an_older_model_json_has_the_network_alone_for_probed_jobs() {
     let d: DeviceEffects = serde_json::from_str(old).expect("an older device's effects");
     assert_eq!((d.probed_weight, d.probed_chosen_on), (1.0, 0));
     assert_eq!(d.weight_of(Basis::NewFamily), 0.4);
+    // Nor a new job's effects from its profile: the plain prior, and written back without.
+    assert_eq!(d.profile, None);
+    assert!(!serde_json::to_string(&d).expect("json").contains("profile"));
+}
+
+#[test]
+fn a_job_training_never_measured_takes_its_profiles_effects() {
+    let mut p = prior();
+    let s = spec();
+    // The spec's profile: ln solo throughput and its missing flag (the family's slots are not).
+    assert_eq!(s.profile_columns(), vec![0, 1]);
+    let linear = |intercept: f64, slope: f64| profile::Linear {
+        intercept,
+        weights: vec![slope, 0.0],
+    };
+    p.devices.get_mut("v100").expect("v100").profile = Some(ProfileEffects {
+        columns: s.profile_columns(),
+        penalty: 0.3,
+        workloads: 2,
+        families: 2,
+        own: linear(0.05, 0.1),
+        partner: linear(-0.02, -0.2),
+    });
+    let resnet = job(Some("resnet-16"), Some("ResNet-50"));
+    // Solo throughput e^2: ln 2 standardised by the spec's mean 0 and sd 1.
+    let new_family = crate::encoding::tests::job(None, Some("Unseen-Net"), 2f64.exp());
+    // The new job next to resnet-16: the mean, resnet-16's partner effect, its profile's own.
+    let (ln, _) = p
+        .for_row(&s, &row(&new_family, &resnet, "v100"))
+        .expect("a prior");
+    assert!((ln - (-0.5 - 0.4 + 0.05 + 0.2)).abs() < 1e-6, "{ln}");
+    // resnet-16 next to it: the mean, resnet-16's own effect, the profile's partner effect.
+    let (ln, _) = p
+        .for_row(&s, &row(&resnet, &new_family, "v100"))
+        .expect("a prior");
+    assert!((ln - (-0.5 - 0.1 - 0.02 - 0.4)).abs() < 1e-6, "{ln}");
+    // Measured jobs keep their measured effects: a probed pair's prior is unchanged.
+    let known = job(Some("lm-8"), Some("LM"));
+    assert_eq!(p.for_row(&s, &row(&known, &resnet, "v100")), None);
+    // It reads back from model.json as written.
+    let text = serde_json::to_string(&p).expect("json");
+    let back: FamilyPrior = serde_json::from_str(&text).expect("read back");
+    assert_eq!(back, p);
 }
