@@ -12,7 +12,8 @@
 //! - `predict`: a `PredictRequest` to predictions (encode, run, decode);
 //! - `accuracy`: the accuracy measures and `model.json`'s metrics table;
 //! - `calibration`: the two split-conformal shifts of the p90 slowdown (known, new workloads);
-//! - `compat`: whether a model can replace the serving one (features, devices, modes).
+//! - `compat`: whether a model can replace the serving one (features, devices, modes);
+//! - `least_squares`: the linear solver the effects prior and the trainer's ridge share.
 //!
 //! It knows nothing of HTTP, training loops or where registrations are stored: its errors are
 //! plain values (`ModelError`) that the server maps to HTTP.
@@ -26,6 +27,7 @@ pub mod engine;
 pub mod error;
 pub mod group;
 pub mod layered;
+pub mod least_squares;
 pub mod loaded;
 pub mod network;
 pub mod onnx;

@@ -9,6 +9,7 @@ use duet_core::dataset::FeatureValue;
 
 use crate::rows::Example;
 use duet_model::encoding::JobFeatures;
+use duet_model::least_squares::solve_spd;
 use duet_model::network::Rng;
 
 /// Mean measured speed of the feasible training rows.
@@ -89,36 +90,6 @@ impl Ridge {
                 .map(|(w, x)| w * f64::from(*x))
                 .sum::<f64>()
     }
-}
-
-/// Solves `A w = b` for symmetric positive definite `A` (n x n, overwritten) by Cholesky.
-fn solve_spd(a: &mut [f64], b: &[f64], n: usize) -> Vec<f64> {
-    for j in 0..n {
-        let mut d = a[j * n + j];
-        for k in 0..j {
-            d -= a[j * n + k] * a[j * n + k];
-        }
-        let d = d.max(1e-12).sqrt();
-        a[j * n + j] = d;
-        for i in j + 1..n {
-            let mut s = a[i * n + j];
-            for k in 0..j {
-                s -= a[i * n + k] * a[j * n + k];
-            }
-            a[i * n + j] = s / d;
-        }
-    }
-    let mut z = vec![0.0; n];
-    for i in 0..n {
-        let s: f64 = (0..i).map(|k| a[i * n + k] * z[k]).sum();
-        z[i] = (b[i] - s) / a[i * n + i];
-    }
-    let mut w = vec![0.0; n];
-    for i in (0..n).rev() {
-        let s: f64 = (i + 1..n).map(|k| a[k * n + i] * w[k]).sum();
-        w[i] = (z[i] - s) / a[i * n + i];
-    }
-    w
 }
 
 /// Low-rank completion of the log-speed matrix: `mu + context + u_a + v_b + p_a . q_b`, where

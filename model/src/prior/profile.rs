@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::EffectRow;
+use crate::least_squares::solve_spd;
 
 /// Ridge penalties tried, per training workload (the penalty on the standardised coefficients
 /// is this times the number of workloads): from light to heavy shrinkage.
@@ -60,15 +61,11 @@ impl ProfileEffects {
     /// The own and partner effects of the job encoded in `job`; `None` where the encoding is
     /// shorter than the columns (a spec the fit was not made with).
     pub fn effects(&self, job: &[f32]) -> Option<(f64, f64)> {
-        let x: Vec<f64> = self
-            .columns
-            .iter()
-            .map(|&c| job.get(c).copied().map(f64::from))
-            .collect::<Option<_>>()?;
-        Some((
-            self.own.at(x.iter().copied()),
-            self.partner.at(x.iter().copied()),
-        ))
+        if self.columns.iter().any(|&c| c >= job.len()) {
+            return None;
+        }
+        let x = || self.columns.iter().map(|&c| f64::from(job[c]));
+        Some((self.own.at(x()), self.partner.at(x())))
     }
 }
 
@@ -231,19 +228,20 @@ pub fn ridge(x: &[&[f64]], y: &[f64], penalty: f64) -> Linear {
     let z = |r: &[f64], j: usize| (r[j] - mean[j]) / scale[j];
     let k = live.len();
     // The normal equations (Z'Z + penalty n I) b = Z'(y - mean), Z the standardised columns.
-    let mut a = vec![0.0; k * (k + 1)];
+    let mut a = vec![0.0; k * k];
+    let mut rhs = vec![0.0; k];
     for (p, &jp) in live.iter().enumerate() {
         for (q, &jq) in live.iter().enumerate() {
-            a[p * (k + 1) + q] = x.iter().map(|r| z(r, jp) * z(r, jq)).sum::<f64>()
+            a[p * k + q] = x.iter().map(|r| z(r, jp) * z(r, jq)).sum::<f64>()
                 + if p == q { penalty * count } else { 0.0 };
         }
-        a[p * (k + 1) + k] = x
+        rhs[p] = x
             .iter()
             .zip(y)
             .map(|(r, yi)| z(r, jp) * (yi - y_mean))
             .sum();
     }
-    let b = solve(&mut a, k);
+    let b = solve_spd(&mut a, &rhs, k);
     let mut weights = vec![0.0; d];
     let mut intercept = y_mean;
     for (p, &j) in live.iter().enumerate() {
@@ -251,37 +249,6 @@ pub fn ridge(x: &[&[f64]], y: &[f64], penalty: f64) -> Linear {
         intercept -= weights[j] * mean[j];
     }
     Linear { intercept, weights }
-}
-
-/// Solves the `k` equations of the augmented matrix `a` (`k` rows of `k + 1`) by elimination
-/// with partial pivoting; a singular system (impossible with a positive penalty) gives zeros.
-fn solve(a: &mut [f64], k: usize) -> Vec<f64> {
-    let w = k + 1;
-    for col in 0..k {
-        let pivot = (col..k)
-            .max_by(|&i, &j| a[i * w + col].abs().total_cmp(&a[j * w + col].abs()))
-            .unwrap_or(col);
-        if a[pivot * w + col].abs() < 1e-12 {
-            return vec![0.0; k];
-        }
-        if pivot != col {
-            for c in 0..w {
-                a.swap(pivot * w + c, col * w + c);
-            }
-        }
-        for row in col + 1..k {
-            let f = a[row * w + col] / a[col * w + col];
-            for c in col..w {
-                a[row * w + c] -= f * a[col * w + c];
-            }
-        }
-    }
-    let mut b = vec![0.0; k];
-    for row in (0..k).rev() {
-        let rest: f64 = (row + 1..k).map(|c| a[row * w + c] * b[c]).sum();
-        b[row] = (a[row * w + k] - rest) / a[row * w + row];
-    }
-    b
 }
 
 #[cfg(test)]
