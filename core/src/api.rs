@@ -109,7 +109,7 @@ macro_rules! object_only {
 pub type FeatureName = compact_str::CompactString;
 
 /// A job's features by name, `solo_throughput` included.
-mod feature_map;
+pub mod feature_map;
 pub use feature_map::Features;
 
 /// One job of a pair: `{"workload": "<id>"}` or `{"features": {...}}`, exactly one of the two.

@@ -80,6 +80,11 @@ impl Accepted {
         Accepted { names, required }
     }
 
+    /// How many names it accepts.
+    pub fn count(&self) -> usize {
+        self.names.len()
+    }
+
     /// The roles of `names`, which come in ascending order each once (a feature map's keys):
     /// `None` for a name the model does not accept. Walks both lists once.
     pub fn roles<'a, I>(&'a self, names: I) -> impl Iterator<Item = (&'a str, Option<Role>)> + 'a

@@ -86,6 +86,12 @@ impl LoadedModel {
         self.accepted.role(name).is_some()
     }
 
+    /// How many feature names a client may send (`knows_feature`): a job's map with more
+    /// entries than this holds an unknown name or one given twice.
+    pub fn accepted_feature_count(&self) -> usize {
+        self.accepted.count()
+    }
+
     /// A client's features as the model's job features, checked (`check_features`).
     pub fn job_features(
         &self,

@@ -99,7 +99,39 @@ where
     D: Deserializer<'de>,
     T: serde::Deserialize<'de>,
 {
-    deserializer.deserialize_seq(Items(PhantomData))
+    deserializer.deserialize_seq(Items(PhantomData, Cost::Each))
+}
+
+/// A group's jobs, counted in the pairs they add: the first two nothing (the group's own item,
+/// taken by the array of groups, stands for their pair), the job at index `k` from the third on
+/// `k` (its pairs with the jobs before it). A group of `n >= 2` jobs then takes exactly its
+/// `n (n - 1) / 2` pairs from the budget, as `--max-pairs` counts them, and every item taken
+/// holds at most a group and two jobs.
+pub fn group_jobs<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    deserializer.deserialize_seq(Items(PhantomData, Cost::PairsWithEarlier))
+}
+
+/// What an array's item at an index takes from the budget.
+#[derive(Clone, Copy)]
+enum Cost {
+    /// One item each.
+    Each,
+    /// Its pairs with the items before it, the first pair given ([`group_jobs`]).
+    PairsWithEarlier,
+}
+
+impl Cost {
+    fn of(self, index: usize) -> usize {
+        match self {
+            Cost::Each => 1,
+            Cost::PairsWithEarlier if index < 2 => 0,
+            Cost::PairsWithEarlier => index,
+        }
+    }
 }
 
 /// `vec` for a field that may be absent (with `#[serde(default)]`): present, it is a bounded
@@ -112,7 +144,7 @@ where
     vec(deserializer).map(Some)
 }
 
-struct Items<T>(PhantomData<T>);
+struct Items<T>(PhantomData<T>, Cost);
 
 impl<'de, T: serde::Deserialize<'de>> Visitor<'de> for Items<T> {
     type Value = Vec<T>;
@@ -127,6 +159,7 @@ impl<'de, T: serde::Deserialize<'de>> Visitor<'de> for Items<T> {
         let mut left = budget.unwrap_or(usize::MAX);
         // The budget is given back to the thread whether this array ends well or not: an item
         // of it may hold bounded arrays of its own (a tensor's values), which take from it too.
+        let cost = self.1;
         while let Some(item) = {
             BUDGET.set(budget.map(|_| left));
             let next = seq.next_element::<T>();
@@ -135,13 +168,13 @@ impl<'de, T: serde::Deserialize<'de>> Visitor<'de> for Items<T> {
             }
             next?
         } {
-            if left == 0 {
+            let Some(rest) = left.checked_sub(cost.of(out.len())) else {
                 OVER.set(true);
                 return Err(serde::de::Error::custom(
                     "more items than the server's limit",
                 ));
-            }
-            left -= 1;
+            };
+            left = rest;
             out.push(item);
         }
         BUDGET.set(budget.map(|_| left));
@@ -179,6 +212,55 @@ mod tests {
         // Outside a parse, no limit; a parse leaves none behind.
         let free: Body = serde_json::from_str(r#"{"items": [1, 2, 3, 4]}"#).expect("free");
         assert_eq!(free.items.len(), 4);
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Groups {
+        #[serde(deserialize_with = "vec")]
+        groups: Vec<Group>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Group {
+        #[serde(deserialize_with = "group_jobs")]
+        jobs: Vec<u32>,
+    }
+
+    #[test]
+    fn a_groups_jobs_take_its_pairs() {
+        let body = |sizes: &[usize]| {
+            let groups: Vec<String> = sizes
+                .iter()
+                .map(|&n| format!(r#"{{"jobs": [{}]}}"#, vec!["1"; n].join(", ")))
+                .collect();
+            format!(r#"{{"groups": [{}]}}"#, groups.join(", "))
+        };
+        // Groups of 2, 3, 5 and 8 jobs: 1, 3, 10 and 28 pairs.
+        for (sizes, pairs) in [
+            (&[2][..], 1),
+            (&[3], 3),
+            (&[5], 10),
+            (&[8], 28),
+            (&[3, 5, 8], 41),
+        ] {
+            let text = body(sizes);
+            let within: Groups = parse(text.as_bytes(), pairs).expect("exactly its pairs");
+            let read: Vec<usize> = within.groups.iter().map(|g| g.jobs.len()).collect();
+            assert_eq!(read, sizes);
+            assert!(
+                matches!(
+                    parse::<Groups>(text.as_bytes(), pairs - 1),
+                    Err(Refused::OverLimit)
+                ),
+                "{sizes:?} within {}",
+                pairs - 1
+            );
+        }
+        // A group of fewer than two jobs still takes its own item.
+        assert!(matches!(
+            parse::<Groups>(body(&[0, 1]).as_bytes(), 1),
+            Err(Refused::OverLimit)
+        ));
     }
 
     #[derive(Debug, serde::Deserialize)]

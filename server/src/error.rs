@@ -129,15 +129,20 @@ pub fn too_large(limit: usize, flag: &str) -> Failure {
     )
 }
 
+/// The 408 of a body that paused longer than `--idle-timeout`, however it was read.
+pub fn paused() -> Failure {
+    Failure::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "the body paused longer than the server's limit (--idle-timeout)",
+    )
+}
+
 /// A body that could not be read: too large (413) or broken.
 pub fn body_failure(e: &BytesRejection, limit: usize, flag: &str) -> Failure {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
         too_large(limit, flag)
     } else if stalled(e) {
-        Failure::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "the body stopped arriving for longer than the server allows (--idle-timeout)",
-        )
+        paused()
     } else {
         Failure::new(e.status(), format!("cannot read the body: {e}"))
     }

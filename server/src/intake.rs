@@ -140,10 +140,7 @@ fn body_error(e: &axum::Error) -> Failure {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = source {
         if err.is::<tower_http::timeout::TimeoutError>() {
-            return Failure::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "the body paused longer than the server's limit (--idle-timeout)",
-            );
+            return crate::error::paused();
         }
         source = err.source();
     }

@@ -302,9 +302,13 @@ fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
     // operation's description) puts `parameters.binary_data_size` in its JSON header instead.
     input["required"] = json!(["name", "shape", "datatype", "data"]);
     schemas["InferInput"] = input;
+    // A parameter's value is a boolean, a number or a string (or null), as the protocol has
+    // it; the server refuses an array or an object where it starts.
+    let scalar = json!({"type": ["boolean", "number", "string", "null"]});
+    schemas["InferInput"]["properties"]["parameters"]["additionalProperties"] = scalar.clone();
     let binary_flag = |name: &str, what: &str| {
         let flag = json!({"type": "boolean", "description": what});
-        json!({"type": "object", "properties": {name: flag}})
+        json!({"type": "object", "properties": {name: flag}, "additionalProperties": scalar})
     };
     schemas["InferRequest"]["properties"]["parameters"] = binary_flag(
         "binary_data_output",

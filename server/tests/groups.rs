@@ -170,6 +170,41 @@ async fn bad_groups_name_the_field_within_the_group() {
 }
 
 #[tokio::test]
+async fn groups_count_their_pairs_against_the_limit_exactly() {
+    let app = app();
+    let ask = |pairs: usize, groups: Vec<Value>| {
+        let app = app.clone();
+        let pairs: Vec<Value> = (0..pairs).map(|_| pair("a3c", "lm-bs20")).collect();
+        async move {
+            let body = json!({"gpu": "v100", "pairs": pairs, "groups": groups});
+            call(&app, "POST", "/v1/predict", Some(body), None).await
+        }
+    };
+    let threes = |n: usize| vec![group(&["a3c", "lm-bs20", "cyclegan"]); n];
+    let fives = |n: usize| vec![group(&["a3c", "lm-bs20", "cyclegan", "a3c", "a3c"]); n];
+    // --max-pairs 1000: 333 groups of three (999 pairs) and one pair are 1,000, answered; so
+    // are 100 groups of five (1,000 pairs) and 100 groups of three beside 700 pairs.
+    for (pairs, groups, answered) in [
+        (1, threes(333), 333),
+        (0, fives(100), 100),
+        (700, threes(100), 100),
+    ] {
+        let (status, body) = ask(pairs, groups).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["groups"].as_array().map(Vec::len), Some(answered));
+    }
+    // One pair more, whichever way, is over.
+    for (pairs, groups) in [(2, threes(333)), (1, fives(100)), (0, threes(334))] {
+        assert_error(
+            &ask(pairs, groups).await,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Some("pairs"),
+            "--max-pairs",
+        );
+    }
+}
+
+#[tokio::test]
 async fn groups_sharing_pairs_are_answered_as_each_alone() {
     let app = app();
     let ask = |groups: Vec<Value>| {

@@ -188,3 +188,48 @@ async fn work_over_the_places_is_shed_at_once_with_retry_after() {
     assert!(text.contains("duet_work_in_flight 0"), "{text}");
     assert_eq!(state.limiter.running(), 0);
 }
+
+/// A job's feature map with more than 8 entries past the names the model accepts is refused
+/// while it is read (its entries are never held), on one thread and over the cores alike; one
+/// within that is checked as ever once parsed.
+#[tokio::test]
+async fn a_feature_map_past_the_names_the_model_accepts_is_refused_as_it_is_read() {
+    let (app, state) = app_with(Config::new(model_dir()));
+    let accepted = state.model().expect("a model").accepted_feature_count();
+    assert!(accepted >= 3, "{accepted}");
+    let ask = |entries: usize, pairs: usize| {
+        let app = app.clone();
+        // Known names, `solo_throughput` given again past the other two.
+        let mut map = String::from(r#""batch_size": 64, "model": "ResNet-50""#);
+        for _ in 2..entries {
+            map.push_str(r#", "solo_throughput": 11.2"#);
+        }
+        let hostile = format!(
+            r#"{{"a": {{"features": {{{map}}}}}, "b": {{"workload": "a3c"}}, "mode": "space"}}"#
+        );
+        let fine = pair().to_string();
+        let mut items = vec![fine; pairs];
+        items.push(hostile);
+        let body = format!(r#"{{"gpu": "v100", "pairs": [{}]}}"#, items.join(", "));
+        async move { call_raw(&app, "POST", "/v1/predict", Some(body), None).await }
+    };
+    let limit = accepted + duet_server::routes::predict::FEATURE_ENTRIES_PAST_ACCEPTED;
+    // As many entries as that (`solo_throughput` given again): answered, the last value kept.
+    let (status, answer) = ask(limit, 0).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    // One more: refused at it, by the parse, naming the map.
+    for pairs in [0, 4_000] {
+        let (status, answer) = ask(limit + 1, pairs).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        let error = answer["error"].as_str().expect("an error");
+        assert!(
+            error.contains(&format!("more than {limit} entries in one job's features")),
+            "{error}"
+        );
+        let field = answer["field"].as_str().expect("a field");
+        assert!(
+            field.starts_with(&format!("pairs[{pairs}].a.features")),
+            "{field}"
+        );
+    }
+}

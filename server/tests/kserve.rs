@@ -532,6 +532,54 @@ async fn kserve_v2_aliases_run_the_same_model() {
         Some("inputs[0].shape"),
         "shape",
     );
+    // A shape past 8 dimensions is refused as it is read, at its ninth (not held, nor echoed
+    // back); one within them is named whole.
+    let long = json!({"inputs": [{"name": "pairs", "shape": vec![0; 100_000], "datatype": "FP32", "data": [0.0]}]});
+    let (status, answer) = call(&app, "POST", "/v2/models/default/infer", Some(long), None).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(answer["field"], "inputs[0].shape", "{answer}");
+    let error = answer["error"].as_str().expect("an error");
+    assert!(error.contains("more than 8 dimensions"), "{error}");
+    assert!(error.len() < 200, "{error}");
+    let five = json!({"inputs": [{"name": "pairs", "shape": [2, width, 1, 1, 1], "datatype": "FP32", "data": [0.0]}]});
+    let bad = call(&app, "POST", "/v2/models/default/infer", Some(five), None).await;
+    assert_json_error(
+        &bad,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("inputs[0].shape"),
+        &format!("got [2, {width}, 1, 1, 1]"),
+    );
+    // A parameter is a boolean, a number or a string: an array is refused where it starts.
+    for (at, body) in [
+        (
+            "parameters",
+            json!({"parameters": {"x": vec![0; 1000]}, "inputs": [{"name": "pairs", "shape": [2, width], "datatype": "FP32", "data": data.clone()}]}),
+        ),
+        (
+            "inputs[0].parameters",
+            json!({"inputs": [{"name": "pairs", "shape": [2, width], "datatype": "FP32", "parameters": {"x": {"y": 1}}, "data": data.clone()}]}),
+        ),
+    ] {
+        let (status, answer) =
+            call(&app, "POST", "/v2/models/default/infer", Some(body), None).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        let field = answer["field"].as_str().expect("a field");
+        assert!(field.starts_with(at), "{field}");
+        let error = answer["error"].as_str().expect("an error");
+        assert!(error.contains("a boolean, a number or a string"), "{error}");
+    }
+    // Scalars of any kind are taken (an unknown one is ignored).
+    let scalars = json!({"parameters": {"a": 1, "b": "x", "c": null, "d": 2.5, "binary_data_output": false},
+        "inputs": [{"name": "pairs", "shape": [2, width], "datatype": "FP32", "data": data.clone()}]});
+    let (status, answer) = call(
+        &app,
+        "POST",
+        "/v2/models/default/infer",
+        Some(scalars),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
     let unknown = call(&app, "GET", "/v2/models/other", None, None).await;
     assert_json_error(
         &unknown,

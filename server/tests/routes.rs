@@ -585,6 +585,33 @@ async fn health_models_metrics_and_openapi() {
     ] {
         assert!(doc["paths"][path].is_object(), "{path} missing");
     }
+    // Every operation that reads a body declares the 408 of a body that pauses past
+    // --idle-timeout and the 413 of one past its limit.
+    let mut with_bodies = 0;
+    for (path, operations) in doc["paths"].as_object().expect("paths") {
+        for (method, operation) in operations.as_object().expect("operations") {
+            if operation.get("requestBody").is_none() {
+                continue;
+            }
+            with_bodies += 1;
+            for status in ["408", "413"] {
+                assert!(
+                    operation["responses"][status].is_object(),
+                    "{method} {path} does not declare {status}"
+                );
+            }
+        }
+    }
+    assert!(with_bodies >= 6, "{with_bodies} operations read a body");
+    // A KServe parameter is a scalar, in the document as in the server.
+    let scalar = json!(["boolean", "number", "string", "null"]);
+    for schema in ["InferInput", "InferRequest", "InferRequestedOutput"] {
+        let parameters = &doc["components"]["schemas"][schema]["properties"]["parameters"];
+        assert_eq!(
+            parameters["additionalProperties"]["type"], scalar,
+            "{schema}"
+        );
+    }
     let id = &doc["paths"]["/v1/workloads/{id}"]["put"]["parameters"][0];
     assert_eq!(id["name"], "id");
     assert_eq!(id["in"], "path");

@@ -27,6 +27,30 @@ const SCRATCH_KEPT: usize = 1024;
 thread_local! {
     /// The entries of the map being read on this thread (`Deserialize`).
     static SCRATCH: std::cell::RefCell<Vec<Entry>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Entries a map read on this thread may hold (`None`: no limit); see [`with_entry_limit`].
+    static ENTRY_LIMIT: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `read` with every map it reads on this thread refused at its first entry past `limit`,
+/// the limit before restored however `read` ends. A reader that accepts a known number of
+/// names (a model's features) sets it at that number and some: a map with more entries holds
+/// names it does not accept or names given again, and is refused as it is read, before a
+/// hostile client's millions of tiny entries are held.
+pub fn with_entry_limit<T>(limit: usize, read: impl FnOnce() -> T) -> T {
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ENTRY_LIMIT.set(self.0);
+        }
+    }
+    let _restore = Restore(ENTRY_LIMIT.replace(Some(limit)));
+    read()
+}
+
+/// The limit [`with_entry_limit`] set on this thread, for a reader that carries it to threads
+/// of its own.
+pub fn entry_limit() -> Option<usize> {
+    ENTRY_LIMIT.get()
 }
 
 /// A job's features by name, in the order of their names.
@@ -179,9 +203,17 @@ impl<'de> Deserialize<'de> for Features {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Features, A::Error> {
                 // Read into the thread's scratch vector, then moved into one block of their
                 // number: no growth, no shrinking, for each job of a large request.
+                let limit = ENTRY_LIMIT.get();
                 SCRATCH.with_borrow_mut(|scratch| {
                     scratch.clear();
                     while let Some(entry) = map.next_entry::<FeatureName, FeatureInput>()? {
+                        if let Some(limit) = limit.filter(|&l| scratch.len() >= l) {
+                            scratch.clear();
+                            return Err(serde::de::Error::custom(format!(
+                                "more than {limit} entries in one job's features: more than \
+                                 the names this server accepts"
+                            )));
+                        }
                         scratch.push(entry);
                     }
                     // Collected, not taken: a block of exactly their number, the scratch's
@@ -204,6 +236,23 @@ mod tests {
 
     fn map(json: &str) -> Features {
         serde_json::from_str(json).expect("a map")
+    }
+
+    #[test]
+    fn a_limit_refuses_a_map_at_its_first_entry_past_it() {
+        let read = |json: &str| serde_json::from_str::<Features>(json);
+        let three = r#"{"a": 1, "b": 2, "a": 3}"#;
+        let m = with_entry_limit(3, || read(three)).expect("three entries");
+        assert_eq!(m.len(), 2);
+        let error = with_entry_limit(2, || read(three)).expect_err("a third entry");
+        assert!(error.to_string().contains("more than 2 entries"), "{error}");
+        // Refused where the entry past the limit is: what follows it is not read.
+        let cut = with_entry_limit(2, || read(r#"{"a": 1, "b": 2, "c": 3, oops"#));
+        assert!(cut.expect_err("past the limit").is_data());
+        // The limit ends with its reader, however it ended.
+        assert_eq!(entry_limit(), None);
+        assert_eq!(read(three).expect("no limit").len(), 2);
+        assert_eq!(with_entry_limit(7, entry_limit), Some(7));
     }
 
     #[test]

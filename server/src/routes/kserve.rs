@@ -229,15 +229,111 @@ fn ready_version(
 /// A tensor's or a request's `parameters`.
 pub type Parameters = serde_json::Map<String, Value>;
 
+/// Dimensions a tensor's shape may have as it is read: the model's input has two, and a longer
+/// shape is refused at the dimension past these, before a hostile client's millions are held.
+pub const MAX_DIMENSIONS: usize = 8;
+
+/// A request's `parameters` as the protocol has them: each value a boolean, a number or a
+/// string (or null). An array or an object is refused where it starts, unread, so the
+/// parameters of a body cost no more than its scalars.
+fn scalar_parameters<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Parameters>, D::Error> {
+    struct Scalar(Value);
+    impl<'de> Deserialize<'de> for Scalar {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Scalar, D::Error> {
+            struct V;
+            impl serde::de::Visitor<'_> for V {
+                type Value = Scalar;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a boolean, a number or a string")
+                }
+                fn visit_bool<E>(self, v: bool) -> Result<Scalar, E> {
+                    Ok(Scalar(Value::from(v)))
+                }
+                fn visit_i64<E>(self, v: i64) -> Result<Scalar, E> {
+                    Ok(Scalar(Value::from(v)))
+                }
+                fn visit_u64<E>(self, v: u64) -> Result<Scalar, E> {
+                    Ok(Scalar(Value::from(v)))
+                }
+                fn visit_f64<E>(self, v: f64) -> Result<Scalar, E> {
+                    Ok(Scalar(Value::from(v)))
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Scalar, E> {
+                    Ok(Scalar(Value::from(v)))
+                }
+                fn visit_unit<E>(self) -> Result<Scalar, E> {
+                    Ok(Scalar(Value::Null))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+    struct Scalars(Parameters);
+    impl<'de> Deserialize<'de> for Scalars {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Scalars, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = Scalars;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("an object of booleans, numbers and strings")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Scalars, A::Error> {
+                    let mut out = Parameters::new();
+                    while let Some((key, Scalar(value))) = map.next_entry::<String, Scalar>()? {
+                        out.insert(key, value);
+                    }
+                    Ok(Scalars(out))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    Ok(Option::<Scalars>::deserialize(d)?.map(|s| s.0))
+}
+
+/// A tensor's shape, refused at its dimension past [`MAX_DIMENSIONS`].
+fn short_shape<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<i64>, D::Error> {
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = Vec<i64>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "an array of at most {MAX_DIMENSIONS} integers")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<i64>, A::Error> {
+            let mut out = Vec::with_capacity(2);
+            while let Some(n) = seq.next_element::<i64>()? {
+                if out.len() == MAX_DIMENSIONS {
+                    return Err(serde::de::Error::custom(format!(
+                        "a shape of more than {MAX_DIMENSIONS} dimensions"
+                    )));
+                }
+                out.push(n);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(V)
+}
+
 /// A tensor of a request or an answer. In a request with the binary tensor data extension,
 /// `parameters.binary_data_size` takes the place of `data`; in a binary answer, the same.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, remote = "Self")]
 pub struct InferTensor {
     pub name: String,
+    #[serde(deserialize_with = "short_shape")]
     pub shape: Vec<i64>,
     pub datatype: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "scalar_parameters",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(value_type = Option<Object>)]
     pub parameters: Option<Parameters>,
     /// Counted while parsed: the value past `--max-infer-rows` rows ends the parse. Absent
@@ -257,7 +353,11 @@ duet_core::object_only!(InferTensor);
 #[serde(deny_unknown_fields, remote = "Self")]
 pub struct InferRequestedOutput {
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "scalar_parameters",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(value_type = Option<Object>)]
     pub parameters: Option<Parameters>,
 }
@@ -269,7 +369,11 @@ pub struct InferRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     /// `binary_data_output` true: every output in binary.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "scalar_parameters",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(value_type = Option<Object>)]
     pub parameters: Option<Parameters>,
     pub inputs: Vec<InferTensor>,
@@ -632,6 +736,7 @@ fn answer(
     (status = 400, body = duet_core::api::ApiError, description = "malformed JSON, or a binary body that does not match its header (`Inference-Header-Content-Length` past the body, bytes that belong to no input, fewer bytes than `binary_data_size`)"),
     (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token"),
     (status = 404, body = duet_core::api::ApiError, description = "no model of that name"),
+    (status = 408, body = duet_core::api::ApiError, description = "the body paused longer than --idle-timeout"),
     (status = 413, body = duet_core::api::ApiError, description = "over the body or rows limit"),
     (status = 422, body = duet_core::api::ApiError, description = "a tensor the model cannot take (name, type, shape, data length or binary size, a non-finite value)"),
     (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, over the time limit, or over the limit of work in flight and waiting (`Retry-After` says when to retry)")))]

@@ -74,6 +74,7 @@ duet_core::object_only!(ReloadRequest);
     (status = 401, body = duet_core::api::ApiError, description = "no or a wrong token"),
     (status = 404, body = duet_core::api::ApiError, description = "no model of that name in the repository"),
     (status = 409, body = duet_core::api::ApiError, description = "another model is being loaded (named); a request for the model being loaded waits for that load and gets its outcome"),
+    (status = 408, body = duet_core::api::ApiError, description = "the body paused longer than --idle-timeout"),
     (status = 413, body = duet_core::api::ApiError, description = "over the body limit of writes (--max-write-body-bytes)"),
     (status = 422, body = duet_core::api::ApiError, description = "not a model name, or the model was refused (the old one serves)"),
     (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or over the time limit")))]

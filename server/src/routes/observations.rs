@@ -31,9 +31,11 @@ pub fn routes() -> Router<Arc<AppState>> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Batch {
-    /// Counted while parsed: the item past `--max-observations` ends the parse.
+    /// Counted while parsed: the item past `--max-observations` ends the parse. Each item kept
+    /// as its JSON text (checked on its own later): a hostile item's millions of tiny values
+    /// cost their bytes, not a tree of values many times their size.
     #[serde(deserialize_with = "crate::bounded::vec")]
-    observations: Vec<serde_json::Value>,
+    observations: Vec<Box<serde_json::value::RawValue>>,
 }
 
 /// The name this server stores with what it receives: the pod's (`HOSTNAME`), else the host's;
@@ -54,6 +56,7 @@ fn server_name() -> &'static str {
     (status = 200, body = ObservationsAnswer, description = "every observation stored, or stored before with the same content"),
     (status = 400, body = duet_core::api::ApiError, description = "malformed JSON"),
     (status = 401, body = duet_core::api::ApiError, description = "no or a wrong token"),
+    (status = 408, body = duet_core::api::ApiError, description = "the body paused longer than --idle-timeout"),
     (status = 413, body = duet_core::api::ApiError, description = "over the body limit, or more observations than --max-observations"),
     (status = 422, body = ObservationsAnswer, description = "some observations refused (`rejected` names each one's field); the others were stored and are listed"),
     (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or the store cannot be reached (none of the batch was stored; retry it: nothing is stored twice)"),
@@ -116,7 +119,7 @@ pub async fn post_observations(
             {
                 return Err(checker.metrics.guards.gave_up());
             }
-            checked.push(check(&serving.model, &serving.registry, i, item, &receipt));
+            checked.push(check(&serving.model, &serving.registry, i, &item, &receipt));
         }
         Ok::<_, Failure>(checked)
     })

@@ -12,6 +12,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use duet_core::api::feature_map::with_entry_limit;
 use duet_core::api::{PredictRequest, PredictResponse};
 
 use crate::bounded::Refused;
@@ -30,9 +31,10 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/predict", post(predict_route))
 }
 
-/// `POST /v1/predict`'s body as parsed: `PredictRequest`, its pairs, groups and the groups'
-/// jobs counted while they are read, so a body with more than `--max-pairs` of them is refused
-/// at the first item past the limit.
+/// `POST /v1/predict`'s body as parsed: `PredictRequest`, its pairs and the pairs within its
+/// groups counted while they are read (a group's jobs by `bounded::group_jobs`), so a body with
+/// more than `--max-pairs` pairs is refused at the first item past the limit, and a body within
+/// it never is.
 mod wire {
     use duet_core::api::{JobRef, PairQuery};
     use duet_core::dataset::Mode;
@@ -53,7 +55,7 @@ mod wire {
     #[derive(Debug, Serialize, Deserialize)]
     #[serde(deny_unknown_fields, remote = "Self")]
     pub struct GroupQuery {
-        #[serde(deserialize_with = "crate::bounded::vec")]
+        #[serde(deserialize_with = "crate::bounded::group_jobs")]
         pub jobs: Vec<JobRef>,
         pub mode: Mode,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -116,6 +118,26 @@ pub fn parse_request_over(
     Ok(request)
 }
 
+/// Entries a job's feature map may hold past the names the served model accepts, each a name
+/// it does not know or one given again: a few are refused once parsed, each named (`unknown
+/// feature ...`); more are refused while they are read.
+pub const FEATURE_ENTRIES_PAST_ACCEPTED: usize = 8;
+
+/// [`parse_request_over`] for the served model: each job's feature map refused at its first
+/// entry past [`FEATURE_ENTRIES_PAST_ACCEPTED`] more than the names the model accepts
+/// (`duet_core::api::feature_map::with_entry_limit`), before a hostile map's millions of tiny
+/// entries are held.
+fn parse_for(state: &AppState, body: &[u8], threads: usize) -> Result<PredictRequest, Failure> {
+    let parse = || parse_request_over(body, state.config.max_pairs, threads);
+    match state.model() {
+        Ok(model) => with_entry_limit(
+            model.accepted_feature_count() + FEATURE_ENTRIES_PAST_ACCEPTED,
+            parse,
+        ),
+        Err(_) => parse(),
+    }
+}
+
 /// Parses, checks, encodes and runs one prediction request; the JSON answer.
 pub fn answer(state: &AppState, body: &[u8]) -> Result<Vec<u8>, Failure> {
     answer_until(state, body, &AtomicBool::new(false))
@@ -128,7 +150,7 @@ pub fn answer_until(
     body: &[u8],
     cancelled: &AtomicBool,
 ) -> Result<Vec<u8>, Failure> {
-    let request = parse_request(body, state.config.max_pairs)?;
+    let request = parse_for(state, body, crate::shed::cores())?;
     answer_request(state, request, cancelled)
 }
 
@@ -212,6 +234,7 @@ fn answer_with_groups(
     (status = 400, body = duet_core::api::ApiError, description = "malformed JSON"),
     (status = 401, body = duet_core::api::ApiError, description = "--protect-reads and no or a wrong token"),
     (status = 404, body = duet_core::api::ApiError, description = "unknown workload id, or no profile of it on the pair's device"),
+    (status = 408, body = duet_core::api::ApiError, description = "the body paused longer than --idle-timeout"),
     (status = 413, body = duet_core::api::ApiError, description = "over the body or pairs limit (a group of k jobs counts its k(k-1)/2 pairs)"),
     (status = 422, body = duet_core::api::ApiError, description = "a field the model cannot use"),
     (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, over the time limit, or over the limit of predictions in flight and waiting (`Retry-After` says when to retry)")))]
@@ -239,14 +262,13 @@ pub async fn predict_route(
         // pairs do not need are given back once they are counted.
         let (answer, spent) = tokio::task::spawn_blocking(move || {
             let mut spent = Spent::default();
-            let answer = parse_request_over(&body, worker.config.max_pairs, work.places())
-                .and_then(|request| {
-                    let places = worker
-                        .limiter
-                        .places_for(service::pair_count(&request), service::PARALLEL_PAIRS);
-                    work.fit(places);
-                    answer_keeping(&worker, request, work.cancelled(), &mut spent)
-                });
+            let answer = parse_for(&worker, &body, work.places()).and_then(|request| {
+                let places = worker
+                    .limiter
+                    .places_for(service::pair_count(&request), service::PARALLEL_PAIRS);
+                work.fit(places);
+                answer_keeping(&worker, request, work.cancelled(), &mut spent)
+            });
             // The request and its body are freed, and what they freed (answered or refused)
             // given back past the bodies the server admits and a working margin. Its places go
             // back with its answer: held for the freeing too, they would refuse the next request

@@ -71,6 +71,7 @@ pub async fn get_workload(
     (status = 201, body = RegisteredWorkload, description = "registered"),
     (status = 400, body = duet_core::api::ApiError, description = "malformed JSON"),
     (status = 401, body = duet_core::api::ApiError, description = "no or a wrong token"),
+    (status = 408, body = duet_core::api::ApiError, description = "the body paused longer than --idle-timeout"),
     (status = 413, body = duet_core::api::ApiError, description = "over the body limit of writes (--max-write-body-bytes)"),
     (status = 422, body = duet_core::api::ApiError, description = "an id or a profile the model cannot use"),
     (status = 503, body = duet_core::api::ApiError, description = "no model loaded yet, or the registry database cannot be reached (the message names it)")))]

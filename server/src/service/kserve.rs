@@ -242,7 +242,10 @@ pub fn check_input(
         _ => {
             return Err(Failure::field(
                 format!("{field}.shape"),
-                format!("the input's shape is [rows, {width}], got {shape:?}"),
+                format!(
+                    "the input's shape is [rows, {width}], got {}",
+                    shape_of(shape)
+                ),
             ));
         }
     };
@@ -384,6 +387,16 @@ pub fn to_le_bytes(values: &[f32]) -> Vec<u8> {
         out.extend_from_slice(&v.to_le_bytes());
     }
     out
+}
+
+/// A client's shape as an error says it: whole where it is short, else its number of
+/// dimensions (a shape of millions of entries is not echoed back).
+fn shape_of(shape: &[i64]) -> String {
+    if shape.len() <= 8 {
+        format!("{shape:?}")
+    } else {
+        format!("{} dimensions", shape.len())
+    }
 }
 
 #[cfg(test)]

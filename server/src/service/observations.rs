@@ -29,19 +29,23 @@ pub struct Receipt<'a> {
     pub now_s: f64,
 }
 
-/// Checks and resolves item `index` of a batch (as JSON, so that one malformed item does not
-/// refuse the others): an `ObservationRecord` to store, or why it is refused.
+/// Checks and resolves item `index` of a batch (its JSON text, so that one malformed item does
+/// not refuse the others): an `ObservationRecord` to store, or why it is refused.
 pub fn check(
     model: &LoadedModel,
     registry: &Registry,
     index: usize,
-    item: serde_json::Value,
+    item: &serde_json::value::RawValue,
     receipt: &Receipt,
 ) -> Result<ObservationRecord, RejectedObservation> {
-    let id = item
-        .get("id")
-        .and_then(serde_json::Value::as_str)
-        .map(str::to_string);
+    /// An item's `id`, where it is an object with a string there (the rest skipped unread).
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: Option<String>,
+    }
+    let id = serde_json::from_str::<Id>(item.get())
+        .ok()
+        .and_then(|i| i.id);
     let reject = |field: &str, error: String| RejectedObservation {
         index,
         id: id.clone(),
@@ -52,7 +56,8 @@ pub fn check(
         },
         error,
     };
-    let observation: Observation = serde_path_to_error::deserialize(item).map_err(|e| {
+    let mut parser = serde_json::Deserializer::from_str(item.get());
+    let observation: Observation = serde_path_to_error::deserialize(&mut parser).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { String::new() } else { path };
         reject(&field, format!("invalid observation: {}", e.into_inner()))

@@ -10,6 +10,7 @@
 //! the parts do not parse whole (malformed, over the limit, or with one part over its share) is
 //! answered `None`, for the one-pass parse to parse again and say why.
 
+use duet_core::api::feature_map;
 use duet_core::api::{GroupQuery, PairQuery, PredictRequest};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -47,11 +48,17 @@ pub fn parse(body: &[u8], budget: usize, parts: usize) -> Option<PredictRequest>
     let (outline, left) = bounded::parse_borrowed::<Outline>(body, budget)?;
     let split = split(&outline.pairs, &outline.groups, parts.max(1));
     let total: usize = split.iter().map(|p| p.bytes).sum::<usize>().max(1);
+    // The feature maps' limit of the calling thread, carried to each part's.
+    let entries = feature_map::entry_limit();
     let parsed = duet_core::parallel::each(split.len(), |k| {
         let part = &split[k];
         // The part's share of the items left, in proportion to its bytes.
         let share = left.saturating_mul(part.bytes) / total;
-        bounded::within(share, || parse_part(part))
+        let parse = || bounded::within(share, || parse_part(part));
+        match entries {
+            Some(limit) => feature_map::with_entry_limit(limit, parse),
+            None => parse(),
+        }
     });
     let mut request = PredictRequest {
         gpu: outline.gpu,

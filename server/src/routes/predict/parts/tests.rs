@@ -74,9 +74,19 @@ fn request(pairs: usize, groups: usize, by_id_groups_last: bool) -> PredictReque
     }
 }
 
-/// Items the one-pass parse counts: every pair, every group and every group's job.
+/// Items the one-pass parse counts: every pair, and every pair within each group
+/// (`bounded::group_jobs`), what `--max-pairs` counts.
 fn items(r: &PredictRequest) -> usize {
-    r.pairs.len() + r.groups.iter().map(|g| 1 + g.jobs.len()).sum::<usize>()
+    let count = crate::service::predict::pair_count(r);
+    assert_eq!(
+        count,
+        r.pairs.len()
+            + r.groups
+                .iter()
+                .map(|g| g.jobs.len() * (g.jobs.len() - 1) / 2)
+                .sum::<usize>()
+    );
+    count
 }
 
 #[test]
@@ -175,9 +185,7 @@ fn value_of(text: &str, field: &str) -> String {
 
 /// A part holds nested items up to its share of the limit, in proportion to its bytes: where
 /// the groups of registered ids (many jobs a byte) all fall in the last part, it is over its
-/// share though the body is within the limit, and the one-pass parse takes it whole. (Groups of
-/// three, whose 3 pairs are fewer than the 4 items the parse counts, so that the parse's count
-/// is the limit that binds.)
+/// share though the body is within the limit, and the one-pass parse takes it whole.
 #[test]
 fn a_part_over_its_share_of_the_limit_is_parsed_in_one_pass() {
     let mut want = request(0, 4_000, true);
