@@ -86,7 +86,7 @@ pub struct KubeArgs {
     /// pod's service account).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// How long one /v1/predict call may take, seconds.
+    /// How long one /v1/predict call may take, seconds (at most 3600).
     #[arg(long, default_value_t = 2.0)]
     pub predict_timeout: f64,
     /// Pods one GPU may hold (2 to 8): above 2, a pod may join a GPU whose two or more pods
@@ -115,7 +115,7 @@ pub struct ScheduleArgs {
     /// The schedulerName of the pods it schedules.
     #[arg(long, default_value = "duet")]
     pub name: String,
-    /// Seconds between looks at the pending pods.
+    /// Seconds between looks at the pending pods (at most 3600).
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
     /// One scheduling step (rounds until none places a pod), then exit.
@@ -229,7 +229,7 @@ pub struct ModelCheckArgs {
     /// `DUET_TOKEN`).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
-    /// Seconds to wait for each answer of the server.
+    /// Seconds to wait for each answer of the server (at most 3600).
     #[arg(long, default_value_t = 30.0)]
     pub timeout: f64,
     /// Print the outcome as JSON.
@@ -548,7 +548,7 @@ pub struct ServeArgs {
     /// readiness, metrics), which have a reserve of 16 beyond it.
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
-    /// Seconds a request may take before it is answered 503.
+    /// Seconds a request may take before it is answered 503 (at most 3600).
     #[arg(long, default_value_t = 30.0)]
     pub request_timeout: f64,
     /// Log lines as `text` or `json`.
@@ -593,7 +593,7 @@ pub struct PredictArgs {
     /// Print the server's JSON answer instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Seconds to wait for the answer.
+    /// Seconds to wait for the answer (at most 3600).
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
 }
@@ -613,7 +613,7 @@ pub struct ObserveArgs {
     /// Observations per request (at most the server's --max-observations).
     #[arg(long, default_value_t = 1000)]
     pub batch: usize,
-    /// Seconds to wait for each answer.
+    /// Seconds to wait for each answer (at most 3600).
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
     /// Print the server's answers as JSON lines instead of a summary.
@@ -675,7 +675,7 @@ pub struct ProfileArgs {
     /// The device label recorded in the dataset (default: `cpu`, or the GPU's name).
     #[arg(long)]
     pub gpu: Option<String>,
-    /// Seconds of warm-up before each measured window.
+    /// Seconds of warm-up before each measured window (at most 86400, as every seconds flag here).
     #[arg(long, default_value_t = 2.0)]
     pub warmup: f64,
     /// Shortest measured window, seconds. A window then goes on until every process's rate

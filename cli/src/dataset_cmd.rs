@@ -14,6 +14,7 @@ use duet_core::import::observed::{self, ObservedExport};
 use duet_server::store::StateLocation;
 
 use crate::args::{DatasetCommand, ImportSource};
+use crate::flags;
 use duet_core::timestamp::today;
 
 pub fn run(command: DatasetCommand) -> Result<()> {
@@ -57,7 +58,7 @@ pub fn run(command: DatasetCommand) -> Result<()> {
                 )
             })?;
             let options = ObservedExport {
-                name: name.unwrap_or_else(|| folder_name(&out)),
+                name: dataset_name(name, &out)?,
                 gpu,
                 since_s: time("--since", since)?,
                 until_s: time("--until", until)?,
@@ -110,7 +111,7 @@ pub fn run(command: DatasetCommand) -> Result<()> {
                 let dataset = Dataset::read(&dir)?;
                 parts.push((dir, dataset));
             }
-            let merged = merge(&name.unwrap_or_else(|| folder_name(&out)), &parts)?;
+            let merged = merge(&dataset_name(name, &out)?, &parts)?;
             merged.write(&out)?;
             for (dir, _) in &parts {
                 let record = dir.join(CAMPAIGN_FILE);
@@ -201,6 +202,14 @@ fn refuse_existing(out: &Path) -> Result<()> {
     duet_core::atomic::refuse_existing(out, |p, m| anyhow!("{}: {m}", p.display()))
 }
 
+/// The dataset's name: `--name`, refused when empty, else the output folder's name.
+fn dataset_name(name: Option<String>, out: &Path) -> Result<String> {
+    match name {
+        Some(name) => Ok(flags::not_empty("--name", &name)?.to_string()),
+        None => Ok(folder_name(out)),
+    }
+}
+
 fn folder_name(out: &Path) -> String {
     out.file_name().map_or_else(
         || "dataset".to_string(),
@@ -247,12 +256,12 @@ fn import(source: ImportSource) -> Result<()> {
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
             let options = GavelImport {
                 gpu,
-                name: name.unwrap_or_else(|| folder_name(&out)),
+                name: dataset_name(name, &out)?,
                 source: source.unwrap_or_else(|| {
                     format!("Gavel (Narayanan et al., OSDI 2020), file {file_name}")
                 }),
                 licence_text,
-                date: date.unwrap_or_else(today),
+                date: flags::date(date)?,
             };
             let dataset = gavel::import(&text, &json, &options)?;
             dataset.write(&out)?;
@@ -273,8 +282,9 @@ fn import(source: ImportSource) -> Result<()> {
             date,
         } => {
             refuse_existing(&out)?;
+            flags::not_empty("--gpu", &gpu)?;
             let options = CsvImport {
-                name: name.unwrap_or_else(|| folder_name(&out)),
+                name: dataset_name(name, &out)?,
                 description,
                 provenance: Provenance {
                     source,
@@ -287,7 +297,7 @@ fn import(source: ImportSource) -> Result<()> {
                         env!("CARGO_PKG_VERSION")
                     ),
                     command: None,
-                    date: date.unwrap_or_else(today),
+                    date: flags::date(date)?,
                     licence,
                     licence_text: None,
                 },
@@ -387,15 +397,20 @@ pub fn render(s: &Summary) -> String {
         let _ = writeln!(out);
     }
     for c in &s.compositions {
+        // `-` where no job had every pair measured: nothing was scored.
+        let mape = c
+            .mape_speed
+            .map_or_else(|| format!("{:>6}", "-"), |m| format!("{:>5.1}%", m * 100.0));
+        let bias = c
+            .bias_speed
+            .map_or_else(|| "-".to_string(), |b| format!("{b:+.3}"));
         let _ = writeln!(
             out,
-            "groups of {} ({} {}) from their measured pairs by {:<7}: MAPE {:>5.1}%, bias {:+.3} ({} jobs{})",
+            "groups of {} ({} {}) from their measured pairs by {:<7}: MAPE {mape}, bias {bias} ({} jobs{})",
             c.size,
             c.gpu,
             c.mode,
             c.rule.as_str(),
-            c.mape_speed * 100.0,
-            c.bias_speed,
             c.jobs,
             if c.without_pairs > 0 {
                 format!(", {} without every pair", c.without_pairs)

@@ -65,7 +65,10 @@ pub fn run(model: &Path, data: &[PathBuf], json: bool) -> Result<()> {
         let baselines: Vec<String> = g
             .baselines
             .iter()
-            .map(|b| format!("{} {}", b.rule.as_str(), pct(b.mape_speed)))
+            .map(|b| {
+                let mape = b.mape_speed.map_or_else(|| "n/a".into(), pct);
+                format!("{} {mape}", b.rule.as_str())
+            })
             .collect();
         println!(
             "{:<8} {:<10} {:>4} {:>6} {:>11} {:>13}   {}",

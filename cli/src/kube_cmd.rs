@@ -11,6 +11,7 @@ use duet_kube::watch::View;
 use duet_scheduler::pricing::PricingConfig;
 
 use crate::args::{ExtenderArgs, KubeArgs, ScheduleArgs};
+use crate::flags;
 use crate::serve_cmd::read_token;
 
 fn address(flag: &str, addr: &str) -> Result<SocketAddr> {
@@ -18,13 +19,6 @@ fn address(flag: &str, addr: &str) -> Result<SocketAddr> {
         .with_context(|| format!("{flag} {addr}"))?
         .next()
         .with_context(|| format!("{flag} {addr}: no address"))
-}
-
-fn seconds(flag: &str, value: f64) -> Result<Duration> {
-    if !(value.is_finite() && value > 0.0 && value <= 3600.0) {
-        bail!("{flag} must be a number of seconds above 0 and at most 3600");
-    }
-    Ok(Duration::from_secs_f64(value))
 }
 
 fn logs() {
@@ -55,7 +49,7 @@ fn common(args: &KubeArgs) -> Result<(View, Option<String>, Duration)> {
     }
     let map = DeviceMap::read(&args.devices)?;
     let token = read_token(args.token_file.as_deref())?;
-    let timeout = seconds("--predict-timeout", args.predict_timeout)?;
+    let timeout = flags::seconds("--predict-timeout", args.predict_timeout, flags::WAIT)?;
     Ok((View::new(map), token, timeout))
 }
 
@@ -78,15 +72,13 @@ pub fn extender(args: ExtenderArgs) -> Result<()> {
 
 pub fn schedule(args: ScheduleArgs) -> Result<()> {
     let (view, token, predict_timeout) = common(&args.kube)?;
-    if args.name.trim().is_empty() {
-        bail!("--name: empty");
-    }
+    flags::not_empty("--name", &args.name)?;
     let config = ScheduleConfig {
         name: args.name.clone(),
         predictor: args.kube.predictor.clone(),
         token,
         predict_timeout,
-        interval: seconds("--interval", args.interval)?,
+        interval: flags::seconds("--interval", args.interval, flags::WAIT)?,
         once: args.once,
         compare: args.compare,
         listen: args

@@ -4,6 +4,7 @@ mod args;
 mod campaign_cmd;
 mod dataset_cmd;
 mod evaluate_cmd;
+mod flags;
 mod kube_cmd;
 mod model_cmd;
 mod observe_cmd;

@@ -2,7 +2,6 @@
 //! model it would replace (a server's, or a folder).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use duet_core::api::RegisteredWorkload;
@@ -11,6 +10,7 @@ use duet_model::{EngineKind, LoadedModel, Registry};
 use serde::Serialize;
 
 use crate::args::{ModelCheckArgs, ModelCommand};
+use crate::flags;
 use crate::serve_cmd::read_token;
 
 pub fn run(command: ModelCommand) -> Result<()> {
@@ -43,9 +43,7 @@ fn check(args: &ModelCheckArgs) -> Result<()> {
         .engine
         .parse()
         .map_err(|e: String| anyhow::anyhow!("--engine: {e}"))?;
-    if !(args.timeout > 0.0 && args.timeout.is_finite()) {
-        bail!("--timeout must be a positive number of seconds");
-    }
+    let timeout = flags::seconds("--timeout", args.timeout, flags::WAIT)?;
     let dir = &args.dir;
     let model = LoadedModel::load(dir, engine)
         .map_err(|e| anyhow::anyhow!("{}: the model cannot be served: {e}", dir.display()))?;
@@ -65,9 +63,7 @@ fn check(args: &ModelCheckArgs) -> Result<()> {
         let (serving, registered) =
             if against.starts_with("http://") || against.starts_with("https://") {
                 let token = read_token(args.token_file.as_deref())?;
-                let agent = ureq::AgentBuilder::new()
-                    .timeout(Duration::from_secs_f64(args.timeout))
-                    .build();
+                let agent = ureq::AgentBuilder::new().timeout(timeout).build();
                 let base = against.trim_end_matches('/');
                 let meta = serving_meta(&agent, base, token.as_deref())?;
                 let registered = registered_workloads(&agent, base, token.as_deref())?;

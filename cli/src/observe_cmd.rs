@@ -8,12 +8,14 @@ use duet_core::api::{Observation, ObservationBatch};
 use duet_scheduler::client::PredictClient;
 
 use crate::args::ObserveArgs;
+use crate::flags;
 use crate::serve_cmd::read_token;
 
 pub fn run(args: &ObserveArgs) -> Result<()> {
     if args.batch == 0 {
         bail!("--batch must be at least 1");
     }
+    let timeout = flags::seconds("--timeout", args.timeout, flags::WAIT)?;
     let path = &args.file;
     let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
     let mut lines = Vec::new();
@@ -62,7 +64,7 @@ pub fn run(args: &ObserveArgs) -> Result<()> {
     let client = PredictClient::new(
         &args.server,
         read_token(args.token_file.as_deref())?,
-        Duration::from_secs_f64(args.timeout.max(0.001)),
+        timeout,
     )
     .with_retries(4, Duration::from_millis(200));
     let (mut stored, mut duplicates, mut refused) = (0, 0, Vec::new());

@@ -1,14 +1,15 @@
 //! `duet predict`: a client of a running server for people and scripts.
 
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use duet_core::api::{GroupQuery, JobRef, PairQuery, PredictRequest};
 use duet_core::dataset::Mode;
+use duet_core::import::csv::record_line;
 use duet_scheduler::client::PredictClient;
 
 use crate::args::PredictArgs;
+use crate::flags;
 use crate::serve_cmd::read_token;
 
 /// The defaults pairs fall back on.
@@ -67,6 +68,16 @@ fn parse_arg(arg: &str, defaults: &Defaults) -> Result<Asked> {
     }))
 }
 
+/// A share given as `origin` (a flag, or a file's column), refused unless a finite number: the
+/// server reads a non-finite one as none.
+fn finite_share(origin: &str, share: Option<f64>) -> Result<Option<f64>> {
+    match share {
+        Some(v) if !v.is_finite() => bail!("{origin}: {v} is not a finite number"),
+        _ => Ok(share),
+    }
+}
+
+/// The number in column `what` of `record`; `None` where the column is absent or the cell empty.
 fn optional_number(
     record: &csv::StringRecord,
     index: Option<usize>,
@@ -74,15 +85,20 @@ fn optional_number(
 ) -> Result<Option<f64>> {
     match index.and_then(|i| record.get(i)).map(str::trim) {
         None | Some("") => Ok(None),
-        Some(v) => v
-            .parse::<f64>()
-            .map(Some)
-            .map_err(|_| anyhow!("column `{what}`: `{v}` is not a number")),
+        Some(v) => match v.parse::<f64>() {
+            Ok(n) if n.is_finite() => Ok(Some(n)),
+            Ok(_) => bail!("column `{what}`: `{v}` is not a finite number"),
+            Err(_) => bail!("column `{what}`: `{v}` is not a number"),
+        },
     }
 }
 
+/// The columns of a pairs CSV file.
+const CSV_COLUMNS: [&str; 6] = ["a", "b", "mode", "share_a", "share_b", "gpu"];
+
 fn read_csv(path: &Path, defaults: &Defaults) -> Result<Vec<PairQuery>> {
-    let mut reader = csv::Reader::from_path(path).with_context(|| path.display().to_string())?;
+    let text = std::fs::read(path).with_context(|| path.display().to_string())?;
+    let mut reader = csv::Reader::from_reader(text.as_slice());
     let headers = reader
         .headers()
         .with_context(|| path.display().to_string())?
@@ -91,11 +107,23 @@ fn read_csv(path: &Path, defaults: &Defaults) -> Result<Vec<PairQuery>> {
     let (Some(ia), Some(ib)) = (column("a"), column("b")) else {
         bail!("{}: the header needs columns `a` and `b`", path.display());
     };
-    for h in &headers {
-        if !["a", "b", "mode", "share_a", "share_b", "gpu"].contains(&h.trim()) {
+    for (k, h) in headers.iter().enumerate() {
+        if !CSV_COLUMNS.contains(&h.trim()) {
             bail!(
-                "{}: unknown column `{h}` (expected a, b, mode, share_a, share_b, gpu)",
-                path.display()
+                "{}: unknown column `{h}` (expected {})",
+                path.display(),
+                CSV_COLUMNS.join(", ")
+            );
+        }
+        if headers
+            .iter()
+            .take(k)
+            .any(|earlier| earlier.trim() == h.trim())
+        {
+            bail!(
+                "{}: column `{}` appears twice in the header",
+                path.display(),
+                h.trim()
             );
         }
     }
@@ -106,10 +134,14 @@ fn read_csv(path: &Path, defaults: &Defaults) -> Result<Vec<PairQuery>> {
         column("gpu"),
     );
     let mut pairs = Vec::new();
-    for (n, record) in reader.records().enumerate() {
-        let line = n + 2;
+    for record in reader.records() {
+        let record = record.map_err(|e| match e.position() {
+            Some(p) => anyhow!("{} line {}: {e}", path.display(), record_line(&text, p)),
+            None => anyhow!("{}: {e}", path.display()),
+        })?;
+        // The line the record starts on, blank lines and quoted line breaks counted.
+        let line = record.position().map_or(0, |p| record_line(&text, p));
         let at = |e: anyhow::Error| anyhow!("{} line {line}: {e}", path.display());
-        let record = record.map_err(|e| at(e.into()))?;
         let a = record.get(ia).unwrap_or("").trim();
         let b = record.get(ib).unwrap_or("").trim();
         if a.is_empty() || b.is_empty() {
@@ -169,9 +201,10 @@ pub fn run(args: PredictArgs) -> Result<()> {
         .map_err(|e| anyhow!("--mode: {e}"))?;
     let defaults = Defaults {
         mode,
-        share_a: args.share_a,
-        share_b: args.share_b,
+        share_a: finite_share("--share-a", args.share_a)?,
+        share_b: finite_share("--share-b", args.share_b)?,
     };
+    let timeout = flags::seconds("--timeout", args.timeout, flags::WAIT)?;
     let mut asked: Vec<Asked> = args
         .pairs
         .iter()
@@ -205,7 +238,7 @@ pub fn run(args: PredictArgs) -> Result<()> {
     let client = PredictClient::new(
         &args.server,
         read_token(args.token_file.as_deref())?,
-        Duration::from_secs_f64(args.timeout.max(0.001)),
+        timeout,
     );
     let answer = client.predict(&request)?;
     if args.json {

@@ -18,15 +18,7 @@ use duet_core::dataset::Dataset;
 use duet_model::network::TrainConfig;
 
 use crate::args::{ProfileArgs, WorkloadCommand};
-use duet_core::timestamp::today;
-
-fn seconds(value: f64, flag: &str) -> Result<Duration> {
-    if value.is_finite() && value > 0.0 {
-        Ok(Duration::from_secs_f64(value))
-    } else {
-        bail!("{flag} must be a positive number of seconds, got {value}")
-    }
-}
+use crate::flags;
 
 pub fn workload(command: WorkloadCommand) -> Result<()> {
     let WorkloadCommand::Run {
@@ -45,8 +37,8 @@ pub fn workload(command: WorkloadCommand) -> Result<()> {
     let device: Device = device
         .parse()
         .map_err(|e: String| anyhow!("--device: {e}"))?;
-    let run_for = seconds(run_for, "--seconds")?;
-    let warm_limit = seconds(timeout, "--timeout")?;
+    let run_for = flags::seconds("--seconds", run_for, flags::MEASURE)?;
+    let warm_limit = flags::seconds("--timeout", timeout, flags::MEASURE)?;
     match &spec.source {
         Source::Builtin { builtin, size } if progress => {
             let mut out = std::io::stdout().lock();
@@ -215,6 +207,11 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
         }
         (None, Err(_)) => None,
     };
+    for (flag, value) in [("--name", &args.name), ("--gpu", &args.gpu)] {
+        if let Some(value) = value {
+            flags::not_empty(flag, value)?;
+        }
+    }
     let name = args.name.clone().unwrap_or_else(|| {
         args.out
             .file_name()
@@ -234,14 +231,14 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
         catalog,
         modes,
         shares: args.shares.clone(),
-        warmup: seconds(args.warmup, "--warmup")?,
+        warmup: flags::seconds("--warmup", args.warmup, flags::MEASURE)?,
         warm_iterations: WARM_ITERATIONS,
-        window: seconds(args.window, "--window")?,
-        window_max: seconds(args.window_max, "--window-max")?,
+        window: flags::seconds("--window", args.window, flags::MEASURE)?,
+        window_max: flags::seconds("--window-max", args.window_max, flags::MEASURE)?,
         precision: args.precision,
         repetitions: args.repetitions,
         solo_repetitions: args.solo_repetitions.unwrap_or(args.repetitions),
-        timeout: seconds(args.timeout, "--timeout")?,
+        timeout: flags::seconds("--timeout", args.timeout, flags::MEASURE)?,
         sample_interval: Duration::from_millis(args.sample_ms),
         seed: args.seed,
         shard,
@@ -250,7 +247,7 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
         name,
         gpu,
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
-        date: args.date.clone().unwrap_or_else(today),
+        date: flags::date(args.date.clone())?,
         host: std::fs::read_to_string("/etc/hostname")
             .ok()
             .map(|h| h.trim().to_string()),

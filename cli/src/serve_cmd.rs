@@ -8,6 +8,7 @@ use duet_server::store::StateLocation;
 use duet_server::{Config, EngineKind};
 
 use crate::args::ServeArgs;
+use crate::flags;
 
 /// The environment variable that may hold the bearer token instead of `--token-file`.
 pub const TOKEN_ENV: &str = "DUET_TOKEN";
@@ -69,9 +70,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .engine
         .parse()
         .map_err(|e: String| anyhow::anyhow!("--engine: {e}"))?;
-    if !(args.request_timeout > 0.0 && args.request_timeout.is_finite()) {
-        bail!("--request-timeout must be a positive number of seconds");
-    }
+    let request_timeout = flags::seconds("--request-timeout", args.request_timeout, flags::WAIT)?;
     if !(args.drain_seconds >= 0.0 && args.drain_seconds <= 3600.0) {
         bail!("--drain-seconds must be a number of seconds from 0 to 3600");
     }
@@ -96,15 +95,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
             bail!("{flag} must be at least 1");
         }
     }
-    let seconds = |flag: &str, s: f64| -> Result<Duration> {
-        if s > 0.0 && s.is_finite() && s <= 3600.0 {
-            Ok(Duration::from_secs_f64(s))
-        } else {
-            bail!("{flag} must be a number of seconds above 0 and at most 3600")
-        }
-    };
-    let header_timeout = seconds("--header-timeout", args.header_timeout)?;
-    let idle_timeout = seconds("--idle-timeout", args.idle_timeout)?;
+    let header_timeout = flags::seconds("--header-timeout", args.header_timeout, flags::WAIT)?;
+    let idle_timeout = flags::seconds("--idle-timeout", args.idle_timeout, flags::WAIT)?;
     let json_logs = match args.log_format.as_str() {
         "text" => false,
         "json" => true,
@@ -148,7 +140,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         header_timeout,
         idle_timeout,
         max_connections: args.max_connections,
-        request_timeout: Duration::from_secs_f64(args.request_timeout),
+        request_timeout,
         model_repo: args.model_repo,
         drain: Duration::from_secs_f64(args.drain_seconds),
         ..Config::new(args.model)

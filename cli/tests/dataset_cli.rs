@@ -311,7 +311,7 @@ fn csv_import_keeps_declared_columns_and_values() {
 /// Each bad CSV gets one line naming the file, the column and the line, and leaves nothing.
 #[test]
 fn bad_csv_input_is_named_and_leaves_nothing() {
-    let cases: [(&str, &str, &str); 7] = [
+    let cases: [(&str, &str, &str); 11] = [
         (
             &WORKLOADS_CSV.replace("120.5", "fast"),
             PAIRS_CSV,
@@ -347,6 +347,31 @@ fn bad_csv_input_is_named_and_leaves_nothing() {
             PAIRS_CSV,
             "w.csv: column `kind`, line 1: missing column",
         ),
+        // The line a row starts on, after a blank line and a quoted cell over two lines.
+        (
+            &WORKLOADS_CSV
+                .replace("gpt,train", "bert,train")
+                .replace("3,95,resnet,", "3,95,\"res\nnet\",")
+                .replace("\nresnet,", "\n\nresnet,"),
+            PAIRS_CSV,
+            "w.csv: column `workload`, line 6 (workload `bert`): duplicate workload id",
+        ),
+        (
+            WORKLOADS_CSV,
+            &PAIRS_CSV.replace("\nresnet,gpt", "\n\n\nresnet,llama"),
+            "p.csv: column `b`, line 6 (pair `resnet` + `llama`): unknown workload `llama`",
+        ),
+        // A fixed column given twice is refused, not read from its first place only.
+        (
+            &WORKLOADS_CSV.replace("solo_throughput_std,", "solo_throughput,"),
+            PAIRS_CSV,
+            "w.csv: column `solo_throughput`, line 1: appears twice in the header",
+        ),
+        (
+            WORKLOADS_CSV,
+            &PAIRS_CSV.replace(",power_w", ",throughput_a"),
+            "p.csv: column `throughput_a`, line 1: appears twice in the header",
+        ),
     ];
     for (workloads, pairs, expected) in cases {
         let tmp = tempfile::tempdir().expect("tmp");
@@ -363,6 +388,67 @@ fn bad_csv_input_is_named_and_leaves_nothing() {
             "nothing left behind"
         );
     }
+}
+
+/// The flags of `dataset import csv` are named when they are bad, before anything is read.
+#[test]
+fn bad_csv_import_flags_are_named_and_leave_nothing() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (w, p) = write_csvs(tmp.path(), WORKLOADS_CSV, PAIRS_CSV);
+    let out = tmp.path().join("mine");
+    for (flags, expected) in [
+        (["--gpu", ""], "--gpu: empty"),
+        (["--name", " "], "--name: empty"),
+        (
+            ["--date", "2026-02-30"],
+            "--date: `2026-02-30`: no such date",
+        ),
+        (
+            ["--date", "30/11/2026"],
+            "--date: `30/11/2026` is not a date written YYYY-MM-DD",
+        ),
+        (
+            ["--date", "2026-1-30"],
+            "--date: `2026-1-30` is not a date written YYYY-MM-DD",
+        ),
+    ] {
+        let mut args = vec![
+            "dataset",
+            "import",
+            "csv",
+            "--workloads",
+            s(&w),
+            "--pairs",
+            s(&p),
+            "--out",
+            s(&out),
+        ];
+        if flags[0] != "--gpu" {
+            args.extend(["--gpu", "a100"]);
+        }
+        args.extend(flags);
+        let err = fails(&args);
+        assert!(err.contains(expected), "expected `{expected}` in: {err}");
+        assert_eq!(
+            entries(tmp.path()),
+            ["p.csv", "w.csv"],
+            "nothing left behind"
+        );
+    }
+    let err = fails(&[
+        "dataset",
+        "import",
+        "gavel",
+        s(&gavel_json()),
+        "--gpu",
+        "v100",
+        "--out",
+        s(&out),
+        "--date",
+        "2026-11-31",
+    ]);
+    assert!(err.contains("--date: `2026-11-31`: no such date"), "{err}");
+    assert!(!out.exists());
 }
 
 #[test]
@@ -507,6 +593,20 @@ fn csv_groups_import_and_inspect_counts_them_by_size() {
         })
         .collect();
     assert_eq!(sizes, [(2, 3), (3, 2)]);
+    // g1's pairs were never measured at its shares: no job to score, so no MAPE or bias (not 0).
+    assert!(
+        text.contains("MAPE      -, bias - (0 jobs, 3 without every pair)"),
+        "{text}"
+    );
+    let compositions = json["compositions"].as_array().expect("compositions");
+    for c in compositions {
+        let scored = c["jobs"].as_u64().expect("jobs") > 0;
+        assert_eq!(c["mape_speed"].is_f64(), scored, "{c}");
+        assert_eq!(c["bias_speed"].is_f64(), scored, "{c}");
+        assert!(scored || c["mape_speed"].is_null(), "{c}");
+    }
+    assert!(compositions.iter().any(|c| c["mape_speed"].is_null()));
+    assert!(compositions.iter().any(|c| c["mape_speed"].is_f64()));
     ok(&["dataset", "validate", s(&out)]);
 }
 
@@ -532,6 +632,10 @@ fn bad_csv_groups_are_named_by_file_column_and_line_and_leave_nothing() {
         (
             "group,workload,mode,throughput\ng,bert,mps,1\ng,gpt,mps,2\n".to_string(),
             "a group holds 3 to 8 jobs, this one 2",
+        ),
+        (
+            GROUPS_CSV.replace("throughput,status", "throughput,throughput"),
+            "g.csv: column `throughput`, line 1: appears twice in the header",
         ),
     ] {
         let tmp = tempfile::tempdir().expect("tmp");

@@ -444,9 +444,19 @@ progress = "^tick$"
     assert!(!out.exists());
 
     // Bad flags and catalogs, each named.
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["--shard", "3/2"], "impossible shard"),
-        (&["--timeout", "0"], "--timeout must be a positive number"),
+        (
+            &["--timeout", "0"],
+            "--timeout 0: must be a number of seconds above 0 and at most 86400",
+        ),
+        (
+            &["--timeout", "inf"],
+            "--timeout inf: must be a number of seconds above 0 and at most 86400 (a day: a \
+             measurement may be long, but not endless)",
+        ),
+        (&["--name", ""], "--name: empty"),
+        (&["--gpu", " "], "--gpu: empty"),
         (&["--modes", "cpu,warp"], "unknown mode `warp`"),
         (&["--shares", "0"], "--shares: 0 is outside (0, 100]"),
     ];
@@ -458,6 +468,30 @@ progress = "^tick$"
             "{flags:?}: {err}"
         );
     }
+    // The measuring flags the quick campaign sets, past what a Duration holds, and --date.
+    for (flag, value, says) in [
+        (
+            "--warmup",
+            "1e30",
+            "--warmup 1000000000000000000000000000000: must be",
+        ),
+        ("--window", "inf", "--window inf: must be"),
+        ("--window-max", "NaN", "--window-max NaN: must be"),
+        ("--date", "2026-02-29", "--date: `2026-02-29`: no such date"),
+    ] {
+        let run = duet()
+            .args(["profile", "--catalog"])
+            .arg(&catalog)
+            .arg("--out")
+            .arg(dir.path().join("never"))
+            .args([flag, value])
+            .output()
+            .expect("duet profile");
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{flag} {value}: {err}");
+        assert!(err.contains(says), "{flag} {value}: {err}");
+    }
+    assert!(!dir.path().join("never").exists());
     std::fs::write(dir.path().join("dup.toml"), "[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\n[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\n").expect("dup");
     let run = profile(&dir.path().join("dup.toml"), &dir.path().join("never"), &[]);
     assert!(String::from_utf8_lossy(&run.stderr).contains("workload `a`: the name is used twice"));

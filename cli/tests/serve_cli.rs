@@ -292,6 +292,107 @@ fn serve_refuses_bad_flags_and_a_missing_model() {
         err.contains("--model-repo") && err.contains("not a folder"),
         "{err}"
     );
+    // Seconds past what a Duration holds are refused by name, not a panic.
+    for (flag, value) in [
+        ("--request-timeout", "1e30"),
+        ("--request-timeout", "inf"),
+        ("--header-timeout", "NaN"),
+        ("--idle-timeout", "0"),
+    ] {
+        let err = run(&[&format!("{flag}={value}")]);
+        assert!(
+            err.contains(&format!(
+                "{flag} {}: must be a number of seconds above 0 and at most 3600",
+                value.parse::<f64>().expect("a number")
+            )),
+            "{err}"
+        );
+    }
+}
+
+/// The clients refuse what they would send wrong before they ask a server (none listens on
+/// port 9 here): seconds past what a Duration holds, shares that are not finite numbers (sent
+/// as JSON null, they would be read as none), and a file's bad cell named by its real line.
+#[test]
+fn clients_refuse_bad_flags_and_cells_before_asking() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let refused = |args: &[&str]| {
+        let out = duet().args(args).output().expect("duet");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        err
+    };
+    let predict = |extra: &[&str]| {
+        let mut args = vec![
+            "predict",
+            "x,y",
+            "--mode",
+            "mps",
+            "--server",
+            "http://127.0.0.1:9",
+        ];
+        args.extend(extra);
+        refused(&args)
+    };
+    for (extra, says) in [
+        (
+            &["--timeout", "inf"][..],
+            "--timeout inf: must be a number of seconds above 0 and at most 3600",
+        ),
+        (
+            &["--timeout", "1e20"],
+            "--timeout 100000000000000000000: must be",
+        ),
+        (&["--timeout", "NaN"], "--timeout NaN: must be"),
+        (
+            &["--share-a", "NaN"],
+            "--share-a: NaN is not a finite number",
+        ),
+        (
+            &["--share-b", "inf"],
+            "--share-b: inf is not a finite number",
+        ),
+    ] {
+        let err = predict(extra);
+        assert!(err.contains(says), "{extra:?}: {err}");
+    }
+    let pairs = dir.path().join("pairs.csv");
+    std::fs::write(&pairs, "a,b,share_a\n\n\"x\ny\",z,50\nx,y,1e999\n").expect("csv");
+    let err = refused(&[
+        "predict",
+        "--mode",
+        "mps",
+        "--server",
+        "http://127.0.0.1:9",
+        "--file",
+        path(&pairs),
+    ]);
+    assert!(
+        err.contains("pairs.csv line 5: column `share_a`: `1e999` is not a finite number"),
+        "{err}"
+    );
+    std::fs::write(&pairs, "a,b,a\nx,y,z\n").expect("csv");
+    let err = refused(&[
+        "predict",
+        "--mode",
+        "mps",
+        "--server",
+        "http://127.0.0.1:9",
+        "--file",
+        path(&pairs),
+    ]);
+    assert!(err.contains("pairs.csv: column `a` appears twice"), "{err}");
+    let observations = dir.path().join("observations.jsonl");
+    let err = refused(&["observe", "--file", path(&observations), "--timeout", "inf"]);
+    assert!(
+        err.contains("--timeout inf: must be a number of seconds"),
+        "{err}"
+    );
+    let err = refused(&["model", "check", path(&model_dir()), "--timeout", "1e30"]);
+    assert!(
+        err.contains("--timeout 1000000000000000000000000000000: must be"),
+        "{err}"
+    );
 }
 
 #[test]

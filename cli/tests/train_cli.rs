@@ -341,6 +341,54 @@ fn bad_training_input_is_refused_and_writes_nothing() {
     assert!(err.contains("output folder already exists"), "{err}");
 }
 
+/// What would fail only once the training is done is refused before any training: an `--out`
+/// whose parent folder is missing or a file, and a dataset given twice (its rows counted twice).
+#[test]
+fn a_missing_out_parent_or_a_repeated_dataset_is_refused_before_training() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let data = small_dataset(tmp.path(), "six", |_, l| Some(l.to_string()));
+    let nowhere = tmp.path().join("missing/dir/model");
+    let result = train(&[&data], &nowhere, &[]);
+    let err = refused(&result);
+    assert!(
+        err.contains(&format!(
+            "--out {}: its parent {} does not exist",
+            nowhere.display(),
+            tmp.path().join("missing/dir").display()
+        )),
+        "{err}"
+    );
+    let log = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        !log.contains("directed rows"),
+        "refused before reading: {log}"
+    );
+
+    let file = tmp.path().join("a-file");
+    fs::write(&file, "").expect("write");
+    let err = refused(&train(&[&data], &file.join("model"), &[]));
+    assert!(err.contains("a-file is not a folder"), "{err}");
+
+    let out = tmp.path().join("model");
+    let again = tmp.path().join(".").join("six");
+    let result = train(&[&data, &again], &out, &[]);
+    let err = refused(&result);
+    assert!(
+        err.contains(&format!(
+            "--data {}: the same dataset as --data {}, given twice",
+            again.display(),
+            data.display()
+        )),
+        "{err}"
+    );
+    let log = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        !log.contains("directed rows"),
+        "refused before reading: {log}"
+    );
+    assert!(!out.exists(), "no model folder after a refusal");
+}
+
 #[test]
 fn evaluate_scores_a_model_and_refuses_missing_features() {
     let tmp = tempfile::tempdir().expect("tmp");

@@ -59,6 +59,36 @@ pub fn date(seconds: f64) -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
+/// Parses a calendar date written `YYYY-MM-DD` (proleptic Gregorian, four-digit year) to its
+/// year, month and day. The error says what is wrong.
+pub fn parse_date(text: &str) -> Result<(i64, u32, u32), String> {
+    let b = text.as_bytes();
+    let digits = |range: std::ops::Range<usize>| -> Option<u32> {
+        let part = text.get(range)?;
+        part.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| part.parse().ok())
+            .flatten()
+    };
+    let (10, Some(year), Some(month), Some(day), b'-', b'-') = (
+        b.len(),
+        digits(0..4),
+        digits(5..7),
+        digits(8..10),
+        b.get(4).copied().unwrap_or(0),
+        b.get(7).copied().unwrap_or(0),
+    ) else {
+        return Err(format!(
+            "`{text}` is not a date written YYYY-MM-DD (for example 2026-12-01)"
+        ));
+    };
+    let year = i64::from(year);
+    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
+        return Err(format!("`{text}`: no such date (YYYY-MM-DD)"));
+    }
+    Ok((year, month, day))
+}
+
 /// `seconds` since 1970 as an RFC 3339 timestamp in UTC, to the second.
 #[allow(clippy::cast_possible_truncation)]
 pub fn rfc3339(seconds: f64) -> String {
@@ -171,6 +201,30 @@ mod tests {
         for days in [-800_000, -1, 0, 59, 11_016, 20_787, 100_000] {
             let (y, m, d) = civil_from_days(days);
             assert_eq!(days_from_civil(y, m, d), days);
+        }
+    }
+
+    #[test]
+    fn dates_are_calendar_days_written_yyyy_mm_dd() {
+        assert_eq!(parse_date("2026-12-01"), Ok((2026, 12, 1)));
+        assert_eq!(parse_date("2000-02-29"), Ok((2000, 2, 29)));
+        for bad in [
+            "2026-02-29",
+            "1900-02-29",
+            "2026-04-31",
+            "2026-00-10",
+            "2026-13-01",
+            "2026-12-00",
+            "2026-12-1",
+            "26-12-01",
+            "2026/12/01",
+            "2026-12-01T00:00:00Z",
+            "+026-12-01",
+            "２０２６-12-01",
+            "",
+        ] {
+            let err = parse_date(bad).expect_err(bad);
+            assert!(err.contains(bad) && err.contains("YYYY-MM-DD"), "{err}");
         }
     }
 

@@ -558,6 +558,25 @@ fn groups_round_trip_and_a_dataset_of_pairs_has_no_groups_file() {
         .collect();
     assert_eq!(triples.len(), 2);
     assert!(triples.iter().all(|c| c.jobs + c.without_pairs == 6));
+    assert!(triples.iter().all(|c| c.mape_speed.is_some()));
+    // x + y + y + z: no job has every pair measured, so nothing is scored: no MAPE (not 0).
+    let fours: Vec<_> = summary
+        .compositions
+        .iter()
+        .filter(|c| c.size == 4)
+        .collect();
+    assert_eq!(fours.len(), 2);
+    assert!(
+        fours
+            .iter()
+            .all(|c| c.jobs == 0 && c.mape_speed.is_none() && c.bias_speed.is_none()),
+        "{fours:?}"
+    );
+    let json = serde_json::to_value(fours[0]).expect("json");
+    assert!(
+        json["mape_speed"].is_null() && json["bias_speed"].is_null(),
+        "{json}"
+    );
     let other = tmp.path().join("pairs-only");
     sample().write(&other).expect("write");
     assert!(!entries(&other).contains(&"groups.parquet".to_string()));

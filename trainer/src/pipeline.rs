@@ -85,12 +85,29 @@ fn check_usable(dir: &Path, d: &Dataset) -> Result<(), PipelineError> {
     }
 }
 
-/// Reads and checks the datasets of `paths`.
+/// Reads and checks the datasets of `paths`; one named twice (the same folder, by any path)
+/// is refused, as its rows would count twice.
 pub fn load(paths: &[PathBuf]) -> Result<(Vec<Dataset>, Vec<TrainingData>), PipelineError> {
     if paths.is_empty() {
         return Err(PipelineError::Data(
             "--data: name at least one dataset".into(),
         ));
+    }
+    // A path that cannot be resolved is left to `Dataset::read` to name.
+    let mut seen: Vec<(PathBuf, &PathBuf)> = Vec::new();
+    for dir in paths {
+        let Ok(folder) = dir.canonicalize() else {
+            continue;
+        };
+        if let Some((_, first)) = seen.iter().find(|(f, _)| *f == folder) {
+            return Err(PipelineError::Data(format!(
+                "--data {}: the same dataset as --data {}, given twice (its rows would count \
+                 twice)",
+                dir.display(),
+                first.display()
+            )));
+        }
+        seen.push((folder, dir));
     }
     let mut datasets = Vec::new();
     let mut data = Vec::new();
@@ -130,6 +147,31 @@ second fit (a full run calibrates on the evaluation's out-of-fold scores instead
 rows); score the model with `duet evaluate` on data it did not train on, or judge the procedure \
 by a full `duet train` on the same data";
 
+/// Refuses an `--out` the model could not be written to once trained: one that exists, or whose
+/// parent folder does not exist (or is not a folder).
+fn check_out(out: &Path) -> Result<(), PipelineError> {
+    duet_core::atomic::refuse_existing(out, |p, m| {
+        PipelineError::Data(format!("{}: {m}", p.display()))
+    })?;
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        let why = if parent.exists() {
+            "is not a folder"
+        } else {
+            "does not exist; create it first"
+        };
+        return Err(PipelineError::Data(format!(
+            "--out {}: its parent {} {why}",
+            out.display(),
+            parent.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Trains, evaluates and writes the artifact. `progress` hears one line per step.
 pub fn run(
     options: &TrainOptions,
@@ -144,9 +186,7 @@ pub fn run_with(
     options: &TrainOptions,
     progress: &mut dyn Progress,
 ) -> Result<TrainSummary, PipelineError> {
-    duet_core::atomic::refuse_existing(&options.out, |p, m| {
-        PipelineError::Data(format!("{}: {m}", p.display()))
-    })?;
+    check_out(&options.out)?;
     let (datasets, data) = load(&options.data)?;
     let corpus_groups: usize = datasets.iter().map(|d| d.groups.len()).sum();
     let mut corpus = Corpus::new(datasets);

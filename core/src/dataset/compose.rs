@@ -133,10 +133,12 @@ pub struct CompositionError {
     pub jobs: usize,
     /// Jobs of successful groups with a pair not measured (left out).
     pub without_pairs: usize,
-    /// Mean absolute percentage error of the composed speed.
-    pub mape_speed: f64,
-    /// Mean of composed minus measured speed (positive: the rule is optimistic).
-    pub bias_speed: f64,
+    /// Mean absolute percentage error of the composed speed; `None` (null in JSON) when no job
+    /// had every pair measured (`jobs` is 0), so nothing was scored.
+    pub mape_speed: Option<f64>,
+    /// Mean of composed minus measured speed (positive: the rule is optimistic); `None` (null)
+    /// when `jobs` is 0.
+    pub bias_speed: Option<f64>,
 }
 
 /// Each rule's error on each device, mode and group size of `dataset` that has a successful
@@ -167,7 +169,8 @@ pub fn composition_errors(dataset: &Dataset) -> Vec<CompositionError> {
                 }
             }
             #[allow(clippy::cast_precision_loss)]
-            let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len().max(1) as f64;
+            let mean =
+                |xs: &[f64]| (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64);
             out.push(CompositionError {
                 gpu: gpu.clone(),
                 mode,

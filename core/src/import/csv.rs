@@ -20,6 +20,8 @@
 //! `gpu_util` or `mem_used_mib` needs nothing more; any other name declares its kind in the
 //! header: `framework:categorical`, `l2_hit_rate:numeric` or, with a unit,
 //! `queue_depth:numeric:requests`. Pair counters are numeric. An empty cell is a missing value.
+//! A column named twice in a header is refused. Errors give the line a row starts on (blank
+//! lines and line breaks inside quoted cells counted).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -50,26 +52,40 @@ struct Sheet<'a> {
 
 impl<'a> Sheet<'a> {
     fn read(file: &'a Path) -> Result<Sheet<'a>> {
+        let text = std::fs::read(file)
+            .map_err(|e| DatasetError::new(file, format!("cannot open: {e}")))?;
         let mut reader = ::csv::ReaderBuilder::new()
             .trim(::csv::Trim::All)
-            .from_path(file)
-            .map_err(|e| DatasetError::new(file, format!("cannot open: {e}")))?;
+            .from_reader(text.as_slice());
         let header: Vec<String> = reader
             .headers()
             .map_err(|e| DatasetError::new(file, format!("cannot read the header: {e}")).line(1))?
             .iter()
             .map(str::to_string)
             .collect();
+        // A repeated column would be read from its first place only, the other ignored.
+        for (k, name) in header.iter().enumerate() {
+            if !name.is_empty() && header[..k].contains(name) {
+                return Err(DatasetError::new(file, "appears twice in the header")
+                    .column(name)
+                    .line(1));
+            }
+        }
         let mut rows = Vec::new();
         for record in reader.records() {
             let record = record.map_err(|e| {
-                let line = e.position().map_or(0, ::csv::Position::line);
+                let line = e.position().map_or(0, |p| record_line(&text, p));
                 DatasetError::new(file, format!("not valid CSV: {e}")).line(line)
             })?;
-            let line = record.position().map_or(0, ::csv::Position::line);
+            let line = record.position().map_or(0, |p| record_line(&text, p));
             rows.push((line, record.iter().map(str::to_string).collect()));
         }
         Ok(Sheet { file, header, rows })
+    }
+
+    /// The line each row starts on, in row order.
+    fn lines(&self) -> Vec<u64> {
+        self.rows.iter().map(|(line, _)| *line).collect()
     }
 
     fn index(&self, name: &str) -> Option<usize> {
@@ -214,12 +230,28 @@ impl<'a> Sheet<'a> {
     }
 }
 
+/// The line a record of the CSV bytes `text` starts on, from its `csv` position. That position is
+/// where the reader stood before the record, which is on the first of the blank lines it skipped
+/// to reach it, if any: they are counted here.
+pub fn record_line(text: &[u8], position: &::csv::Position) -> u64 {
+    let from = usize::try_from(position.byte()).unwrap_or(usize::MAX);
+    let blank = text
+        .get(from..)
+        .unwrap_or_default()
+        .iter()
+        .take_while(|b| matches!(b, b'\n' | b'\r'))
+        .filter(|b| **b == b'\n')
+        .count();
+    position.line() + blank as u64
+}
+
 /// Moves a validation error from the in-memory table onto the CSV file it came from: row N of
-/// the table is line N + 1 of the file.
-fn onto_csv(mut error: DatasetError, file: &Path) -> DatasetError {
+/// the table (counted from 1) was read from `lines[N - 1]`, the line its record starts on
+/// (blank lines and line breaks inside quoted cells counted).
+fn onto_csv(mut error: DatasetError, file: &Path, lines: &[u64]) -> DatasetError {
     error.file = file.to_path_buf();
     if let Some(row) = error.row.take() {
-        error.line = Some(row as u64 + 1);
+        error.line = row.checked_sub(1).and_then(|r| lines.get(r)).copied();
     }
     error
 }
@@ -463,17 +495,13 @@ pub fn import(
         pair_counters,
         modes: modes_of(&pair_rows, &group_rows),
     };
-    validate::workloads(workloads, &meta, &workload_rows).map_err(|e| onto_csv(e, workloads))?;
-    validate::pairs(pairs, &meta, &workload_rows, &pair_rows).map_err(|e| onto_csv(e, pairs))?;
+    validate::workloads(workloads, &meta, &workload_rows)
+        .map_err(|e| onto_csv(e, workloads, &workload_sheet.lines()))?;
+    validate::pairs(pairs, &meta, &workload_rows, &pair_rows)
+        .map_err(|e| onto_csv(e, pairs, &pair_sheet.lines()))?;
     if let Some(file) = groups {
-        validate::groups(file, &meta, &workload_rows, &group_rows).map_err(|mut e| {
-            e.file = file.to_path_buf();
-            if let Some(row) = e.row.take() {
-                // `row` counts from 1, `group_lines` from 0.
-                e.line = row.checked_sub(1).and_then(|r| group_lines.get(r)).copied();
-            }
-            e
-        })?;
+        validate::groups(file, &meta, &workload_rows, &group_rows)
+            .map_err(|e| onto_csv(e, file, &group_lines))?;
     }
     let dataset = Dataset {
         meta,

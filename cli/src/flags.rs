@@ -1,0 +1,121 @@
+//! Checks of flag values that several commands share; every refusal names its flag.
+
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+
+/// The most seconds a flag may give, and why, for its refusal.
+#[derive(Debug, Clone, Copy)]
+pub struct MaxSeconds {
+    pub seconds: f64,
+    pub why: &'static str,
+}
+
+/// Waits for an answer, a connection or a next look: at most an hour.
+pub const WAIT: MaxSeconds = MaxSeconds {
+    seconds: 3600.0,
+    why: "an hour",
+};
+
+/// Measurements (a profiler's warm-up and windows, a workload's run): at most a day, as a
+/// measured window may legitimately be long.
+pub const MEASURE: MaxSeconds = MaxSeconds {
+    seconds: 86_400.0,
+    why: "a day: a measurement may be long, but not endless",
+};
+
+/// `value` seconds of `flag` as a duration: refused unless finite, above 0 and at most `max`
+/// (so that it never overflows a [`Duration`]).
+pub fn seconds(flag: &str, value: f64, max: MaxSeconds) -> Result<Duration> {
+    if !(value.is_finite() && value > 0.0 && value <= max.seconds) {
+        bail!(
+            "{flag} {value}: must be a number of seconds above 0 and at most {} ({})",
+            max.seconds,
+            max.why
+        );
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+/// `value` of `flag`, refused when empty (or only spaces).
+pub fn not_empty<'v>(flag: &str, value: &'v str) -> Result<&'v str> {
+    if value.trim().is_empty() {
+        bail!("{flag}: empty");
+    }
+    Ok(value)
+}
+
+/// The `--date` of a provenance, `YYYY-MM-DD` (a real calendar date); today's without one.
+pub fn date(value: Option<String>) -> Result<String> {
+    match value {
+        None => Ok(duet_core::timestamp::today()),
+        Some(text) => match duet_core::timestamp::parse_date(&text) {
+            Ok(_) => Ok(text),
+            Err(e) => bail!("--date: {e}"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_are_finite_positive_and_bounded() {
+        assert_eq!(
+            seconds("--timeout", 2.5, WAIT).expect("accepted"),
+            Duration::from_millis(2500)
+        );
+        assert!(seconds("--timeout", 3600.0, WAIT).is_ok());
+        assert!(seconds("--window", 86_400.0, MEASURE).is_ok());
+        for (value, max) in [
+            (f64::INFINITY, WAIT),
+            (f64::NAN, WAIT),
+            (1e20, WAIT),
+            (1e30, MEASURE),
+            (0.0, WAIT),
+            (-1.0, MEASURE),
+            (3600.5, WAIT),
+        ] {
+            let err = seconds("--flag", value, max)
+                .expect_err("refused")
+                .to_string();
+            assert!(err.starts_with("--flag "), "{err}");
+            assert!(err.contains(&format!("at most {}", max.seconds)), "{err}");
+        }
+        let err = seconds("--window", 1e30, MEASURE)
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains("a day: a measurement may be long"), "{err}");
+    }
+
+    #[test]
+    fn a_date_is_a_calendar_day_written_yyyy_mm_dd() {
+        assert_eq!(
+            date(Some("2024-02-29".into())).expect("a leap day"),
+            "2024-02-29"
+        );
+        assert_eq!(date(None).expect("today").len(), 10);
+        for bad in [
+            "2026-02-29",
+            "2026-13-01",
+            "26-12-01",
+            "2026-12-1",
+            "yesterday",
+            "",
+        ] {
+            let err = date(Some(bad.into())).expect_err(bad).to_string();
+            assert!(
+                err.starts_with("--date: ") && err.contains("YYYY-MM-DD"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_empty_value_is_refused_naming_its_flag() {
+        assert_eq!(not_empty("--gpu", "a100").expect("given"), "a100");
+        let err = not_empty("--gpu", " ").expect_err("empty").to_string();
+        assert_eq!(err, "--gpu: empty");
+    }
+}
