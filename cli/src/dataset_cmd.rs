@@ -23,8 +23,15 @@ pub fn run(command: DatasetCommand) -> Result<()> {
         DatasetCommand::Inspect { dir, json } => inspect(&dir, json),
         DatasetCommand::Validate { dir } => {
             let dataset = Dataset::read(&dir)?;
+            // The raw counter series too, where the folder has them: read whole or named.
+            let samples = Dataset::read_samples(&dir)?;
+            let series = if samples.is_empty() {
+                String::new()
+            } else {
+                format!(", {} counter samples", samples.len())
+            };
             println!(
-                "{}: valid ({} workloads, {} pairs)",
+                "{}: valid ({} workloads, {} pairs{series})",
                 dir.display(),
                 dataset.workloads.len(),
                 dataset.pairs.len()
@@ -120,6 +127,15 @@ pub fn run(command: DatasetCommand) -> Result<()> {
                         "note: {} (a budgeted campaign's record) is not carried into the merged \
                          dataset: its audit speaks for that shard's unmeasured settings only",
                         record.display()
+                    );
+                }
+                let samples = dir.join(duet_core::dataset::SAMPLES_FILE);
+                if samples.is_file() {
+                    eprintln!(
+                        "note: {} (the shard's raw counter series) is not carried into the merged \
+                         dataset: a workload profiled in several shards has its repetitions \
+                         pooled, so its runs' names would collide; keep the shard for them",
+                        samples.display()
                     );
                 }
             }

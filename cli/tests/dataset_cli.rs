@@ -483,11 +483,22 @@ fn merging_two_shards_gives_the_unsharded_pairs() {
             .collect();
         shard.meta.modes = modes_present(&shard.pairs);
         let dir = tmp.path().join(format!("shard-{i}"));
-        shard.write(&dir).expect("write shard");
+        // The first shard keeps raw counter series of a run.
+        let samples = [duet_core::dataset::Sample {
+            run: "solo/a3c/0".into(),
+            source: "a3c".into(),
+            t: 0.5,
+            counter: "cpu_util".into(),
+            value: 93.0,
+        }];
+        let samples = if i == 0 { &samples[..] } else { &[] };
+        shard
+            .write_with_samples(&dir, samples)
+            .expect("write shard");
         shards.push(dir);
     }
     let out = tmp.path().join("merged");
-    ok(&[
+    let merging = duet(&[
         "dataset",
         "merge",
         s(&shards[0]),
@@ -495,6 +506,14 @@ fn merging_two_shards_gives_the_unsharded_pairs() {
         "--out",
         s(&out),
     ]);
+    assert!(merging.status.success(), "{merging:?}");
+    // What is not carried is said, not dropped silently.
+    let said = String::from_utf8_lossy(&merging.stderr);
+    assert!(
+        said.contains("shard-0/samples.parquet (the shard's raw counter series) is not carried"),
+        "{said}"
+    );
+    assert!(!said.contains("shard-1"), "{said}");
     let merged = Dataset::read(&out).expect("read merged");
     assert_eq!(merged.workloads, whole.workloads);
     let key = |p: &duet_core::Pair| (p.a.clone(), p.b.clone());
@@ -661,6 +680,12 @@ fn every_committed_dataset_validates_and_the_h200_campaign_is_whole() {
         if dir.join("dataset.json").is_file() {
             let said = ok(&["dataset", "validate", s(&dir)]);
             assert!(said.contains(": valid ("), "{said}");
+            // Its raw counter series are read too, where it has them.
+            assert_eq!(
+                said.contains(" counter samples)"),
+                dir.join("samples.parquet").is_file(),
+                "{said}"
+            );
             checked.push(
                 dir.file_name()
                     .expect("name")
@@ -702,4 +727,23 @@ fn every_committed_dataset_validates_and_the_h200_campaign_is_whole() {
         assert!(names.contains(&counter), "{counter} missing from {names:?}");
     }
     assert_eq!(d.meta.provenance.driver.as_deref(), Some("580.159.04"));
+}
+
+/// A damaged `samples.parquet` fails `duet dataset validate`, naming the file.
+#[test]
+fn validate_reads_the_raw_counter_series_too() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = repo().join("datasets/cpu-dev2c-triples");
+    let copy = tmp.path().join("triples");
+    fs::create_dir(&copy).expect("folder");
+    for entry in fs::read_dir(&src).expect("the committed dataset") {
+        let entry = entry.expect("entry");
+        fs::copy(entry.path(), copy.join(entry.file_name())).expect("copy");
+    }
+    let samples = copy.join("samples.parquet");
+    let bytes = fs::read(&samples).expect("samples.parquet");
+    fs::write(&samples, &bytes[..bytes.len() / 2]).expect("truncated");
+    let err = fails(&["dataset", "validate", s(&copy)]);
+    assert!(err.contains("samples.parquet"), "{err}");
+    assert!(err.contains("not a readable Parquet file"), "{err}");
 }

@@ -678,3 +678,26 @@ fn merged_shards_carry_their_groups_and_refuse_one_measured_twice() {
         "{err}"
     );
 }
+
+/// A Parquet table damaged where polars' reader panics (a page header's field of the wrong
+/// type): an error naming the file, not a crash.
+#[test]
+fn a_damaged_parquet_table_is_named_not_a_crash() {
+    let dir = scratch();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/gavel-k80");
+    let copy = dir.path().join("gavel-k80");
+    fs::create_dir(&copy).expect("folder");
+    for entry in fs::read_dir(&src).expect("the committed dataset") {
+        let entry = entry.expect("entry");
+        fs::copy(entry.path(), copy.join(entry.file_name())).expect("copy");
+    }
+    let pairs = copy.join("pairs.parquet");
+    let mut bytes = fs::read(&pairs).expect("pairs.parquet");
+    assert!(Dataset::read(&copy).is_ok(), "the copy reads whole");
+    bytes[7859] = 0xBF;
+    bytes[8568] = 0x45;
+    fs::write(&pairs, &bytes).expect("damaged");
+    let error = Dataset::read(&copy).expect_err("damaged").to_string();
+    assert!(error.contains("pairs.parquet"), "{error}");
+    assert!(error.contains("not a readable Parquet file"), "{error}");
+}

@@ -292,7 +292,7 @@ pub fn groups(
                     "a group holds 3 to {MAX_GROUP_SIZE} jobs, this one {}{}",
                     g.jobs.len(),
                     if g.jobs.len() == 2 {
-                        " (two jobs are a pair: pairs.parquet holds them)"
+                        " (two jobs are a pair: the pairs table holds them)"
                     } else {
                         ""
                     }

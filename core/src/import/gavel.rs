@@ -67,16 +67,43 @@ pub fn workload_id(job: &str) -> String {
     id
 }
 
+/// A throughput of the file: a number, at least 0 (0 marks an infeasible pair's job).
 fn number(value: &Value, file: &Path, field: &str) -> Result<f64> {
-    value.as_f64().ok_or_else(|| {
+    let n = value.as_f64().ok_or_else(|| {
         DatasetError::new(file, format!("expected a number, found {value}")).column(field)
-    })
+    })?;
+    if n < 0.0 {
+        return Err(
+            DatasetError::new(file, format!("a throughput is at least 0, found {value}"))
+                .column(field),
+        );
+    }
+    Ok(n)
+}
+
+/// What a JSON value is, for an error.
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 /// Imports the `options.gpu` table of the Gavel JSON in `text` (read from `file`).
 pub fn import(text: &str, file: &Path, options: &GavelImport) -> Result<Dataset> {
     let root: Value = serde_json::from_str(text)
         .map_err(|e| DatasetError::new(file, format!("not valid JSON: {e}")))?;
+    if let Some(other) = root.get(&options.gpu).filter(|t| !t.is_object()) {
+        return Err(DatasetError::new(
+            file,
+            format!("expected an object of job types, found {}", kind_of(other)),
+        )
+        .column(options.gpu.clone()));
+    }
     let Some(table) = root.get(&options.gpu).and_then(Value::as_object) else {
         let gpus: Vec<&str> = root
             .as_object()
@@ -118,6 +145,11 @@ pub fn import(text: &str, file: &Path, options: &GavelImport) -> Result<Dataset>
     for (key, job) in &jobs {
         let field = format!("{}.{key}.null", options.gpu);
         let solo = number(&table[*key]["null"], file, &field)?;
+        if solo == 0.0 {
+            return Err(
+                DatasetError::new(file, "a solo throughput is above 0, found 0").column(field),
+            );
+        }
         let (family, batch) = split_job_type(job);
         let features = BTreeMap::from([
             ("model".to_string(), FeatureValue::Category(Some(family))),
@@ -282,6 +314,39 @@ mod tests {
         let json = r#"{"v100": {"('A', 1)": {"null": 2.0, "('A', 1)": [1.0, 0.0]}}}"#;
         let err = import(json, Path::new("g.json"), &options()).expect_err("must fail");
         assert!(err.to_string().contains("v100.('A', 1).('A', 1)"), "{err}");
+    }
+
+    #[test]
+    fn bad_numbers_and_tables_are_named_by_their_key() {
+        let cases = [
+            (
+                r#"{"v100": {"('A', 1)": {"null": -2.0}}}"#,
+                "v100.('A', 1).null",
+                "at least 0, found -2.0",
+            ),
+            (
+                r#"{"v100": {"('A', 1)": {"null": 0}}}"#,
+                "v100.('A', 1).null",
+                "above 0, found 0",
+            ),
+            (
+                r#"{"v100": {"('A', 1)": {"null": 2.0, "('A', 1)": [-1.0, 2.0]}}}"#,
+                "v100.('A', 1).('A', 1)",
+                "at least 0, found -1.0",
+            ),
+            (
+                r#"{"v100": []}"#,
+                "v100",
+                "expected an object of job types, found an array",
+            ),
+        ];
+        for (json, field, says) in cases {
+            let err = import(json, Path::new("g.json"), &options())
+                .expect_err(json)
+                .to_string();
+            assert!(err.starts_with("g.json"), "{err}");
+            assert!(err.contains(field) && err.contains(says), "{err}");
+        }
     }
 
     #[test]
