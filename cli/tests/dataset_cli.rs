@@ -747,3 +747,28 @@ fn validate_reads_the_raw_counter_series_too() {
     assert!(err.contains("samples.parquet"), "{err}");
     assert!(err.contains("not a readable Parquet file"), "{err}");
 }
+
+/// A Parquet table damaged where polars' reader panics is one line naming the file, exit 1:
+/// no panic report, no crash.
+#[test]
+fn a_damaged_table_is_one_line_naming_it() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let copy = tmp.path().join("k80");
+    fs::create_dir(&copy).expect("folder");
+    for entry in fs::read_dir(repo().join("datasets/gavel-k80")).expect("the committed dataset") {
+        let entry = entry.expect("entry");
+        fs::copy(entry.path(), copy.join(entry.file_name())).expect("copy");
+    }
+    let pairs = copy.join("pairs.parquet");
+    let mut bytes = fs::read(&pairs).expect("pairs.parquet");
+    bytes[7859] = 0xBF;
+    bytes[8568] = 0x45;
+    fs::write(&pairs, &bytes).expect("damaged");
+    for command in ["validate", "inspect"] {
+        let err = fails(&["dataset", command, s(&copy)]);
+        assert!(
+            err.contains("pairs.parquet: not a readable Parquet file: damaged"),
+            "{err}"
+        );
+    }
+}

@@ -223,14 +223,12 @@ pub fn write_parquet(path: &Path, mut frame: DataFrame) -> Result<()> {
 }
 
 /// Reads a whole Parquet file. A damaged one is an error naming it: polars' reader panics on
-/// some damage (a field of the wrong type in a page header, a page that decodes past its end),
-/// which is caught here and reported with what it said.
+/// some damage (a field of the wrong type in the footer or a page header, a page that decodes
+/// past its end), which is caught here, unreported, and answered with what it said.
 pub fn read_parquet(path: &Path) -> Result<DataFrame> {
     let file =
         File::open(path).map_err(|e| DatasetError::new(path, format!("cannot open: {e}")))?;
-    let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        ParquetReader::new(file).finish()
-    }));
+    let read = crate::panic::caught_quietly(|| ParquetReader::new(file).finish());
     match read {
         Ok(frame) => frame.map_err(|e| polars_error(path, "not a readable Parquet file", &e)),
         Err(payload) => Err(DatasetError::new(
