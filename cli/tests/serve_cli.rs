@@ -356,31 +356,26 @@ fn clients_refuse_bad_flags_and_cells_before_asking() {
         let err = predict(extra);
         assert!(err.contains(says), "{extra:?}: {err}");
     }
+    let predict_file = |file: &std::path::Path| {
+        refused(&[
+            "predict",
+            "--mode",
+            "mps",
+            "--server",
+            "http://127.0.0.1:9",
+            "--file",
+            path(file),
+        ])
+    };
     let pairs = dir.path().join("pairs.csv");
     std::fs::write(&pairs, "a,b,share_a\n\n\"x\ny\",z,50\nx,y,1e999\n").expect("csv");
-    let err = refused(&[
-        "predict",
-        "--mode",
-        "mps",
-        "--server",
-        "http://127.0.0.1:9",
-        "--file",
-        path(&pairs),
-    ]);
+    let err = predict_file(&pairs);
     assert!(
         err.contains("pairs.csv line 5: column `share_a`: `1e999` is not a finite number"),
         "{err}"
     );
     std::fs::write(&pairs, "a,b,a\nx,y,z\n").expect("csv");
-    let err = refused(&[
-        "predict",
-        "--mode",
-        "mps",
-        "--server",
-        "http://127.0.0.1:9",
-        "--file",
-        path(&pairs),
-    ]);
+    let err = predict_file(&pairs);
     assert!(err.contains("pairs.csv: column `a` appears twice"), "{err}");
     let observations = dir.path().join("observations.jsonl");
     let err = refused(&["observe", "--file", path(&observations), "--timeout", "inf"]);

@@ -305,10 +305,14 @@ fn patch(doc: &mut Value, config: &Config, model: Option<&LoadedModel>) {
     // A parameter's value is a boolean, a number or a string (or null), as the protocol has
     // it; the server refuses an array or an object where it starts.
     let scalar = json!({"type": ["boolean", "number", "string", "null"]});
-    schemas["InferInput"]["properties"]["parameters"]["additionalProperties"] = scalar.clone();
+    let most = crate::routes::kserve::MAX_PARAMETERS;
+    let input_parameters = &mut schemas["InferInput"]["properties"]["parameters"];
+    input_parameters["additionalProperties"] = scalar.clone();
+    input_parameters["maxProperties"] = json!(most);
     let binary_flag = |name: &str, what: &str| {
         let flag = json!({"type": "boolean", "description": what});
-        json!({"type": "object", "properties": {name: flag}, "additionalProperties": scalar})
+        json!({"type": "object", "properties": {name: flag}, "additionalProperties": scalar,
+               "maxProperties": most})
     };
     schemas["InferRequest"]["properties"]["parameters"] = binary_flag(
         "binary_data_output",

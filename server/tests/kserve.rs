@@ -568,6 +568,14 @@ async fn kserve_v2_aliases_run_the_same_model() {
         let error = answer["error"].as_str().expect("an error");
         assert!(error.contains("a boolean, a number or a string"), "{error}");
     }
+    // At most 64 parameters: the 65th is refused as it is read.
+    let many: serde_json::Map<String, Value> =
+        (0..65).map(|k| (format!("p{k}"), json!(k))).collect();
+    let body = json!({"parameters": many, "inputs": [{"name": "pairs", "shape": [2, width], "datatype": "FP32", "data": data.clone()}]});
+    let (status, answer) = call(&app, "POST", "/v2/models/default/infer", Some(body), None).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    let error = answer["error"].as_str().expect("an error");
+    assert!(error.contains("more than 64 parameters"), "{error}");
     // Scalars of any kind are taken (an unknown one is ignored).
     let scalars = json!({"parameters": {"a": 1, "b": "x", "c": null, "d": 2.5, "binary_data_output": false},
         "inputs": [{"name": "pairs", "shape": [2, width], "datatype": "FP32", "data": data.clone()}]});

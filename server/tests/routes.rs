@@ -611,6 +611,7 @@ async fn health_models_metrics_and_openapi() {
             parameters["additionalProperties"]["type"], scalar,
             "{schema}"
         );
+        assert_eq!(parameters["maxProperties"], 64, "{schema}");
     }
     let id = &doc["paths"]["/v1/workloads/{id}"]["put"]["parameters"][0];
     assert_eq!(id["name"], "id");

@@ -233,9 +233,13 @@ pub type Parameters = serde_json::Map<String, Value>;
 /// shape is refused at the dimension past these, before a hostile client's millions are held.
 pub const MAX_DIMENSIONS: usize = 8;
 
+/// Parameters one `parameters` object may hold: the protocol's are a handful, and a body of
+/// millions of tiny distinct ones would hold many times its bytes.
+pub const MAX_PARAMETERS: usize = 64;
+
 /// A request's `parameters` as the protocol has them: each value a boolean, a number or a
-/// string (or null). An array or an object is refused where it starts, unread, so the
-/// parameters of a body cost no more than its scalars.
+/// string (or null), at most [`MAX_PARAMETERS`] of them. An array or an object is refused where
+/// it starts, unread, and the entry past the limit where it is read.
 fn scalar_parameters<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Parameters>, D::Error> {
@@ -285,6 +289,11 @@ fn scalar_parameters<'de, D: serde::Deserializer<'de>>(
                 ) -> Result<Scalars, A::Error> {
                     let mut out = Parameters::new();
                     while let Some((key, Scalar(value))) = map.next_entry::<String, Scalar>()? {
+                        if out.len() == MAX_PARAMETERS && !out.contains_key(&key) {
+                            return Err(serde::de::Error::custom(format!(
+                                "more than {MAX_PARAMETERS} parameters"
+                            )));
+                        }
                         out.insert(key, value);
                     }
                     Ok(Scalars(out))
