@@ -76,6 +76,11 @@ async fn each_observation_is_checked_alone_stored_once_and_kept() {
     typo["windw_s"] = json!(3);
     // Milliseconds where the solo throughput is per second: no plausible speed.
     let units = co_location("units", "a3c", "cyclegan", 500.0, 0.5);
+    // Features past the names the model accepts and 8 more: refused as they are read.
+    let mut crowded = co_location("crowded", "a3c", "cyclegan", 0.5, 0.5);
+    let names: serde_json::Map<String, Value> =
+        (0..40).map(|k| (format!("f{k}"), json!(k))).collect();
+    crowded["a"] = json!({"features": names});
     let batch = vec![
         co_location("pair-1", "a3c", "cyclegan", 0.6, 0.7),
         negative,
@@ -86,6 +91,7 @@ async fn each_observation_is_checked_alone_stored_once_and_kept() {
         typo,
         json!("not an object"),
         units,
+        crowded,
     ];
     let (status, answer) = post(&app, batch.clone()).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
@@ -111,7 +117,14 @@ async fn each_observation_is_checked_alone_stored_once_and_kept() {
             ("observations[6].windw_s", "typo"),
             ("observations[7]", "-"),
             ("observations[8].throughput_a", "units"),
+            ("observations[9].a.features", "crowded"),
         ],
+        "{answer}"
+    );
+    assert!(
+        answer["rejected"][7]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("entries in one job's features")),
         "{answer}"
     );
     assert_eq!(answer["field"], "observations[1].throughput_a");
@@ -164,7 +177,7 @@ async fn each_observation_is_checked_alone_stored_once_and_kept() {
     );
     assert_eq!(
         metric(&text, r#"duet_observations_total{outcome="rejected"}"#),
-        Some(8.0)
+        Some(9.0)
     );
     assert_eq!(
         metric(&text, r#"duet_observed_total{gpu="v100",mode="space"}"#),

@@ -57,7 +57,14 @@ pub fn check(
         error,
     };
     let mut parser = serde_json::Deserializer::from_str(item.get());
-    let observation: Observation = serde_path_to_error::deserialize(&mut parser).map_err(|e| {
+    // A job's features past the names the model accepts are refused as they are read, as in a
+    // prediction (`routes::predict::FEATURE_ENTRIES_PAST_ACCEPTED`).
+    let limit =
+        model.accepted_feature_count() + crate::routes::predict::FEATURE_ENTRIES_PAST_ACCEPTED;
+    let parsed = duet_core::api::feature_map::with_entry_limit(limit, || {
+        serde_path_to_error::deserialize::<_, Observation>(&mut parser)
+    });
+    let observation = parsed.map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { String::new() } else { path };
         reject(&field, format!("invalid observation: {}", e.into_inner()))
