@@ -14,6 +14,12 @@ use serde::de::{DeserializeOwned, Deserializer, SeqAccess, Visitor};
 
 use crate::error::{Failure, parse_json_tracked};
 
+/// Entries a job's feature map may hold past the names the served model accepts, each a name
+/// it does not know or one given again: a few are refused once parsed, each named (`unknown
+/// feature ...`); more are refused while they are read
+/// (`duet_core::api::feature_map::with_entry_limit`), in a prediction and an observation alike.
+pub const FEATURE_ENTRIES_PAST_ACCEPTED: usize = 8;
+
 thread_local! {
     /// Items the bounded fields of the body being parsed may still hold (`None`: no limit).
     static BUDGET: Cell<Option<usize>> = const { Cell::new(None) };

@@ -213,7 +213,7 @@ async fn a_feature_map_past_the_names_the_model_accepts_is_refused_as_it_is_read
         let body = format!(r#"{{"gpu": "v100", "pairs": [{}]}}"#, items.join(", "));
         async move { call_raw(&app, "POST", "/v1/predict", Some(body), None).await }
     };
-    let limit = accepted + duet_server::routes::predict::FEATURE_ENTRIES_PAST_ACCEPTED;
+    let limit = accepted + duet_server::bounded::FEATURE_ENTRIES_PAST_ACCEPTED;
     // As many entries as that (`solo_throughput` given again): answered, the last value kept.
     let (status, answer) = ask(limit, 0).await;
     assert_eq!(status, StatusCode::OK, "{answer}");

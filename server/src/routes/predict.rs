@@ -118,20 +118,15 @@ pub fn parse_request_over(
     Ok(request)
 }
 
-/// Entries a job's feature map may hold past the names the served model accepts, each a name
-/// it does not know or one given again: a few are refused once parsed, each named (`unknown
-/// feature ...`); more are refused while they are read.
-pub const FEATURE_ENTRIES_PAST_ACCEPTED: usize = 8;
-
 /// [`parse_request_over`] for the served model: each job's feature map refused at its first
-/// entry past [`FEATURE_ENTRIES_PAST_ACCEPTED`] more than the names the model accepts
+/// entry past [`crate::bounded::FEATURE_ENTRIES_PAST_ACCEPTED`] more than the names the model accepts
 /// (`duet_core::api::feature_map::with_entry_limit`), before a hostile map's millions of tiny
 /// entries are held.
 fn parse_for(state: &AppState, body: &[u8], threads: usize) -> Result<PredictRequest, Failure> {
     let parse = || parse_request_over(body, state.config.max_pairs, threads);
     match state.model() {
         Ok(model) => with_entry_limit(
-            model.accepted_feature_count() + FEATURE_ENTRIES_PAST_ACCEPTED,
+            model.accepted_feature_count() + crate::bounded::FEATURE_ENTRIES_PAST_ACCEPTED,
             parse,
         ),
         Err(_) => parse(),

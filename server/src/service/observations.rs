@@ -58,9 +58,8 @@ pub fn check(
     };
     let mut parser = serde_json::Deserializer::from_str(item.get());
     // A job's features past the names the model accepts are refused as they are read, as in a
-    // prediction (`routes::predict::FEATURE_ENTRIES_PAST_ACCEPTED`).
-    let limit =
-        model.accepted_feature_count() + crate::routes::predict::FEATURE_ENTRIES_PAST_ACCEPTED;
+    // prediction (`bounded::FEATURE_ENTRIES_PAST_ACCEPTED`).
+    let limit = model.accepted_feature_count() + crate::bounded::FEATURE_ENTRIES_PAST_ACCEPTED;
     let parsed = duet_core::api::feature_map::with_entry_limit(limit, || {
         serde_path_to_error::deserialize::<_, Observation>(&mut parser)
     });
