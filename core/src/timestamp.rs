@@ -39,6 +39,45 @@ fn days_in_month(year: i64, month: u32) -> u32 {
     }
 }
 
+/// The ASCII digits of `text` in `range` as a number; `None` where any is not a digit.
+fn digits(text: &str, range: std::ops::Range<usize>) -> Option<i64> {
+    let part = text.get(range)?;
+    part.bytes()
+        .all(|c| c.is_ascii_digit())
+        .then(|| part.parse().ok())
+        .flatten()
+}
+
+/// Why the `YYYY-MM-DD` at the start of a text is not a date.
+enum DateFault {
+    /// Not digits where the year, month or day go.
+    Digits,
+    /// Not `-` between them.
+    Separators,
+    /// Digits and separators, but no such day of the calendar.
+    Calendar,
+}
+
+/// The year, month and day written `YYYY-MM-DD` at the start of `text` (what follows is the
+/// caller's): the date part that `parse_date` and `parse_rfc3339` share.
+fn leading_date(text: &str) -> Result<(i64, u32, u32), DateFault> {
+    let (Some(year), Some(month), Some(day)) =
+        (digits(text, 0..4), digits(text, 5..7), digits(text, 8..10))
+    else {
+        return Err(DateFault::Digits);
+    };
+    let b = text.as_bytes();
+    if b[4] != b'-' || b[7] != b'-' {
+        return Err(DateFault::Separators);
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let (month, day) = (month as u32, day as u32);
+    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
+        return Err(DateFault::Calendar);
+    }
+    Ok((year, month, day))
+}
+
 /// Seconds since 1970-01-01T00:00:00Z now.
 #[allow(clippy::cast_precision_loss)]
 pub fn now_seconds() -> f64 {
@@ -62,31 +101,13 @@ pub fn date(seconds: f64) -> String {
 /// Parses a calendar date written `YYYY-MM-DD` (proleptic Gregorian, four-digit year) to its
 /// year, month and day. The error says what is wrong.
 pub fn parse_date(text: &str) -> Result<(i64, u32, u32), String> {
-    let b = text.as_bytes();
-    let digits = |range: std::ops::Range<usize>| -> Option<u32> {
-        let part = text.get(range)?;
-        part.bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| part.parse().ok())
-            .flatten()
-    };
-    let (10, Some(year), Some(month), Some(day), b'-', b'-') = (
-        b.len(),
-        digits(0..4),
-        digits(5..7),
-        digits(8..10),
-        b.get(4).copied().unwrap_or(0),
-        b.get(7).copied().unwrap_or(0),
-    ) else {
-        return Err(format!(
+    match (text.len(), leading_date(text)) {
+        (10, Ok(date)) => Ok(date),
+        (10, Err(DateFault::Calendar)) => Err(format!("`{text}`: no such date (YYYY-MM-DD)")),
+        _ => Err(format!(
             "`{text}` is not a date written YYYY-MM-DD (for example 2026-12-01)"
-        ));
-    };
-    let year = i64::from(year);
-    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
-        return Err(format!("`{text}`: no such date (YYYY-MM-DD)"));
+        )),
     }
-    Ok((year, month, day))
 }
 
 /// `seconds` since 1970 as an RFC 3339 timestamp in UTC, to the second.
@@ -115,36 +136,25 @@ pub fn parse_rfc3339(text: &str) -> Result<f64, String> {
     if b.len() < 20 {
         return fail("too short");
     }
-    let digits = |range: std::ops::Range<usize>| -> Option<i64> {
-        let part = text.get(range)?;
-        part.bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| part.parse().ok())
-            .flatten()
-    };
-    let (Some(year), Some(month), Some(day), Some(hour), Some(minute), Some(second)) = (
-        digits(0..4),
-        digits(5..7),
-        digits(8..10),
-        digits(11..13),
-        digits(14..16),
-        digits(17..19),
+    let date = leading_date(text);
+    let (Some(hour), Some(minute), Some(second), false) = (
+        digits(text, 11..13),
+        digits(text, 14..16),
+        digits(text, 17..19),
+        matches!(date, Err(DateFault::Digits)),
     ) else {
         return fail("expected digits in YYYY-MM-DDTHH:MM:SS");
     };
-    if b[4] != b'-'
-        || b[7] != b'-'
+    if matches!(date, Err(DateFault::Separators))
         || !matches!(b[10], b'T' | b't' | b' ')
         || b[13] != b':'
         || b[16] != b':'
     {
         return fail("expected YYYY-MM-DDTHH:MM:SS");
     }
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let (month, day) = (month as u32, day as u32);
-    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
+    let Ok((year, month, day)) = date else {
         return fail("no such date");
-    }
+    };
     // 60 is a leap second, counted as the next second's start.
     if hour > 23 || minute > 59 || second > 60 {
         return fail("no such time of day");
