@@ -65,7 +65,7 @@ pub fn run(command: DatasetCommand) -> Result<()> {
                 )
             })?;
             let options = ObservedExport {
-                name: dataset_name(name, &out)?,
+                name: flags::dataset_name(name, &out, "dataset")?,
                 gpu,
                 since_s: time("--since", since)?,
                 until_s: time("--until", until)?,
@@ -118,7 +118,7 @@ pub fn run(command: DatasetCommand) -> Result<()> {
                 let dataset = Dataset::read(&dir)?;
                 parts.push((dir, dataset));
             }
-            let merged = merge(&dataset_name(name, &out)?, &parts)?;
+            let merged = merge(&flags::dataset_name(name, &out, "dataset")?, &parts)?;
             merged.write(&out)?;
             for (dir, _) in &parts {
                 let record = dir.join(CAMPAIGN_FILE);
@@ -218,21 +218,6 @@ fn refuse_existing(out: &Path) -> Result<()> {
     duet_core::atomic::refuse_existing(out, |p, m| anyhow!("{}: {m}", p.display()))
 }
 
-/// The dataset's name: `--name`, refused when empty, else the output folder's name.
-fn dataset_name(name: Option<String>, out: &Path) -> Result<String> {
-    match name {
-        Some(name) => Ok(flags::not_empty("--name", &name)?.to_string()),
-        None => Ok(folder_name(out)),
-    }
-}
-
-fn folder_name(out: &Path) -> String {
-    out.file_name().map_or_else(
-        || "dataset".to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    )
-}
-
 fn report_written(out: &Path, dataset: &Dataset) {
     println!(
         "wrote {} ({} workloads, {} pairs)",
@@ -272,7 +257,7 @@ fn import(source: ImportSource) -> Result<()> {
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
             let options = GavelImport {
                 gpu,
-                name: dataset_name(name, &out)?,
+                name: flags::dataset_name(name, &out, "dataset")?,
                 source: source.unwrap_or_else(|| {
                     format!("Gavel (Narayanan et al., OSDI 2020), file {file_name}")
                 }),
@@ -300,7 +285,7 @@ fn import(source: ImportSource) -> Result<()> {
             refuse_existing(&out)?;
             flags::not_empty("--gpu", &gpu)?;
             let options = CsvImport {
-                name: dataset_name(name, &out)?,
+                name: flags::dataset_name(name, &out, "dataset")?,
                 description,
                 provenance: Provenance {
                     source,

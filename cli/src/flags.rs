@@ -1,5 +1,6 @@
 //! Checks of flag values that several commands share; every refusal names its flag.
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
@@ -43,6 +44,18 @@ pub fn not_empty<'v>(flag: &str, value: &'v str) -> Result<&'v str> {
         bail!("{flag}: empty");
     }
     Ok(value)
+}
+
+/// A dataset's name: `--name`, refused when empty, else the name of its output folder `out`
+/// (`fallback` where `out` has none, as `/` or `..`).
+pub fn dataset_name(name: Option<String>, out: &Path, fallback: &str) -> Result<String> {
+    match name {
+        Some(name) => Ok(not_empty("--name", &name)?.to_string()),
+        None => Ok(out.file_name().map_or_else(
+            || fallback.to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )),
+    }
 }
 
 /// The `--date` of a provenance, `YYYY-MM-DD` (a real calendar date); today's without one.

@@ -207,16 +207,10 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
         }
         (None, Err(_)) => None,
     };
-    for (flag, value) in [("--name", &args.name), ("--gpu", &args.gpu)] {
-        if let Some(value) = value {
-            flags::not_empty(flag, value)?;
-        }
+    let name = flags::dataset_name(args.name.clone(), &args.out, "campaign")?;
+    if let Some(gpu) = &args.gpu {
+        flags::not_empty("--gpu", gpu)?;
     }
-    let name = args.name.clone().unwrap_or_else(|| {
-        args.out
-            .file_name()
-            .map_or_else(|| "campaign".into(), |n| n.to_string_lossy().into_owned())
-    });
     let gpu = args.gpu.clone().unwrap_or_else(|| match device {
         Device::Cpu => "cpu".into(),
         Device::Cuda(_) => "gpu".into(),
