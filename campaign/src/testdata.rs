@@ -95,6 +95,7 @@ pub fn synthetic(n: usize, modes: &[Mode]) -> Dataset {
             ],
             pair_counters: Vec::new(),
             modes: modes_present(&pairs),
+            tables: Default::default(),
         },
         workloads,
         pairs,

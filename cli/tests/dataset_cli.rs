@@ -460,6 +460,19 @@ fn validate_names_a_truncated_table() {
     let path = out.join("workloads.parquet");
     let bytes = fs::read(&path).expect("read");
     fs::write(&path, &bytes[..100]).expect("truncate");
+    // dataset.json lists what the import wrote: the change is named before the file is decoded.
+    let err = fails(&["dataset", "validate", s(&out)]);
+    assert!(
+        err.contains("workloads.parquet: damaged or changed since it was written: 100 bytes"),
+        "{err}"
+    );
+    // With its entry deleted from `tables` (as for a change made on purpose), it is decoded.
+    let meta_path = out.join("dataset.json");
+    let mut meta: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&meta_path).expect("read")).expect("json");
+    let tables = meta["tables"].as_object_mut().expect("tables");
+    assert!(tables.remove("workloads.parquet").is_some());
+    fs::write(&meta_path, meta.to_string()).expect("write");
     let err = fails(&["dataset", "validate", s(&out)]);
     assert!(
         err.contains("workloads.parquet: not a readable Parquet file"),

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use duet_core::dataset::{
     Dataset, DatasetMeta, FORMAT, FeatureColumn, FeatureKind, FeatureValue, Group, GroupJob,
-    JobKind, Mode, Pair, Provenance, Status, Summary, Workload, merge, modes_present,
+    JobKind, Mode, Pair, Provenance, Sample, Status, Summary, TableDigest, Workload, merge,
+    modes_present,
 };
 
 fn workload(id: &str, solo: f64) -> Workload {
@@ -101,6 +102,7 @@ fn sample() -> Dataset {
             meaning: "power".into(),
         }],
         modes: modes_present(&pairs),
+        tables: Default::default(),
     };
     Dataset {
         meta,
@@ -319,10 +321,157 @@ fn existing_output_folder_is_refused_and_left_untouched() {
     assert_eq!(entries(&out), ["keep.txt"]);
 }
 
+/// Deletes `file`'s entry from `dir`'s `dataset.json` `tables`, as a user does after changing
+/// the table on purpose (and as a dataset written before the digests reads).
+fn unlist(dir: &Path, file: &str) {
+    let path = dir.join("dataset.json");
+    let mut meta: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&path).expect("read")).expect("json");
+    let tables = meta["tables"].as_object_mut().expect("tables listed");
+    assert!(tables.remove(file).is_some(), "{file} was listed");
+    fs::write(&path, serde_json::to_string_pretty(&meta).expect("json")).expect("write");
+}
+
+#[test]
+fn every_table_written_is_listed_with_its_digest() {
+    let tmp = scratch();
+    let samples = [Sample {
+        run: "r1".into(),
+        source: "x".into(),
+        t: 0.5,
+        counter: "cpu_util".into(),
+        value: 97.0,
+    }];
+    let dir = tmp.path().join("ds");
+    with_groups()
+        .write_with_samples(&dir, &samples)
+        .expect("write");
+    let meta: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.join("dataset.json")).expect("read"))
+            .expect("json");
+    let tables = meta["tables"].as_object().expect("tables");
+    let names: Vec<&str> = tables.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "groups.parquet",
+            "pairs.parquet",
+            "samples.parquet",
+            "workloads.parquet"
+        ]
+    );
+    for (name, digest) in tables {
+        let bytes = fs::read(dir.join(name)).expect("table");
+        assert_eq!(digest["bytes"], bytes.len() as u64, "{name}");
+        assert_eq!(
+            digest["fnv1a"].as_str(),
+            Some(TableDigest::of(&bytes).fnv1a.as_str()),
+            "{name}"
+        );
+    }
+    // Read back, the dataset holds no digests: it equals the one written.
+    assert_eq!(Dataset::read(&dir).expect("read"), with_groups());
+    assert_eq!(Dataset::read_samples(&dir).expect("samples"), samples);
+}
+
+/// Any one byte of any table changed is named before the table is decoded, so no damage can
+/// decode to other numbers, nor make the decoder panic or ask for more memory than exists.
+#[test]
+fn a_changed_byte_of_any_listed_table_is_named_before_decoding() {
+    let tmp = scratch();
+    let samples = [Sample {
+        run: "r1".into(),
+        source: "device".into(),
+        t: 0.0,
+        counter: "power_w".into(),
+        value: 120.0,
+    }];
+    let dir = tmp.path().join("ds");
+    with_groups()
+        .write_with_samples(&dir, &samples)
+        .expect("write");
+    for (file, step) in [
+        ("workloads.parquet", 1),
+        ("pairs.parquet", 1),
+        ("groups.parquet", 3),
+        ("samples.parquet", 3),
+    ] {
+        let path = dir.join(file);
+        let whole = fs::read(&path).expect("table");
+        for at in (0..whole.len()).step_by(step) {
+            let mut bytes = whole.clone();
+            bytes[at] ^= 0x20;
+            fs::write(&path, &bytes).expect("damage");
+            let error = if file == "samples.parquet" {
+                Dataset::read_samples(&dir).expect_err("damaged")
+            } else {
+                Dataset::read(&dir).expect_err("damaged")
+            };
+            assert!(
+                error
+                    .to_string()
+                    .contains(&format!("{file}: damaged or changed since it was written")),
+                "byte {at}: {error}"
+            );
+        }
+        fs::write(&path, &whole[..whole.len() - 1]).expect("truncate");
+        let error = if file == "samples.parquet" {
+            Dataset::read_samples(&dir).expect_err("truncated")
+        } else {
+            Dataset::read(&dir).expect_err("truncated")
+        };
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("{} bytes with FNV-1a", whole.len() - 1)),
+            "{error}"
+        );
+        fs::write(&path, &whole).expect("restore");
+    }
+    assert!(Dataset::read(&dir).is_ok(), "whole again");
+    // A listed table that is gone is named too, not read as absent.
+    fs::remove_file(dir.join("groups.parquet")).expect("remove");
+    let error = Dataset::read(&dir).expect_err("gone").to_string();
+    assert!(error.contains("groups.parquet: cannot read"), "{error}");
+    fs::remove_file(dir.join("samples.parquet")).expect("remove");
+    let error = Dataset::read_samples(&dir).expect_err("gone").to_string();
+    assert!(error.contains("samples.parquet: cannot read"), "{error}");
+}
+
+#[test]
+fn a_bad_tables_entry_in_dataset_json_is_named() {
+    let tmp = scratch();
+    let dir = written(&sample(), tmp.path());
+    let path = dir.join("dataset.json");
+    let text = fs::read_to_string(&path).expect("read");
+    for (from, to, expected) in [
+        (
+            "\"pairs.parquet\"",
+            "\"pears.parquet\"",
+            "column `tables`: `pears.parquet` is not a table of a dataset",
+        ),
+        (
+            "\"fnv1a\": \"",
+            "\"fnv1a\": \"X",
+            "fnv1a must be 16 lowercase hexadecimal digits",
+        ),
+        ("\"bytes\"", "\"size\"", "unknown field `size`"),
+    ] {
+        assert!(text.contains(from), "{from}");
+        fs::write(&path, text.replacen(from, to, 1)).expect("write");
+        let error = Dataset::read(&dir).expect_err("refused").to_string();
+        assert!(
+            error.contains("dataset.json") && error.contains(expected),
+            "{error}"
+        );
+    }
+}
+
 #[test]
 fn truncated_parquet_names_the_file() {
     let tmp = scratch();
     let dir = written(&sample(), tmp.path());
+    unlist(&dir, "pairs.parquet");
     let path = dir.join("pairs.parquet");
     let bytes = fs::read(&path).expect("read");
     fs::write(&path, &bytes[..bytes.len() / 2]).expect("truncate");
@@ -337,6 +486,7 @@ fn truncated_parquet_names_the_file() {
 fn non_parquet_file_names_the_file() {
     let tmp = scratch();
     let dir = written(&sample(), tmp.path());
+    unlist(&dir, "workloads.parquet");
     fs::write(dir.join("workloads.parquet"), "workload,kind\nx,train\n").expect("write");
     let msg = Dataset::read(&dir).expect_err("must fail").to_string();
     assert!(
@@ -346,8 +496,11 @@ fn non_parquet_file_names_the_file() {
 }
 
 /// Rewrites one table of a written dataset through polars, to plant a fault a well-behaved
-/// writer never makes.
+/// writer never makes, and deletes its digest from `dataset.json`, as a user changing a table
+/// on purpose does.
 fn rewrite_table(path: &Path, edit: impl FnOnce(&mut polars_core::prelude::DataFrame)) {
+    let file = path.file_name().expect("name").to_str().expect("utf-8");
+    unlist(path.parent().expect("folder"), file);
     use polars_io::prelude::*;
     let mut frame = ParquetReader::new(fs::File::open(path).expect("open"))
         .finish()

@@ -1,5 +1,7 @@
 //! `dataset.json`: what a dataset is, where it came from, and what its columns mean.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::types::Mode;
@@ -23,6 +25,56 @@ pub struct DatasetMeta {
     pub pair_counters: Vec<FeatureColumn>,
     /// The sharing modes present in `pairs.parquet`, sorted.
     pub modes: Vec<Mode>,
+    /// Each table file as duet wrote it, by file name: checked before the file is decoded, so
+    /// a damaged or changed table is named instead of read. Absent from the `dataset.json` of
+    /// datasets written before it (their tables are read unchecked). Only reading and writing
+    /// fill it: [`Dataset::read`](super::Dataset::read) checks the files it lists and leaves it
+    /// empty, [`Dataset::write`](super::Dataset::write) lists the files it wrote whatever it
+    /// holds, so two datasets of the same rows are equal whichever files they came from.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tables: BTreeMap<String, TableDigest>,
+}
+
+/// A table file's length and 64-bit FNV-1a digest (not a cryptographic hash: it detects
+/// damage, and every change of a single byte, not a forger).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableDigest {
+    pub bytes: u64,
+    /// 16 lowercase hexadecimal digits.
+    pub fnv1a: String,
+}
+
+impl TableDigest {
+    /// The digest of a file's contents.
+    pub fn of(contents: &[u8]) -> TableDigest {
+        TableDigest::from_parts(
+            contents.len() as u64,
+            crate::hash::fnv1a(contents, crate::hash::FNV_OFFSET),
+        )
+    }
+
+    /// The digest of `bytes` bytes whose FNV-1a hash is `hash`.
+    pub(super) fn from_parts(bytes: u64, hash: u64) -> TableDigest {
+        TableDigest {
+            bytes,
+            fnv1a: format!("{hash:016x}"),
+        }
+    }
+
+    /// Whether `contents` are the bytes this digest was taken of; what differs where not.
+    pub fn check(&self, contents: &[u8]) -> Result<(), String> {
+        let found = TableDigest::of(contents);
+        if found == *self {
+            return Ok(());
+        }
+        Err(format!(
+            "damaged or changed since it was written: {} bytes with FNV-1a {}, where \
+             dataset.json `tables` lists {} bytes with FNV-1a {} (if the change was meant, \
+             delete the file's entry from `tables`)",
+            found.bytes, found.fnv1a, self.bytes, self.fnv1a
+        ))
+    }
 }
 
 /// Where the measurements came from; enough for someone else to judge and repeat them.

@@ -20,7 +20,7 @@ use std::path::Path;
 
 pub use error::{DatasetError, Result};
 pub use merge::merge;
-pub use meta::{DatasetMeta, FORMAT, FeatureColumn, FeatureKind, Provenance};
+pub use meta::{DatasetMeta, FORMAT, FeatureColumn, FeatureKind, Provenance, TableDigest};
 pub use parquet::{
     GROUP_COLUMNS, GROUP_OPTIONAL_COLUMNS, PAIR_COLUMNS, PAIR_OPTIONAL_COLUMNS, WORKLOAD_COLUMNS,
     WORKLOAD_OPTIONAL_COLUMNS,
@@ -82,6 +82,41 @@ pub struct DirectedSpeed<'a> {
     pub relative_se: Option<f64>,
 }
 
+/// `dir`'s `dataset.json`, parsed and checked alone, with its `tables` as listed (each a
+/// table's name and a well-formed digest).
+fn read_meta(dir: &Path) -> Result<DatasetMeta> {
+    let path = dir.join(META_FILE);
+    let text = fs::read_to_string(&path)
+        .map_err(|e| DatasetError::new(&path, format!("cannot read: {e}")))?;
+    let meta: DatasetMeta = serde_json::from_str(&text)
+        .map_err(|e| DatasetError::new(&path, format!("invalid: {e}")))?;
+    validate::meta(&path, &meta)?;
+    let tables = [WORKLOADS_FILE, PAIRS_FILE, GROUPS_FILE, SAMPLES_FILE];
+    for (name, digest) in &meta.tables {
+        let problem = if !tables.contains(&name.as_str()) {
+            Some(format!(
+                "`{name}` is not a table of a dataset ({})",
+                tables.join(", ")
+            ))
+        } else if digest.fnv1a.len() != 16
+            || !digest
+                .fnv1a
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            Some(format!(
+                "`{name}`: fnv1a must be 16 lowercase hexadecimal digits"
+            ))
+        } else {
+            None
+        };
+        if let Some(message) = problem {
+            return Err(DatasetError::new(&path, message).column("tables"));
+        }
+    }
+    Ok(meta)
+}
+
 /// The sorted, distinct modes that `pairs` use: what `dataset.json` of a dataset of pairs lists
 /// as `modes`.
 pub fn modes_present(pairs: &[Pair]) -> Vec<Mode> {
@@ -121,22 +156,19 @@ impl Dataset {
                 "not a dataset folder (no such directory)",
             ));
         }
-        let meta_path = dir.join(META_FILE);
-        let text = fs::read_to_string(&meta_path)
-            .map_err(|e| DatasetError::new(&meta_path, format!("cannot read: {e}")))?;
-        let meta: DatasetMeta = serde_json::from_str(&text)
-            .map_err(|e| DatasetError::new(&meta_path, format!("invalid: {e}")))?;
-        validate::meta(&meta_path, &meta)?;
+        let mut meta = read_meta(dir)?;
+        let listed = std::mem::take(&mut meta.tables);
+        let table = |name: &str| {
+            let path = dir.join(name);
+            parquet::read_parquet(&path, listed.get(name)).map(|frame| (frame, path))
+        };
 
-        let workloads_path = dir.join(WORKLOADS_FILE);
-        let frame = parquet::read_parquet(&workloads_path)?;
+        let (frame, workloads_path) = table(WORKLOADS_FILE)?;
         let workloads = parquet::workloads_from_frame(&meta, &frame, &workloads_path)?;
-        let pairs_path = dir.join(PAIRS_FILE);
-        let frame = parquet::read_parquet(&pairs_path)?;
+        let (frame, pairs_path) = table(PAIRS_FILE)?;
         let pairs = parquet::pairs_from_frame(&meta, &frame, &pairs_path)?;
-        let groups_path = dir.join(GROUPS_FILE);
-        let groups = if groups_path.is_file() {
-            let frame = parquet::read_parquet(&groups_path)?;
+        let groups = if dir.join(GROUPS_FILE).is_file() || listed.contains_key(GROUPS_FILE) {
+            let (frame, groups_path) = table(GROUPS_FILE)?;
             parquet::groups_from_frame(&frame, &groups_path)?
         } else {
             Vec::new()
@@ -243,33 +275,39 @@ impl Dataset {
             out,
             |p, m| DatasetError::new(p, m),
             |dir| {
-                self.write_files(dir)?;
+                self.write_files(dir, samples)?;
                 for (name, text) in files {
                     write_text(&dir.join(name), text)?;
                 }
-                if samples.is_empty() {
-                    return Ok(());
-                }
-                let frame = parquet::samples_frame(samples)
-                    .map_err(|e| DatasetError::new(dir.join(SAMPLES_FILE), e.to_string()))?;
-                parquet::write_parquet(&dir.join(SAMPLES_FILE), frame)
+                Ok(())
             },
         )
     }
 
-    fn write_files(&self, dir: &Path) -> Result<()> {
-        let frame = parquet::workloads_frame(&self.meta, &self.workloads)
-            .map_err(|e| DatasetError::new(dir.join(WORKLOADS_FILE), e.to_string()))?;
-        parquet::write_parquet(&dir.join(WORKLOADS_FILE), frame)?;
-        let frame = parquet::pairs_frame(&self.meta, &self.pairs)
-            .map_err(|e| DatasetError::new(dir.join(PAIRS_FILE), e.to_string()))?;
-        parquet::write_parquet(&dir.join(PAIRS_FILE), frame)?;
+    /// Writes the tables (and `samples.parquet` where `samples` is not empty), then
+    /// `dataset.json` listing each table's digest, then `LICENSE` where the source has one.
+    fn write_files(&self, dir: &Path, samples: &[Sample]) -> Result<()> {
+        let mut meta = self.meta.clone();
+        meta.tables.clear();
+        let mut write = |name: &str, frame: polars_core::prelude::PolarsResult<_>| {
+            let path = dir.join(name);
+            let frame = frame.map_err(|e| DatasetError::new(&path, e.to_string()))?;
+            let digest = parquet::write_parquet(&path, frame)?;
+            meta.tables.insert(name.to_string(), digest);
+            Ok::<_, DatasetError>(())
+        };
+        write(
+            WORKLOADS_FILE,
+            parquet::workloads_frame(&self.meta, &self.workloads),
+        )?;
+        write(PAIRS_FILE, parquet::pairs_frame(&self.meta, &self.pairs))?;
         if !self.groups.is_empty() {
-            let frame = parquet::groups_frame(&self.groups)
-                .map_err(|e| DatasetError::new(dir.join(GROUPS_FILE), e.to_string()))?;
-            parquet::write_parquet(&dir.join(GROUPS_FILE), frame)?;
+            write(GROUPS_FILE, parquet::groups_frame(&self.groups))?;
         }
-        let mut json = serde_json::to_string_pretty(&self.meta)
+        if !samples.is_empty() {
+            write(SAMPLES_FILE, parquet::samples_frame(samples))?;
+        }
+        let mut json = serde_json::to_string_pretty(&meta)
             .map_err(|e| DatasetError::new(dir.join(META_FILE), e.to_string()))?;
         json.push('\n');
         write_text(&dir.join(META_FILE), &json)?;
@@ -279,13 +317,16 @@ impl Dataset {
         Ok(())
     }
 
-    /// The raw counter series of the dataset folder `dir` (empty when it has none).
+    /// The raw counter series of the dataset folder `dir` (empty when it has none), checked
+    /// against the digest `dataset.json` lists for it.
     pub fn read_samples(dir: &Path) -> Result<Vec<Sample>> {
         let path = dir.join(SAMPLES_FILE);
-        if !path.is_file() {
+        let meta = read_meta(dir)?;
+        let digest = meta.tables.get(SAMPLES_FILE);
+        if !path.is_file() && digest.is_none() {
             return Ok(Vec::new());
         }
-        let frame = parquet::read_parquet(&path)?;
+        let frame = parquet::read_parquet(&path, digest)?;
         parquet::samples_from_frame(&frame, &path)
     }
 

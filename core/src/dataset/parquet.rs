@@ -2,14 +2,15 @@
 //! presence and type and each required cell; the rules between rows live in `validate`.
 
 use std::collections::BTreeMap;
-use std::fs::File;
+use std::fs::{self, File};
+use std::io::{BufWriter, Cursor, Write};
 use std::path::Path;
 
 use polars_core::prelude::*;
 use polars_io::prelude::*;
 
 use super::error::{DatasetError, Result};
-use super::meta::{DatasetMeta, FeatureKind};
+use super::meta::{DatasetMeta, FeatureKind, TableDigest};
 use super::types::{FeatureValue, Group, GroupJob, Pair, Sample, Workload};
 
 /// Fixed columns of `workloads.parquet`, before the declared feature columns.
@@ -198,7 +199,6 @@ pub fn groups_frame(rows: &[Group]) -> PolarsResult<DataFrame> {
     DataFrame::new(jobs.len(), columns)
 }
 
-/// Writes `frame` to `path` as Parquet.
 /// The `samples.parquet` table: run, source, t, counter, value.
 pub fn samples_frame(rows: &[Sample]) -> PolarsResult<DataFrame> {
     DataFrame::new(
@@ -213,22 +213,77 @@ pub fn samples_frame(rows: &[Sample]) -> PolarsResult<DataFrame> {
     )
 }
 
-pub fn write_parquet(path: &Path, mut frame: DataFrame) -> Result<()> {
+/// Writes `frame` to `path` as Parquet; the written file's digest.
+pub fn write_parquet(path: &Path, mut frame: DataFrame) -> Result<TableDigest> {
     let file =
         File::create(path).map_err(|e| DatasetError::new(path, format!("cannot create: {e}")))?;
-    ParquetWriter::new(file)
+    let mut out = Digesting::new(BufWriter::new(file));
+    ParquetWriter::new(&mut out)
         .finish(&mut frame)
         .map_err(|e| polars_error(path, "cannot write Parquet", &e))?;
-    Ok(())
+    out.inner
+        .flush()
+        .map_err(|e| DatasetError::new(path, format!("cannot write: {e}")))?;
+    Ok(out.digest())
 }
 
-/// Reads a whole Parquet file. A damaged one is an error naming it: polars' reader panics on
-/// some damage (a field of the wrong type in the footer or a page header, a page that decodes
-/// past its end), which is caught here, unreported, and answered with what it said.
-pub fn read_parquet(path: &Path) -> Result<DataFrame> {
-    let file =
-        File::open(path).map_err(|e| DatasetError::new(path, format!("cannot open: {e}")))?;
-    let read = crate::panic::caught_quietly(|| ParquetReader::new(file).finish());
+/// A writer that digests what passes through it.
+struct Digesting<W> {
+    inner: W,
+    hash: u64,
+    bytes: u64,
+}
+
+impl<W: Write> Digesting<W> {
+    fn new(inner: W) -> Self {
+        Digesting {
+            inner,
+            hash: crate::hash::FNV_OFFSET,
+            bytes: 0,
+        }
+    }
+
+    fn digest(&self) -> TableDigest {
+        TableDigest::from_parts(self.bytes, self.hash)
+    }
+}
+
+impl<W: Write> Write for Digesting<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash = crate::hash::fnv1a(&buf[..n], self.hash);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Reads a whole Parquet file, checked first against `digest` where `dataset.json` lists one:
+/// a file that differs from what was written is named, and never decoded (damage that would
+/// decode to other numbers is caught, and so is damage that makes the decoder ask for more
+/// memory than exists, which aborts the process rather than panicking). A damaged file read
+/// unchecked is still an error naming it where polars' reader panics on it (a field of the
+/// wrong type in the footer or a page header, a page that decodes past its end): the panic is
+/// caught, unreported, and answered with what it said.
+pub fn read_parquet(path: &Path, digest: Option<&TableDigest>) -> Result<DataFrame> {
+    let read = match digest {
+        Some(digest) => {
+            let bytes =
+                fs::read(path).map_err(|e| DatasetError::new(path, format!("cannot read: {e}")))?;
+            digest
+                .check(&bytes)
+                .map_err(|m| DatasetError::new(path, m))?;
+            crate::panic::caught_quietly(|| ParquetReader::new(Cursor::new(bytes)).finish())
+        }
+        None => {
+            let file = File::open(path)
+                .map_err(|e| DatasetError::new(path, format!("cannot open: {e}")))?;
+            crate::panic::caught_quietly(|| ParquetReader::new(file).finish())
+        }
+    };
     match read {
         Ok(frame) => frame.map_err(|e| polars_error(path, "not a readable Parquet file", &e)),
         Err(payload) => Err(DatasetError::new(

@@ -494,6 +494,7 @@ pub fn import(
         workload_features,
         pair_counters,
         modes: modes_of(&pair_rows, &group_rows),
+        tables: Default::default(),
     };
     validate::workloads(workloads, &meta, &workload_rows)
         .map_err(|e| onto_csv(e, workloads, &workload_sheet.lines()))?;

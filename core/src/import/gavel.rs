@@ -263,6 +263,7 @@ pub fn import(text: &str, file: &Path, options: &GavelImport) -> Result<Dataset>
         ],
         pair_counters: Vec::new(),
         modes: modes_present(&pairs),
+        tables: Default::default(),
     };
     let dataset = Dataset {
         meta,

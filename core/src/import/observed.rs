@@ -404,6 +404,7 @@ pub fn dataset(
         workload_features: columns,
         pair_counters: Vec::new(),
         modes: modes_of(&pairs, &groups),
+        tables: Default::default(),
     };
     let dataset = Dataset {
         meta,

@@ -360,6 +360,7 @@ impl Campaign {
             workload_features,
             pair_counters,
             modes: modes.into_iter().collect(),
+            tables: Default::default(),
         };
         Ok(Dataset {
             meta,
