@@ -656,6 +656,25 @@ pub struct DriftReport {
     pub workloads: Vec<DriftEntry>,
 }
 
+/// The most bytes of an error's text, or of the path of the field it blames, that an answer
+/// carries. A message may quote what a client sent (serde quotes a string of the wrong type,
+/// escaping each control byte into several), so it is cut here: an error costs a few KiB
+/// whatever the size of the input it names.
+pub const ERROR_TEXT_BYTES: usize = 1024;
+
+/// `text` as an answer may carry it: whole up to [`ERROR_TEXT_BYTES`], cut at a character's
+/// boundary there otherwise, saying how much was left out.
+pub fn clipped(text: String) -> String {
+    if text.len() <= ERROR_TEXT_BYTES {
+        return text;
+    }
+    let mut end = ERROR_TEXT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes more)", &text[..end], text.len() - end)
+}
+
 /// Every 4xx and 5xx answer: what went wrong, and the request field it concerns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use duet_core::api::ApiError;
+use duet_core::api::{ApiError, clipped};
 use duet_model::{ErrorKind, ModelError};
 
 /// Seconds a client refused for the server's load is asked to wait (`Retry-After`).
@@ -26,21 +26,27 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A failure with `status`; its text clipped as every failure's is ([`clipped`]).
     pub fn new(status: StatusCode, error: impl Into<String>) -> Failure {
-        Failure {
-            status,
-            error: error.into(),
-            field: None,
-            logged: false,
-        }
+        Failure::with_field(status, error.into(), None)
     }
 
     /// 422: a well-formed request the model cannot answer, because of `field`.
     pub fn field(field: impl Into<String>, error: impl Into<String>) -> Failure {
+        Failure::with_field(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            error.into(),
+            Some(field.into()),
+        )
+    }
+
+    /// Every failure is made here: its error and field clipped to what an answer carries, since
+    /// either may quote what the client sent.
+    fn with_field(status: StatusCode, error: String, field: Option<String>) -> Failure {
         Failure {
-            status: StatusCode::UNPROCESSABLE_ENTITY,
-            error: error.into(),
-            field: Some(field.into()),
+            status,
+            error: clipped(error),
+            field: field.map(clipped),
             logged: false,
         }
     }
@@ -69,12 +75,7 @@ impl From<ModelError> for Failure {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
         };
-        Failure {
-            status,
-            error: e.message,
-            field: e.field,
-            logged: false,
-        }
+        Failure::with_field(status, e.message, e.field)
     }
 }
 
@@ -109,12 +110,11 @@ pub(crate) fn parse_json_tracked<T: serde::de::DeserializeOwned>(
         } else {
             StatusCode::UNPROCESSABLE_ENTITY
         };
-        Failure {
+        Failure::with_field(
             status,
-            error: format!("invalid JSON body: {inner}"),
-            field: (path != ".").then_some(path),
-            logged: false,
-        }
+            format!("invalid JSON body: {inner}"),
+            (path != ".").then_some(path),
+        )
     })?;
     de.end()
         .map_err(|e| Failure::new(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))?;

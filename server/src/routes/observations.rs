@@ -272,10 +272,8 @@ pub async fn drift(
 ) -> Result<Json<DriftReport>, Failure> {
     state.access.read(&headers)?;
     let Query(query) = query.map_err(|e| Failure {
-        status: StatusCode::BAD_REQUEST,
-        error: e.body_text(),
         field: Some("window".into()),
-        logged: false,
+        ..Failure::new(StatusCode::BAD_REQUEST, e.body_text())
     })?;
     let window = query.window.unwrap_or(OBSERVATION_PAGE);
     if !(1..=OBSERVATION_PAGE).contains(&window) {

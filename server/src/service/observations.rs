@@ -46,15 +46,16 @@ pub fn check(
     let id = serde_json::from_str::<Id>(item.get())
         .ok()
         .and_then(|i| i.id);
+    // An item's error and field may quote it: clipped as every error's are.
     let reject = |field: &str, error: String| RejectedObservation {
         index,
         id: id.clone(),
-        field: if field.is_empty() {
+        field: duet_core::api::clipped(if field.is_empty() {
             format!("observations[{index}]")
         } else {
             format!("observations[{index}].{field}")
-        },
-        error,
+        }),
+        error: duet_core::api::clipped(error),
     };
     let mut parser = serde_json::Deserializer::from_str(item.get());
     // A job's features past the names the model accepts are refused as they are read, as in a
