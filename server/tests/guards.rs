@@ -233,3 +233,53 @@ async fn a_feature_map_past_the_names_the_model_accepts_is_refused_as_it_is_read
         );
     }
 }
+
+/// An error that quotes what the client sent is clipped: serde quotes a string of the wrong
+/// type escaping each control byte into several (a 150 KB string answered about 1 MB), and a
+/// workload id or a field path is the client's own text.
+#[tokio::test]
+async fn an_error_quoting_a_large_input_is_clipped() {
+    let (app, _) = app_with(Config {
+        max_body_bytes: 200_000,
+        ..Config::new(model_dir())
+    });
+    let limit = duet_core::api::ERROR_TEXT_BYTES;
+    let control = "\u{7f}".repeat(150_000);
+    let long_id = "j".repeat(150_000);
+    let cases = [
+        (
+            json!({"gpu": "v100", "pairs": control}).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid type: string",
+        ),
+        (
+            json!({"gpu": "v100", "pairs": [json!({"a": {"workload": "a3c"}, "b": {"workload": long_id}, "mode": "space"})]}).to_string(),
+            StatusCode::NOT_FOUND,
+            "jjjj",
+        ),
+    ];
+    for (body, status, says) in cases {
+        let (s, answer) = call_raw(&app, "POST", "/v1/predict", Some(body), None).await;
+        assert_eq!(s, status, "{}", &answer.to_string()[..200]);
+        let error = answer["error"].as_str().expect("error");
+        assert!(error.contains(says), "{}", &error[..200]);
+        assert!(error.len() <= limit + 40, "{} bytes", error.len());
+        assert!(
+            error.ends_with("bytes more)"),
+            "{}",
+            &error[error.len() - 60..]
+        );
+    }
+    // A short error is whole, and the server goes on answering.
+    let short = json!({"gpu": "v100", "pairs": [{"a": {"workload": "a3c"}, "b": {"workload": "no-such-job"}, "mode": "space"}]});
+    let (s, answer) = call(&app, "POST", "/v1/predict", Some(short), None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{answer}");
+    assert_eq!(answer["field"], "pairs[0].b.workload", "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .expect("error")
+            .contains("`no-such-job`"),
+        "{answer}"
+    );
+}

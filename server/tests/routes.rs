@@ -310,48 +310,6 @@ async fn bad_predictions_name_the_field_and_the_server_keeps_serving() {
     assert_eq!(ok.0, StatusCode::OK);
 }
 
-/// An error that quotes what the client sent is clipped: serde quotes a string of the wrong
-/// type escaping each control byte into several (a 150 KB string answered about 1 MB), and a
-/// workload id or a field path is the client's own text.
-#[tokio::test]
-async fn an_error_quoting_a_large_input_is_clipped() {
-    let app = app();
-    let limit = duet_core::api::ERROR_TEXT_BYTES;
-    let control = "\u{7f}".repeat(150_000);
-    let long_id = "j".repeat(150_000);
-    let cases = [
-        (
-            json!({"gpu": "v100", "pairs": control}).to_string(),
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid type: string",
-        ),
-        (
-            json!({"gpu": "v100", "pairs": [pair("a3c", &long_id)]}).to_string(),
-            StatusCode::NOT_FOUND,
-            "jjjj",
-        ),
-    ];
-    for (body, status, says) in cases {
-        let (s, answer) = call_raw(&app, "POST", "/v1/predict", Some(body), None).await;
-        assert_eq!(s, status, "{}", &answer.to_string()[..200]);
-        let error = answer["error"].as_str().expect("error");
-        assert!(error.contains(says), "{}", &error[..200]);
-        assert!(error.len() <= limit + 40, "{} bytes", error.len());
-        assert!(
-            error.ends_with("bytes more)"),
-            "{}",
-            &error[error.len() - 60..]
-        );
-    }
-    // A short error is whole, and the server goes on answering.
-    assert_error(
-        &predict_v100(&app, &[pair("a3c", "no-such-job")]).await,
-        StatusCode::NOT_FOUND,
-        Some("pairs[0].b.workload"),
-        "no-such-job",
-    );
-}
-
 #[tokio::test]
 async fn bad_registrations_leave_the_registry_as_it_was() {
     let app = app();
