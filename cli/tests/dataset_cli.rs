@@ -468,7 +468,7 @@ fn validate_names_a_truncated_table() {
     );
     // With its entry deleted from `tables` (as for a change made on purpose), it is decoded.
     let meta_path = out.join("dataset.json");
-    let mut meta: serde_json::Value =
+    let mut meta: Value =
         serde_json::from_str(&fs::read_to_string(&meta_path).expect("read")).expect("json");
     let tables = meta["tables"].as_object_mut().expect("tables");
     assert!(tables.remove("workloads.parquet").is_some());
