@@ -103,9 +103,33 @@ pub struct ExtenderArgs {
     /// Address the extender listens on (its urlPrefix in the KubeSchedulerConfiguration).
     #[arg(long, default_value = "127.0.0.1:8090")]
     pub listen: String,
-    /// Largest extender call body, bytes (node lists are large without nodeCacheCapable).
+    /// Largest extender call body, bytes (node lists are large without nodeCacheCapable). A
+    /// larger declared length is answered 413 before the body is read.
     #[arg(long, default_value_t = 64 << 20)]
     pub max_body_bytes: usize,
+    /// Bytes of call bodies held at once, every connection together (default: four
+    /// --max-body-bytes bodies); a body that would pass it is answered 503.
+    #[arg(long)]
+    pub max_inflight_body_bytes: Option<usize>,
+    /// Nodes one call may name (NodeNames or Nodes' items); more are refused (413) where they
+    /// are read. The default is three times Kubernetes' documented limit of 5,000 nodes.
+    #[arg(long, default_value_t = duet_kube::listen::MAX_NODES)]
+    pub max_nodes: usize,
+    /// Seconds a connection has to send a request's whole header, from its opening or the end
+    /// of its previous answer (an idle keep-alive connection is closed then too).
+    #[arg(long, default_value_t = 5.0)]
+    pub header_timeout: f64,
+    /// Seconds a call's body may pause before it is cut off (408).
+    #[arg(long, default_value_t = 5.0)]
+    pub idle_timeout: f64,
+    /// Client connections open at once; more are closed on arrival, except probes (health,
+    /// readiness, metrics), which have a reserve of 16 beyond it.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
+    /// Seconds a call may take before it is answered 503 (at most 3600): the kube-scheduler's
+    /// own default httpTimeout, after which it no longer waits for the answer.
+    #[arg(long, default_value_t = 5.0)]
+    pub request_timeout: f64,
 }
 
 #[derive(Debug, clap::Args)]

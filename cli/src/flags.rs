@@ -38,6 +38,14 @@ pub fn seconds(flag: &str, value: f64, max: MaxSeconds) -> Result<Duration> {
     Ok(Duration::from_secs_f64(value))
 }
 
+/// A count or size `value` of `flag`, refused when 0 (nothing could ever pass it).
+pub fn positive(flag: &str, value: usize) -> Result<usize> {
+    if value == 0 {
+        bail!("{flag} 0: must be at least 1");
+    }
+    Ok(value)
+}
+
 /// `value` of `flag`, refused when empty (or only spaces).
 pub fn not_empty<'v>(flag: &str, value: &'v str) -> Result<&'v str> {
     if value.trim().is_empty() {
@@ -123,6 +131,13 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn a_zero_count_is_refused_naming_its_flag() {
+        assert_eq!(positive("--max-nodes", 3).expect("positive"), 3);
+        let err = positive("--max-nodes", 0).expect_err("zero").to_string();
+        assert_eq!(err, "--max-nodes 0: must be at least 1");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use duet_kube::devices::DeviceMap;
 use duet_kube::extender::ExtenderConfig;
+use duet_kube::listen::Limits;
 use duet_kube::schedule::ScheduleConfig;
 use duet_kube::watch::View;
 use duet_scheduler::pricing::PricingConfig;
@@ -53,14 +54,37 @@ fn common(args: &KubeArgs) -> Result<(View, Option<String>, Duration)> {
     Ok((View::new(map), token, timeout))
 }
 
+/// The extender's limits, each checked (a value that cannot work is refused naming its flag).
+fn limits(args: &ExtenderArgs) -> Result<Limits> {
+    let max_body_bytes = flags::positive("--max-body-bytes", args.max_body_bytes)?;
+    let max_inflight_body_bytes = match args.max_inflight_body_bytes {
+        None => max_body_bytes.saturating_mul(4),
+        Some(n) if n < max_body_bytes => bail!(
+            "--max-inflight-body-bytes {n}: below --max-body-bytes {max_body_bytes}, a body at \
+             the limit could never be held"
+        ),
+        Some(n) => n,
+    };
+    Ok(Limits {
+        header_timeout: flags::seconds("--header-timeout", args.header_timeout, flags::WAIT)?,
+        idle_timeout: flags::seconds("--idle-timeout", args.idle_timeout, flags::WAIT)?,
+        request_timeout: flags::seconds("--request-timeout", args.request_timeout, flags::WAIT)?,
+        max_connections: flags::positive("--max-connections", args.max_connections)?,
+        max_body_bytes,
+        max_inflight_body_bytes,
+        max_nodes: flags::positive("--max-nodes", args.max_nodes)?,
+    })
+}
+
 pub fn extender(args: ExtenderArgs) -> Result<()> {
+    let limits = limits(&args)?;
     let (view, token, predict_timeout) = common(&args.kube)?;
     let config = ExtenderConfig {
         listen: address("--listen", &args.listen)?,
         predictor: args.kube.predictor.clone(),
         token,
         predict_timeout,
-        max_body_bytes: args.max_body_bytes,
+        limits,
         gpu_jobs: args.kube.gpu_jobs,
     };
     logs();

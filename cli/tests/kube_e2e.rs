@@ -4,7 +4,9 @@
 //! both acting as the service account of deploy/k8s/kube-rbac.yaml (its ClusterRole is all
 //! they may do). Node objects stand in for GPU nodes (no kubelet).
 //!
-//! One control plane, the cases in order: malformed extender bodies; a pod lands on the node
+//! One control plane, the cases in order: malformed extender bodies; a pod asking 2 x u32::MAX
+//! GPUs leaves the extender's view current; /bind refuses a wrong PodUID or an unknown node; a
+//! pod lands on the node
 //! `duet predict` ranks best, and the decision flips with the residents; an objective broken
 //! everywhere leaves the pod Pending with duet's reason; a pod duet does not know scores
 //! neutral; with the extender stopped pods still schedule; `duet schedule` binds a batch
@@ -30,6 +32,9 @@ use plane::{ControlPlane, Process, create_node, runtime};
 
 #[path = "support/kube_steps.rs"]
 mod steps;
+
+#[path = "support/kube_guards.rs"]
+mod guards;
 use steps::{
     bound_node, check_capacity, create, delete_all, event_saying, events, get, listening_port,
     pod_spec, post, predicted_join_value, predicted_value, start_extender, wait_for,
@@ -169,6 +174,9 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
     }
     let (status, answer) = post(&ext("/bind"), r#"{"PodName": "p"}"#);
     assert_eq!(status, 400, "{answer}");
+
+    // Hostile pods and binds: the view stays current, /bind checks what it is asked.
+    guards::a_hostile_pod_and_binds(&rt, &pods, &ext(""), &extender);
 
     // A pod lands on the node duet predict ranks best; swapping the residents flips it.
     let (x, y, newcomer) = ("recommendation-bs512", "resnet-50-bs128", "resnet-18-bs16");

@@ -63,7 +63,14 @@ fn main() -> anyhow::Result<()> {
     let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
     let addr = listener.local_addr()?;
     runtime.spawn(async move {
-        let _ = axum::serve(listener, extender::router(x, 64 << 20)).await;
+        let limits = duet_kube::listen::Limits::default();
+        duet_kube::listen::serve(
+            listener,
+            extender::router(x, &limits),
+            &limits,
+            std::future::pending(),
+        )
+        .await;
     });
     let pod = synthetic::pending(1, &ids).remove(0);
     let names: Vec<String> = (0..1000).map(|n| format!("node-{n:04}")).collect();

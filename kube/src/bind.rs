@@ -1,7 +1,12 @@
 //! Binding a pod to a node through its `binding` subresource, with duet's annotations on the
 //! binding itself: the API server merges them into the pod in the same write, so a pod is never
-//! bound without them nor annotated without being bound. The binding carries the pod's UID, so
-//! a pod deleted and created again under the same name is not bound by mistake.
+//! bound without them nor annotated without being bound. The binding carries the pod's UID (a
+//! pod without one is not bound), so a pod deleted and created again under the same name is not
+//! bound by mistake.
+//!
+//! The API server checks neither that the node exists nor who asked, so the extender's bind
+//! first checks the call against what it knows (`refusal`): the pod it names by namespace, name
+//! and UID is that pod, pending, of a scheduler it serves, and the node is one its view holds.
 
 use std::collections::BTreeMap;
 
@@ -10,7 +15,62 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use kube::{Api, Client};
 
-use crate::cluster::PodInfo;
+use crate::cluster::{Cluster, PodInfo};
+use crate::contract::quote;
+
+/// What a bind call asks: the pod by namespace, name and UID, and the node.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+    pub node: &'a str,
+}
+
+/// Why `pod` (as the view or the API server has it) is not to be bound as `request` asks, if it
+/// is not: another UID, namespace or name than the call's, already bound, finished or being
+/// deleted, of a scheduler other than `schedulers` (empty: any), or a node `cluster` does not
+/// hold.
+pub fn refusal(
+    request: Request<'_>,
+    pod: &PodInfo,
+    cluster: &Cluster,
+    schedulers: &[String],
+) -> Option<String> {
+    // The call's text is quoted clipped: it may be as long as the body.
+    let named = quote(&format!("{}/{}", request.namespace, request.name));
+    if request.uid.is_empty() {
+        return Some(format!("the call names pod {named} without its UID"));
+    }
+    if pod.uid != request.uid || pod.namespace != request.namespace || pod.name != request.name {
+        return Some(format!(
+            "the call names pod {named} of UID {}, but that is pod {} of UID {}",
+            quote(request.uid),
+            pod.key(),
+            pod.uid
+        ));
+    }
+    if let Some(node) = &pod.node {
+        return Some(format!("pod {named} is already bound to {node}"));
+    }
+    if pod.finished || pod.deleting {
+        return Some(format!("pod {named} has finished or is being deleted"));
+    }
+    if !schedulers.is_empty() && !schedulers.contains(&pod.scheduler) {
+        return Some(format!(
+            "pod {named} is for scheduler {}, not {}",
+            pod.scheduler,
+            schedulers.join(", ")
+        ));
+    }
+    if cluster.node(request.node).is_none() {
+        return Some(format!(
+            "node {} is not in duet's view of the cluster",
+            quote(request.node)
+        ));
+    }
+    None
+}
 
 /// Why a binding did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -31,19 +91,26 @@ pub enum BindError {
     },
 }
 
-/// Binds `pod` to `node`, merging `annotations` into it.
+/// Binds `pod` to `node`, merging `annotations` into it; a pod without a UID is refused.
 pub async fn bind(
     client: &Client,
     pod: &PodInfo,
     node: &str,
     annotations: BTreeMap<String, String>,
 ) -> Result<(), BindError> {
+    if pod.uid.is_empty() {
+        return Err(BindError::Refused {
+            pod: pod.key(),
+            node: node.to_string(),
+            message: "the pod has no UID to bind it by".into(),
+        });
+    }
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
     let binding = Binding {
         metadata: ObjectMeta {
             name: Some(pod.name.clone()),
             namespace: Some(pod.namespace.clone()),
-            uid: Some(pod.uid.clone()).filter(|u| !u.is_empty()),
+            uid: Some(pod.uid.clone()),
             annotations: Some(annotations).filter(|a| !a.is_empty()),
             ..ObjectMeta::default()
         },
@@ -74,5 +141,76 @@ pub async fn bind(
             node: node.to_string(),
             message: e.to_string(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::tests::{node, pod};
+
+    #[test]
+    fn a_bind_is_refused_unless_it_names_a_pending_pod_exactly_and_a_node_duet_holds() {
+        let mut cluster = Cluster::default();
+        cluster.apply_node(node("gpu-1", 1));
+        let waiting = pod("u1", None, 1, "w");
+        let ok = Request {
+            namespace: "ns",
+            name: "u1",
+            uid: "u1",
+            node: "gpu-1",
+        };
+        assert_eq!(refusal(ok, &waiting, &cluster, &[]), None);
+        let duet = ["duet".to_string()];
+        assert_eq!(refusal(ok, &waiting, &cluster, &duet), None);
+        let refused = |request: Request<'_>, p: &PodInfo, schedulers: &[String], says: &str| {
+            let why = refusal(request, p, &cluster, schedulers).expect("refused");
+            assert!(why.contains(says), "{why}");
+        };
+        refused(
+            Request { uid: "u2", ..ok },
+            &waiting,
+            &[],
+            "but that is pod ns/u1 of UID u1",
+        );
+        refused(Request { uid: "", ..ok }, &waiting, &[], "without its UID");
+        refused(
+            Request {
+                namespace: "kube-system",
+                ..ok
+            },
+            &waiting,
+            &[],
+            "but that is pod ns/u1",
+        );
+        refused(
+            Request {
+                name: "other",
+                ..ok
+            },
+            &waiting,
+            &[],
+            "but that is pod ns/u1",
+        );
+        refused(
+            Request {
+                node: "nowhere",
+                ..ok
+            },
+            &waiting,
+            &[],
+            "node nowhere is not",
+        );
+        let default = ["default-scheduler".to_string()];
+        refused(ok, &waiting, &default, "for scheduler duet");
+        refused(
+            ok,
+            &pod("u1", Some("gpu-1"), 1, "w"),
+            &[],
+            "already bound to gpu-1",
+        );
+        let mut gone = waiting.clone();
+        gone.deleting = true;
+        refused(ok, &gone, &[], "being deleted");
     }
 }

@@ -71,7 +71,11 @@ impl PodInfo {
                 .and_then(|q| q.0.trim().parse::<u32>().ok())
                 .unwrap_or(0)
         };
-        let containers: u32 = spec.map_or(0, |s| s.containers.iter().map(asked).sum());
+        // Saturating: the API server takes any count per container, and a sum past u32 would
+        // panic (debug) or wrap to a small count (release).
+        let containers: u32 = spec.map_or(0, |s| {
+            s.containers.iter().map(asked).fold(0, u32::saturating_add)
+        });
         let init = spec
             .and_then(|s| s.init_containers.as_ref())
             .map_or(0, |cs| cs.iter().map(asked).max().unwrap_or(0));
@@ -486,6 +490,17 @@ pub(crate) mod tests {
             "NoExecute".into(),
         )];
         assert!(!p.may_run_on(&n));
+    }
+
+    #[test]
+    fn gpus_asked_past_u32_saturate() {
+        let container = |n: &str| serde_json::json!({"name": n, "resources": {"limits": {"nvidia.com/gpu": "4294967295"}}});
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "greedy", "uid": "u"},
+            "spec": {"containers": [container("a"), container("b")]}
+        }))
+        .expect("pod");
+        assert_eq!(PodInfo::read(&pod, "nvidia.com/gpu").gpus, u32::MAX);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! `duet.io/sharing`, `duet.io/mps-share`, and for information `duet.io/beside` and
 //! `duet.io/predicted-speed`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
 use duet_core::api::{FeatureInput, Features};
@@ -35,6 +35,26 @@ pub const MPS_SHARE: &str = "duet.io/mps-share";
 pub const BESIDE: &str = "duet.io/beside";
 /// Written by duet: the speed the model predicted for it where it was placed.
 pub const PREDICTED_SPEED: &str = "duet.io/predicted-speed";
+
+/// The most GPUs a `duet.io/gpu` annotation may name (more than any node holds).
+pub const MAX_GPUS: usize = 64;
+
+/// The most of a pod's annotation text an error quotes, bytes.
+pub const QUOTED_BYTES: usize = 200;
+
+/// `text` as an error quotes it: whole up to [`QUOTED_BYTES`], else cut at a character's
+/// boundary there, saying how much was left out (an annotation may be as long as the API server
+/// takes, and its error is held once per reason and sent back to the scheduler).
+pub fn quote(text: &str) -> String {
+    if text.len() <= QUOTED_BYTES {
+        return text.to_string();
+    }
+    let mut end = QUOTED_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes more)", &text[..end], text.len() - end)
+}
 
 /// An annotation duet cannot read: the pod is then one duet does not know.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +121,7 @@ fn number(
     };
     match text.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && valid(v) => Ok(Some(v)),
-        _ => Err(bad(name, format!("`{text}` is not {expected}"))),
+        _ => Err(bad(name, format!("`{}` is not {expected}", quote(text)))),
     }
 }
 
@@ -136,7 +156,10 @@ fn profiles(text: &str) -> Result<BTreeMap<String, Features>, AnnotationError> {
     let profiles: BTreeMap<String, Features> = serde_json::from_str(text).map_err(|e| {
         bad(
             PROFILES,
-            format!("not a JSON object of device -> features: {e}"),
+            format!(
+                "not a JSON object of device -> features: {}",
+                quote(&e.to_string())
+            ),
         )
     })?;
     if profiles.is_empty() {
@@ -148,7 +171,10 @@ fn profiles(text: &str) -> Result<BTreeMap<String, Features>, AnnotationError> {
             _ => {
                 return Err(bad(
                     PROFILES,
-                    format!("device {device}: solo_throughput must be a number > 0"),
+                    format!(
+                        "device {}: solo_throughput must be a number > 0",
+                        quote(device)
+                    ),
                 ));
             }
         }
@@ -174,13 +200,25 @@ pub fn assignment_of(
         return Ok(None);
     };
     let mut gpus = Vec::new();
+    let mut seen = HashSet::new();
     for part in text.split(',') {
-        let index = part
-            .trim()
-            .parse::<u32>()
-            .map_err(|_| bad(GPU, format!("`{text}` is not a list of GPU indices")))?;
-        if gpus.contains(&index) {
-            return Err(bad(GPU, format!("`{text}` names GPU {index} twice")));
+        if gpus.len() == MAX_GPUS {
+            return Err(bad(
+                GPU,
+                format!("`{}` names more than {MAX_GPUS} GPUs", quote(text)),
+            ));
+        }
+        let index = part.trim().parse::<u32>().map_err(|_| {
+            bad(
+                GPU,
+                format!("`{}` is not a list of GPU indices", quote(text)),
+            )
+        })?;
+        if !seen.insert(index) {
+            return Err(bad(
+                GPU,
+                format!("`{}` names GPU {index} twice", quote(text)),
+            ));
         }
         gpus.push(index);
     }
@@ -318,5 +356,37 @@ mod tests {
         let e =
             assignment_of(&annotations(&[(GPU, "0"), (SHARING, "shared")])).expect_err("must fail");
         assert_eq!(e.annotation, SHARING);
+    }
+
+    #[test]
+    fn a_long_gpu_list_is_refused_quickly_and_quoted_short() {
+        let list = |n: usize| (0..n).map(|g| g.to_string()).collect::<Vec<_>>().join(",");
+        let most = assignment_of(&annotations(&[(GPU, &list(MAX_GPUS))])).expect("valid");
+        assert_eq!(most.map(|a| a.gpus.len()), Some(MAX_GPUS));
+        // 100,000 distinct indices: refused at the 65th, the text quoted clipped.
+        let e = assignment_of(&annotations(&[(GPU, &list(100_000))])).expect_err("too many");
+        assert_eq!(e.annotation, GPU);
+        assert!(e.message.contains("more than 64 GPUs"), "{e}");
+        assert!(e.to_string().len() < 400, "{e}");
+        // A duplicate far down a list within the cap is still found.
+        let twice = format!("{},5", list(MAX_GPUS - 1));
+        let e = assignment_of(&annotations(&[(GPU, &twice)])).expect_err("twice");
+        assert!(e.message.contains("names GPU 5 twice"), "{e}");
+    }
+
+    #[test]
+    fn an_error_quotes_a_long_annotation_clipped() {
+        let long = "9".repeat(100 << 10);
+        let e = job_of(&annotations(&[(OBJECTIVE, &long)])).expect_err("not a speed");
+        assert_eq!(e.annotation, OBJECTIVE);
+        assert!(e.message.len() < 400, "{} bytes", e.message.len());
+        assert!(e.message.contains("bytes more"), "{}", e.message);
+        assert!(
+            e.message.ends_with("is not a speed in (0, 1]"),
+            "{}",
+            e.message
+        );
+        // A character is never cut.
+        assert!(quote(&"é".repeat(300)).starts_with(&"é".repeat(100)));
     }
 }

@@ -253,6 +253,11 @@ fn whole_number(text: &str) -> Option<u32> {
     text.trim().parse::<u32>().ok()
 }
 
+/// The most GPUs a node is taken to hold (eight boards of seven MIG slices each are 56): a node
+/// whose labels or advertised resources say more is read as holding none, so a mislabelled
+/// node is never placed on, and its GPUs are never laid out one entry each in memory.
+pub const MAX_NODE_GPUS: u32 = 1024;
+
 impl NodeInfo {
     /// Reads a node through the mapping.
     pub fn read(node: &Node, map: &DeviceMap) -> NodeInfo {
@@ -277,6 +282,7 @@ impl NodeInfo {
         let gpus = label(&map.labels.count)
             .and_then(whole_number)
             .or(advertised.map(|a| a / replicas))
+            .filter(|g| *g <= MAX_NODE_GPUS)
             .unwrap_or(0);
         let memory_mib = label(&map.labels.memory)
             .and_then(|m| m.trim().parse::<f64>().ok())
@@ -409,6 +415,11 @@ mod tests {
         );
         assert_eq!((n.device, n.gpus), (None, 2));
         assert_eq!(NodeInfo::read(&node(&[], None), &map).gpus, 0);
+        // A count past MAX_NODE_GPUS, labelled or advertised, is a node duet does not place on.
+        let huge = NodeInfo::read(&node(&[("nvidia.com/gpu.count", "4000000000")], None), &map);
+        assert_eq!(huge.gpus, 0);
+        assert_eq!(NodeInfo::read(&node(&[], Some("1025")), &map).gpus, 0);
+        assert_eq!(NodeInfo::read(&node(&[], Some("1024")), &map).gpus, 1024);
     }
 
     #[test]

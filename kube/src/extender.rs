@@ -14,11 +14,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use duet_core::api::ApiError;
 use duet_scheduler::client::PredictClient;
 use duet_scheduler::predictor::HttpPredictor;
 use k8s_openapi::api::core::v1::Pod;
@@ -27,7 +26,8 @@ use kube::{Api, Client};
 use crate::bind;
 use crate::cluster::{GpuUse, PodInfo};
 use crate::contract::{self, Assignment, Identity};
-use crate::known::{Known, REFRESH};
+use crate::known::{Known, REFRESH, SingleFlight};
+use crate::listen::{self, Limits};
 use crate::metrics::{self, Metrics};
 use crate::placement::{self, Shape, Verdict};
 use crate::watch::{Freshness, View};
@@ -42,8 +42,8 @@ pub struct ExtenderConfig {
     pub token: Option<String>,
     /// How long one `/v1/predict` call may take (the scheduler waits 5 s by default).
     pub predict_timeout: Duration,
-    /// The largest body taken (a node list without `nodeCacheCapable` is large).
-    pub max_body_bytes: usize,
+    /// What a call may make it hold, and for how long (`listen.rs`).
+    pub limits: Limits,
     /// Pods one GPU may hold (2: pairs).
     pub gpu_jobs: usize,
 }
@@ -53,9 +53,15 @@ pub struct Extender {
     pub view: View,
     pub metrics: Metrics,
     known: RwLock<Known>,
+    /// The catalogue's refresh, one at a time.
+    refreshing: SingleFlight,
+    /// The schedulerNames of the pods it binds (empty: any).
+    schedulers: Vec<String>,
     client: PredictClient,
     kube: Option<Client>,
     gpu_jobs: usize,
+    /// Nodes one call may name (`--max-nodes`).
+    max_nodes: usize,
 }
 
 impl std::fmt::Debug for Extender {
@@ -73,10 +79,28 @@ impl Extender {
             view,
             metrics: Metrics::default(),
             known: RwLock::new(Known::default()),
+            refreshing: SingleFlight::default(),
+            schedulers: Vec::new(),
             client,
             kube,
             gpu_jobs: 2,
+            max_nodes: listen::MAX_NODES,
         }
+    }
+
+    /// Refuses a call that names more than `max_nodes` nodes.
+    #[must_use]
+    pub fn with_max_nodes(mut self, max_nodes: usize) -> Extender {
+        self.max_nodes = max_nodes;
+        self
+    }
+
+    /// Binds only pods whose schedulerName is one of `schedulers` (the kube-scheduler's profiles
+    /// that call it; none given: any).
+    #[must_use]
+    pub fn with_schedulers(mut self, schedulers: Vec<String>) -> Extender {
+        self.schedulers = schedulers;
+        self
     }
 
     /// Lets a GPU hold up to `gpu_jobs` pods (2: pairs).
@@ -95,7 +119,8 @@ impl Extender {
     }
 
     /// Reads the server's catalogue again where it is old, or where `pod` names a workload it
-    /// lacks and it is more than two seconds old (a workload registered just now).
+    /// lacks and it is more than two seconds old (a workload registered just now). One read at a
+    /// time: calls that need one while it runs wait for it and use what it read.
     async fn refresh_known(&self, pod: &PodInfo) {
         let (stale, missing) = {
             let known = self
@@ -114,11 +139,15 @@ impl Extender {
             return;
         }
         let client = self.client.clone();
-        match tokio::task::spawn_blocking(move || Known::fetch(&client)).await {
-            Ok(Ok(known)) => self.set_known(known),
-            Ok(Err(e)) => tracing::warn!("workload catalogue: {e:#}"),
-            Err(e) => tracing::warn!("workload catalogue: {e}"),
-        }
+        self.refreshing
+            .run(async move {
+                match tokio::task::spawn_blocking(move || Known::fetch(&client)).await {
+                    Ok(Ok(known)) => self.set_known(known),
+                    Ok(Err(e)) => tracing::warn!("workload catalogue: {e:#}"),
+                    Err(e) => tracing::warn!("workload catalogue: {e}"),
+                }
+            })
+            .await;
     }
 
     /// Every candidate node's verdict for `pod`, with at most one predictor call.
@@ -207,15 +236,15 @@ impl Extender {
     }
 }
 
-/// The extender's routes.
-pub fn router(extender: Arc<Extender>, max_body_bytes: usize) -> Router {
-    Router::new()
+/// The extender's routes, behind the guards of `limits` (`listen::guarded`).
+pub fn router(extender: Arc<Extender>, limits: &Limits) -> Router {
+    let routes = Router::new()
         .route("/filter", post(filter))
         .route("/prioritize", post(prioritize))
         .route("/bind", post(bind_pod))
         .merge(probe_routes())
-        .layer(DefaultBodyLimit::max(max_body_bytes))
-        .with_state(extender)
+        .with_state(extender);
+    listen::guarded(routes, limits)
 }
 
 /// `/healthz`, `/readyz` and `/metrics`, for any state that holds a view and metrics.
@@ -252,7 +281,7 @@ async fn readyz<S: Probed>(State(s): State<Arc<S>>) -> Response {
         Freshness::Stale { for_s, error } => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
-                "stale: the API server has not answered for {for_s:.0} s ({error}); answering from the cache\n"
+                "stale: the view has not been kept current for {for_s:.0} s ({error}); answering from the cache\n"
             ),
         )
             .into_response(),
@@ -267,31 +296,28 @@ async fn metrics_text<S: Probed>(State(s): State<Arc<S>>) -> Response {
 fn bad_request(x: &Extender, verb: &str, bad: BadBody, started: Instant) -> Response {
     x.metrics
         .request(verb, "bad_request", started.elapsed().as_secs_f64());
-    let body = ApiError {
-        error: bad.error,
-        field: bad.field,
+    let status = if bad.too_large {
+        StatusCode::PAYLOAD_TOO_LARGE
+    } else {
+        StatusCode::BAD_REQUEST
     };
-    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+    listen::refusal(status, bad.error, bad.field)
 }
 
 fn unavailable(x: &Extender, verb: &str, e: &anyhow::Error, started: Instant) -> Response {
     x.metrics
         .request(verb, "unavailable", started.elapsed().as_secs_f64());
     tracing::warn!("{verb}: {e:#}");
-    let body = ApiError {
-        error: format!("{e:#}"),
-        field: None,
-    };
-    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+    listen::refusal(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"), None)
 }
 
 async fn filter(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
     let started = Instant::now();
-    let (pod, names, list) =
-        match wire::read::<wire::ExtenderArgs>(&body).and_then(wire::pod_and_nodes) {
-            Ok(v) => v,
-            Err(bad) => return bad_request(&x, "filter", bad, started),
-        };
+    let (pod, names, list) = match wire::read_args(&body, x.max_nodes).and_then(wire::pod_and_nodes)
+    {
+        Ok(v) => v,
+        Err(bad) => return bad_request(&x, "filter", bad, started),
+    };
     let info = PodInfo::read(&pod, &x.view.map.resource);
     let verdicts = match x.judge(&info, &names).await {
         Ok(v) => v,
@@ -302,19 +328,19 @@ async fn filter(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
     for (name, verdict) in verdicts {
         match verdict {
             Verdict::Fails(why) => {
-                result.failed_nodes.insert(name, format!("duet: {why}"));
+                result
+                    .failed_nodes
+                    .entry(name)
+                    .or_insert_with(|| format!("duet: {why}"));
             }
             _ => passed.push(name),
         }
     }
     match list {
         Some(mut list) => {
-            list.items.retain(|item| {
-                item.pointer("/metadata/name")
-                    .and_then(serde_json::Value::as_str)
-                    .is_some_and(|n| passed.iter().any(|p| p == n))
-            });
-            result.nodes = serde_json::to_value(list).ok();
+            let keep: std::collections::HashSet<&str> = passed.iter().map(String::as_str).collect();
+            list.retain(|n| keep.contains(n));
+            result.nodes = Some(list);
         }
         None => result.node_names = Some(passed),
     }
@@ -325,11 +351,10 @@ async fn filter(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
 
 async fn prioritize(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
     let started = Instant::now();
-    let (pod, names, _) =
-        match wire::read::<wire::ExtenderArgs>(&body).and_then(wire::pod_and_nodes) {
-            Ok(v) => v,
-            Err(bad) => return bad_request(&x, "prioritize", bad, started),
-        };
+    let (pod, names, _) = match wire::read_args(&body, x.max_nodes).and_then(wire::pod_and_nodes) {
+        Ok(v) => v,
+        Err(bad) => return bad_request(&x, "prioritize", bad, started),
+    };
     let info = PodInfo::read(&pod, &x.view.map.resource);
     let verdicts = match x.judge(&info, &names).await {
         Ok(v) => v,
@@ -362,6 +387,19 @@ async fn bind_pod(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
             return answer(format!("{e:#}")).into_response();
         }
     };
+    let request = bind::Request {
+        namespace: &args.pod_namespace,
+        name: &args.pod_name,
+        uid: &args.pod_uid,
+        node: &args.node,
+    };
+    let refused = bind::refusal(request, &pod, &x.view.read(), &x.schedulers);
+    if let Some(why) = refused {
+        tracing::warn!("bind refused: {why}");
+        x.metrics
+            .request("bind", "refused", started.elapsed().as_secs_f64());
+        return answer(format!("duet refuses to bind: {why}")).into_response();
+    }
     let Some(kube) = x.kube.clone() else {
         return answer("this extender has no Kubernetes client".into()).into_response();
     };
@@ -402,7 +440,11 @@ pub async fn serve(config: ExtenderConfig, view: View, kube: Client) -> Result<(
         config.predict_timeout,
     );
     view.spawn_watches(&kube);
-    let extender = Arc::new(Extender::new(view, client, Some(kube)).with_gpu_jobs(config.gpu_jobs));
+    let extender = Arc::new(
+        Extender::new(view, client, Some(kube))
+            .with_gpu_jobs(config.gpu_jobs)
+            .with_max_nodes(config.limits.max_nodes),
+    );
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("--listen {}", config.listen))?;
@@ -411,8 +453,7 @@ pub async fn serve(config: ExtenderConfig, view: View, kube: Client) -> Result<(
         listener.local_addr().unwrap_or(config.listen),
         config.predictor
     );
-    axum::serve(listener, router(extender, config.max_body_bytes))
-        .with_graceful_shutdown(crate::shutdown_signal())
-        .await
-        .context("the extender's listener")
+    let app = router(extender, &config.limits);
+    listen::serve(listener, app, &config.limits, crate::shutdown_signal()).await;
+    Ok(())
 }

@@ -16,6 +16,30 @@ use crate::devices::SharingStrategy;
 /// How often the catalogue is read again.
 pub const REFRESH: Duration = Duration::from_secs(30);
 
+/// A refresh of the catalogue, one at a time: a call that arrives while one runs waits for it
+/// and then takes its result instead of running another, and none runs within `QUIET` of the
+/// last one's end (a server that does not answer is not asked once per call).
+#[derive(Debug, Default)]
+pub struct SingleFlight(tokio::sync::Mutex<Option<Instant>>);
+
+/// The least time between the end of one refresh and the start of the next.
+pub const QUIET: Duration = Duration::from_secs(2);
+
+impl SingleFlight {
+    /// Runs `refresh` unless one ran while this call waited or ended less than [`QUIET`] ago;
+    /// whether it ran.
+    pub async fn run(&self, refresh: impl Future<Output = ()>) -> bool {
+        let asked = Instant::now();
+        let mut last = self.0.lock().await;
+        if last.is_some_and(|t| t >= asked || t.elapsed() < QUIET) {
+            return false;
+        }
+        refresh.await;
+        *last = Some(Instant::now());
+        true
+    }
+}
+
 /// The server's workloads (id -> the devices it has a profile on) and the ways of sharing its
 /// model predicts.
 #[derive(Debug, Clone, Default)]
@@ -50,7 +74,8 @@ impl std::fmt::Display for Unknown {
             Unknown::Unreadable(e) => f.write_str(e),
             Unknown::NotRegistered { workload, device } => write!(
                 f,
-                "workload {workload} has no profile on {device} in the server's registry"
+                "workload {} has no profile on {device} in the server's registry",
+                crate::contract::quote(workload)
             ),
             Unknown::NoProfile { device } => write!(
                 f,
@@ -195,4 +220,39 @@ pub fn inline_jobs<'a>(pods: impl IntoIterator<Item = &'a PodInfo>) -> InlineJob
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn concurrent_refreshes_run_once() {
+        let flight = SingleFlight::default();
+        let runs = AtomicUsize::new(0);
+        let calls = (0..200).map(|_| {
+            flight.run(async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                // The others arrive while it runs.
+                tokio::task::yield_now().await;
+            })
+        });
+        let ran = futures::future::join_all(calls).await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert_eq!(ran.iter().filter(|r| **r).count(), 1);
+    }
+
+    #[test]
+    fn an_unregistered_workload_is_quoted_short() {
+        let why = Unknown::NotRegistered {
+            workload: "x".repeat(100 << 10),
+            device: "v100".into(),
+        };
+        assert!(
+            why.to_string().len() < 400,
+            "{} bytes",
+            why.to_string().len()
+        );
+    }
 }

@@ -13,6 +13,7 @@ pub mod contract;
 pub mod devices;
 pub mod extender;
 pub mod known;
+pub mod listen;
 pub mod metrics;
 pub mod placement;
 pub mod schedule;

@@ -9,6 +9,7 @@
 //! the cluster, `Survey::queries` are predicted, `Survey::verdicts` judges.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use anyhow::{Result, anyhow};
 use duet_core::dataset::Mode;
@@ -104,12 +105,12 @@ impl Shape {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
     /// duet cannot judge (a pod or a device it does not know): it passes the filter with the
-    /// middle score.
-    Neutral(String),
+    /// middle score. The reason is held once however many nodes share it.
+    Neutral(Arc<str>),
     /// The best shape there; `value` is in units of the pod's weight (a whole GPU: 1).
     Fits { value: f64, shape: Shape },
     /// Nothing there for the pod, and why.
-    Fails(String),
+    Fails(Arc<str>),
 }
 
 impl Verdict {
@@ -157,6 +158,23 @@ pub struct GroupAsk {
     pub shares: Option<Vec<f64>>,
 }
 
+/// A group ask as a map key: its shares by their bits.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct GroupKey(String, Vec<String>, Mode, Option<Vec<u64>>);
+
+impl GroupKey {
+    fn of(ask: &GroupAsk) -> GroupKey {
+        GroupKey(
+            ask.device.clone(),
+            ask.jobs.clone(),
+            ask.mode,
+            ask.shares
+                .as_ref()
+                .map(|s| s.iter().map(|v| v.to_bits()).collect()),
+        )
+    }
+}
+
 /// What the predictor said of a survey's pairs and groups, in the order asked.
 #[derive(Debug, Clone, Default)]
 pub struct Predicted {
@@ -197,7 +215,7 @@ pub fn predict_groups_on(
 
 #[derive(Debug, Clone)]
 enum NodeSurvey {
-    Neutral(String),
+    Neutral(Arc<str>),
     Judged {
         gpus: u32,
         free: Vec<u32>,
@@ -214,7 +232,10 @@ enum NodeSurvey {
 #[derive(Debug, Clone)]
 pub struct Survey {
     job: Waiting,
+    /// Each node once, in the order first listed.
     nodes: Vec<(String, NodeSurvey)>,
+    /// Each listed name's place in `nodes` (a name listed twice is surveyed once).
+    listed: Vec<usize>,
     queries: Vec<(String, String, String, Sharing)>,
     groups: Vec<GroupAsk>,
     /// Jobs one GPU may hold.
@@ -264,7 +285,8 @@ pub fn survey(
 ) -> Survey {
     let mut out = Survey {
         job: waiting(pod, String::new()),
-        nodes: Vec::with_capacity(nodes.len()),
+        nodes: Vec::new(),
+        listed: Vec::with_capacity(nodes.len()),
         queries: Vec::new(),
         groups: Vec::new(),
         gpu_jobs,
@@ -272,13 +294,22 @@ pub fn survey(
         unknown: None,
     };
     let mut query_of: HashMap<(String, String, SharingKey), usize> = HashMap::new();
+    let mut group_of: HashMap<GroupKey, usize> = HashMap::new();
+    let mut place_of: HashMap<&str, usize> = HashMap::new();
+    // The reasons that name the pod's own annotations, once per device.
+    let mut unknown_on: HashMap<&str, Arc<str>> = HashMap::new();
+    let not_seen: Arc<str> = Arc::from("not in duet's view of the cluster yet");
     let mut residents_inline = Vec::new();
     for name in nodes {
+        if let Some(&i) = place_of.get(name.as_str()) {
+            out.listed.push(i);
+            continue;
+        }
+        place_of.insert(name, out.nodes.len());
+        out.listed.push(out.nodes.len());
         let Some(node) = cluster.node(name) else {
-            out.nodes.push((
-                name.clone(),
-                NodeSurvey::Neutral("not in duet's view of the cluster yet".into()),
-            ));
+            out.nodes
+                .push((name.clone(), NodeSurvey::Neutral(not_seen.clone())));
             continue;
         };
         let Some(device) = node.device.as_deref() else {
@@ -286,13 +317,19 @@ pub fn survey(
                 || format!("no {} label", map.labels.product),
                 |p| format!("GPU product {p} is not in the device mapping"),
             );
-            out.nodes.push((name.clone(), NodeSurvey::Neutral(what)));
+            out.nodes
+                .push((name.clone(), NodeSurvey::Neutral(what.into())));
             continue;
         };
         let key = match known.key(pod, device) {
             Ok(key) => key,
             Err(why) => {
-                let text = format!("duet does not know this pod on {device}: {why}");
+                let text = unknown_on
+                    .entry(device)
+                    .or_insert_with(|| {
+                        format!("duet does not know this pod on {device}: {why}").into()
+                    })
+                    .clone();
                 out.unknown.get_or_insert(why);
                 out.nodes.push((name.clone(), NodeSurvey::Neutral(text)));
                 continue;
@@ -302,10 +339,13 @@ pub fn survey(
         let Some(strategy) = map.strategy(&node.strategy) else {
             out.nodes.push((
                 name.clone(),
-                NodeSurvey::Neutral(format!(
-                    "sharing strategy {} is not in the device mapping",
-                    node.strategy
-                )),
+                NodeSurvey::Neutral(
+                    format!(
+                        "sharing strategy {} is not in the device mapping",
+                        node.strategy
+                    )
+                    .into(),
+                ),
             ));
             continue;
         };
@@ -330,11 +370,19 @@ pub fn survey(
                 {
                     match join_options(cluster, known, device, &key, gpu, pods, &sharings) {
                         Ok((found, asks, members)) => {
-                            let base = out.groups.len();
-                            out.groups.extend(asks);
+                            // Each group asked once, however many GPUs or nodes hold it.
+                            let at: Vec<usize> = asks
+                                .into_iter()
+                                .map(|ask| {
+                                    *group_of.entry(GroupKey::of(&ask)).or_insert_with(|| {
+                                        out.groups.push(ask);
+                                        out.groups.len() - 1
+                                    })
+                                })
+                                .collect();
                             joins.extend(found.into_iter().map(|mut j| {
-                                j.now += base;
-                                j.with += base;
+                                j.now = at[j.now];
+                                j.with = at[j.with];
                                 j
                             }));
                             residents_inline.extend(members);
@@ -544,11 +592,17 @@ impl Survey {
         predictor.predict_on(&queries)
     }
 
-    /// Each node's verdict, given what was predicted of its pairs and groups.
+    /// Each listed node's verdict, in the order listed (a name listed twice, twice), given what
+    /// was predicted of its pairs and groups.
     pub fn verdicts(&self, outlooks: &Predicted) -> Vec<(String, Verdict)> {
-        self.nodes
+        let judged: Vec<Verdict> = self
+            .nodes
             .iter()
-            .map(|(name, survey)| (name.clone(), self.verdict(survey, outlooks)))
+            .map(|(_, survey)| self.verdict(survey, outlooks))
+            .collect();
+        self.listed
+            .iter()
+            .map(|&i| (self.nodes[i].0.clone(), judged[i].clone()))
             .collect()
     }
 
@@ -672,7 +726,7 @@ impl Survey {
                         why.push_str(&format!("; and {} more", refusals.len() - 3));
                     }
                 }
-                Verdict::Fails(why)
+                Verdict::Fails(why.into())
             }
         }
     }

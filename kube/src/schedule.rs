@@ -660,7 +660,7 @@ pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()>
             }
             Freshness::Stale { for_s, error } => {
                 tracing::warn!(
-                    "the API server has not answered for {for_s:.0} s ({error}); waiting"
+                    "the view has not been kept current for {for_s:.0} s ({error}); waiting"
                 );
                 tokio::select! {
                     () = &mut shutdown => return Ok(()),

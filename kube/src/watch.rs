@@ -1,8 +1,12 @@
 //! The watches that keep duet's view of the cluster (`Cluster`): nodes and pods, listed once
 //! and then followed, never listed per request. While the API server cannot be reached the view
 //! is kept as it was and marked stale; a probe of the API server every few seconds clears that
-//! once it answers again (a resumed watch says nothing until something changes).
+//! once it answers again (a resumed watch says nothing until something changes). A watch task
+//! that ends or panics is started again after a backoff, and the view is stale from then until
+//! the new watch has listed.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -18,10 +22,18 @@ use crate::devices::{DeviceMap, NodeInfo};
 /// How often the API server is probed while the watches are quiet.
 pub const PROBE: Duration = Duration::from_secs(2);
 
+/// The watches the view needs listed.
+const WATCHES: [&str; 2] = ["node", "pod"];
+
+/// How long a stopped watch waits before it is started again: the first wait, the longest.
+const RESTART: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
+
 #[derive(Debug, Default)]
 struct HealthState {
-    nodes_listed: bool,
-    pods_listed: bool,
+    /// The watches that have listed once since they were (re)started.
+    listed: BTreeSet<&'static str>,
+    /// The watches that stopped (ended or panicked) and have not listed again since: when, why.
+    stopped: BTreeMap<&'static str, (Instant, String)>,
     /// The last time the API server answered (an event, a list, a probe).
     last_ok: Option<Instant>,
     /// The first failure since then, and what it said.
@@ -39,7 +51,8 @@ pub enum Freshness {
     Current,
     /// Not listed yet.
     Syncing,
-    /// The API server has not answered for this long; the view is what it was then.
+    /// The view has not been kept current for this long (the API server does not answer, or a
+    /// watch stopped and has not listed again); it is what it was then.
     Stale { for_s: f64, error: String },
 }
 
@@ -67,18 +80,40 @@ impl Health {
         });
     }
 
+    /// The watch `name` has listed the cluster: its part of the view is current.
+    fn listed(&self, name: &'static str) {
+        self.update(|s| {
+            s.listed.insert(name);
+            s.stopped.remove(name);
+        });
+    }
+
+    /// The watch `name` stopped (`why`): its part of the view is no longer kept.
+    fn stopped(&self, name: &'static str, why: String) {
+        self.update(|s| {
+            s.listed.remove(name);
+            s.stopped.entry(name).or_insert((Instant::now(), why));
+        });
+    }
+
     pub fn freshness(&self) -> Freshness {
         let s = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((name, (since, why))) = s.stopped.iter().min_by_key(|(_, (t, _))| *t) {
+            return Freshness::Stale {
+                for_s: since.elapsed().as_secs_f64(),
+                error: format!("the {name} watch stopped ({why}) and is being restarted"),
+            };
+        }
         if let Some((since, error)) = &s.failing {
             return Freshness::Stale {
                 for_s: since.elapsed().as_secs_f64(),
                 error: error.clone(),
             };
         }
-        if s.nodes_listed && s.pods_listed {
+        if WATCHES.iter().all(|w| s.listed.contains(w)) {
             Freshness::Current
         } else {
             Freshness::Syncing
@@ -117,38 +152,45 @@ impl View {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Starts the node and pod watches and the API server probe on the current runtime.
+    /// Starts the node and pod watches (each restarted when it stops) and the API server probe
+    /// on the current runtime.
     pub fn spawn_watches(&self, client: &Client) {
         let nodes: Api<Node> = Api::all(client.clone());
         let pods: Api<Pod> = Api::all(client.clone());
         let view = self.clone();
-        tokio::spawn(async move {
-            let map = view.map.clone();
-            follow(
-                nodes,
-                &view,
-                move |n| NodeInfo::read(n, &map),
-                |c, list| c.replace_nodes(list),
-                |c, n| c.apply_node(n),
-                |c, n| c.remove_node(&n.name),
-                |s| s.nodes_listed = true,
-            )
-            .await;
-        });
+        tokio::spawn(supervise("node", self.health.clone(), RESTART, move || {
+            let (view, nodes) = (view.clone(), nodes.clone());
+            async move {
+                let map = view.map.clone();
+                follow(
+                    "node",
+                    nodes,
+                    &view,
+                    move |n| NodeInfo::read(n, &map),
+                    |c, list| c.replace_nodes(list),
+                    |c, n| c.apply_node(n),
+                    |c, n| c.remove_node(&n.name),
+                )
+                .await;
+            }
+        }));
         let view = self.clone();
-        tokio::spawn(async move {
-            let resource = view.map.resource.clone();
-            follow(
-                pods,
-                &view,
-                move |p| PodInfo::read(p, &resource),
-                |c, list| c.replace_pods(list),
-                |c, p| c.apply_pod(p),
-                |c, p| c.remove_pod(&p.uid),
-                |s| s.pods_listed = true,
-            )
-            .await;
-        });
+        tokio::spawn(supervise("pod", self.health.clone(), RESTART, move || {
+            let (view, pods) = (view.clone(), pods.clone());
+            async move {
+                let resource = view.map.resource.clone();
+                follow(
+                    "pod",
+                    pods,
+                    &view,
+                    move |p| PodInfo::read(p, &resource),
+                    |c, list| c.replace_pods(list),
+                    |c, p| c.apply_pod(p),
+                    |c, p| c.remove_pod(&p.uid),
+                )
+                .await;
+            }
+        }));
         let health = self.health.clone();
         let client = client.clone();
         tokio::spawn(async move {
@@ -163,16 +205,56 @@ impl View {
     }
 }
 
-/// Follows one kind of object into the view.
-#[allow(clippy::too_many_arguments)]
+/// Runs the watch `name` that `start` makes, for ever: each run is a task of its own, and one
+/// that ends or panics marks the view stale (`Health::stopped`) and is started again after
+/// `backoff.0`, doubling up to `backoff.1` while runs keep stopping within a minute.
+async fn supervise<F, Fut>(
+    name: &'static str,
+    health: Arc<Health>,
+    backoff: (Duration, Duration),
+    mut start: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let mut wait = backoff.0;
+    loop {
+        let began = Instant::now();
+        let why = match tokio::spawn(start()).await {
+            Ok(()) => "it ended".to_string(),
+            Err(e) if e.is_panic() => {
+                let payload = e.into_panic();
+                let text = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".into());
+                duet_core::api::clipped(format!("it panicked: {text}"))
+            }
+            Err(e) => e.to_string(),
+        };
+        health.stopped(name, why.clone());
+        if began.elapsed() >= Duration::from_secs(60) {
+            wait = backoff.0;
+        }
+        tracing::error!(
+            "the {name} watch stopped ({why}); restarting it in {:.1} s",
+            wait.as_secs_f64()
+        );
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(backoff.1);
+    }
+}
+
+/// Follows one kind of object into the view (`name`: the watch, for its health).
 async fn follow<K, T>(
+    name: &'static str,
     api: Api<K>,
     view: &View,
     read: impl Fn(&K) -> T,
     replace: impl Fn(&mut Cluster, Vec<T>),
     apply: impl Fn(&mut Cluster, T),
     remove: impl Fn(&mut Cluster, T),
-    listed: impl Fn(&mut HealthState),
 ) where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
@@ -181,20 +263,94 @@ async fn follow<K, T>(
         .boxed();
     let mut buffer: Vec<T> = Vec::new();
     while let Some(event) = stream.next().await {
+        // Each object is read before the view's lock is taken: a panic in a reading leaves the
+        // view as it was.
         match event {
             Ok(Event::Init) => buffer.clear(),
             Ok(Event::InitApply(object)) => buffer.push(read(&object)),
             Ok(Event::InitDone) => {
-                replace(&mut view.write(), std::mem::take(&mut buffer));
-                view.health.update(&listed);
+                let list = std::mem::take(&mut buffer);
+                replace(&mut view.write(), list);
+                view.health.listed(name);
             }
-            Ok(Event::Apply(object)) => apply(&mut view.write(), read(&object)),
-            Ok(Event::Delete(object)) => remove(&mut view.write(), read(&object)),
+            Ok(Event::Apply(object)) => {
+                let item = read(&object);
+                apply(&mut view.write(), item);
+            }
+            Ok(Event::Delete(object)) => {
+                let item = read(&object);
+                remove(&mut view.write(), item);
+            }
             Err(e) => {
                 view.health.failed(format!("watch: {e}"));
                 continue;
             }
         }
         view.health.ok();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_watch_that_panics_is_restarted_and_the_view_is_stale_until_it_lists() {
+        let health = Arc::new(Health::default());
+        health.listed("node");
+        health.listed("pod");
+        let (runs, mut ran) = tokio::sync::mpsc::unbounded_channel::<u32>();
+        let go = Arc::new(tokio::sync::Notify::new());
+        let (mut count, watched, lists) = (0, health.clone(), go.clone());
+        let supervisor = tokio::spawn(supervise(
+            "pod",
+            health.clone(),
+            (Duration::from_millis(1), Duration::from_millis(1)),
+            move || {
+                count += 1;
+                let (n, runs, health, go) = (count, runs.clone(), watched.clone(), lists.clone());
+                async move {
+                    let _ = runs.send(n);
+                    assert!(n > 1, "a pod asked for too many GPUs");
+                    // The second run lists when told to, then follows for ever.
+                    go.notified().await;
+                    health.listed("pod");
+                    std::future::pending::<()>().await;
+                }
+            },
+        ));
+        assert_eq!(ran.recv().await, Some(1));
+        assert_eq!(ran.recv().await, Some(2), "restarted after the panic");
+        let Freshness::Stale { error, .. } = health.freshness() else {
+            panic!("{:?}", health.freshness())
+        };
+        assert!(error.contains("the pod watch stopped"), "{error}");
+        assert!(error.contains("too many GPUs"), "{error}");
+        go.notify_one();
+        while health.freshness() != Freshness::Current {
+            tokio::task::yield_now().await;
+        }
+        supervisor.abort();
+    }
+
+    #[test]
+    fn a_stopped_watch_makes_the_view_stale_until_it_lists_again() {
+        let health = Health::default();
+        health.listed("node");
+        assert_eq!(health.freshness(), Freshness::Syncing);
+        health.listed("pod");
+        assert_eq!(health.freshness(), Freshness::Current);
+        health.stopped("pod", "it panicked: boom".into());
+        // The API server answering does not make a stopped watch current.
+        health.ok();
+        let Freshness::Stale { error, .. } = health.freshness() else {
+            panic!("{:?}", health.freshness())
+        };
+        assert!(
+            error.contains("pod watch stopped (it panicked: boom)"),
+            "{error}"
+        );
+        health.listed("pod");
+        assert_eq!(health.freshness(), Freshness::Current);
     }
 }

@@ -1,10 +1,16 @@
 //! The kube-scheduler extender protocol's bodies (`k8s.io/kube-scheduler/extender/v1`), with
-//! Go's field names on the wire. A malformed body is refused naming the field.
+//! Go's field names on the wire. A malformed body is refused naming the field; the node arrays
+//! are counted while they are read (`--max-nodes`), and a node list's items are kept as the
+//! text they came as, to be passed back, never parsed into values.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 
 use k8s_openapi::api::core::v1::Pod;
-use serde::{Deserialize, Serialize};
+use serde::de::{Deserializer, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
 
 /// `ExtenderArgs`: the pod and its candidate nodes, by name (`nodeCacheCapable`) or whole.
 #[derive(Debug, Clone, Deserialize)]
@@ -13,32 +19,88 @@ pub struct ExtenderArgs {
     pub pod: Option<Pod>,
     #[serde(rename = "Nodes", default)]
     pub nodes: Option<NodeList>,
-    #[serde(rename = "NodeNames", default)]
+    #[serde(rename = "NodeNames", default, deserialize_with = "counted_or_null")]
     pub node_names: Option<Vec<String>>,
 }
 
 /// A `v1.NodeList` as the scheduler sends it without `nodeCacheCapable`: its nodes are passed
-/// back as they came.
+/// back as they came (Go's `NodeList` has no fields beyond these four).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 pub struct NodeList {
-    #[serde(default)]
-    pub items: Vec<serde_json::Value>,
-    #[serde(flatten)]
-    pub rest: serde_json::Map<String, serde_json::Value>,
+    #[serde(rename = "kind", default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(
+        rename = "apiVersion",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub api_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Box<RawValue>>,
+    #[serde(default, deserialize_with = "counted_or_empty")]
+    pub items: Vec<Box<RawValue>>,
+    /// Each item's `metadata.name`, in order (filled by [`pod_and_nodes`]).
+    #[serde(skip)]
+    pub names: Vec<String>,
+}
+
+impl NodeList {
+    /// Keeps the items whose name `keep` accepts (all of them where the names were not read).
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        if self.names.len() != self.items.len() {
+            return;
+        }
+        let keeps: Vec<bool> = self.names.iter().map(|n| keep(n)).collect();
+        let mut each = keeps.iter();
+        self.items.retain(|_| each.next().copied().unwrap_or(false));
+        let mut each = keeps.iter();
+        self.names.retain(|_| each.next().copied().unwrap_or(false));
+    }
+}
+
+impl PartialEq for NodeList {
+    /// The same text, item by item.
+    fn eq(&self, other: &NodeList) -> bool {
+        let text = |r: &Option<Box<RawValue>>| r.as_ref().map(|r| r.get().to_string());
+        self.kind == other.kind
+            && self.api_version == other.api_version
+            && text(&self.metadata) == text(&other.metadata)
+            && self.items.len() == other.items.len()
+            && self
+                .items
+                .iter()
+                .zip(&other.items)
+                .all(|(a, b)| a.get() == b.get())
+    }
+}
+
+/// A node item's name, read without the rest of it.
+#[derive(Deserialize)]
+struct Named {
+    metadata: Option<NamedMeta>,
+}
+
+#[derive(Deserialize)]
+struct NamedMeta {
+    name: Option<String>,
 }
 
 /// `ExtenderFilterResult`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExtenderFilterResult {
     #[serde(rename = "Nodes", skip_serializing_if = "Option::is_none", default)]
-    pub nodes: Option<serde_json::Value>,
+    pub nodes: Option<NodeList>,
     #[serde(rename = "NodeNames", skip_serializing_if = "Option::is_none", default)]
     pub node_names: Option<Vec<String>>,
-    #[serde(rename = "FailedNodes", default)]
+    #[serde(rename = "FailedNodes", default, serialize_with = "clipped_values")]
     pub failed_nodes: BTreeMap<String, String>,
-    #[serde(rename = "FailedAndUnresolvableNodes", default)]
+    #[serde(
+        rename = "FailedAndUnresolvableNodes",
+        default,
+        serialize_with = "clipped_values"
+    )]
     pub failed_and_unresolvable_nodes: BTreeMap<String, String>,
-    #[serde(rename = "Error", default)]
+    #[serde(rename = "Error", default, serialize_with = "clipped_text")]
     pub error: String,
 }
 
@@ -67,8 +129,36 @@ pub struct ExtenderBindingArgs {
 /// `ExtenderBindingResult`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExtenderBindingResult {
-    #[serde(rename = "Error", default)]
+    #[serde(rename = "Error", default, serialize_with = "clipped_text")]
     pub error: String,
+}
+
+/// An error text as an answer carries it (`duet_core::api::clipped`).
+fn clipped_text<S: Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
+    if text.len() <= duet_core::api::ERROR_TEXT_BYTES {
+        s.serialize_str(text)
+    } else {
+        s.serialize_str(&duet_core::api::clipped(text.to_string()))
+    }
+}
+
+/// Reasons by node, each clipped.
+fn clipped_values<S: Serializer>(map: &BTreeMap<String, String>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut out = s.serialize_map(Some(map.len()))?;
+    for (node, why) in map {
+        out.serialize_key(node)?;
+        out.serialize_value(&Clipped(why))?;
+    }
+    out.end()
+}
+
+struct Clipped<'a>(&'a str);
+
+impl Serialize for Clipped<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        clipped_text(self.0, s)
+    }
 }
 
 /// A body duet cannot read: what is wrong, and where.
@@ -76,44 +166,148 @@ pub struct ExtenderBindingResult {
 pub struct BadBody {
     pub field: Option<String>,
     pub error: String,
+    /// It passes a limit (413) rather than being malformed (400).
+    pub too_large: bool,
 }
 
-/// Reads a JSON body; an error names the field by its path (`Pod.metadata.name`).
+impl BadBody {
+    fn malformed(field: Option<String>, error: String) -> BadBody {
+        BadBody {
+            field,
+            error,
+            too_large: false,
+        }
+    }
+}
+
+thread_local! {
+    /// Node items the body being read may still hold (`None`: no limit).
+    static NODES_LEFT: Cell<Option<usize>> = const { Cell::new(None) };
+    /// Whether the body being read holds more.
+    static OVER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Reads a JSON body whole (bytes after its value are refused); an error names the field by
+/// its path (`Pod.metadata.name`).
 pub fn read<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, BadBody> {
     let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    let value = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
         let path = e.path().to_string();
-        BadBody {
-            field: (path != ".").then_some(path),
-            error: e.into_inner().to_string(),
+        BadBody::malformed((path != ".").then_some(path), e.into_inner().to_string())
+    })?;
+    de.end()
+        .map_err(|e| BadBody::malformed(None, format!("{e} after the JSON value")))?;
+    Ok(value)
+}
+
+/// [`read`] of an `ExtenderArgs` whose node arrays hold at most `max_nodes` items between them
+/// (`--max-nodes`): the read stops at the first item past it.
+pub fn read_args(bytes: &[u8], max_nodes: usize) -> Result<ExtenderArgs, BadBody> {
+    struct Scope(Option<usize>);
+    impl Drop for Scope {
+        fn drop(&mut self) {
+            NODES_LEFT.set(self.0);
+            OVER.set(false);
+        }
+    }
+    OVER.set(false);
+    let _scope = Scope(NODES_LEFT.replace(Some(max_nodes)));
+    read(bytes).map_err(|bad| {
+        if OVER.get() {
+            BadBody {
+                field: bad
+                    .field
+                    .map(|f| f.split('[').next().unwrap_or_default().to_string()),
+                error: format!(
+                    "more than {max_nodes} nodes: over the extender's limit of {max_nodes} per \
+                     call (--max-nodes)"
+                ),
+                too_large: true,
+            }
+        } else {
+            bad
         }
     })
 }
 
+/// A node array counted against the body's `--max-nodes`; `null` is absent.
+fn counted_or_null<'de, D, T>(d: D) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    d.deserialize_option(Counted(PhantomData))
+}
+
+/// A node array counted against the body's `--max-nodes`; `null` is empty (Go's nil slice).
+fn counted_or_empty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    counted_or_null(d).map(Option::unwrap_or_default)
+}
+
+struct Counted<T>(PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for Counted<T> {
+    type Value = Option<Vec<T>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array or null")
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(item) = seq.next_element::<T>()? {
+            if let Some(left) = NODES_LEFT.get() {
+                if left == 0 {
+                    OVER.set(true);
+                    return Err(serde::de::Error::custom("more nodes than --max-nodes"));
+                }
+                NODES_LEFT.set(Some(left - 1));
+            }
+            out.push(item);
+        }
+        Ok(Some(out))
+    }
+}
+
 /// The pod and the candidate node names of an `ExtenderArgs`, or what is missing.
 pub fn pod_and_nodes(args: ExtenderArgs) -> Result<(Pod, Vec<String>, Option<NodeList>), BadBody> {
-    let missing = |field: &str, error: &str| BadBody {
-        field: Some(field.to_string()),
-        error: error.to_string(),
-    };
+    let missing =
+        |field: &str, error: &str| BadBody::malformed(Some(field.to_string()), error.to_string());
     let pod = args.pod.ok_or_else(|| missing("Pod", "required"))?;
     if pod.metadata.name.as_deref().is_none_or(str::is_empty) {
         return Err(missing("Pod.metadata.name", "required"));
     }
     match (args.node_names, args.nodes) {
         (Some(names), _) => Ok((pod, names, None)),
-        (None, Some(list)) => {
+        (None, Some(mut list)) => {
             let mut names = Vec::with_capacity(list.items.len());
             for (i, item) in list.items.iter().enumerate() {
-                let name = item
-                    .pointer("/metadata/name")
-                    .and_then(serde_json::Value::as_str)
+                let name = serde_json::from_str::<Named>(item.get())
+                    .ok()
+                    .and_then(|n| n.metadata?.name)
                     .filter(|n| !n.is_empty())
                     .ok_or_else(|| {
                         missing(&format!("Nodes.items[{i}].metadata.name"), "required")
                     })?;
-                names.push(name.to_string());
+                names.push(name);
             }
+            list.names.clone_from(&names);
             Ok((pod, names, Some(list)))
         }
         (None, None) => Err(missing(
@@ -184,5 +378,95 @@ mod tests {
         }
         let e = read::<ExtenderArgs>(b"not json").expect_err("must be refused");
         assert!(e.field.is_none() && e.error.contains("expected"), "{e:?}");
+    }
+
+    #[test]
+    fn bytes_after_the_json_are_refused() {
+        let body = br#"{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["a"]} trailing"#;
+        let e = read_args(body, 10).expect_err("must be refused");
+        assert!(!e.too_large && e.field.is_none(), "{e:?}");
+        assert!(e.error.contains("trailing"), "{e:?}");
+        // Whitespace after it is fine.
+        let body = b"{\"Pod\": {\"metadata\": {\"name\": \"p\"}}, \"NodeNames\": [\"a\"]}\n ";
+        assert!(read_args(body, 10).is_ok());
+    }
+
+    #[test]
+    fn nodes_past_the_limit_are_refused_where_they_are_read() {
+        let names = br#"{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["a", "b", "c"]}"#;
+        assert_eq!(
+            read_args(names, 3)
+                .expect("at the limit")
+                .node_names
+                .map(|n| n.len()),
+            Some(3)
+        );
+        // What follows the item past the limit is never read: not even a syntax error there.
+        for body in [
+            &names[..],
+            br#"{"NodeNames": ["a", "b", "c", oops"#,
+            br#"{"Nodes": {"items": [{}, {}, {}, [oops"#,
+            br#"{"Nodes": {"items": [{}, {}]}, "NodeNames": ["a", "b"]}"#,
+        ] {
+            let e = read_args(body, 2).expect_err("over the limit");
+            assert!(e.too_large, "{e:?}");
+            assert!(e.error.contains("--max-nodes"), "{e:?}");
+            assert!(
+                matches!(e.field.as_deref(), Some("NodeNames" | "Nodes.items")),
+                "{e:?}"
+            );
+        }
+        // Without a limit (`read`), nothing is counted.
+        assert!(read::<ExtenderArgs>(names).is_ok());
+    }
+
+    #[test]
+    fn a_node_list_is_passed_back_as_it_came() {
+        let list = r#"{"kind":"NodeList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[{"metadata":{"name":"a","labels":{"x":"1"}},"status":{"capacity":{"cpu":"4"}}},{"metadata":{"name":"b"}}]}"#;
+        let body = format!(r#"{{"Pod": {{"metadata": {{"name": "p"}}}}, "Nodes": {list}}}"#);
+        let (_, names, list_read) =
+            pod_and_nodes(read_args(body.as_bytes(), 10).expect("valid")).expect("valid");
+        assert_eq!(names, ["a", "b"]);
+        let mut list_read = list_read.expect("a list");
+        assert_eq!(serde_json::to_string(&list_read).expect("serialise"), list);
+        list_read.retain(|n| n == "b");
+        let kept = serde_json::to_value(ExtenderFilterResult {
+            nodes: Some(list_read),
+            ..ExtenderFilterResult::default()
+        })
+        .expect("serialise");
+        assert_eq!(
+            kept["Nodes"],
+            serde_json::json!({"kind": "NodeList", "apiVersion": "v1",
+                "metadata": {"resourceVersion": "7"}, "items": [{"metadata": {"name": "b"}}]})
+        );
+        // Go's nil slice.
+        let body = br#"{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": null}}"#;
+        let (_, names, _) = pod_and_nodes(read_args(body, 10).expect("valid")).expect("valid");
+        assert!(names.is_empty());
+    }
+
+    #[test]
+    fn error_texts_in_answers_are_clipped() {
+        let long = "x".repeat(100_000);
+        let filter = serde_json::to_value(ExtenderFilterResult {
+            failed_nodes: [("a".to_string(), long.clone())].into(),
+            error: long.clone(),
+            ..ExtenderFilterResult::default()
+        })
+        .expect("serialise");
+        let bind = serde_json::to_value(ExtenderBindingResult { error: long }).expect("serialise");
+        for text in [
+            &filter["FailedNodes"]["a"],
+            &filter["Error"],
+            &bind["Error"],
+        ] {
+            let text = text.as_str().expect("a string");
+            assert!(
+                text.len() < 1100 && text.ends_with("bytes more)"),
+                "{}",
+                text.len()
+            );
+        }
     }
 }

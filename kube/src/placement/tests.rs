@@ -239,3 +239,82 @@ fn a_pod_of_several_gpus_needs_them_free() {
         Verdict::Fails("needs 4 free GPUs, 3 of 4 free".into())
     );
 }
+
+#[test]
+fn a_node_listed_many_times_is_surveyed_once_and_alike_groups_asked_once() {
+    let mut c = Cluster::default();
+    for n in ["trio-1", "trio-2"] {
+        c.apply_node(node(n, 1));
+        for r in ["r1", "r2"] {
+            let mut p = on(pod(&format!("{n}-{r}"), Some(n), 1, "x"), 0);
+            if let Some(a) = p.assignment.as_mut() {
+                a.sharing = Some(Mode::Space);
+            }
+            c.apply_pod(p);
+        }
+    }
+    let known = Known::of(&[("w", &["v100"]), ("x", &["v100"])]);
+    let mut names = vec!["trio-1".to_string(); 1000];
+    names.extend(["ghost", "trio-2", "ghost"].map(String::from));
+    let newcomer = pod("p", None, 1, "w");
+    let s = survey(&c, &map(), &known, &newcomer, &names, 3);
+    assert_eq!(s.nodes.len(), 3, "each name surveyed once");
+    // Both nodes hold the same pair: the group as it runs and with the pod, asked once.
+    assert_eq!(s.owned_groups().len(), 2, "{:?}", s.owned_groups());
+    let mut table = Table(
+        [
+            (("w".into(), "x".into()), [0.9, 0.9, 0.9, 0.9]),
+            (("x".into(), "x".into()), [0.8, 0.8, 0.8, 0.8]),
+        ]
+        .into_iter()
+        .collect(),
+        0,
+    );
+    let v = s.verdicts(&s.predict(&mut table).expect("predict"));
+    // One answer per listed name, in the order listed.
+    let answered: Vec<&str> = v.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        answered,
+        names.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    assert!(v[..1000].iter().all(|(_, x)| x == &v[0].1));
+    assert!(matches!(v[0].1, Verdict::Fits { .. }), "{:?}", v[0].1);
+    assert_eq!(
+        v[1001].1.score(),
+        v[0].1.score(),
+        "the same pair, the same value"
+    );
+    let (Verdict::Neutral(a), Verdict::Neutral(b)) = (&v[1000].1, &v[1002].1) else {
+        panic!("{v:?}")
+    };
+    assert!(Arc::ptr_eq(a, b), "the reason is held once");
+}
+
+#[test]
+fn a_long_workload_id_is_quoted_short_and_its_reason_held_once() {
+    let mut c = Cluster::default();
+    for n in ["a", "b"] {
+        c.apply_node(node(n, 1));
+    }
+    let id = "w".repeat(100 << 10);
+    let names = vec!["a".to_string(), "b".to_string(), "a".to_string()];
+    let s = survey(
+        &c,
+        &map(),
+        &Known::default(),
+        &pod("p", None, 1, &id),
+        &names,
+        2,
+    );
+    let v = s.verdicts(&Predicted::default());
+    let reasons: Vec<&Arc<str>> = v
+        .iter()
+        .map(|(_, v)| match v {
+            Verdict::Neutral(why) => why,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert!(reasons.iter().all(|r| Arc::ptr_eq(r, reasons[0])));
+    assert!(reasons[0].len() < 600, "{} bytes", reasons[0].len());
+    assert!(reasons[0].contains("bytes more"), "{}", reasons[0]);
+}

@@ -1,0 +1,282 @@
+//! The real `duet extender` against hostile requests, over loopback, on a cluster that never
+//! answers (its guards need none, so no control plane): flag values that cannot work refused
+//! at start; a half-sent header closed; a declared length over --max-body-bytes refused before
+//! the body; more nodes than --max-nodes refused where they are read; bytes after the JSON
+//! refused; an error that would echo the body clipped; a paused body cut off; SIGTERM not held
+//! up by a half-sent body; --max-connections holding while probes answer. Every refusal is a
+//! JSON error naming its flag.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod support;
+use support::duet;
+
+#[path = "support/kube.rs"]
+mod plane;
+use plane::Process;
+
+fn root() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The port `process` logs it listens on (60 s at most).
+fn listening_port(process: &Process) -> u16 {
+    let marker = "duet extender on http://";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let port = process.output().lines().find_map(|l| {
+            let after = &l[l.find(marker)? + marker.len()..];
+            after
+                .split_whitespace()
+                .next()?
+                .rsplit(':')
+                .next()?
+                .parse()
+                .ok()
+        });
+        if let Some(port) = port {
+            return port;
+        }
+        assert!(Instant::now() < deadline, "no port:\n{}", process.tail(20));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Retries `ok` every 100 ms until it holds, `within` at most.
+fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool, log: &Process) {
+    let deadline = Instant::now() + within;
+    while !ok() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {within:?}\n{}",
+            log.tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `duet extender` with `flags`, on a cluster that never answers (its guards need none): the
+/// process and its port.
+fn lone_extender(dir: &Path, log: &str, flags: &[&str]) -> (Process, u16) {
+    let kubeconfig = dir.join("unreachable.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: none\n  cluster:\n    server: \
+         http://127.0.0.1:9\ncontexts:\n- name: none\n  context:\n    cluster: none\n    user: \
+         none\ncurrent-context: none\nusers:\n- name: none\n  user:\n    token: x\n",
+    )
+    .expect("kubeconfig");
+    let extender = Process::spawn(
+        duet()
+            .args(["extender", "--listen", "127.0.0.1:0"])
+            .args(["--predictor", "http://127.0.0.1:9"])
+            .args(flags)
+            .arg("--devices")
+            .arg(root().join("deploy/k8s/devices.toml"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .env("RUST_LOG", "info"),
+        dir.join(log),
+    );
+    let port = listening_port(&extender);
+    (extender, port)
+}
+
+/// Writes `request` on a fresh connection and reads until the server closes it (30 s at
+/// most): the status (0 where none came) and the body.
+fn raw_call(port: u16, request: &[u8]) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let _ = stream.write_all(request);
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) => {
+                assert_ne!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock,
+                    "still open after 30 s"
+                );
+                assert_ne!(
+                    e.kind(),
+                    std::io::ErrorKind::TimedOut,
+                    "still open after 30 s"
+                );
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (status, body)
+}
+
+fn post_raw(port: u16, path: &str, body: &[u8]) -> (u16, String) {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \
+         {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    raw_call(port, &[head.as_bytes(), body].concat())
+}
+
+/// The JSON error of an answer, `(error, field)`.
+fn json_error(body: &str) -> (String, Option<String>) {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    (
+        v["error"].as_str().expect("an error").to_string(),
+        v["field"].as_str().map(str::to_string),
+    )
+}
+
+#[test]
+fn the_extender_takes_requests_in_under_its_guards() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Flag values that cannot work are refused at start, naming the flag.
+    for flags in [
+        ["--max-body-bytes", "0"],
+        ["--max-nodes", "0"],
+        ["--max-connections", "0"],
+        ["--header-timeout", "0"],
+        ["--request-timeout", "inf"],
+    ] {
+        let out = duet()
+            .arg("extender")
+            .args(flags)
+            .output()
+            .expect("duet extender");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(flags[0]),
+            "{flags:?}: {err}"
+        );
+    }
+
+    let (mut extender, port) = lone_extender(
+        dir.path(),
+        "guards.log",
+        &[
+            "--header-timeout",
+            "1",
+            "--idle-timeout",
+            "1",
+            "--max-nodes",
+            "3",
+            "--max-body-bytes",
+            "200000",
+        ],
+    );
+    // A half-sent header is closed after the header timeout, with no answer.
+    let (status, _) = raw_call(port, b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Le");
+    assert_eq!(status, 0);
+    // A declared length over --max-body-bytes is refused before a byte of the body is sent.
+    let (status, body) = raw_call(
+        port,
+        b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n",
+    );
+    assert_eq!(status, 413, "{body}");
+    assert!(json_error(&body).0.contains("--max-body-bytes"), "{body}");
+    // More nodes than --max-nodes, by name or whole.
+    let pod = r#""Pod": {"metadata": {"name": "p"}}"#;
+    for (nodes, field) in [
+        (r#""NodeNames": ["a", "b", "c", "d"]"#, "NodeNames"),
+        (
+            r#""Nodes": {"items": [{"metadata": {"name": "a"}}, {}, {}, {}]}"#,
+            "Nodes.items",
+        ),
+    ] {
+        let (status, body) = post_raw(port, "/filter", format!("{{{pod}, {nodes}}}").as_bytes());
+        let (error, at) = json_error(&body);
+        assert_eq!((status, at.as_deref()), (413, Some(field)), "{body}");
+        assert!(error.contains("--max-nodes"), "{body}");
+    }
+    // Bytes after the JSON value.
+    let (status, body) = post_raw(
+        port,
+        "/prioritize",
+        format!(r#"{{{pod}, "NodeNames": ["a"]}} {{"more": 1}}"#).as_bytes(),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(json_error(&body).0.contains("trailing"), "{body}");
+    // An error that would echo the body is clipped.
+    let echo = [&br#"{"Pod": ""#[..], &[0x7f; 100_000], br#""}"#].concat();
+    let (status, body) = post_raw(port, "/filter", &echo);
+    assert_eq!(status, 400, "{}", &body[..body.len().min(300)]);
+    assert!(body.len() < 4096, "{} bytes answered", body.len());
+    assert!(json_error(&body).0.contains("bytes more)"), "{body}");
+    // A body that stops arriving is cut off; SIGTERM is not held up by one left open.
+    let (status, body) = raw_call(
+        port,
+        b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"Pod\"",
+    );
+    assert_eq!(status, 408, "{body}");
+    assert!(json_error(&body).0.contains("--idle-timeout"), "{body}");
+    let mut open = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    std::io::Write::write_all(
+        &mut open,
+        b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
+    )
+    .expect("write");
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &extender.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(kill.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while extender.running() {
+        assert!(
+            Instant::now() < deadline,
+            "SIGTERM held up by a half-sent body:\n{}",
+            extender.tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(open);
+
+    // --max-connections holds: held connections past it leave only the probes' reserve.
+    let (extender, port) = lone_extender(
+        dir.path(),
+        "connections.log",
+        &["--max-connections", "2", "--header-timeout", "60"],
+    );
+    let held: Vec<_> = (0..2)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect"))
+        .collect();
+    let names = format!(r#"{{{pod}, "NodeNames": []}}"#);
+    wait_for(
+        "a call over --max-connections is closed unanswered",
+        Duration::from_secs(30),
+        || post_raw(port, "/filter", names.as_bytes()).0 == 0,
+        &extender,
+    );
+    let probe = raw_call(
+        port,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(probe.0, 200, "{probe:?}");
+    drop(held);
+    wait_for(
+        "a call is answered once the held connections close",
+        Duration::from_secs(30),
+        || post_raw(port, "/filter", names.as_bytes()).0 == 200,
+        &extender,
+    );
+}

@@ -1,0 +1,103 @@
+//! The Kubernetes end-to-end test's hostile cases against a running extender: a pod whose GPU
+//! request overflows a u32 sum leaves the extender's view current, and /bind binds only the pod
+//! a call names by its UID, to a node duet knows.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use serde_json::{Value, json};
+
+use super::plane::Process;
+use super::steps::{bound_node, create, delete_all, get, pod_spec, post, wait_for};
+
+/// Runs both cases on flip-a and flip-b (one free GPU each) through the extender at `ext`,
+/// and deletes every pod it made.
+pub(crate) fn a_hostile_pod_and_binds(
+    rt: &tokio::runtime::Runtime,
+    pods: &Api<Pod>,
+    ext: &str,
+    extender: &Process,
+) {
+    // A pod asking 2 x 4294967295 GPUs (the API server takes it) does not stop the pod watch:
+    // a pod that takes flip-a's GPU afterwards is still seen.
+    rt.block_on(async {
+        let mut greedy = pod_spec("greedy", "nobody", None, 0, "flip", &[]);
+        let containers: Value = json!([
+            {"name": "a", "image": "registry.invalid/job:1",
+                "resources": {"limits": {"nvidia.com/gpu": "4294967295"}}},
+            {"name": "b", "image": "registry.invalid/job:1",
+                "resources": {"limits": {"nvidia.com/gpu": "4294967295"}}}
+        ]);
+        if let Some(spec) = greedy.spec.as_mut() {
+            spec.containers = serde_json::from_value(containers).expect("containers");
+        }
+        create(pods, greedy).await;
+        create(
+            pods,
+            pod_spec("taker", "default-scheduler", Some("flip-a"), 1, "flip", &[]),
+        )
+        .await;
+    });
+    let probe = serde_json::to_string(&json!({
+        "Pod": pod_spec("probe", "default-scheduler", None, 1, "flip",
+            &[("duet.io/workload", "resnet-18-bs16")]),
+        "NodeNames": ["flip-a", "flip-b"]
+    }))
+    .expect("json");
+    wait_for(
+        "the extender sees the pod that took flip-a's GPU",
+        Duration::from_secs(10),
+        || {
+            let (_, answer) = post(&format!("{ext}/prioritize"), &probe);
+            let scores: Vec<Value> = serde_json::from_str(&answer).unwrap_or_default();
+            scores.len() == 2 && scores[0]["Score"] == 0 && scores[1]["Score"] == 10
+        },
+        || extender.tail(20),
+    );
+    assert_eq!(
+        get(&format!("{ext}/readyz")).0,
+        200,
+        "{}",
+        extender.tail(20)
+    );
+
+    // /bind binds only the pod the call names by its UID, to a node duet knows: a pending pod
+    // (its node selector matches no node) is refused and stays unbound, then bound.
+    let victim = rt.block_on(async {
+        create(
+            pods,
+            pod_spec("victim", "default-scheduler", None, 1, "none", &[]),
+        )
+        .await;
+        pods.get("victim")
+            .await
+            .expect("pod")
+            .metadata
+            .uid
+            .expect("uid")
+    });
+    let bind = |uid: &str, node: &str| -> String {
+        let body = json!({"PodName": "victim", "PodNamespace": "default", "PodUID": uid,
+            "Node": node});
+        let (status, answer) = post(&format!("{ext}/bind"), &body.to_string());
+        assert_eq!(status, 200, "{answer}");
+        let answer: Value = serde_json::from_str(&answer).expect("json");
+        answer["Error"].as_str().unwrap_or_default().to_string()
+    };
+    let wrong_uid = bind("00000000-0000-0000-0000-000000000000", "flip-b");
+    assert!(wrong_uid.contains("UID"), "{wrong_uid}");
+    let no_node = bind(&victim, "no-such-node");
+    assert!(no_node.contains("no-such-node"), "{no_node}");
+    assert_eq!(
+        rt.block_on(bound_node(pods, "victim", Duration::ZERO)),
+        None
+    );
+    assert_eq!(bind(&victim, "flip-b"), "");
+    assert_eq!(
+        rt.block_on(bound_node(pods, "victim", Duration::ZERO))
+            .as_deref(),
+        Some("flip-b")
+    );
+    rt.block_on(delete_all(pods));
+}

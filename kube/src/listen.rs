@@ -1,0 +1,476 @@
+//! How the extender takes requests in, with the guards of `duet serve` (server/src/listen.rs,
+//! intake.rs, router.rs; duet-kube cannot import them): hyper's HTTP/1 with a header-read
+//! timeout (`--header-timeout`, which also closes a keep-alive connection idle that long), a
+//! limit on open connections (`--max-connections`) with a reserve of 16 beyond it for probes
+//! (`/healthz`, `/readyz`, `/metrics`), a body read whole under its limit (`--max-body-bytes`,
+//! a declared length over it refused before a byte is read) and under a budget of body bytes
+//! in flight (`--max-inflight-body-bytes`), a body that pauses cut off (`--idle-timeout`), a
+//! call that takes too long answered (`--request-timeout`), and a handler's panic answered 500.
+//! Every refusal is a JSON `ApiError` naming its flag.
+//!
+//! On shutdown the listener closes, every connection finishes the call it is answering (each
+//! bounded by the timeouts above) and closes, and `serve` returns once all have.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use duet_core::api::{ApiError, clipped};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
+
+/// Connections beyond `--max-connections` that probes may use.
+pub const PROBE_RESERVE: usize = 16;
+
+/// Request lines a connection in the reserve may start with.
+const PROBES: [&[u8]; 3] = [b"GET /healthz", b"GET /readyz", b"GET /metrics"];
+
+/// How long a connection over the limit has to show it is a probe.
+const PROBE_WAIT: Duration = Duration::from_secs(1);
+
+/// The limits on what a client may make the extender hold.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// To send a request's whole header (and a keep-alive connection's idle time).
+    pub header_timeout: Duration,
+    /// The longest pause within a body.
+    pub idle_timeout: Duration,
+    /// To answer a call, its body's reading included.
+    pub request_timeout: Duration,
+    pub max_connections: usize,
+    pub max_body_bytes: usize,
+    /// Body bytes held at once, every connection together.
+    pub max_inflight_body_bytes: usize,
+    /// Nodes one call may name (`NodeNames` and `Nodes.items` together).
+    pub max_nodes: usize,
+}
+
+/// `--max-nodes`'s default: three times Kubernetes' documented limit of 5,000 nodes a cluster.
+pub const MAX_NODES: usize = 15_000;
+
+impl Default for Limits {
+    /// `duet extender`'s defaults, none of which a kube-scheduler trips: it sends a call at
+    /// once on a few connections, and waits 5 s for the answer (its `httpTimeout`'s default).
+    fn default() -> Limits {
+        Limits {
+            header_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(5),
+            max_connections: 256,
+            max_body_bytes: 64 << 20,
+            max_inflight_body_bytes: 256 << 20,
+            max_nodes: MAX_NODES,
+        }
+    }
+}
+
+/// A JSON refusal: `status`, `error` (clipped).
+pub fn refusal(status: StatusCode, error: String, field: Option<String>) -> Response {
+    let body = ApiError {
+        error: clipped(error),
+        field: field.map(clipped),
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+/// `app` behind the request guards: its body read under the limits, paused bodies cut off,
+/// panics answered, the time limit.
+pub fn guarded(app: Router, limits: &Limits) -> Router {
+    let intake = Arc::new(Intake {
+        max_body_bytes: limits.max_body_bytes,
+        budget: Arc::new(Semaphore::new(
+            limits
+                .max_inflight_body_bytes
+                .clamp(1, Semaphore::MAX_PERMITS),
+        )),
+        max_inflight_body_bytes: limits.max_inflight_body_bytes,
+    });
+    let limit = limits.request_timeout;
+    // The body is whole once the handler sees it: axum's own limit (2 MB) is off.
+    app.layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn_with_state(intake, read_body))
+        // Inside the body's reading: it changes the body's type.
+        .layer(RequestBodyTimeoutLayer::new(limits.idle_timeout))
+        .layer(CatchPanicLayer::custom(panicked))
+        .layer(middleware::from_fn(move |request: Request, next: Next| {
+            time_limit(limit, request, next)
+        }))
+}
+
+struct Intake {
+    max_body_bytes: usize,
+    budget: Arc<Semaphore>,
+    max_inflight_body_bytes: usize,
+}
+
+fn too_large(limit: usize) -> Response {
+    refusal(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the body is larger than the extender's limit of {limit} bytes (--max-body-bytes)"),
+        None,
+    )
+}
+
+/// Reads the body whole before the handler runs: a declared length over `--max-body-bytes`
+/// is refused before a byte is read, a body that passes it where it does; each frame's bytes
+/// are taken from the budget of bytes in flight as they arrive (503 once it is spent) and held
+/// until the answer is made.
+async fn read_body(State(intake): State<Arc<Intake>>, request: Request, next: Next) -> Response {
+    let limit = intake.max_body_bytes;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return too_large(limit);
+    }
+    let (parts, body) = request.into_parts();
+    let mut body = std::pin::pin!(body);
+    let mut held: Vec<OwnedSemaphorePermit> = Vec::new();
+    let mut bytes: Vec<u8> = Vec::new();
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let data = match frame {
+            Ok(frame) => match frame.into_data() {
+                Ok(data) => data,
+                Err(_) => continue,
+            },
+            Err(e) => return body_error(&e),
+        };
+        if bytes.len().saturating_add(data.len()) > limit {
+            return too_large(limit);
+        }
+        let units = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        match intake.budget.clone().try_acquire_many_owned(units) {
+            Ok(permit) => held.push(permit),
+            Err(_) => {
+                tracing::warn!("call refused: the budget of body bytes in flight is spent");
+                return refusal(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "the extender holds its limit of {} bytes of bodies in flight \
+                         (--max-inflight-body-bytes)",
+                        intake.max_inflight_body_bytes
+                    ),
+                    None,
+                );
+            }
+        }
+        bytes.extend_from_slice(&data);
+    }
+    let response = next
+        .run(Request::from_parts(parts, Body::from(Bytes::from(bytes))))
+        .await;
+    drop(held);
+    response
+}
+
+/// A body that could not be read: the idle timeout's 408, or the client's failure.
+fn body_error(e: &axum::Error) -> Response {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<tower_http::timeout::TimeoutError>() {
+            return refusal(
+                StatusCode::REQUEST_TIMEOUT,
+                "the body paused longer than the extender's limit (--idle-timeout)".into(),
+                None,
+            );
+        }
+        source = err.source();
+    }
+    refusal(
+        StatusCode::BAD_REQUEST,
+        format!("the body could not be read: {e}"),
+        None,
+    )
+}
+
+/// A handler's panic, caught: logged, answered 500.
+fn panicked(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let what = duet_core::panic::message(&*panic);
+    tracing::error!(panic = %what, "an extender call panicked");
+    refusal(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal error".into(),
+        None,
+    )
+}
+
+/// 503 naming `--request-timeout` when a call takes longer; its work is dropped.
+async fn time_limit(limit: Duration, request: Request, next: Next) -> Response {
+    let path = request.uri().path().to_string();
+    if let Ok(response) = tokio::time::timeout(limit, next.run(request)).await {
+        return response;
+    }
+    tracing::warn!(path, limit_s = limit.as_secs_f64(), "call timed out");
+    refusal(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "the call took longer than the extender's limit of {} s (--request-timeout)",
+            limit.as_secs_f64()
+        ),
+        None,
+    )
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves, then lets open connections finish.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: &Limits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let reserve = Arc::new(Semaphore::new(PROBE_RESERVE));
+    // Every connection holds a receiver; `closing.closed()` resolves when the last has ended.
+    let (closing, closed) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            stream = accept(&listener) => stream,
+            () = &mut shutdown => break,
+        };
+        let connection = Connection {
+            app: app.clone(),
+            header_timeout: limits.header_timeout,
+            closed: closed.clone(),
+        };
+        if let Ok(permit) = connections.clone().try_acquire_owned() {
+            tokio::spawn(connection.run(stream, permit, true));
+        } else if let Ok(permit) = reserve.clone().try_acquire_owned() {
+            tokio::spawn(async move {
+                if is_probe(&stream).await {
+                    connection.run(stream, permit, false).await;
+                } else {
+                    tracing::debug!("connection over --max-connections closed");
+                }
+            });
+        } else {
+            tracing::debug!("connection over --max-connections closed");
+        }
+    }
+    drop(listener);
+    tracing::info!("listener closed; finishing open connections");
+    let _ = closing.send(true);
+    drop(closed);
+    closing.closed().await;
+}
+
+/// Whether the connection's first bytes are a probe's request line (within `PROBE_WAIT`).
+async fn is_probe(stream: &TcpStream) -> bool {
+    let look = async {
+        let mut buf = [0u8; 16];
+        loop {
+            let n = match stream.peek(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => n,
+            };
+            let seen = &buf[..n];
+            if PROBES.iter().any(|p| seen.starts_with(p)) {
+                return true;
+            }
+            if n == buf.len() || !PROBES.iter().any(|p| p.starts_with(seen)) {
+                return false;
+            }
+            // A request line still arriving.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(PROBE_WAIT, look)
+        .await
+        .unwrap_or(false)
+}
+
+/// The next connection, Nagle's algorithm off; a failed accept (out of descriptors) is logged
+/// and tried again after a pause. Cancel-safe.
+async fn accept(listener: &TcpListener) -> TcpStream {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                return stream;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// One accepted connection and what serving it needs.
+struct Connection {
+    app: Router,
+    header_timeout: Duration,
+    closed: watch::Receiver<bool>,
+}
+
+impl Connection {
+    /// Serves the connection until it closes (a reserve connection: one request).
+    async fn run(mut self, stream: TcpStream, permit: OwnedSemaphorePermit, keep_alive: bool) {
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_timeout)
+            .keep_alive(keep_alive);
+        let service = TowerToHyperService::new(self.app.clone());
+        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        tokio::pin!(conn);
+        let mut closing = false;
+        let result = loop {
+            tokio::select! {
+                result = conn.as_mut() => break result,
+                changed = self.closed.changed(), if !closing => {
+                    // Shutting down: finish the call in progress, if any, then close.
+                    let _ = changed;
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        };
+        if let Err(e) = result {
+            if e.is_timeout() {
+                tracing::debug!(
+                    "connection closed: no complete request header within --header-timeout"
+                );
+            } else {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        }
+        drop(permit);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::{get, post};
+
+    /// `routes` behind the guards on a loopback port.
+    async fn start(routes: Router, limits: &Limits) -> std::net::SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (app, limits) = (guarded(routes, limits), limits.clone());
+        tokio::spawn(async move { serve(listener, app, &limits, std::future::pending()).await });
+        addr
+    }
+
+    /// Sends `head` (its last header line's end included) and `body`; the status and body.
+    async fn ask(addr: std::net::SocketAddr, head: &str, body: &[u8]) -> (u16, String) {
+        use std::io::{Read, Write};
+        let request = [format!("{head}Connection: close\r\n\r\n").as_bytes(), body].concat();
+        let text = tokio::task::spawn_blocking(move || {
+            let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+            stream
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .expect("timeout");
+            let _ = stream.write_all(&request);
+            let mut answer = Vec::new();
+            let _ = stream.read_to_end(&mut answer);
+            String::from_utf8_lossy(&answer).into_owned()
+        })
+        .await
+        .expect("joined");
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
+        (status, body)
+    }
+
+    fn error(body: &str) -> String {
+        serde_json::from_str::<ApiError>(body)
+            .map(|e| e.error)
+            .unwrap_or_else(|e| panic!("not a JSON error ({e}): {body}"))
+    }
+
+    async fn a_bug() -> &'static str {
+        std::panic::panic_any("a handler's bug")
+    }
+
+    #[tokio::test]
+    async fn each_guard_answers_json_naming_its_flag() {
+        let limits = Limits {
+            max_body_bytes: 10,
+            request_timeout: Duration::from_millis(200),
+            idle_timeout: Duration::from_millis(200),
+            ..Limits::default()
+        };
+        let routes = Router::new()
+            .route("/echo", post(|body: Bytes| async move { body }))
+            .route("/panic", get(a_bug))
+            .route(
+                "/slow",
+                get(|| async { tokio::time::sleep(Duration::from_secs(60)).await }),
+            );
+        let addr = start(routes, &limits).await;
+        let post = |n: usize| format!("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {n}\r\n");
+        let (status, body) = ask(addr, &post(10), b"0123456789").await;
+        assert_eq!((status, body.as_str()), (200, "0123456789"));
+        // Declared over the limit: refused with nothing of it sent.
+        let (status, body) = ask(addr, &post(1_000_000_000), b"").await;
+        assert_eq!(status, 413, "{body}");
+        assert!(error(&body).contains("--max-body-bytes"), "{body}");
+        // Chunked, passing the limit as it arrives.
+        let chunked = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n";
+        let (status, body) = ask(addr, chunked, b"c\r\n0123456789ab\r\n0\r\n\r\n").await;
+        assert_eq!(status, 413, "{body}");
+        // A body that stops arriving.
+        let (status, body) = ask(addr, &post(10), b"01234").await;
+        assert_eq!(status, 408, "{body}");
+        assert!(error(&body).contains("--idle-timeout"), "{body}");
+        let (status, body) = ask(addr, "GET /panic HTTP/1.1\r\nHost: x\r\n", b"").await;
+        assert_eq!((status, error(&body).as_str()), (500, "internal error"));
+        let (status, body) = ask(addr, "GET /slow HTTP/1.1\r\nHost: x\r\n", b"").await;
+        assert_eq!(status, 503, "{body}");
+        assert!(error(&body).contains("--request-timeout"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn bodies_in_flight_share_one_budget() {
+        let limits = Limits {
+            max_body_bytes: 10,
+            max_inflight_body_bytes: 15,
+            ..Limits::default()
+        };
+        // A handler that holds its body's bytes until told to answer.
+        let (go, wait) = watch::channel(false);
+        let routes = Router::new().route(
+            "/hold",
+            post(move |body: Bytes| {
+                let mut wait = wait.clone();
+                async move {
+                    let _ = wait.wait_for(|go| *go).await;
+                    body
+                }
+            }),
+        );
+        let addr = start(routes, &limits).await;
+        let head = "POST /hold HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n";
+        let first = tokio::spawn(async move { ask(addr, head, b"0123456789").await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (status, body) = ask(addr, head, b"0123456789").await;
+        assert_eq!(status, 503, "{body}");
+        assert!(error(&body).contains("--max-inflight-body-bytes"), "{body}");
+        go.send(true).expect("send");
+        assert_eq!(first.await.expect("joined").0, 200);
+        // Its bytes given back, the next body is taken.
+        assert_eq!(ask(addr, head, b"0123456789").await.0, 200);
+    }
+}
