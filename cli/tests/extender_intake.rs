@@ -24,7 +24,11 @@ fn root() -> std::path::PathBuf {
 
 /// The port `process` logs it listens on (60 s at most).
 fn listening_port(process: &Process) -> u16 {
-    let marker = "duet extender on http://";
+    logged_port(process, "duet extender on http://")
+}
+
+/// The port after `marker` in `process`'s log (60 s at most).
+fn logged_port(process: &Process, marker: &str) -> u16 {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let port = process.output().lines().find_map(|l| {
@@ -58,9 +62,8 @@ fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool, log: &Pr
     }
 }
 
-/// `duet extender` with `flags`, on a cluster that never answers (its guards need none): the
-/// process and its port.
-fn lone_extender(dir: &Path, log: &str, flags: &[&str]) -> (Process, u16) {
+/// A kubeconfig in `dir` naming a cluster that never answers.
+fn unreachable_kubeconfig(dir: &Path) -> std::path::PathBuf {
     let kubeconfig = dir.join("unreachable.kubeconfig");
     std::fs::write(
         &kubeconfig,
@@ -69,6 +72,13 @@ fn lone_extender(dir: &Path, log: &str, flags: &[&str]) -> (Process, u16) {
          none\ncurrent-context: none\nusers:\n- name: none\n  user:\n    token: x\n",
     )
     .expect("kubeconfig");
+    kubeconfig
+}
+
+/// `duet extender` with `flags`, on a cluster that never answers (its guards need none): the
+/// process and its port.
+fn lone_extender(dir: &Path, log: &str, flags: &[&str]) -> (Process, u16) {
+    let kubeconfig = unreachable_kubeconfig(dir);
     let extender = Process::spawn(
         duet()
             .args(["extender", "--listen", "127.0.0.1:0"])
@@ -279,4 +289,35 @@ fn the_extender_takes_requests_in_under_its_guards() {
         || post_raw(port, "/filter", names.as_bytes()).0 == 200,
         &extender,
     );
+}
+
+/// `duet schedule`'s probes (`--listen`) are served under the same guards at their defaults: a
+/// half-sent header is closed after the 5 s header timeout, not held.
+#[test]
+fn the_schedulers_probes_close_a_half_sent_header() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scheduler = Process::spawn(
+        duet()
+            .args(["schedule", "--listen", "127.0.0.1:0"])
+            .args(["--predictor", "http://127.0.0.1:9"])
+            .arg("--devices")
+            .arg(root().join("deploy/k8s/devices.toml"))
+            .arg("--kubeconfig")
+            .arg(unreachable_kubeconfig(dir.path()))
+            .env("RUST_LOG", "info"),
+        dir.path().join("schedule.log"),
+    );
+    let port = logged_port(&scheduler, "probes on http://");
+    let started = Instant::now();
+    let (status, _) = raw_call(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Ag");
+    assert_eq!(status, 0, "{}", scheduler.tail(20));
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "closed at once"
+    );
+    let probe = raw_call(
+        port,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(probe.0, 200, "{probe:?}");
 }

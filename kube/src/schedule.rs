@@ -622,9 +622,15 @@ pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()>
             "duet schedule: probes on http://{} (/healthz, /readyz, /metrics)",
             listener.local_addr().unwrap_or(listen)
         );
-        let routes = probe_routes::<Scheduler>().with_state(state.clone());
+        // The probes are served under the extender's guards at their defaults (header and
+        // body timeouts, the connection limit): a slow or idle client holds nothing for long.
+        let limits = crate::listen::Limits::default();
+        let routes = crate::listen::guarded(
+            probe_routes::<Scheduler>().with_state(state.clone()),
+            &limits,
+        );
         tokio::spawn(async move {
-            let _ = axum::serve(listener, routes).await;
+            crate::listen::serve(listener, routes, &limits, std::future::pending()).await;
         });
     }
     let client = PredictClient::new(
