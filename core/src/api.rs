@@ -675,6 +675,45 @@ pub fn clipped(text: String) -> String {
     format!("{}... ({} bytes more)", &text[..end], text.len() - end)
 }
 
+/// `prefix` and then `value`'s text, as [`clipped`] gives them, written no further than the
+/// clip: a message that quotes a large input (a parser's error) is never copied whole.
+pub fn clipped_display(prefix: &str, value: &dyn fmt::Display) -> String {
+    struct Bounded {
+        kept: String,
+        total: usize,
+        /// A piece was cut: nothing after it is kept, so the text kept is a prefix.
+        cut: bool,
+    }
+    impl fmt::Write for Bounded {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            self.total += s.len();
+            if self.cut {
+                return Ok(());
+            }
+            let room = ERROR_TEXT_BYTES - self.kept.len();
+            let mut end = room.min(s.len());
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.kept.push_str(&s[..end]);
+            self.cut = end < s.len();
+            Ok(())
+        }
+    }
+    let mut out = Bounded {
+        kept: String::new(),
+        total: 0,
+        cut: false,
+    };
+    // Writing into memory cannot fail but for a Display that reports an error itself.
+    let _ = fmt::Write::write_fmt(&mut out, format_args!("{prefix}{value}"));
+    if out.total <= ERROR_TEXT_BYTES {
+        return out.kept;
+    }
+    let more = out.total - out.kept.len();
+    format!("{}... ({more} bytes more)", out.kept)
+}
+
 /// Every 4xx and 5xx answer: what went wrong, and the request field it concerns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -725,6 +764,35 @@ mod tests {
             err.to_string()
                 .contains("a finite number, a string or null")
         );
+    }
+
+    #[test]
+    fn an_error_text_is_clipped_alike_whole_or_written() {
+        struct Pieces(Vec<&'static str>);
+        impl fmt::Display for Pieces {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.iter().try_for_each(|p| f.write_str(p))
+            }
+        }
+        let short = Pieces(vec!["unknown ", "field"]);
+        assert_eq!(clipped_display("bad: ", &short), "bad: unknown field");
+        assert_eq!(clipped("bad: unknown field".into()), "bad: unknown field");
+        // Past the limit, in pieces that split a multi-byte character at the cut, and pieces
+        // after the cut that would fit: the same text as clipping the whole.
+        let a = "a".repeat(ERROR_TEXT_BYTES - 6);
+        let long = Pieces(vec![Box::leak(a.into_boxed_str()), "éééé", "b", "ccc"]);
+        let whole = clipped(format!("err: {long}"));
+        assert_eq!(clipped_display("err: ", &long), whole);
+        assert!(
+            whole.ends_with("a... (12 bytes more)"),
+            "{}",
+            &whole[whole.len() - 30..]
+        );
+        assert!(whole.len() <= ERROR_TEXT_BYTES + 30);
+        // Exactly at the limit: whole.
+        let exact = "x".repeat(ERROR_TEXT_BYTES);
+        assert_eq!(clipped_display("", &exact), exact);
+        assert_eq!(clipped(exact.clone()), exact);
     }
 
     #[test]

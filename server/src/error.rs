@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use duet_core::api::{ApiError, clipped};
+use duet_core::api::{ApiError, clipped, clipped_display};
 use duet_model::{ErrorKind, ModelError};
 
 /// Seconds a client refused for the server's load is asked to wait (`Retry-After`).
@@ -112,12 +112,16 @@ pub(crate) fn parse_json_tracked<T: serde::de::DeserializeOwned>(
         };
         Failure::with_field(
             status,
-            format!("invalid JSON body: {inner}"),
+            clipped_display("invalid JSON body: ", &inner),
             (path != ".").then_some(path),
         )
     })?;
-    de.end()
-        .map_err(|e| Failure::new(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))?;
+    de.end().map_err(|e| {
+        Failure::new(
+            StatusCode::BAD_REQUEST,
+            clipped_display("invalid JSON body: ", &e),
+        )
+    })?;
     Ok(value)
 }
 

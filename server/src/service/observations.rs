@@ -67,7 +67,10 @@ pub fn check(
     let observation = parsed.map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { String::new() } else { path };
-        reject(&field, format!("invalid observation: {}", e.into_inner()))
+        reject(
+            &field,
+            duet_core::api::clipped_display("invalid observation: ", &e.into_inner()),
+        )
     })?;
     let observed_at_s = fields(&observation, receipt.now_s).map_err(|(f, e)| reject(&f, e))?;
     let gpu = observation.gpu.clone();
