@@ -193,7 +193,9 @@ pub fn read<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, BadBody> 
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
         let path = e.path().to_string();
-        BadBody::malformed((path != ".").then_some(path), e.into_inner().to_string())
+        // Written no further than the clip: serde's message may quote the whole body.
+        let error = duet_core::api::clipped_display("", &e.into_inner());
+        BadBody::malformed((path != ".").then_some(path), error)
     })?;
     de.end()
         .map_err(|e| BadBody::malformed(None, format!("{e} after the JSON value")))?;
