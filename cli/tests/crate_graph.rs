@@ -11,7 +11,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("duet-core", &[]),
     ("duet-model", &["duet-core"]),
     ("duet-trainer", &["duet-core", "duet-model"]),
-    ("duet-server", &["duet-core", "duet-model"]),
+    // The connection loop both HTTP listeners share (the server's, the extender's).
+    ("duet-listen", &[]),
+    ("duet-server", &["duet-core", "duet-model", "duet-listen"]),
     ("duet-scheduler", &["duet-core", "duet-model"]),
     ("duet-profiler", &["duet-core"]),
     // The campaign loop sees what chooses (model, trainer) and what measures (the profiler,
@@ -21,7 +23,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["duet-core", "duet-model", "duet-trainer", "duet-profiler"],
     ),
     // The Kubernetes side prices through the scheduler crate's loop and client.
-    ("duet-kube", &["duet-core", "duet-scheduler"]),
+    ("duet-kube", &["duet-core", "duet-scheduler", "duet-listen"]),
     (
         "duet-cli",
         &[

@@ -1,15 +1,13 @@
-//! How the extender takes requests in, with the guards of `duet serve` (server/src/listen.rs,
-//! intake.rs, router.rs; duet-kube cannot import them): hyper's HTTP/1 with a header-read
-//! timeout (`--header-timeout`, which also closes a keep-alive connection idle that long), a
-//! limit on open connections (`--max-connections`) with a reserve of 16 beyond it for probes
-//! (`/healthz`, `/readyz`, `/metrics`), a body read whole under its limit (`--max-body-bytes`,
-//! a declared length over it refused before a byte is read) and under a budget of body bytes
-//! in flight (`--max-inflight-body-bytes`), a body that pauses cut off (`--idle-timeout`), a
-//! call that takes too long answered (`--request-timeout`), and a handler's panic answered 500.
-//! Every refusal is a JSON `ApiError` naming its flag.
-//!
-//! On shutdown the listener closes, every connection finishes the call it is answering (each
-//! bounded by the timeouts above) and closes, and `serve` returns once all have.
+//! How the extender takes requests in, with the guards of `duet serve`: duet's connection loop
+//! (`duet-listen`, the server's too: hyper's header-read timeout, `--header-timeout`, which
+//! also closes a keep-alive connection idle that long; a limit on open connections,
+//! `--max-connections`, with a reserve beyond it for probes, `/healthz`, `/readyz`,
+//! `/metrics`; a drain on shutdown), and the server's intake rebuilt here (server/src/intake.rs
+//! and router.rs, which the crate graph keeps from duet-kube): a body read whole under its
+//! limit (`--max-body-bytes`, a declared length over it refused before a byte is read) and
+//! under a budget of body bytes in flight (`--max-inflight-body-bytes`), a body that pauses
+//! cut off (`--idle-timeout`), a call that takes too long answered (`--request-timeout`), and a
+//! handler's panic answered 500. Every refusal is a JSON `ApiError` naming its flag.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -22,21 +20,14 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use duet_core::api::{ApiError, clipped};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use duet_listen::ConnectionLimits;
+use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
-/// Connections beyond `--max-connections` that probes may use.
-pub const PROBE_RESERVE: usize = 16;
-
-/// Request lines a connection in the reserve may start with.
+/// Request lines a connection in the reserve beyond `--max-connections` may start with.
 const PROBES: [&[u8]; 3] = [b"GET /healthz", b"GET /readyz", b"GET /metrics"];
-
-/// How long a connection over the limit has to show it is a probe.
-const PROBE_WAIT: Duration = Duration::from_secs(1);
 
 /// The limits on what a client may make the extender hold.
 #[derive(Debug, Clone)]
@@ -223,132 +214,21 @@ async fn time_limit(limit: Duration, request: Request, next: Next) -> Response {
     )
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves, then lets open connections finish.
+/// Serves `app` on `listener` until `shutdown` resolves, then lets open connections finish:
+/// duet's connection loop (`duet-listen`, the server's too) with `--header-timeout`,
+/// `--max-connections` and the probes' reserve.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: &Limits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let reserve = Arc::new(Semaphore::new(PROBE_RESERVE));
-    // Every connection holds a receiver; `closing.closed()` resolves when the last has ended.
-    let (closing, closed) = watch::channel(false);
-    tokio::pin!(shutdown);
-    loop {
-        let stream = tokio::select! {
-            stream = accept(&listener) => stream,
-            () = &mut shutdown => break,
-        };
-        let connection = Connection {
-            app: app.clone(),
-            header_timeout: limits.header_timeout,
-            closed: closed.clone(),
-        };
-        if let Ok(permit) = connections.clone().try_acquire_owned() {
-            tokio::spawn(connection.run(stream, permit, true));
-        } else if let Ok(permit) = reserve.clone().try_acquire_owned() {
-            tokio::spawn(async move {
-                if is_probe(&stream).await {
-                    connection.run(stream, permit, false).await;
-                } else {
-                    tracing::debug!("connection over --max-connections closed");
-                }
-            });
-        } else {
-            tracing::debug!("connection over --max-connections closed");
-        }
-    }
-    drop(listener);
-    tracing::info!("listener closed; finishing open connections");
-    let _ = closing.send(true);
-    drop(closed);
-    closing.closed().await;
-}
-
-/// Whether the connection's first bytes are a probe's request line (within `PROBE_WAIT`).
-async fn is_probe(stream: &TcpStream) -> bool {
-    let look = async {
-        let mut buf = [0u8; 16];
-        loop {
-            let n = match stream.peek(&mut buf).await {
-                Ok(0) | Err(_) => return false,
-                Ok(n) => n,
-            };
-            let seen = &buf[..n];
-            if PROBES.iter().any(|p| seen.starts_with(p)) {
-                return true;
-            }
-            if n == buf.len() || !PROBES.iter().any(|p| p.starts_with(seen)) {
-                return false;
-            }
-            // A request line still arriving.
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    let connections = ConnectionLimits {
+        max_connections: limits.max_connections,
+        header_timeout: limits.header_timeout,
+        probes: &PROBES,
     };
-    tokio::time::timeout(PROBE_WAIT, look)
-        .await
-        .unwrap_or(false)
-}
-
-/// The next connection, Nagle's algorithm off; a failed accept (out of descriptors) is logged
-/// and tried again after a pause. Cancel-safe.
-async fn accept(listener: &TcpListener) -> TcpStream {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                let _ = stream.set_nodelay(true);
-                return stream;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "accepting a connection failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
-}
-
-/// One accepted connection and what serving it needs.
-struct Connection {
-    app: Router,
-    header_timeout: Duration,
-    closed: watch::Receiver<bool>,
-}
-
-impl Connection {
-    /// Serves the connection until it closes (a reserve connection: one request).
-    async fn run(mut self, stream: TcpStream, permit: OwnedSemaphorePermit, keep_alive: bool) {
-        let mut builder = hyper::server::conn::http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(self.header_timeout)
-            .keep_alive(keep_alive);
-        let service = TowerToHyperService::new(self.app.clone());
-        let conn = builder.serve_connection(TokioIo::new(stream), service);
-        tokio::pin!(conn);
-        let mut closing = false;
-        let result = loop {
-            tokio::select! {
-                result = conn.as_mut() => break result,
-                changed = self.closed.changed(), if !closing => {
-                    // Shutting down: finish the call in progress, if any, then close.
-                    let _ = changed;
-                    closing = true;
-                    conn.as_mut().graceful_shutdown();
-                }
-            }
-        };
-        if let Err(e) = result {
-            if e.is_timeout() {
-                tracing::debug!(
-                    "connection closed: no complete request header within --header-timeout"
-                );
-            } else {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
-        }
-        drop(permit);
-    }
+    duet_listen::serve(listener, app, &connections, Arc::new(()), shutdown).await;
 }
 
 #[cfg(test)]
@@ -450,7 +330,7 @@ mod tests {
             ..Limits::default()
         };
         // A handler that holds its body's bytes until told to answer.
-        let (go, wait) = watch::channel(false);
+        let (go, wait) = tokio::sync::watch::channel(false);
         let routes = Router::new().route(
             "/hold",
             post(move |body: Bytes| {

@@ -93,7 +93,7 @@ fn limited(
     tokio::spawn(async move {
         loop {
             let stream = tokio::select! {
-                stream = crate::listen::accept(&listener, "gRPC") => stream,
+                stream = duet_listen::accept(&listener, "gRPC") => stream,
                 () = tx.closed() => return,
             };
             let Ok(place) = places.clone().try_acquire_owned() else {
