@@ -668,7 +668,16 @@ pub fn clipped(text: String) -> String {
     if text.len() <= ERROR_TEXT_BYTES {
         return text;
     }
-    let mut end = ERROR_TEXT_BYTES;
+    clipped_at(&text, ERROR_TEXT_BYTES)
+}
+
+/// `text` whole up to `max` bytes, else cut at a character's boundary there, saying how much
+/// was left out.
+pub fn clipped_at(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
     while !text.is_char_boundary(end) {
         end -= 1;
     }

@@ -46,14 +46,7 @@ pub const QUOTED_BYTES: usize = 200;
 /// boundary there, saying how much was left out (an annotation may be as long as the API server
 /// takes, and its error is held once per reason and sent back to the scheduler).
 pub fn quote(text: &str) -> String {
-    if text.len() <= QUOTED_BYTES {
-        return text.to_string();
-    }
-    let mut end = QUOTED_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}... ({} bytes more)", &text[..end], text.len() - end)
+    duet_core::api::clipped_at(text, QUOTED_BYTES)
 }
 
 /// An annotation duet cannot read: the pod is then one duet does not know.

@@ -223,12 +223,7 @@ async fn supervise<F, Fut>(
         let why = match tokio::spawn(start()).await {
             Ok(()) => "it ended".to_string(),
             Err(e) if e.is_panic() => {
-                let payload = e.into_panic();
-                let text = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "no message".into());
+                let text = duet_core::panic::message(e.into_panic().as_ref());
                 duet_core::api::clipped(format!("it panicked: {text}"))
             }
             Err(e) => e.to_string(),

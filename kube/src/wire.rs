@@ -138,7 +138,10 @@ fn clipped_text<S: Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
     if text.len() <= duet_core::api::ERROR_TEXT_BYTES {
         s.serialize_str(text)
     } else {
-        s.serialize_str(&duet_core::api::clipped(text.to_string()))
+        s.serialize_str(&duet_core::api::clipped_at(
+            text,
+            duet_core::api::ERROR_TEXT_BYTES,
+        ))
     }
 }
 
