@@ -239,6 +239,25 @@ fn the_extender_takes_requests_in_under_its_guards() {
     );
     assert_eq!(status, 408, "{body}");
     assert!(json_error(&body).0.contains("--idle-timeout"), "{body}");
+    // Each refusal is counted in /metrics by the guard that made it.
+    let (status, metrics) = raw_call(
+        port,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status, 200, "{metrics}");
+    for (guard, count) in [
+        ("header_timeout", 1),
+        ("max_body_bytes", 1),
+        ("max_nodes", 2),
+        ("idle_timeout", 1),
+    ] {
+        let series = format!("duet_kube_guard_refusals_total{{guard=\"{guard}\"}} {count}\n");
+        assert!(metrics.contains(&series), "{series} in:\n{metrics}");
+    }
+    assert!(
+        metrics.contains("duet_kube_connections_open 1\n"),
+        "the /metrics call itself:\n{metrics}"
+    );
     let mut open = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     std::io::Write::write_all(
         &mut open,
@@ -279,9 +298,16 @@ fn the_extender_takes_requests_in_under_its_guards() {
     );
     let probe = raw_call(
         port,
-        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(probe.0, 200, "{probe:?}");
+    assert!(
+        probe
+            .1
+            .contains("duet_kube_guard_refusals_total{guard=\"max_connections\"}"),
+        "{}",
+        probe.1
+    );
     drop(held);
     wait_for(
         "a call is answered once the held connections close",

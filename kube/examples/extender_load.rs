@@ -64,10 +64,12 @@ fn main() -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     runtime.spawn(async move {
         let limits = duet_kube::listen::Limits::default();
+        let guards = x.metrics.guards.clone();
         duet_kube::listen::serve(
             listener,
             extender::router(x, &limits),
             &limits,
+            &guards,
             std::future::pending(),
         )
         .await;

@@ -243,8 +243,8 @@ pub fn router(extender: Arc<Extender>, limits: &Limits) -> Router {
         .route("/prioritize", post(prioritize))
         .route("/bind", post(bind_pod))
         .merge(probe_routes())
-        .with_state(extender);
-    listen::guarded(routes, limits)
+        .with_state(extender.clone());
+    listen::guarded(routes, limits, &extender.metrics.guards)
 }
 
 /// `/healthz`, `/readyz` and `/metrics`, for any state that holds a view and metrics.
@@ -301,6 +301,9 @@ fn bad_request(x: &Extender, verb: &str, bad: BadBody, started: Instant) -> Resp
     } else {
         StatusCode::BAD_REQUEST
     };
+    if bad.too_large {
+        x.metrics.guards.refused("max_nodes");
+    }
     listen::refusal(status, bad.error, bad.field)
 }
 
@@ -453,7 +456,15 @@ pub async fn serve(config: ExtenderConfig, view: View, kube: Client) -> Result<(
         listener.local_addr().unwrap_or(config.listen),
         config.predictor
     );
+    let guards = extender.metrics.guards.clone();
     let app = router(extender, &config.limits);
-    listen::serve(listener, app, &config.limits, crate::shutdown_signal()).await;
+    listen::serve(
+        listener,
+        app,
+        &config.limits,
+        &guards,
+        crate::shutdown_signal(),
+    )
+    .await;
     Ok(())
 }

@@ -26,6 +26,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
+use crate::metrics::Guards;
+
 /// Request lines a connection in the reserve beyond `--max-connections` may start with.
 const PROBES: [&[u8]; 3] = [b"GET /healthz", b"GET /readyz", b"GET /metrics"];
 
@@ -76,8 +78,9 @@ pub fn refusal(status: StatusCode, error: String, field: Option<String>) -> Resp
 
 /// `app` behind the request guards: its body read under the limits, paused bodies cut off,
 /// panics answered, the time limit.
-pub fn guarded(app: Router, limits: &Limits) -> Router {
+pub fn guarded(app: Router, limits: &Limits, guards: &Guards) -> Router {
     let intake = Arc::new(Intake {
+        guards: guards.clone(),
         max_body_bytes: limits.max_body_bytes,
         budget: Arc::new(Semaphore::new(
             limits
@@ -92,13 +95,18 @@ pub fn guarded(app: Router, limits: &Limits) -> Router {
         .layer(middleware::from_fn_with_state(intake, read_body))
         // Inside the body's reading: it changes the body's type.
         .layer(RequestBodyTimeoutLayer::new(limits.idle_timeout))
-        .layer(CatchPanicLayer::custom(panicked))
-        .layer(middleware::from_fn(move |request: Request, next: Next| {
-            time_limit(limit, request, next)
+        .layer(CatchPanicLayer::custom({
+            let guards = guards.clone();
+            move |panic| panicked(&guards, panic)
+        }))
+        .layer(middleware::from_fn({
+            let guards = guards.clone();
+            move |request: Request, next: Next| time_limit(limit, guards.clone(), request, next)
         }))
 }
 
 struct Intake {
+    guards: Guards,
     max_body_bytes: usize,
     budget: Arc<Semaphore>,
     max_inflight_body_bytes: usize,
@@ -124,6 +132,7 @@ async fn read_body(State(intake): State<Arc<Intake>>, request: Request, next: Ne
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
+        intake.guards.refused("max_body_bytes");
         return too_large(limit);
     }
     let (parts, body) = request.into_parts();
@@ -136,15 +145,17 @@ async fn read_body(State(intake): State<Arc<Intake>>, request: Request, next: Ne
                 Ok(data) => data,
                 Err(_) => continue,
             },
-            Err(e) => return body_error(&e),
+            Err(e) => return body_error(&e, &intake.guards),
         };
         if bytes.len().saturating_add(data.len()) > limit {
+            intake.guards.refused("max_body_bytes");
             return too_large(limit);
         }
         let units = u32::try_from(data.len()).unwrap_or(u32::MAX);
         match intake.budget.clone().try_acquire_many_owned(units) {
             Ok(permit) => held.push(permit),
             Err(_) => {
+                intake.guards.refused("max_inflight_body_bytes");
                 tracing::warn!("call refused: the budget of body bytes in flight is spent");
                 return refusal(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -167,10 +178,11 @@ async fn read_body(State(intake): State<Arc<Intake>>, request: Request, next: Ne
 }
 
 /// A body that could not be read: the idle timeout's 408, or the client's failure.
-fn body_error(e: &axum::Error) -> Response {
+fn body_error(e: &axum::Error, guards: &Guards) -> Response {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = source {
         if err.is::<tower_http::timeout::TimeoutError>() {
+            guards.refused("idle_timeout");
             return refusal(
                 StatusCode::REQUEST_TIMEOUT,
                 "the body paused longer than the extender's limit (--idle-timeout)".into(),
@@ -187,7 +199,8 @@ fn body_error(e: &axum::Error) -> Response {
 }
 
 /// A handler's panic, caught: logged, answered 500.
-fn panicked(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+fn panicked(guards: &Guards, panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    guards.refused("panic");
     let what = duet_core::panic::message(&*panic);
     tracing::error!(panic = %what, "an extender call panicked");
     refusal(
@@ -198,11 +211,12 @@ fn panicked(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
 }
 
 /// 503 naming `--request-timeout` when a call takes longer; its work is dropped.
-async fn time_limit(limit: Duration, request: Request, next: Next) -> Response {
+async fn time_limit(limit: Duration, guards: Guards, request: Request, next: Next) -> Response {
     let path = request.uri().path().to_string();
     if let Ok(response) = tokio::time::timeout(limit, next.run(request)).await {
         return response;
     }
+    guards.refused("request_timeout");
     tracing::warn!(path, limit_s = limit.as_secs_f64(), "call timed out");
     refusal(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -221,6 +235,7 @@ pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: &Limits,
+    guards: &Guards,
     shutdown: impl Future<Output = ()>,
 ) {
     let connections = ConnectionLimits {
@@ -228,7 +243,8 @@ pub async fn serve(
         header_timeout: limits.header_timeout,
         probes: &PROBES,
     };
-    duet_listen::serve(listener, app, &connections, Arc::new(()), shutdown).await;
+    let events = Arc::new(guards.clone());
+    duet_listen::serve(listener, app, &connections, events, shutdown).await;
 }
 
 #[cfg(test)]
@@ -240,8 +256,11 @@ mod tests {
     async fn start(routes: Router, limits: &Limits) -> std::net::SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let (app, limits) = (guarded(routes, limits), limits.clone());
-        tokio::spawn(async move { serve(listener, app, &limits, std::future::pending()).await });
+        let guards = Guards::default();
+        let (app, limits) = (guarded(routes, limits, &guards), limits.clone());
+        tokio::spawn(async move {
+            serve(listener, app, &limits, &guards, std::future::pending()).await;
+        });
         addr
     }
 

@@ -30,6 +30,42 @@ pub struct Metrics {
     pub unplaced: Gauge,
     /// 1 while the view of the cluster is stale (the API server unreachable), else 0.
     pub stale: Gauge,
+    /// What the listener's guards refused, and the connections being served.
+    pub guards: Guards,
+}
+
+/// The listener's guard counters (`listen.rs`), cloned into its layers and its connection loop:
+/// each clone counts into the same series.
+#[derive(Debug, Clone, Default)]
+pub struct Guards {
+    refused: Family<Labels, Counter>,
+    open: Gauge,
+}
+
+impl Guards {
+    /// One call or connection refused by `guard`: the flag it enforces, in snake case
+    /// (`max_body_bytes`), or `panic`.
+    pub fn refused(&self, guard: &str) {
+        self.refused.get_or_create(&label("guard", guard)).inc();
+    }
+}
+
+impl duet_listen::ConnectionEvents for Guards {
+    fn refused(&self) {
+        Guards::refused(self, "max_connections");
+    }
+
+    fn opened(&self) {
+        self.open.inc();
+    }
+
+    fn closed(&self) {
+        self.open.dec();
+    }
+
+    fn header_timed_out(&self) {
+        Guards::refused(self, "header_timeout");
+    }
 }
 
 impl Default for Metrics {
@@ -45,6 +81,7 @@ impl Default for Metrics {
         let rounds = Counter::default();
         let unplaced = Gauge::default();
         let stale = Gauge::default();
+        let guards = Guards::default();
         registry.register(
             "duet_extender_requests",
             "kube-scheduler extender calls, by verb and outcome",
@@ -85,6 +122,17 @@ impl Default for Metrics {
             "1 while duet's view of the cluster is stale (the API server does not answer)",
             stale.clone(),
         );
+        registry.register(
+            "duet_kube_guard_refusals",
+            "calls and connections the listener's guards refused, by guard (the flag it \
+             enforces, or panic)",
+            guards.refused.clone(),
+        );
+        registry.register(
+            "duet_kube_connections_open",
+            "client connections being served",
+            guards.open.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -95,6 +143,7 @@ impl Default for Metrics {
             rounds,
             unplaced,
             stale,
+            guards,
         }
     }
 }

@@ -625,12 +625,14 @@ pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()>
         // The probes are served under the extender's guards at their defaults (header and
         // body timeouts, the connection limit): a slow or idle client holds nothing for long.
         let limits = crate::listen::Limits::default();
+        let guards = state.metrics.guards.clone();
         let routes = crate::listen::guarded(
             probe_routes::<Scheduler>().with_state(state.clone()),
             &limits,
+            &guards,
         );
         tokio::spawn(async move {
-            crate::listen::serve(listener, routes, &limits, std::future::pending()).await;
+            crate::listen::serve(listener, routes, &limits, &guards, std::future::pending()).await;
         });
     }
     let client = PredictClient::new(
