@@ -12,54 +12,18 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod support;
-use support::duet;
+use support::{duet, http_status};
 
 #[path = "support/kube.rs"]
 mod plane;
 use plane::Process;
 
+#[path = "support/kube_steps.rs"]
+mod steps;
+use steps::{listening_port, wait_for};
+
 fn root() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The port `process` logs it listens on (60 s at most).
-fn listening_port(process: &Process) -> u16 {
-    logged_port(process, "duet extender on http://")
-}
-
-/// The port after `marker` in `process`'s log (60 s at most).
-fn logged_port(process: &Process, marker: &str) -> u16 {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let port = process.output().lines().find_map(|l| {
-            let after = &l[l.find(marker)? + marker.len()..];
-            after
-                .split_whitespace()
-                .next()?
-                .rsplit(':')
-                .next()?
-                .parse()
-                .ok()
-        });
-        if let Some(port) = port {
-            return port;
-        }
-        assert!(Instant::now() < deadline, "no port:\n{}", process.tail(20));
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Retries `ok` every 100 ms until it holds, `within` at most.
-fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool, log: &Process) {
-    let deadline = Instant::now() + within;
-    while !ok() {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within {within:?}\n{}",
-            log.tail(20)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// A kubeconfig in `dir` naming a cluster that never answers.
@@ -91,7 +55,7 @@ fn lone_extender(dir: &Path, log: &str, flags: &[&str]) -> (Process, u16) {
             .env("RUST_LOG", "info"),
         dir.join(log),
     );
-    let port = listening_port(&extender);
+    let port = listening_port(&extender, "duet extender on http://");
     (extender, port)
 }
 
@@ -126,11 +90,7 @@ fn raw_call(port: u16, request: &[u8]) -> (u16, String) {
         }
     }
     let text = String::from_utf8_lossy(&answer).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let status = http_status(&text);
     let body = text
         .split("\r\n\r\n")
         .nth(1)
@@ -294,7 +254,7 @@ fn the_extender_takes_requests_in_under_its_guards() {
         "a call over --max-connections is closed unanswered",
         Duration::from_secs(30),
         || post_raw(port, "/filter", names.as_bytes()).0 == 0,
-        &extender,
+        || extender.tail(20),
     );
     let probe = raw_call(
         port,
@@ -313,7 +273,7 @@ fn the_extender_takes_requests_in_under_its_guards() {
         "a call is answered once the held connections close",
         Duration::from_secs(30),
         || post_raw(port, "/filter", names.as_bytes()).0 == 200,
-        &extender,
+        || extender.tail(20),
     );
 }
 
@@ -333,7 +293,7 @@ fn the_schedulers_probes_close_a_half_sent_header() {
             .env("RUST_LOG", "info"),
         dir.path().join("schedule.log"),
     );
-    let port = logged_port(&scheduler, "probes on http://");
+    let port = listening_port(&scheduler, "probes on http://");
     let started = Instant::now();
     let (status, _) = raw_call(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Ag");
     assert_eq!(status, 0, "{}", scheduler.tail(20));

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod support;
-use support::{Server, TOKEN, alone, peak_rss_mib, resident_mib};
+use support::{Server, TOKEN, alone, http_status, peak_rss_mib, resident_mib};
 
 #[path = "../../server/tests/support/pg.rs"]
 mod pg;
@@ -162,11 +162,7 @@ fn read_answer(stream: &mut TcpStream) -> std::io::Result<Answer> {
         data.extend_from_slice(&buf[..n]);
     };
     let head = String::from_utf8_lossy(&data[..end]).into_owned();
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let status = http_status(&head);
     let length: usize = head
         .lines()
         .find_map(|l| {

@@ -20,7 +20,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 mod support;
-use support::{Server, TOKEN, alone, peak_rss_mib};
+use support::{Server, TOKEN, alone, http_status, peak_rss_mib};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -289,11 +289,7 @@ fn send(addr: &str, head: &str, length: Option<usize>) -> (u16, String, Duration
     let _ = stream.shutdown(std::net::Shutdown::Both);
     let _ = sender.join();
     let text = String::from_utf8_lossy(&answer).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let status = http_status(&text);
     (status, text, took)
 }
 

@@ -2,6 +2,8 @@
 //! predict`: pods to create, wait for and read back, the extender's HTTP verbs, and the
 //! capacity check.
 
+#![allow(dead_code)] // not every test file that shares this module needs all of it
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

@@ -267,3 +267,12 @@ fn status_mib(pid: u32, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("{key} in /proc/{pid}/status"));
     kib / 1024.0
 }
+
+/// The status code in a raw HTTP/1.1 answer's status line (0 where there is none).
+pub fn http_status(answer: &str) -> u16 {
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
