@@ -2,27 +2,27 @@
 //! (`duet-listen`, the server's too: hyper's header-read timeout, `--header-timeout`, which
 //! also closes a keep-alive connection idle that long; a limit on open connections,
 //! `--max-connections`, with a reserve beyond it for probes, `/healthz`, `/readyz`,
-//! `/metrics`; a drain on shutdown), and the server's intake rebuilt here (server/src/intake.rs
-//! and router.rs, which the crate graph keeps from duet-kube): a body read whole under its
-//! limit (`--max-body-bytes`, a declared length over it refused before a byte is read) and
-//! under a budget of body bytes in flight (`--max-inflight-body-bytes`), a body that pauses
-//! cut off (`--idle-timeout`), a call that takes too long answered (`--request-timeout`), and a
-//! handler's panic answered 500. Every refusal is a JSON `ApiError` naming its flag.
+//! `/metrics`; a drain on shutdown), and its body intake (`duet_listen::body`, the server's
+//! too): a body read whole under its limit (`--max-body-bytes`, a declared length over it
+//! refused before a byte is read) and under a budget of body bytes in flight
+//! (`--max-inflight-body-bytes`); here besides, a body that pauses cut off (`--idle-timeout`),
+//! a call that takes too long answered (`--request-timeout`), and a handler's panic answered
+//! 500. Every refusal is a JSON `ApiError` naming its flag.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes, HttpBody};
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use duet_core::api::{ApiError, clipped};
 use duet_listen::ConnectionLimits;
+use duet_listen::body::{self, BodyBudget, Unread, declared_length};
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
@@ -82,12 +82,7 @@ pub fn guarded(app: Router, limits: &Limits, guards: &Guards) -> Router {
     let intake = Arc::new(Intake {
         guards: guards.clone(),
         max_body_bytes: limits.max_body_bytes,
-        budget: Arc::new(Semaphore::new(
-            limits
-                .max_inflight_body_bytes
-                .clamp(1, Semaphore::MAX_PERMITS),
-        )),
-        max_inflight_body_bytes: limits.max_inflight_body_bytes,
+        budget: BodyBudget::new(limits.max_inflight_body_bytes),
     });
     let limit = limits.request_timeout;
     // The body is whole once the handler sees it: axum's own limit (2 MB) is off.
@@ -108,94 +103,65 @@ pub fn guarded(app: Router, limits: &Limits, guards: &Guards) -> Router {
 struct Intake {
     guards: Guards,
     max_body_bytes: usize,
-    budget: Arc<Semaphore>,
-    max_inflight_body_bytes: usize,
+    budget: BodyBudget,
 }
 
-fn too_large(limit: usize) -> Response {
-    refusal(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        format!("the body is larger than the extender's limit of {limit} bytes (--max-body-bytes)"),
-        None,
-    )
-}
-
-/// Reads the body whole before the handler runs: a declared length over `--max-body-bytes`
-/// is refused before a byte is read, a body that passes it where it does; each frame's bytes
-/// are taken from the budget of bytes in flight as they arrive (503 once it is spent) and held
-/// until the answer is made.
+/// Reads the body whole before the handler runs (`duet_listen::body`, the server's intake
+/// too): a declared length over `--max-body-bytes` is refused before a byte is read, a body
+/// that passes it where it does; each frame's bytes are taken from the budget of bytes in
+/// flight as they arrive (503 once it is spent) and held until the answer is made.
 async fn read_body(State(intake): State<Arc<Intake>>, request: Request, next: Next) -> Response {
     let limit = intake.max_body_bytes;
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
+    let too_large = || {
         intake.guards.refused("max_body_bytes");
-        return too_large(limit);
+        refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the body is larger than the extender's limit of {limit} bytes (--max-body-bytes)"
+            ),
+            None,
+        )
+    };
+    if declared_length(request.headers()).is_some_and(|n| n > limit as u64) {
+        return too_large();
     }
     let (parts, body) = request.into_parts();
-    let mut body = std::pin::pin!(body);
-    let mut held: Vec<OwnedSemaphorePermit> = Vec::new();
-    let mut bytes: Vec<u8> = Vec::new();
-    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
-        let data = match frame {
-            Ok(frame) => match frame.into_data() {
-                Ok(data) => data,
-                Err(_) => continue,
-            },
-            Err(e) => return body_error(&e, &intake.guards),
-        };
-        if bytes.len().saturating_add(data.len()) > limit {
-            intake.guards.refused("max_body_bytes");
-            return too_large(limit);
+    let (bytes, held) = match body::read(body, limit, &intake.budget).await {
+        Ok(read) => read,
+        Err(Unread::TooLarge { .. }) => return too_large(),
+        Err(Unread::BudgetSpent(spent)) => {
+            intake.guards.refused("max_inflight_body_bytes");
+            return refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the extender holds its limit of {} bytes of bodies in flight \
+                     (--max-inflight-body-bytes)",
+                    spent.max
+                ),
+                None,
+            );
         }
-        let units = u32::try_from(data.len()).unwrap_or(u32::MAX);
-        match intake.budget.clone().try_acquire_many_owned(units) {
-            Ok(permit) => held.push(permit),
-            Err(_) => {
-                intake.guards.refused("max_inflight_body_bytes");
-                tracing::warn!("call refused: the budget of body bytes in flight is spent");
-                return refusal(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!(
-                        "the extender holds its limit of {} bytes of bodies in flight \
-                         (--max-inflight-body-bytes)",
-                        intake.max_inflight_body_bytes
-                    ),
-                    None,
-                );
-            }
-        }
-        bytes.extend_from_slice(&data);
-    }
-    let response = next
-        .run(Request::from_parts(parts, Body::from(Bytes::from(bytes))))
-        .await;
-    drop(held);
-    response
-}
-
-/// A body that could not be read: the idle timeout's 408, or the client's failure.
-fn body_error(e: &axum::Error, guards: &Guards) -> Response {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = source {
-        if err.is::<tower_http::timeout::TimeoutError>() {
-            guards.refused("idle_timeout");
+        Err(Unread::Paused) => {
+            intake.guards.refused("idle_timeout");
             return refusal(
                 StatusCode::REQUEST_TIMEOUT,
                 "the body paused longer than the extender's limit (--idle-timeout)".into(),
                 None,
             );
         }
-        source = err.source();
-    }
-    refusal(
-        StatusCode::BAD_REQUEST,
-        format!("the body could not be read: {e}"),
-        None,
-    )
+        Err(Unread::Broken(e)) => {
+            return refusal(
+                StatusCode::BAD_REQUEST,
+                format!("the body could not be read: {e}"),
+                None,
+            );
+        }
+    };
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    drop(held);
+    response
 }
 
 /// A handler's panic, caught: logged, answered 500.
@@ -250,6 +216,7 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::body::Bytes;
     use axum::routing::{get, post};
 
     /// `routes` behind the guards on a loopback port.

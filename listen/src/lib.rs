@@ -7,6 +7,10 @@
 //!
 //! On shutdown the listener closes, every connection finishes the request it is answering and
 //! closes, and [`serve`] returns once all have.
+//!
+//! [`body`] reads a request's body whole under a limit and a budget of body bytes in flight.
+
+pub mod body;
 
 use std::future::Future;
 use std::sync::Arc;
