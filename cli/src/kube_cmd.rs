@@ -78,6 +78,9 @@ fn limits(args: &ExtenderArgs) -> Result<Limits> {
 
 pub fn extender(args: ExtenderArgs) -> Result<()> {
     let limits = limits(&args)?;
+    for name in &args.bind_schedulers {
+        flags::not_empty("--bind-scheduler", name)?;
+    }
     let (view, token, predict_timeout) = common(&args.kube)?;
     let config = ExtenderConfig {
         listen: address("--listen", &args.listen)?,
@@ -86,6 +89,7 @@ pub fn extender(args: ExtenderArgs) -> Result<()> {
         predict_timeout,
         limits,
         gpu_jobs: args.kube.gpu_jobs,
+        bind_schedulers: args.bind_schedulers.clone(),
     };
     logs();
     runtime()?.block_on(async {

@@ -1,10 +1,11 @@
 //! The real `duet extender` against hostile requests, over loopback, on a cluster that never
 //! answers (its guards need none, so no control plane): flag values that cannot work refused
-//! at start; a half-sent header closed; a declared length over --max-body-bytes refused before
-//! the body; more nodes than --max-nodes refused where they are read; bytes after the JSON
-//! refused; an error that would echo the body clipped; a paused body cut off; SIGTERM not held
-//! up by a half-sent body; --max-connections holding while probes answer. Every refusal is a
-//! JSON error naming its flag.
+//! at start; a half-sent header closed; a pod of a million empty containers read at its text's
+//! cost; a declared length over --max-body-bytes refused before the body; more nodes than
+//! --max-nodes refused where they are read; bytes after the JSON refused; a long string where an
+//! array belongs named by its length, not echoed; a paused body cut off; SIGTERM not held up by
+//! a half-sent body; --max-connections holding while probes answer. Every refusal is a JSON
+//! error naming its flag.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -108,6 +109,16 @@ fn post_raw(port: u16, path: &str, body: &[u8]) -> (u16, String) {
     raw_call(port, &[head.as_bytes(), body].concat())
 }
 
+/// A process's peak resident memory (`VmHWM`), KiB.
+fn peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM")
+}
+
 /// The JSON error of an answer, `(error, field)`.
 fn json_error(body: &str) -> (String, Option<String>) {
     let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
@@ -151,8 +162,26 @@ fn the_extender_takes_requests_in_under_its_guards() {
             "--max-nodes",
             "3",
             "--max-body-bytes",
-            "200000",
+            "8000000",
         ],
+    );
+    // A pod of a million empty containers and 100,000 annotations (3.4 MB) costs the
+    // extender about its text: it is read for what the extender judges it by, the rest skipped
+    // (read into k8s-openapi's types, a million containers took gigabytes).
+    let before = peak_kib(extender.child.id());
+    let containers = vec!["{}"; 1_000_000].join(",");
+    let annotations: Vec<String> = (0..100_000).map(|i| format!(r#""n{i}":"""#)).collect();
+    let pod = format!(
+        r#"{{"Pod": {{"metadata": {{"name": "p", "annotations": {{{}}}}}, "spec": {{"containers": [{containers}]}}}}, "NodeNames": []}}"#,
+        annotations.join(",")
+    );
+    let (status, body) = post_raw(port, "/filter", pod.as_bytes());
+    assert_eq!(status, 200, "{body}");
+    let grown_kib = peak_kib(extender.child.id()).saturating_sub(before);
+    assert!(
+        grown_kib < 64 << 10,
+        "a {}-byte pod raised the extender's peak by {grown_kib} KiB",
+        pod.len()
     );
     // A half-sent header is closed after the header timeout, with no answer.
     let (status, _) = raw_call(port, b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Le");
@@ -186,12 +215,20 @@ fn the_extender_takes_requests_in_under_its_guards() {
     );
     assert_eq!(status, 400, "{body}");
     assert!(json_error(&body).0.contains("trailing"), "{body}");
-    // An error that would echo the body is clipped.
-    let echo = [&br#"{"Pod": ""#[..], &[0x7f; 100_000], br#""}"#].concat();
+    // A long string where an array belongs is named by its length, not echoed.
+    let echo = [
+        &br#"{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ""#[..],
+        &[0x7f; 100_000],
+        br#""}"#,
+    ]
+    .concat();
     let (status, body) = post_raw(port, "/filter", &echo);
     assert_eq!(status, 400, "{}", &body[..body.len().min(300)]);
     assert!(body.len() < 4096, "{} bytes answered", body.len());
-    assert!(json_error(&body).0.contains("bytes more)"), "{body}");
+    assert!(
+        json_error(&body).0.contains("a string of 100000 bytes"),
+        "{body}"
+    );
     // A body that stops arriving is cut off; SIGTERM is not held up by one left open.
     let (status, body) = raw_call(
         port,

@@ -128,7 +128,14 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     rt.block_on(apply_rbac(&admin));
     let server = Server::start_with(&[]);
-    let (mut extender, ext_port) = start_extender(&plane, &server, 0, "extender-1.log", &[]);
+    // It binds only the kube-scheduler's pods (`--bind-scheduler`; the guards' case below).
+    let (mut extender, ext_port) = start_extender(
+        &plane,
+        &server,
+        0,
+        "extender-1.log",
+        &["--bind-scheduler", "default-scheduler"],
+    );
     let ext = |path: &str| format!("http://127.0.0.1:{ext_port}{path}");
     wait_for(
         "the extender is ready",

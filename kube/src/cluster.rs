@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::contract::{self, AnnotationError, Assignment, JobSpec};
 use crate::devices::{DeviceMap, NodeInfo};
@@ -64,12 +65,15 @@ impl PodInfo {
         let empty = BTreeMap::new();
         let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
         let spec = pod.spec.as_ref();
+        fn of<'a>(list: Option<&'a BTreeMap<String, Quantity>>, resource: &str) -> Option<&'a str> {
+            list.and_then(|l| l.get(resource)).map(|q| q.0.as_str())
+        }
         let asked = |c: &Container| -> u32 {
             let r = c.resources.as_ref();
-            r.and_then(|r| r.limits.as_ref().and_then(|l| l.get(resource)))
-                .or_else(|| r.and_then(|r| r.requests.as_ref().and_then(|l| l.get(resource))))
-                .and_then(|q| q.0.trim().parse::<u32>().ok())
-                .unwrap_or(0)
+            gpus_asked(
+                of(r.and_then(|r| r.limits.as_ref()), resource),
+                of(r.and_then(|r| r.requests.as_ref()), resource),
+            )
         };
         // Saturating: the API server takes any count per container, and a sum past u32 would
         // panic (debug) or wrap to a small count (release).
@@ -124,6 +128,15 @@ impl PodInfo {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// GPUs one container asks for, given its limit and its request of the resource: the limit
+/// where it has one, else the request; a quantity that is not a whole count asks for none.
+pub fn gpus_asked(limit: Option<&str>, request: Option<&str>) -> u32 {
+    limit
+        .or(request)
+        .and_then(|q| q.trim().parse::<u32>().ok())
+        .unwrap_or(0)
 }
 
 /// How one GPU of a node is used.

@@ -36,6 +36,21 @@ pub const BESIDE: &str = "duet.io/beside";
 /// Written by duet: the speed the model predicted for it where it was placed.
 pub const PREDICTED_SPEED: &str = "duet.io/predicted-speed";
 
+/// Every annotation of the contract: what a pod's reader keeps of its annotations (a pod in a
+/// scheduler's call is read for these alone).
+pub const ANNOTATIONS: [&str; 10] = [
+    WORKLOAD,
+    PROFILES,
+    OBJECTIVE,
+    PRIORITY,
+    MEMORY,
+    GPU,
+    SHARING,
+    MPS_SHARE,
+    BESIDE,
+    PREDICTED_SPEED,
+];
+
 /// The most GPUs a `duet.io/gpu` annotation may name (more than any node holds).
 pub const MAX_GPUS: usize = 64;
 
@@ -266,6 +281,18 @@ pub fn assignment_annotations(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `duet.io/` annotation this file names is in `ANNOTATIONS` (what a call's pod keeps).
+    #[test]
+    fn every_annotation_of_the_contract_is_listed() {
+        let named: Vec<&str> = include_str!("contract.rs")
+            .lines()
+            .filter(|l| l.starts_with("pub const ") && l.contains(": &str = \"duet.io/"))
+            .filter_map(|l| l.split('"').nth(1))
+            .collect();
+        assert_eq!(named.len(), ANNOTATIONS.len(), "{named:?}");
+        assert!(named.iter().all(|n| ANNOTATIONS.contains(n)), "{named:?}");
+    }
 
     fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

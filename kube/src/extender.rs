@@ -24,6 +24,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client};
 
 use crate::bind;
+use crate::call_args;
 use crate::cluster::{GpuUse, PodInfo};
 use crate::contract::{self, Assignment, Identity};
 use crate::known::{Known, REFRESH, SingleFlight};
@@ -46,6 +47,8 @@ pub struct ExtenderConfig {
     pub limits: Limits,
     /// Pods one GPU may hold (2: pairs).
     pub gpu_jobs: usize,
+    /// The schedulerNames of the pods it binds (empty: any pod the kube-scheduler asks for).
+    pub bind_schedulers: Vec<String>,
 }
 
 /// What the extender's calls share.
@@ -316,12 +319,14 @@ fn unavailable(x: &Extender, verb: &str, e: &anyhow::Error, started: Instant) ->
 
 async fn filter(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
     let started = Instant::now();
-    let (pod, names, list) = match wire::read_args(&body, x.max_nodes).and_then(wire::pod_and_nodes)
+    let resource = &x.view.map.resource;
+    let (pod, names, list) = match wire::read_args(&body, x.max_nodes)
+        .and_then(|args| call_args::pod_and_nodes(args, resource))
     {
         Ok(v) => v,
         Err(bad) => return bad_request(&x, "filter", bad, started),
     };
-    let info = PodInfo::read(&pod, &x.view.map.resource);
+    let info = PodInfo::read(&pod, resource);
     let verdicts = match x.judge(&info, &names).await {
         Ok(v) => v,
         Err(e) => return unavailable(&x, "filter", &e, started),
@@ -354,11 +359,14 @@ async fn filter(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
 
 async fn prioritize(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
     let started = Instant::now();
-    let (pod, names, _) = match wire::read_args(&body, x.max_nodes).and_then(wire::pod_and_nodes) {
+    let resource = &x.view.map.resource;
+    let (pod, names, _) = match wire::read_args(&body, x.max_nodes)
+        .and_then(|args| call_args::pod_and_nodes(args, resource))
+    {
         Ok(v) => v,
         Err(bad) => return bad_request(&x, "prioritize", bad, started),
     };
-    let info = PodInfo::read(&pod, &x.view.map.resource);
+    let info = PodInfo::read(&pod, resource);
     let verdicts = match x.judge(&info, &names).await {
         Ok(v) => v,
         Err(e) => return unavailable(&x, "prioritize", &e, started),
@@ -446,7 +454,8 @@ pub async fn serve(config: ExtenderConfig, view: View, kube: Client) -> Result<(
     let extender = Arc::new(
         Extender::new(view, client, Some(kube))
             .with_gpu_jobs(config.gpu_jobs)
-            .with_max_nodes(config.limits.max_nodes),
+            .with_max_nodes(config.limits.max_nodes)
+            .with_schedulers(config.bind_schedulers.clone()),
     );
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

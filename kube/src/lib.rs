@@ -8,6 +8,7 @@
 //! and value a place by the pricing loop's rule (`placement.rs`), with the server's predictions.
 
 pub mod bind;
+pub mod call_args;
 pub mod cluster;
 pub mod contract;
 pub mod devices;

@@ -1,23 +1,26 @@
 //! The kube-scheduler extender protocol's bodies (`k8s.io/kube-scheduler/extender/v1`), with
 //! Go's field names on the wire. A malformed body is refused naming the field; the node arrays
 //! are counted while they are read (`--max-nodes`), and a node list's items are kept as the
-//! text they came as, to be passed back, never parsed into values.
+//! text they came as, to be passed back, never parsed into values; the pod is kept as text for
+//! `call_args.rs`, which reads what the extender judges it by. A string where an object or an
+//! array belongs is refused by its length, never quoted.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
-use k8s_openapi::api::core::v1::Pod;
-use serde::de::{Deserializer, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 
 /// `ExtenderArgs`: the pod and its candidate nodes, by name (`nodeCacheCapable`) or whole.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ExtenderArgs {
+    /// The pod as the text it came as (`call_args::pod_and_nodes` reads what the extender
+    /// judges it by).
     #[serde(rename = "Pod")]
-    pub pod: Option<Pod>,
-    #[serde(rename = "Nodes", default)]
+    pub pod: Option<Box<RawValue>>,
+    #[serde(rename = "Nodes", default, deserialize_with = "object_or_null")]
     pub nodes: Option<NodeList>,
     #[serde(rename = "NodeNames", default, deserialize_with = "counted_or_null")]
     pub node_names: Option<Vec<String>>,
@@ -39,7 +42,7 @@ pub struct NodeList {
     pub metadata: Option<Box<RawValue>>,
     #[serde(default, deserialize_with = "counted_or_empty")]
     pub items: Vec<Box<RawValue>>,
-    /// Each item's `metadata.name`, in order (filled by [`pod_and_nodes`]).
+    /// Each item's `metadata.name`, in order (filled by `call_args::pod_and_nodes`).
     #[serde(skip)]
     pub names: Vec<String>,
 }
@@ -72,17 +75,6 @@ impl PartialEq for NodeList {
                 .zip(&other.items)
                 .all(|(a, b)| a.get() == b.get())
     }
-}
-
-/// A node item's name, read without the rest of it.
-#[derive(Deserialize)]
-struct Named {
-    metadata: Option<NamedMeta>,
-}
-
-#[derive(Deserialize)]
-struct NamedMeta {
-    name: Option<String>,
 }
 
 /// `ExtenderFilterResult`.
@@ -174,7 +166,7 @@ pub struct BadBody {
 }
 
 impl BadBody {
-    fn malformed(field: Option<String>, error: String) -> BadBody {
+    pub(crate) fn malformed(field: Option<String>, error: String) -> BadBody {
         BadBody {
             field,
             error,
@@ -193,6 +185,13 @@ thread_local! {
 /// Reads a JSON body whole (bytes after its value are refused); an error names the field by
 /// its path (`Pod.metadata.name`).
 pub fn read<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, BadBody> {
+    // Every body of the protocol is an object; anything else is refused unquoted.
+    if bytes.trim_ascii_start().first() != Some(&b'{') {
+        return Err(BadBody::malformed(
+            None,
+            "expected a JSON object (the body is not one)".into(),
+        ));
+    }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
         let path = e.path().to_string();
@@ -271,7 +270,11 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for Counted<T> {
     }
 
     fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_seq(self)
+        d.deserialize_any(self)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Err(string_refused(v, "an array or null"))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
@@ -290,53 +293,78 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for Counted<T> {
     }
 }
 
-/// The pod and the candidate node names of an `ExtenderArgs`, or what is missing.
-pub fn pod_and_nodes(args: ExtenderArgs) -> Result<(Pod, Vec<String>, Option<NodeList>), BadBody> {
-    let missing =
-        |field: &str, error: &str| BadBody::malformed(Some(field.to_string()), error.to_string());
-    let pod = args.pod.ok_or_else(|| missing("Pod", "required"))?;
-    if pod.metadata.name.as_deref().is_none_or(str::is_empty) {
-        return Err(missing("Pod.metadata.name", "required"));
-    }
-    match (args.node_names, args.nodes) {
-        (Some(names), _) => Ok((pod, names, None)),
-        (None, Some(mut list)) => {
-            let mut names = Vec::with_capacity(list.items.len());
-            for (i, item) in list.items.iter().enumerate() {
-                let name = serde_json::from_str::<Named>(item.get())
-                    .ok()
-                    .and_then(|n| n.metadata?.name)
-                    .filter(|n| !n.is_empty())
-                    .ok_or_else(|| {
-                        missing(&format!("Nodes.items[{i}].metadata.name"), "required")
-                    })?;
-                names.push(name);
-            }
-            list.names.clone_from(&names);
-            Ok((pod, names, Some(list)))
+/// `text` read by `seed`, a malformed field named under `prefix`.
+pub(crate) fn read_under<'de, S: DeserializeSeed<'de>>(
+    prefix: &str,
+    text: &'de str,
+    seed: S,
+) -> Result<S::Value, BadBody> {
+    let de = &mut serde_json::Deserializer::from_str(text);
+    let mut track = serde_path_to_error::Track::new();
+    let read = seed.deserialize(serde_path_to_error::Deserializer::new(de, &mut track));
+    read.map_err(|e| {
+        let path = track.path().to_string();
+        let field = match path.as_str() {
+            "." => prefix.to_string(),
+            p if p.starts_with('[') => format!("{prefix}{p}"),
+            p => format!("{prefix}.{p}"),
+        };
+        BadBody::malformed(Some(field), duet_core::api::clipped_display("", &e))
+    })
+}
+
+/// A JSON object read as `T`, `null` as none; a string is refused without quoting it (serde's
+/// own message would hold all of it).
+pub(crate) fn object_or_null<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Object<T>(PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for Object<T> {
+        type Value = Option<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object or null")
         }
-        (None, None) => Err(missing(
-            "NodeNames",
-            "required (or Nodes, without nodeCacheCapable)",
-        )),
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Err(string_refused(v, "an object or null"))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Some)
+        }
     }
+    d.deserialize_any(Object(PhantomData))
+}
+
+/// A string where one was not expected, refused by its length alone.
+pub(crate) fn string_refused<E: serde::de::Error>(v: &str, expected: &str) -> E {
+    E::custom(format_args!(
+        "invalid type: a string of {} bytes, expected {expected}",
+        v.len()
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::call_args::pod_and_nodes;
+
+    const GPU: &str = "nvidia.com/gpu";
 
     #[test]
     fn the_scheduler_s_bodies_are_read_with_go_s_names() {
         let body = br#"{"Pod": {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
             "spec": {"containers": [{"name": "c"}]}}, "Nodes": null, "NodeNames": ["a", "b"]}"#;
-        let (pod, names, list) = pod_and_nodes(read(body).expect("valid")).expect("valid");
+        let (pod, names, list) = pod_and_nodes(read(body).expect("valid"), GPU).expect("valid");
         assert_eq!(pod.metadata.name.as_deref(), Some("p"));
         assert_eq!(names, ["a", "b"]);
         assert!(list.is_none());
         let body = br#"{"Pod": {"metadata": {"name": "p"}},
             "Nodes": {"items": [{"metadata": {"name": "a"}}]}}"#;
-        let (_, names, list) = pod_and_nodes(read(body).expect("valid")).expect("valid");
+        let (_, names, list) = pod_and_nodes(read(body).expect("valid"), GPU).expect("valid");
         assert_eq!(names, ["a"]);
         assert_eq!(list.expect("list").items.len(), 1);
         let out = serde_json::to_value(ExtenderFilterResult {
@@ -377,7 +405,7 @@ mod tests {
             ),
         ] {
             let e = read::<ExtenderArgs>(body)
-                .and_then(pod_and_nodes)
+                .and_then(|a| pod_and_nodes(a, GPU))
                 .expect_err("must be refused");
             assert_eq!(e.field.as_deref(), Some(field), "{e:?}");
         }
@@ -430,7 +458,7 @@ mod tests {
         let list = r#"{"kind":"NodeList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[{"metadata":{"name":"a","labels":{"x":"1"}},"status":{"capacity":{"cpu":"4"}}},{"metadata":{"name":"b"}}]}"#;
         let body = format!(r#"{{"Pod": {{"metadata": {{"name": "p"}}}}, "Nodes": {list}}}"#);
         let (_, names, list_read) =
-            pod_and_nodes(read_args(body.as_bytes(), 10).expect("valid")).expect("valid");
+            pod_and_nodes(read_args(body.as_bytes(), 10).expect("valid"), GPU).expect("valid");
         assert_eq!(names, ["a", "b"]);
         let mut list_read = list_read.expect("a list");
         assert_eq!(serde_json::to_string(&list_read).expect("serialise"), list);
@@ -447,7 +475,7 @@ mod tests {
         );
         // Go's nil slice.
         let body = br#"{"Pod": {"metadata": {"name": "p"}}, "Nodes": {"items": null}}"#;
-        let (_, names, _) = pod_and_nodes(read_args(body, 10).expect("valid")).expect("valid");
+        let (_, names, _) = pod_and_nodes(read_args(body, 10).expect("valid"), GPU).expect("valid");
         assert!(names.is_empty());
     }
 

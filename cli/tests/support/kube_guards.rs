@@ -1,6 +1,6 @@
 //! The Kubernetes end-to-end test's hostile cases against a running extender: a pod whose GPU
 //! request overflows a u32 sum leaves the extender's view current, and /bind binds only the pod
-//! a call names by its UID, to a node duet knows.
+//! a call names by its UID, of a scheduler `--bind-scheduler` names, to a node duet knows.
 
 use std::time::Duration;
 
@@ -85,6 +85,27 @@ pub(crate) fn a_hostile_pod_and_binds(
         let answer: Value = serde_json::from_str(&answer).expect("json");
         answer["Error"].as_str().unwrap_or_default().to_string()
     };
+    // A pending pod of another scheduler than `--bind-scheduler` names is refused too.
+    let stranger = rt.block_on(async {
+        create(pods, pod_spec("stranger", "nobody", None, 1, "none", &[])).await;
+        pods.get("stranger")
+            .await
+            .expect("pod")
+            .metadata
+            .uid
+            .expect("uid")
+    });
+    let body = json!({"PodName": "stranger", "PodNamespace": "default", "PodUID": stranger,
+        "Node": "flip-b"});
+    let (status, answer) = post(&format!("{ext}/bind"), &body.to_string());
+    assert_eq!(status, 200, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).expect("json");
+    let why = answer["Error"].as_str().unwrap_or_default();
+    assert!(why.contains("scheduler nobody"), "{answer}");
+    assert_eq!(
+        rt.block_on(bound_node(pods, "stranger", Duration::ZERO)),
+        None
+    );
     let wrong_uid = bind("00000000-0000-0000-0000-000000000000", "flip-b");
     assert!(wrong_uid.contains("UID"), "{wrong_uid}");
     let no_node = bind(&victim, "no-such-node");
