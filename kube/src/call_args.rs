@@ -11,7 +11,9 @@ use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::wire::{BadBody, ExtenderArgs, NodeList, object_or_null, read_under, string_refused};
+use crate::wire::{
+    BadBody, ExtenderArgs, NodeList, null_or, object_or_null, read_under, string_refused,
+};
 
 /// The pod and the candidate node names of an `ExtenderArgs`, or what is missing; `resource`
 /// is the extended resource GPUs are asked for by (the pod is read as [`read_pod`] says).
@@ -239,21 +241,7 @@ impl<'de> DeserializeSeed<'de> for Asks<'_> {
 
 impl<'de> Visitor<'de> for Asks<'_> {
     type Value = u32;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("an array of containers or null")
-    }
-    fn visit_none<E>(self) -> Result<u32, E> {
-        Ok(0)
-    }
-    fn visit_unit<E>(self) -> Result<u32, E> {
-        Ok(0)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<u32, D::Error> {
-        d.deserialize_any(self)
-    }
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<u32, E> {
-        Err(string_refused(v, "an array of containers or null"))
-    }
+    null_or!('de, 0, "an array of containers or null");
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<u32, A::Error> {
         let mut folded = 0;
         while let Some(asked) = seq.next_element_seed(ContainerAsk(self.resource))? {
@@ -312,21 +300,7 @@ impl<'de> DeserializeSeed<'de> for ResourcesAsk<'_> {
 
 impl<'de> Visitor<'de> for ResourcesAsk<'_> {
     type Value = LimitAndRequest;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a resources object or null")
-    }
-    fn visit_none<E>(self) -> Result<Self::Value, E> {
-        Ok((None, None))
-    }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok((None, None))
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Err(string_refused(v, "an object or null"))
-    }
+    null_or!('de, (None, None), "a resources object or null");
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut asked = (None, None);
         while let Some(key) = map.next_key::<String>()? {
@@ -354,21 +328,7 @@ impl<'de> DeserializeSeed<'de> for QuantityOf<'_> {
 
 impl<'de> Visitor<'de> for QuantityOf<'_> {
     type Value = Option<String>;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("an object of quantities or null")
-    }
-    fn visit_none<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Err(string_refused(v, "an object or null"))
-    }
+    null_or!('de, None, "an object of quantities or null");
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut quantity = None;
         while let Some(key) = map.next_key::<String>()? {

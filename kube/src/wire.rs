@@ -257,25 +257,7 @@ struct Counted<T>(PhantomData<T>);
 impl<'de, T: Deserialize<'de>> Visitor<'de> for Counted<T> {
     type Value = Option<Vec<T>>;
 
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("an array or null")
-    }
-
-    fn visit_none<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Err(string_refused(v, "an array or null"))
-    }
+    null_or!('de, None, "an array or null");
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut out = Vec::new();
@@ -338,6 +320,30 @@ where
     }
     d.deserialize_any(Object(PhantomData))
 }
+
+/// The methods of a visitor that reads `null` (or nothing) as `$none`, anything else by what
+/// the deserializer finds (`deserialize_any`: the visitor's own `visit_seq` or `visit_map`), and
+/// refuses a string by its length ([`string_refused`]), `$expected` saying what it takes.
+macro_rules! null_or {
+    ($de:lifetime, $none:expr, $expected:literal) => {
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str($expected)
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_some<D: Deserializer<$de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Err($crate::wire::string_refused(v, $expected))
+        }
+    };
+}
+pub(crate) use null_or;
 
 /// A string where one was not expected, refused by its length alone.
 pub(crate) fn string_refused<E: serde::de::Error>(v: &str, expected: &str) -> E {
