@@ -130,9 +130,10 @@ pub struct ExtenderArgs {
     /// own default httpTimeout, after which it no longer waits for the answer.
     #[arg(long, default_value_t = 5.0)]
     pub request_timeout: f64,
-    /// Binds only pods whose schedulerName is this (repeat the flag for several profiles); a
-    /// /bind of another scheduler's pod is refused in its Error. None given: any pod.
-    #[arg(long = "bind-scheduler", value_name = "NAME")]
+    /// Binds only pods whose schedulerName is this (several: repeat the flag or separate them
+    /// with commas); a /bind of another scheduler's pod is refused in its Error. None given: any
+    /// pod.
+    #[arg(long = "bind-scheduler", value_name = "NAME", value_delimiter = ',')]
     pub bind_schedulers: Vec<String>,
 }
 

@@ -79,7 +79,10 @@ fn limits(args: &ExtenderArgs) -> Result<Limits> {
 pub fn extender(args: ExtenderArgs) -> Result<()> {
     let limits = limits(&args)?;
     for name in &args.bind_schedulers {
-        flags::not_empty("--bind-scheduler", name)?;
+        // A schedulerName holds no spaces: one with them would refuse every bind.
+        if flags::not_empty("--bind-scheduler", name)?.contains(char::is_whitespace) {
+            bail!("--bind-scheduler: `{name}` is not a scheduler name (it holds spaces)");
+        }
     }
     let (view, token, predict_timeout) = common(&args.kube)?;
     let config = ExtenderConfig {

@@ -1,11 +1,11 @@
 //! The real `duet extender` against hostile requests, over loopback, on a cluster that never
 //! answers (its guards need none, so no control plane): flag values that cannot work refused
-//! at start; a half-sent header closed; a pod of a million empty containers read at its text's
-//! cost; a declared length over --max-body-bytes refused before the body; more nodes than
-//! --max-nodes refused where they are read; bytes after the JSON refused; a long string where an
-//! array belongs named by its length, not echoed; a paused body cut off; SIGTERM not held up by
-//! a half-sent body; --max-connections holding while probes answer. Every refusal is a JSON
-//! error naming its flag.
+//! at start; a half-sent header closed; a pod of a million empty containers, and a body of a
+//! million one-byte chunks, taken at their text's cost; a declared length over --max-body-bytes
+//! refused before the body; more nodes than --max-nodes refused where they are read; bytes after
+//! the JSON refused; a long string where an array belongs named by its length, not echoed; a
+//! paused body cut off; SIGTERM not held up by a half-sent body; --max-connections holding while
+//! probes answer. Every refusal is a JSON error naming its flag.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -138,6 +138,8 @@ fn the_extender_takes_requests_in_under_its_guards() {
         ["--max-connections", "0"],
         ["--header-timeout", "0"],
         ["--request-timeout", "inf"],
+        ["--bind-scheduler", " duet"],
+        ["--bind-scheduler", "a,,b"],
     ] {
         let out = duet()
             .arg("extender")
@@ -182,6 +184,28 @@ fn the_extender_takes_requests_in_under_its_guards() {
         grown_kib < 64 << 10,
         "a {}-byte pod raised the extender's peak by {grown_kib} KiB",
         pod.len()
+    );
+    // A body of a million one-byte chunks holds its bytes, not a record of each chunk (one
+    // permit of the budget each: +18 MiB for this 1 MB body).
+    std::fs::write(format!("/proc/{}/clear_refs", extender.child.id()), "5").expect("reset");
+    let before = peak_kib(extender.child.id());
+    let body = format!(
+        r#"{{"Pod": {{"metadata": {{"name": "p"}}}}, "NodeNames": [], "x": "{}"}}"#,
+        "a".repeat(1_000_000)
+    );
+    let mut chunked = b"POST /filter HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+        Transfer-Encoding: chunked\r\n\r\n"
+        .to_vec();
+    for byte in body.bytes() {
+        chunked.extend_from_slice(&[b'1', b'\r', b'\n', byte, b'\r', b'\n']);
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let (status, answer) = raw_call(port, &chunked);
+    assert_eq!(status, 200, "{answer}");
+    let grown_kib = peak_kib(extender.child.id()).saturating_sub(before);
+    assert!(
+        grown_kib < 8 << 10,
+        "a 1 MB body in one-byte chunks raised the extender's peak by {grown_kib} KiB"
     );
     // A half-sent header is closed after the header timeout, with no answer.
     let (status, _) = raw_call(port, b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Le");

@@ -23,14 +23,15 @@ pub struct BodyBudget {
     pub refused: AtomicU64,
 }
 
-/// A request's share of the budget, given back when dropped.
+/// A request's share of the budget, given back when dropped: one permit however many frames
+/// its body came in (a body of a million one-byte chunks holds one, not a million).
 #[derive(Debug, Default)]
-pub struct Held(Vec<OwnedSemaphorePermit>);
+pub struct Held(Option<OwnedSemaphorePermit>);
 
 impl Held {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.0.iter().map(|p| p.num_permits()).sum()
+        self.0.as_ref().map_or(0, OwnedSemaphorePermit::num_permits)
     }
 }
 
@@ -81,7 +82,10 @@ impl BodyBudget {
         let units = u32::try_from(n).unwrap_or(u32::MAX);
         match self.bytes.clone().try_acquire_many_owned(units) {
             Ok(permit) => {
-                held.0.push(permit);
+                match &mut held.0 {
+                    Some(mine) => mine.merge(permit),
+                    None => held.0 = Some(permit),
+                }
                 Ok(())
             }
             Err(_) => {
@@ -184,7 +188,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn frames_are_joined() {
+    async fn frames_are_joined_and_held_as_one_permit() {
         let budget = BodyBudget::new(100);
         let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
             Ok(Bytes::from_static(b"ab")),
@@ -194,6 +198,8 @@ mod tests {
         let body = Body::from_stream(tokio_stream::iter(chunks));
         let (bytes, held) = read(body, 50, &budget).await.expect("read");
         assert_eq!(&bytes[..], b"abcde");
-        assert_eq!(held.bytes(), 5);
+        assert_eq!((held.bytes(), budget.in_flight()), (5, 5));
+        drop(held);
+        assert_eq!(budget.in_flight(), 0);
     }
 }
