@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
+use crate::cluster::GpuAsks;
 use crate::wire::{
     BadBody, ExtenderArgs, NodeList, null_or, object_or_null, read_under, string_refused,
 };
@@ -33,13 +34,17 @@ pub fn pod_and_nodes(
         (None, Some(mut list)) => {
             let mut names = Vec::with_capacity(list.items.len());
             for (i, item) in list.items.iter().enumerate() {
-                let name = serde_json::from_str::<Named>(item.get())
-                    .ok()
-                    .and_then(|n| n.metadata?.name)
+                let at = format!("Nodes.items[{i}]");
+                // Anything but an object is refused unquoted (serde's message would hold it).
+                if !item.get().trim_start().starts_with('{') {
+                    return Err(missing(&at, "expected a node object"));
+                }
+                let named: Named = read_under(&at, item.get(), PhantomData)?;
+                let name = named
+                    .metadata
+                    .and_then(|m| m.name)
                     .filter(|n| !n.is_empty())
-                    .ok_or_else(|| {
-                        missing(&format!("Nodes.items[{i}].metadata.name"), "required")
-                    })?;
+                    .ok_or_else(|| missing(&format!("{at}.metadata.name"), "required"))?;
                 names.push(name);
             }
             list.names.clone_from(&names);
@@ -54,9 +59,9 @@ pub fn pod_and_nodes(
 
 /// A call's pod as far as the extender reads it: its name, namespace, UID, creation and
 /// deletion times, the contract's annotations (`contract::ANNOTATIONS`), its node, scheduler and
-/// phase, and what its containers ask of `resource`, folded as they are read into one container
-/// (their sum) and one init container (the most any asks), which `PodInfo::read` reads as it
-/// reads the pod whole. Nothing else of it becomes a value, so a pod of a million empty
+/// phase, and what its containers and init containers ask of `resource`, folded as they are
+/// read (`cluster::GpuAsks`, as `PodInfo::read` counts a whole pod) into one container asking
+/// the pod's count. Nothing else of it becomes a value, so a pod of a million empty
 /// containers, volumes or annotations costs its text and no more (as k8s-openapi's types it cost
 /// hundreds of times its text); its other fields are not checked either: the kube-scheduler sends
 /// pods the API server has taken. A field of those read that is malformed is named
@@ -74,29 +79,42 @@ pub fn read_pod(text: &RawValue, resource: &str) -> Result<Pod, BadBody> {
         ));
     }
     let fields: PodFields = read_under("Pod", text.get(), PhantomData)?;
-    let asks = |raw: Option<&RawValue>, field: &str, fold: fn(u32, u32) -> u32| match raw {
-        None => Ok(0),
-        Some(raw) => read_under(field, raw.get(), Asks { resource, fold }),
-    };
-    let one_asking = |name: &str, gpus: u32| Container {
-        name: name.into(),
-        resources: Some(ResourceRequirements {
-            limits: Some([(resource.to_string(), Quantity(gpus.to_string()))].into()),
-            ..ResourceRequirements::default()
-        }),
-        ..Container::default()
-    };
     let spec = match fields.spec {
         None => None,
         Some(spec) => {
-            let sum = asks(spec.containers, "Pod.spec.containers", u32::saturating_add)?;
-            let most = asks(spec.init_containers, "Pod.spec.initContainers", u32::max)?;
+            let mut gpus = GpuAsks::default();
+            for (raw, field, init) in [
+                (spec.containers, "Pod.spec.containers", false),
+                (spec.init_containers, "Pod.spec.initContainers", true),
+            ] {
+                if let Some(raw) = raw {
+                    let into = &mut gpus;
+                    read_under(
+                        field,
+                        raw.get(),
+                        Asks {
+                            resource,
+                            into,
+                            init,
+                        },
+                    )?;
+                }
+            }
+            // The pod's whole count, as one container asking it.
+            let asking = |gpus: u32| Container {
+                name: "asking".into(),
+                resources: Some(ResourceRequirements {
+                    limits: Some([(resource.to_string(), Quantity(gpus.to_string()))].into()),
+                    ..ResourceRequirements::default()
+                }),
+                ..Container::default()
+            };
             Some(PodSpec {
-                containers: (sum > 0)
-                    .then(|| one_asking("containers", sum))
+                containers: Some(gpus.total())
+                    .filter(|&n| n > 0)
+                    .map(asking)
                     .into_iter()
                     .collect(),
-                init_containers: (most > 0).then(|| vec![one_asking("init-containers", most)]),
                 node_name: spec.node_name,
                 scheduler_name: spec.scheduler_name,
                 ..PodSpec::default()
@@ -125,11 +143,13 @@ pub fn read_pod(text: &RawValue, resource: &str) -> Result<Pod, BadBody> {
 /// A node item's name, read without the rest of it.
 #[derive(Deserialize)]
 struct Named {
+    #[serde(default, deserialize_with = "object_or_null")]
     metadata: Option<NamedMeta>,
 }
 
 #[derive(Deserialize)]
 struct NamedMeta {
+    #[serde(default)]
     name: Option<String>,
 }
 
@@ -225,64 +245,71 @@ fn contract_annotations<'de, D: Deserializer<'de>>(
     d.deserialize_any(Keep)
 }
 
-/// What each container of a list asks of `resource`, folded (`saturating_add` for the
-/// containers, `max` for the init containers) as the list is read: no container is kept.
-struct Asks<'r> {
+/// What each container of a list (`init`: the init containers, in order) asks of `resource`,
+/// folded into `into` as the list is read (`cluster::GpuAsks`): no container is kept.
+struct Asks<'r, 'g> {
     resource: &'r str,
-    fold: fn(u32, u32) -> u32,
+    into: &'g mut GpuAsks,
+    init: bool,
 }
 
-impl<'de> DeserializeSeed<'de> for Asks<'_> {
-    type Value = u32;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u32, D::Error> {
+impl<'de> DeserializeSeed<'de> for Asks<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_option(self)
     }
 }
 
-impl<'de> Visitor<'de> for Asks<'_> {
-    type Value = u32;
-    null_or!('de, 0, "an array of containers or null");
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<u32, A::Error> {
-        let mut folded = 0;
-        while let Some(asked) = seq.next_element_seed(ContainerAsk(self.resource))? {
-            folded = (self.fold)(folded, asked);
+impl<'de> Visitor<'de> for Asks<'_, '_> {
+    type Value = ();
+    null_or!('de, (), "an array of containers or null");
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some((gpus, sidecar)) = seq.next_element_seed(ContainerAsk(self.resource))? {
+            if self.init {
+                self.into.init_container(gpus, sidecar);
+            } else {
+                self.into.container(gpus);
+            }
         }
-        Ok(folded)
+        Ok(())
     }
 }
 
-/// The GPUs one container asks for (`cluster::gpus_asked` of its limit and request).
+/// The GPUs one container asks for (`cluster::gpus_asked` of its limit and request), and
+/// whether it restarts (`restartPolicy: Always`: an init container that is a sidecar).
 struct ContainerAsk<'r>(&'r str);
 
 impl<'de> DeserializeSeed<'de> for ContainerAsk<'_> {
-    type Value = u32;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u32, D::Error> {
+    type Value = (u32, bool);
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for ContainerAsk<'_> {
-    type Value = u32;
+    type Value = (u32, bool);
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a container object")
     }
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<u32, E> {
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
         Err(string_refused(v, "a container object"))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<u32, A::Error> {
-        let mut asked = (None, None);
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut asked, mut restarts) = ((None, None), false);
         // Keys are read as text (not into an enum) so that an error's path names them.
         while let Some(key) = map.next_key::<String>()? {
-            if key == "resources" {
-                asked = map.next_value_seed(ResourcesAsk(self.0))?;
-            } else {
-                map.next_value::<IgnoredAny>()?;
+            match key.as_str() {
+                "resources" => asked = map.next_value_seed(ResourcesAsk(self.0))?,
+                "restartPolicy" => {
+                    restarts = map.next_value::<Option<String>>()?.as_deref() == Some("Always");
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
             }
         }
-        Ok(crate::cluster::gpus_asked(
-            asked.0.as_deref(),
-            asked.1.as_deref(),
-        ))
+        let gpus = crate::cluster::gpus_asked(asked.0.as_deref(), asked.1.as_deref());
+        Ok((gpus, restarts))
     }
 }
 
@@ -374,6 +401,8 @@ mod tests {
                     {"name": "e", "resources": null},
                     {"name": "f"}],
                 "initContainers": [
+                    {"name": "s", "restartPolicy": "Always",
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}}},
                     {"name": "i", "resources": {"limits": {"nvidia.com/gpu": "4"}}},
                     {"name": "j", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]},
             "status": {"phase": "Pending", "conditions": []}}"#;
@@ -387,8 +416,8 @@ mod tests {
         };
         assert_eq!(PodInfo::read(&read, GPU), expected);
         assert_eq!(
-            expected.gpus, 4,
-            "init containers' most over the containers' 3"
+            expected.gpus, 5,
+            "an init container's 4 beside the sidecar's 1, over the containers' 3 and the 1"
         );
         assert!(expected.job.is_ok(), "{:?}", expected.job);
         // Containers alone: summed.

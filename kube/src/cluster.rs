@@ -75,14 +75,16 @@ impl PodInfo {
                 of(r.and_then(|r| r.requests.as_ref()), resource),
             )
         };
-        // Saturating: the API server takes any count per container, and a sum past u32 would
-        // panic (debug) or wrap to a small count (release).
-        let containers: u32 = spec.map_or(0, |s| {
-            s.containers.iter().map(asked).fold(0, u32::saturating_add)
-        });
-        let init = spec
-            .and_then(|s| s.init_containers.as_ref())
-            .map_or(0, |cs| cs.iter().map(asked).max().unwrap_or(0));
+        let mut asks = GpuAsks::default();
+        for c in spec.map_or(&[][..], |s| &s.containers[..]) {
+            asks.container(asked(c));
+        }
+        for c in spec
+            .and_then(|s| s.init_containers.as_deref())
+            .unwrap_or_default()
+        {
+            asks.init_container(asked(c), c.restart_policy.as_deref() == Some("Always"));
+        }
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         PodInfo {
             uid: pod.metadata.uid.clone().unwrap_or_default(),
@@ -98,7 +100,7 @@ impl PodInfo {
             scheduler: spec
                 .and_then(|s| s.scheduler_name.clone())
                 .unwrap_or_else(|| "default-scheduler".into()),
-            gpus: containers.max(init),
+            gpus: asks.total(),
             job: contract::job_of(annotations),
             assignment: contract::assignment_of(annotations).ok().flatten(),
             created_ns: pod
@@ -131,12 +133,54 @@ impl PodInfo {
 }
 
 /// GPUs one container asks for, given its limit and its request of the resource: the limit
-/// where it has one, else the request; a quantity that is not a whole count asks for none.
+/// where it has one, else the request; a count past `u32` is the most there is (the API server
+/// takes any), and a quantity that is not a whole count (`1k`, `0.5`) asks for none.
 pub fn gpus_asked(limit: Option<&str>, request: Option<&str>) -> u32 {
-    limit
-        .or(request)
-        .and_then(|q| q.trim().parse::<u32>().ok())
-        .unwrap_or(0)
+    let Some(quantity) = limit.or(request) else {
+        return 0;
+    };
+    let quantity = quantity.trim();
+    let digits = quantity.strip_prefix('+').unwrap_or(quantity);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return 0;
+    }
+    digits.parse::<u32>().unwrap_or(u32::MAX)
+}
+
+/// The GPUs a pod asks for, folded container by container as Kubernetes counts a pod's
+/// requests: its containers' and its sidecars' (init containers with `restartPolicy: Always`,
+/// which run beside them) together, or, where more, what an init container asks beside the
+/// sidecars started before it. Sums saturate: a sum past `u32` would panic (debug) or wrap to a
+/// small count (release).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct GpuAsks {
+    containers: u32,
+    sidecars: u32,
+    init_most: u32,
+}
+
+impl GpuAsks {
+    /// A container (of `spec.containers`) asking `gpus`.
+    pub fn container(&mut self, gpus: u32) {
+        self.containers = self.containers.saturating_add(gpus);
+    }
+
+    /// The next init container (in order) asking `gpus`; `sidecar` where it restarts (`Always`).
+    pub fn init_container(&mut self, gpus: u32, sidecar: bool) {
+        if sidecar {
+            self.sidecars = self.sidecars.saturating_add(gpus);
+            self.init_most = self.init_most.max(self.sidecars);
+        } else {
+            self.init_most = self.init_most.max(gpus.saturating_add(self.sidecars));
+        }
+    }
+
+    /// The pod's count.
+    pub fn total(&self) -> u32 {
+        self.containers
+            .saturating_add(self.sidecars)
+            .max(self.init_most)
+    }
 }
 
 /// How one GPU of a node is used.
@@ -514,6 +558,65 @@ pub(crate) mod tests {
         }))
         .expect("pod");
         assert_eq!(PodInfo::read(&pod, "nvidia.com/gpu").gpus, u32::MAX);
+    }
+
+    /// Kubernetes' count of a pod's requests: containers and sidecars together, or an init
+    /// container beside the sidecars started before it, where more; one container's count past
+    /// u32 is the most; a quantity that is not a whole count asks none.
+    #[test]
+    fn gpus_are_counted_as_kubernetes_counts_requests() {
+        let gpus = |spec: serde_json::Value| {
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "uid": "u"}, "spec": spec
+            }))
+            .expect("pod");
+            PodInfo::read(&pod, "nvidia.com/gpu").gpus
+        };
+        let c = |n: &str, gpus: &str| serde_json::json!({"name": n, "resources": {"limits": {"nvidia.com/gpu": gpus}}});
+        let sidecar = |n: &str, gpus: &str| {
+            let mut s = c(n, gpus);
+            s["restartPolicy"] = "Always".into();
+            s
+        };
+        for (spec, want) in [
+            (
+                serde_json::json!({"containers": [c("a", "1"), c("b", "2")]}),
+                3,
+            ),
+            // An init container runs before the others: the most of the two.
+            (
+                serde_json::json!({"containers": [c("a", "1")], "initContainers": [c("i", "2")]}),
+                2,
+            ),
+            // A sidecar runs beside the containers: added to them.
+            (
+                serde_json::json!({"containers": [c("a", "1")], "initContainers": [sidecar("s", "1")]}),
+                2,
+            ),
+            // An init container after a sidecar runs beside it.
+            (
+                serde_json::json!({"containers": [c("a", "1")],
+                    "initContainers": [sidecar("s", "1"), c("i", "2")]}),
+                3,
+            ),
+            // ... but not beside a sidecar started after it.
+            (
+                serde_json::json!({"containers": [c("a", "1")],
+                    "initContainers": [c("i", "2"), sidecar("s", "1")]}),
+                2,
+            ),
+            (
+                serde_json::json!({"containers": [c("a", "4294967296")]}),
+                u32::MAX,
+            ),
+            (serde_json::json!({"containers": [c("a", " +2 ")]}), 2),
+            (
+                serde_json::json!({"containers": [c("a", "1k"), c("b", "0.5"), c("c", "-1")]}),
+                0,
+            ),
+        ] {
+            assert_eq!(gpus(spec.clone()), want, "{spec}");
+        }
     }
 
     #[test]

@@ -275,7 +275,8 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for Counted<T> {
     }
 }
 
-/// `text` read by `seed`, a malformed field named under `prefix`.
+/// `text` (a part of a body) read by `seed`, a malformed field named by its path under
+/// `prefix`.
 pub(crate) fn read_under<'de, S: DeserializeSeed<'de>>(
     prefix: &str,
     text: &'de str,
@@ -291,7 +292,15 @@ pub(crate) fn read_under<'de, S: DeserializeSeed<'de>>(
             p if p.starts_with('[') => format!("{prefix}{p}"),
             p => format!("{prefix}.{p}"),
         };
-        BadBody::malformed(Some(field), duet_core::api::clipped_display("", &e))
+        // serde's position counts from the start of `text`, not of the body: the path says
+        // where, so the position is left off.
+        let error = duet_core::api::clipped_display("", &e);
+        let at = format!(" at line {} column {}", e.line(), e.column());
+        let error = match error.strip_suffix(&at) {
+            Some(message) => message.to_string(),
+            None => error,
+        };
+        BadBody::malformed(Some(field), error)
     })
 }
 
