@@ -671,6 +671,22 @@ pub fn clipped(text: String) -> String {
     clipped_at(&text, ERROR_TEXT_BYTES)
 }
 
+/// The part of a parser's field path (`pairs[3].a.features`, serde_path_to_error's form) that
+/// names something: up to the first segment it could not name (`?`: a key that is not text, a
+/// body cut short), `None` where that is nothing (`.`, the body itself).
+pub fn known_path(path: &str) -> Option<&str> {
+    let unnamed = path.match_indices('?').map(|(i, _)| i).find(|&i| {
+        let before = path[..i].chars().next_back();
+        let after = path[i + 1..].chars().next();
+        matches!(before, None | Some('.')) && matches!(after, None | Some('.' | '['))
+    });
+    let known = match unnamed {
+        Some(i) => path[..i].trim_end_matches('.'),
+        None => path,
+    };
+    (!known.is_empty() && known != ".").then_some(known)
+}
+
 /// `text` whole up to `max` bytes, else cut at a character's boundary there, saying how much
 /// was left out.
 pub fn clipped_at(text: &str, max: usize) -> String {
@@ -773,6 +789,21 @@ mod tests {
             err.to_string()
                 .contains("a finite number, a string or null")
         );
+    }
+
+    #[test]
+    fn a_path_is_known_up_to_its_first_unnamed_segment() {
+        for (path, known) in [
+            ("pairs[3].a", Some("pairs[3].a")),
+            (".", None),
+            ("?", None),
+            ("Pod.spec.containers[0].?", Some("Pod.spec.containers[0]")),
+            ("features.?.x", Some("features")),
+            ("a[0].?[2]", Some("a[0]")),
+            ("features.why?", Some("features.why?")),
+        ] {
+            assert_eq!(known_path(path), known, "{path}");
+        }
     }
 
     #[test]

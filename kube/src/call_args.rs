@@ -467,6 +467,11 @@ mod tests {
                 "Pod.spec.initContainers[0].resources",
             ),
             (r#"{"status": {"phase": 1}}"#, "Pod.status.phase"),
+            // A key that is not text (a lone surrogate): the object that holds it.
+            (
+                r#"{"spec": {"containers": [{"\ud800": 1}]}}"#,
+                "Pod.spec.containers[0]",
+            ),
         ] {
             let body = format!(r#"{{"Pod": {pod}, "NodeNames": ["a"]}}"#);
             let e = read_args(body.as_bytes(), 10)

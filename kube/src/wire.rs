@@ -9,6 +9,7 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
+use duet_core::api::known_path;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
@@ -197,7 +198,7 @@ pub fn read<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, BadBody> 
         let path = e.path().to_string();
         // Written no further than the clip: serde's message may quote the whole body.
         let error = duet_core::api::clipped_display("", &e.into_inner());
-        BadBody::malformed((path != ".").then_some(path), error)
+        BadBody::malformed(known_path(&path).map(str::to_string), error)
     })?;
     de.end()
         .map_err(|e| BadBody::malformed(None, format!("{e} after the JSON value")))?;
@@ -287,10 +288,10 @@ pub(crate) fn read_under<'de, S: DeserializeSeed<'de>>(
     let read = seed.deserialize(serde_path_to_error::Deserializer::new(de, &mut track));
     read.map_err(|e| {
         let path = track.path().to_string();
-        let field = match path.as_str() {
-            "." => prefix.to_string(),
-            p if p.starts_with('[') => format!("{prefix}{p}"),
-            p => format!("{prefix}.{p}"),
+        let field = match known_path(&path) {
+            None => prefix.to_string(),
+            Some(p) if p.starts_with('[') => format!("{prefix}{p}"),
+            Some(p) => format!("{prefix}.{p}"),
         };
         // serde's position counts from the start of `text`, not of the body: the path says
         // where, so the position is left off.

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use duet_core::api::{ApiError, clipped, clipped_display};
+use duet_core::api::{ApiError, clipped, clipped_display, known_path};
 use duet_model::{ErrorKind, ModelError};
 
 /// Seconds a client refused for the server's load is asked to wait (`Retry-After`).
@@ -113,7 +113,7 @@ pub(crate) fn parse_json_tracked<T: serde::de::DeserializeOwned>(
         Failure::with_field(
             status,
             clipped_display("invalid JSON body: ", &inner),
-            (path != ".").then_some(path),
+            known_path(&path).map(str::to_string),
         )
     })?;
     de.end().map_err(|e| {

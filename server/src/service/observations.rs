@@ -66,7 +66,9 @@ pub fn check(
     });
     let observation = parsed.map_err(|e| {
         let path = e.path().to_string();
-        let field = if path == "." { String::new() } else { path };
+        let field = duet_core::api::known_path(&path)
+            .unwrap_or_default()
+            .to_string();
         reject(
             &field,
             duet_core::api::clipped_display("invalid observation: ", &e.into_inner()),
