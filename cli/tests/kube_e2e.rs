@@ -81,6 +81,43 @@ fn the_shipped_mapping_is_the_one_the_manifests_mount() {
     duet_kube::devices::DeviceMap::parse(&file).expect("the shipped mapping is valid");
 }
 
+/// The shipped extender binds the pods of exactly the profiles of the configuration that calls
+/// it (`--bind-scheduler`; a configuration without profiles has the one `default-scheduler`).
+#[test]
+fn the_shipped_extender_binds_the_profiles_that_call_it() {
+    let docs = yaml_documents(&root().join("deploy/k8s/kube-scheduling.yaml"));
+    let extender = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "duet-extender")
+        .expect("the extender's Deployment");
+    let args = extender["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args");
+    let mut bound: Vec<String> = args
+        .iter()
+        .filter_map(|a| a.as_str()?.strip_prefix("--bind-scheduler="))
+        .flat_map(|names| names.split(',').map(str::to_string))
+        .collect();
+    let config: Value = serde_saphyr::from_str(&scheduler_config(Path::new("x"), "http://x"))
+        .expect("the configuration");
+    // A configuration's extenders serve every one of its profiles.
+    let mut calling: Vec<String> = match config["profiles"].as_array() {
+        None => vec!["default-scheduler".to_string()],
+        Some(profiles) => profiles
+            .iter()
+            .map(|p| {
+                p["schedulerName"]
+                    .as_str()
+                    .unwrap_or("default-scheduler")
+                    .to_string()
+            })
+            .collect(),
+    };
+    bound.sort();
+    calling.sort();
+    assert_eq!(bound, calling);
+}
+
 /// Creates deploy/k8s/kube-rbac.yaml's objects.
 async fn apply_rbac(admin: &Client) {
     for doc in yaml_documents(&root().join("deploy/k8s/kube-rbac.yaml")) {
