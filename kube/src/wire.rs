@@ -305,32 +305,6 @@ pub(crate) fn read_under<'de, S: DeserializeSeed<'de>>(
     })
 }
 
-/// A JSON object read as `T`, `null` as none; a string is refused without quoting it (serde's
-/// own message would hold all of it).
-pub(crate) fn object_or_null<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    struct Object<T>(PhantomData<T>);
-    impl<'de, T: Deserialize<'de>> Visitor<'de> for Object<T> {
-        type Value = Option<T>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("an object or null")
-        }
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            Err(string_refused(v, "an object or null"))
-        }
-        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-            T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Some)
-        }
-    }
-    d.deserialize_any(Object(PhantomData))
-}
-
 /// The methods of a visitor that reads `null` (or nothing) as `$none`, anything else by what
 /// the deserializer finds (`deserialize_any`: the visitor's own `visit_seq` or `visit_map`), and
 /// refuses a string by its length ([`string_refused`]), `$expected` saying what it takes.
@@ -354,6 +328,24 @@ macro_rules! null_or {
     };
 }
 pub(crate) use null_or;
+
+/// A JSON object read as `T`, `null` as none; a string is refused without quoting it (serde's
+/// own message would hold all of it).
+pub(crate) fn object_or_null<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Object<T>(PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for Object<T> {
+        type Value = Option<T>;
+        null_or!('de, None, "an object or null");
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Some)
+        }
+    }
+    d.deserialize_any(Object(PhantomData))
+}
 
 /// A string where one was not expected, refused by its length alone.
 pub(crate) fn string_refused<E: serde::de::Error>(v: &str, expected: &str) -> E {
