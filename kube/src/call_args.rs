@@ -11,10 +11,22 @@ use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::cluster::GpuAsks;
+use crate::cluster::{GpuAsks, PodInfo};
 use crate::wire::{
-    BadBody, ExtenderArgs, NodeList, null_or, object_or_null, read_under, string_refused,
+    BadBody, ExtenderArgs, NodeList, null_or, object_or_null, read_args, read_under, string_refused,
 };
+
+/// A `/filter` or `/prioritize` body read whole (`wire::read_args`, at most `max_nodes` nodes):
+/// the pod as duet knows it, the candidate node names and, without `nodeCacheCapable`, the node
+/// list to pass back.
+pub fn read(
+    body: &[u8],
+    max_nodes: usize,
+    resource: &str,
+) -> Result<(PodInfo, Vec<String>, Option<NodeList>), BadBody> {
+    let (pod, names, list) = pod_and_nodes(read_args(body, max_nodes)?, resource)?;
+    Ok((PodInfo::read(&pod, resource), names, list))
+}
 
 /// The pod and the candidate node names of an `ExtenderArgs`, or what is missing; `resource`
 /// is the extended resource GPUs are asked for by (the pod is read as [`read_pod`] says).
@@ -372,7 +384,6 @@ impl<'de> Visitor<'de> for QuantityOf<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::read_args;
 
     const GPU: &str = "nvidia.com/gpu";
 

@@ -319,14 +319,10 @@ fn unavailable(x: &Extender, verb: &str, e: &anyhow::Error, started: Instant) ->
 
 async fn filter(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
     let started = Instant::now();
-    let resource = &x.view.map.resource;
-    let (pod, names, list) = match wire::read_args(&body, x.max_nodes)
-        .and_then(|args| call_args::pod_and_nodes(args, resource))
-    {
+    let (info, names, list) = match call_args::read(&body, x.max_nodes, &x.view.map.resource) {
         Ok(v) => v,
         Err(bad) => return bad_request(&x, "filter", bad, started),
     };
-    let info = PodInfo::read(&pod, resource);
     let verdicts = match x.judge(&info, &names).await {
         Ok(v) => v,
         Err(e) => return unavailable(&x, "filter", &e, started),
@@ -359,14 +355,10 @@ async fn filter(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
 
 async fn prioritize(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
     let started = Instant::now();
-    let resource = &x.view.map.resource;
-    let (pod, names, _) = match wire::read_args(&body, x.max_nodes)
-        .and_then(|args| call_args::pod_and_nodes(args, resource))
-    {
+    let (info, names, _) = match call_args::read(&body, x.max_nodes, &x.view.map.resource) {
         Ok(v) => v,
         Err(bad) => return bad_request(&x, "prioritize", bad, started),
     };
-    let info = PodInfo::read(&pod, resource);
     let verdicts = match x.judge(&info, &names).await {
         Ok(v) => v,
         Err(e) => return unavailable(&x, "prioritize", &e, started),
