@@ -133,18 +133,14 @@ impl PodInfo {
 }
 
 /// GPUs one container asks for, given its limit and its request of the resource: the limit
-/// where it has one, else the request; a count past `u32` is the most there is (the API server
-/// takes any), and a quantity that is not a whole count (`1k`, `0.5`) asks for none.
+/// where it has one, else the request, read as a quantity (`1k` is 1,000, `2000m` is 2); a
+/// count past `u32` is the most there is, and a quantity that is not a whole count (`0.5`,
+/// `-1`; the API server refuses both for an extended resource) asks for none.
 pub fn gpus_asked(limit: Option<&str>, request: Option<&str>) -> u32 {
-    let Some(quantity) = limit.or(request) else {
-        return 0;
-    };
-    let quantity = quantity.trim();
-    let digits = quantity.strip_prefix('+').unwrap_or(quantity);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return 0;
-    }
-    digits.parse::<u32>().unwrap_or(u32::MAX)
+    limit
+        .or(request)
+        .and_then(crate::quantity::whole_count)
+        .unwrap_or(0)
 }
 
 /// The GPUs a pod asks for, folded container by container as Kubernetes counts a pod's
@@ -610,8 +606,13 @@ pub(crate) mod tests {
                 u32::MAX,
             ),
             (serde_json::json!({"containers": [c("a", " +2 ")]}), 2),
+            // Quantities as the API server writes them back (1,000 is `1k`).
             (
-                serde_json::json!({"containers": [c("a", "1k"), c("b", "0.5"), c("c", "-1")]}),
+                serde_json::json!({"containers": [c("a", "1k"), c("b", "2000m"), c("c", "1e1")]}),
+                1012,
+            ),
+            (
+                serde_json::json!({"containers": [c("a", "0.5"), c("b", "-1"), c("c", "1K")]}),
                 0,
             ),
         ] {

@@ -249,6 +249,7 @@ pub struct NodeInfo {
     pub taints: Vec<(String, String, String)>,
 }
 
+/// A label's count (labels are plain numbers; advertised resources are quantities).
 fn whole_number(text: &str) -> Option<u32> {
     text.trim().parse::<u32>().ok()
 }
@@ -274,7 +275,7 @@ impl NodeInfo {
             .as_ref()
             .and_then(|s| s.allocatable.as_ref().or(s.capacity.as_ref()))
             .and_then(|a| a.get(&map.resource))
-            .and_then(|q| whole_number(&q.0));
+            .and_then(|q| crate::quantity::whole_count(&q.0));
         let replicas = label(&map.labels.replicas)
             .and_then(whole_number)
             .filter(|r| *r > 0)
@@ -420,6 +421,10 @@ mod tests {
         assert_eq!(huge.gpus, 0);
         assert_eq!(NodeInfo::read(&node(&[], Some("1025")), &map).gpus, 0);
         assert_eq!(NodeInfo::read(&node(&[], Some("1024")), &map).gpus, 1024);
+        // Advertised resources are quantities, written back in canonical form.
+        assert_eq!(NodeInfo::read(&node(&[], Some("1Ki")), &map).gpus, 1024);
+        assert_eq!(NodeInfo::read(&node(&[], Some("2k")), &map).gpus, 0);
+        assert_eq!(NodeInfo::read(&node(&[], Some("8000m")), &map).gpus, 8);
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod known;
 pub mod listen;
 pub mod metrics;
 pub mod placement;
+pub mod quantity;
 pub mod schedule;
 pub mod watch;
 pub mod wire;

@@ -1,5 +1,6 @@
 //! The Kubernetes end-to-end test's hostile cases against a running extender: a pod whose GPU
-//! request overflows a u32 sum leaves the extender's view current, and /bind binds only the pod
+//! request overflows a u32 sum leaves the extender's view current, a quantity the API server
+//! writes in canonical form (`1k`) counts what it says, and /bind binds only the pod
 //! a call names by its UID, of a scheduler `--bind-scheduler` names, to a node duet knows.
 
 use std::time::Duration;
@@ -61,6 +62,36 @@ pub(crate) fn a_hostile_pod_and_binds(
         "{}",
         extender.tail(20)
     );
+
+    // A pod asking 1,000 GPUs arrives as the API server writes it back, `1k`, and is judged as
+    // asking 1,000: neither node of one GPU passes.
+    let thousand = rt.block_on(async {
+        create(
+            pods,
+            pod_spec(
+                "thousand",
+                "nobody",
+                None,
+                1000,
+                "flip",
+                &[("duet.io/workload", "resnet-18-bs16")],
+            ),
+        )
+        .await;
+        pods.get("thousand").await.expect("pod")
+    });
+    let stored = serde_json::to_value(&thousand).expect("json");
+    assert_eq!(
+        stored["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+        "1k"
+    );
+    let call = json!({"Pod": stored, "NodeNames": ["flip-a", "flip-b"]});
+    let (status, answer) = post(&format!("{ext}/filter"), &call.to_string());
+    let answer: Value = serde_json::from_str(&answer).expect("json");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["NodeNames"], json!([]), "{answer}");
+    let why = answer["FailedNodes"]["flip-b"].as_str().unwrap_or_default();
+    assert!(why.contains("needs 1000 free GPUs"), "{answer}");
 
     // /bind binds only the pod the call names by its UID, to a node duet knows: a pending pod
     // (its node selector matches no node) is refused and stays unbound, then bound.
