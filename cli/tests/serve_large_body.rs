@@ -1,11 +1,12 @@
 //! A large prediction body sent to the real `duet serve` over loopback: parsed over the cores
 //! (a body of 256 KiB and more), answered exactly as the same pairs and groups asked in small
-//! bodies (parsed in one pass), and refused with the same errors, naming the same items.
+//! bodies (parsed in one pass), and refused with the same errors, naming the same items. A body
+//! of one long string costs the server its bytes, not the parser's quote of it.
 
 use serde_json::{Value, json};
 
 mod support;
-use support::Server;
+use support::{Server, peak_rss_mib};
 
 const IDS: [&str; 6] = [
     "a3c",
@@ -26,8 +27,8 @@ fn job(k: usize) -> Value {
     }
 }
 
-fn post(server: &Server, body: &Value) -> (u16, Value) {
-    match ureq::post(&server.url("/v1/predict")).send_json(body.clone()) {
+fn post(server: &Server, path: &str, body: &Value) -> (u16, Value) {
+    match ureq::post(&server.url(path)).send_json(body.clone()) {
         Ok(r) => (r.status(), r.into_json().expect("json answer")),
         Err(ureq::Error::Status(code, r)) => (code, r.into_json().expect("json error")),
         Err(e) => panic!("{e}"),
@@ -76,13 +77,17 @@ fn a_large_body_is_answered_as_its_items_are_in_small_ones() {
     let body = json!({"gpu": "v100", "pairs": pairs, "groups": groups});
     let bytes = serde_json::to_vec(&body).expect("json").len();
     assert!(bytes >= 256 * 1024, "{bytes} bytes");
-    let (status, large) = post(&server, &body);
+    let (status, large) = post(&server, "/v1/predict", &body);
     assert_eq!(status, 200, "{large}");
 
     // The same items, 100 at a time: small bodies, each parsed in one pass.
     let mut predictions = Vec::new();
     for chunk in pairs.chunks(100) {
-        let (status, small) = post(&server, &json!({"gpu": "v100", "pairs": chunk}));
+        let (status, small) = post(
+            &server,
+            "/v1/predict",
+            &json!({"gpu": "v100", "pairs": chunk}),
+        );
         assert_eq!(status, 200, "{small}");
         predictions.extend(
             small["predictions"]
@@ -94,7 +99,11 @@ fn a_large_body_is_answered_as_its_items_are_in_small_ones() {
     }
     let mut answered = Vec::new();
     for chunk in groups.chunks(100) {
-        let (status, small) = post(&server, &json!({"gpu": "v100", "groups": chunk}));
+        let (status, small) = post(
+            &server,
+            "/v1/predict",
+            &json!({"gpu": "v100", "groups": chunk}),
+        );
         assert_eq!(status, 200, "{small}");
         answered.extend(small["groups"].as_array().expect("groups").iter().cloned());
     }
@@ -108,15 +117,58 @@ fn a_large_body_is_answered_as_its_items_are_in_small_ones() {
     // A bad item deep in the large body is named as the one-pass parse names it.
     let mut bad = body.clone();
     bad["pairs"][2345]["mode"] = json!("spaec");
-    let (status, error) = post(&server, &bad);
+    let (status, error) = post(&server, "/v1/predict", &bad);
     assert_eq!(status, 422, "{error}");
     assert_eq!(error["field"], "pairs[2345].mode", "{error}");
     let mut bad = body.clone();
     bad["groups"][444]["jobs"][0]["features"]["solo_throughput"] = json!(true);
-    let (status, error) = post(&server, &bad);
+    let (status, error) = post(&server, "/v1/predict", &bad);
     assert_eq!(status, 422, "{error}");
     assert_eq!(
         error["field"], "groups[444].jobs[0].features.solo_throughput",
         "{error}"
     );
+}
+
+/// A 20 MiB string of control bytes where an array belongs, at the default body limit: refused
+/// by its length before it is parsed, on the prediction and the KServe route, and the server's
+/// peak grows by about the body (the parser's message quoting it cost +310 MiB for 23 MiB).
+#[test]
+fn a_long_string_costs_the_server_its_bytes_not_a_quote_of_them() {
+    let server = Server::start_with(&[]);
+    let pid = server.child.id();
+    let name = ureq::get(&server.url("/v1/models"))
+        .call()
+        .expect("models")
+        .into_json::<Value>()
+        .expect("json")[0]["name"]
+        .as_str()
+        .expect("name")
+        .to_string();
+    let control = "\u{7f}".repeat(20 << 20);
+    let at_rest = peak_rss_mib(pid);
+    for (path, body, field) in [
+        (
+            "/v1/predict".to_string(),
+            json!({"gpu": "v100", "pairs": control}),
+            "pairs",
+        ),
+        (
+            format!("/v2/models/{name}/infer"),
+            json!({"inputs": [{"name": "pairs", "shape": [1, 2], "datatype": "FP32", "data": control}]}),
+            "inputs[0].data",
+        ),
+    ] {
+        let (status, error) = post(&server, &path, &body);
+        assert_eq!(status, 422, "{path}: {error}");
+        assert_eq!(error["field"], field, "{path}: {error}");
+        let text = error["error"].as_str().expect("error");
+        assert!(
+            text.contains(&format!("a string of {} bytes", 20 << 20)),
+            "{text}"
+        );
+    }
+    let grown = peak_rss_mib(pid) - at_rest;
+    eprintln!("peak grew {grown:.1} MiB for two 20 MiB bodies");
+    assert!(grown < 64.0, "peak grew {grown:.1} MiB");
 }

@@ -112,6 +112,10 @@ pub type FeatureName = compact_str::CompactString;
 pub mod feature_map;
 pub use feature_map::Features;
 
+/// A request body's strings measured before it is parsed.
+pub mod long_string;
+pub use long_string::{LongString, MAX_STRING_BYTES, long_string};
+
 /// One job of a pair: `{"workload": "<id>"}` or `{"features": {...}}`, exactly one of the two.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

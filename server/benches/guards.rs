@@ -1,8 +1,9 @@
 //! What the guards of a model route cost on the normal path, in process: one prediction
 //! answered plainly, and the same with what an admitted request adds (its places taken from
 //! the limiter, the give-up guard, the places fitted to its pairs, the cancellation flag read
-//! at every chunk), each on one pair and on 10,000, on the shipped default model; and those
-//! guards alone.
+//! at every chunk), each on one pair and on 10,000, on the shipped default model; those
+//! guards alone; and the scan of a body for a string longer than any field takes, beside the
+//! parse of the same body.
 //!
 //! `cargo bench -p duet-server --bench guards --profile dev`
 
@@ -94,6 +95,21 @@ fn bench(c: &mut Criterion) {
                     black_box(answer)
                 })
             });
+        });
+        group.finish();
+    }
+    // A body's strings measured before it is parsed (a body over 64 KiB is read once for a
+    // string longer than any field takes), against parsing the same body.
+    for n in [10_000, 100_000] {
+        let body = request(&ids, n);
+        let mut group = c.benchmark_group(format!("long_string_{n}_pairs"));
+        group.bench_function("scan", |b| {
+            b.iter(|| {
+                duet_core::api::long_string(black_box(&body), duet_core::api::MAX_STRING_BYTES)
+            });
+        });
+        group.bench_function("parse", |b| {
+            b.iter(|| parse_request(black_box(&body), 100_000).expect("parse"));
         });
         group.finish();
     }

@@ -10,9 +10,10 @@
 use std::cell::Cell;
 use std::marker::PhantomData;
 
+use duet_core::api::{MAX_STRING_BYTES, long_string};
 use serde::de::{DeserializeOwned, Deserializer, SeqAccess, Visitor};
 
-use crate::error::{Failure, parse_json_tracked};
+use crate::error::{Failure, long_string_failure, parse_json_tracked};
 
 /// Entries a job's feature map may hold past the names the served model accepts, each a name
 /// it does not know or one given again: a few are refused once parsed, each named (`unknown
@@ -61,6 +62,9 @@ impl Drop for Scope {
 /// Parses `bytes` as a `T` whose bounded fields hold at most `budget` items between them. The
 /// error of a malformed body names its field's path, as `error::parse_json`'s does.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8], budget: usize) -> Result<T, Refused> {
+    if let Some(refused) = long_string_failure(bytes) {
+        return Err(Refused::Invalid(refused));
+    }
     let _scope = Scope::enter(budget);
     match serde_json::from_slice(bytes) {
         Ok(value) => Ok(value),
@@ -85,6 +89,9 @@ pub fn parse_borrowed<'de, T: serde::Deserialize<'de>>(
     bytes: &'de [u8],
     budget: usize,
 ) -> Option<(T, usize)> {
+    if long_string(bytes, MAX_STRING_BYTES).is_some() {
+        return None;
+    }
     let _scope = Scope::enter(budget);
     let value = serde_json::from_slice(bytes).ok()?;
     Some((value, BUDGET.get().unwrap_or(budget)))

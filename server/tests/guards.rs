@@ -235,7 +235,7 @@ async fn a_feature_map_past_the_names_the_model_accepts_is_refused_as_it_is_read
 }
 
 /// An error that quotes what the client sent is clipped: serde quotes a string of the wrong
-/// type escaping each control byte into several (a 150 KB string answered about 1 MB), and a
+/// type escaping each control byte into several (a 60 KB string answered about 360 KB), and a
 /// workload id or a field path is the client's own text.
 #[tokio::test]
 async fn an_error_quoting_a_large_input_is_clipped() {
@@ -244,8 +244,8 @@ async fn an_error_quoting_a_large_input_is_clipped() {
         ..Config::new(model_dir())
     });
     let limit = duet_core::api::ERROR_TEXT_BYTES;
-    let control = "\u{7f}".repeat(150_000);
-    let long_id = "j".repeat(150_000);
+    let control = "\u{7f}".repeat(60_000);
+    let long_id = "j".repeat(60_000);
     let cases = [
         (
             json!({"gpu": "v100", "pairs": control}).to_string(),
@@ -282,4 +282,82 @@ async fn an_error_quoting_a_large_input_is_clipped() {
             .contains("`no-such-job`"),
         "{answer}"
     );
+}
+
+/// A body holding a string longer than any field takes (`max_string_bytes`) is refused
+/// unparsed on every JSON route, by the string's length, place and field: parsed, serde's
+/// message for it where another type belongs would quote it whole.
+#[tokio::test]
+async fn a_string_longer_than_any_field_is_refused_unparsed() {
+    let (app, _) = app_with(Config {
+        token: Some("t".into()),
+        ..Config::new(model_dir())
+    });
+    let (_, limits) = call(&app, "GET", "/v1/limits", None, None).await;
+    let most = limits["max_string_bytes"].as_u64().expect("listed");
+    let most = usize::try_from(most).expect("usize");
+    let long = "\u{7f}".repeat(most + 1);
+    let (_, models) = call(&app, "GET", "/v1/models", None, None).await;
+    let name = models[0]["name"].as_str().expect("a model").to_string();
+    let infer = format!("/v2/models/{name}/infer");
+    let cases = [
+        (
+            "POST",
+            "/v1/predict",
+            json!({"gpu": "v100", "pairs": long}),
+            "pairs",
+        ),
+        (
+            "POST",
+            "/v1/predict",
+            json!({"gpu": "v100", "pairs": [pair(), {"a": {"workload": long}, "b": {"workload": "a3c"}, "mode": "space"}]}),
+            "pairs[1].a.workload",
+        ),
+        (
+            "POST",
+            "/v1/observations",
+            json!({"observations": [{"id": "o", "gpu": "v100", "a": long}]}),
+            "observations[0].a",
+        ),
+        (
+            "POST",
+            &infer,
+            json!({"inputs": [{"name": "pairs", "shape": [1, 2], "datatype": "FP32", "data": long}]}),
+            "inputs[0].data",
+        ),
+        (
+            "PUT",
+            "/v1/workloads/w",
+            json!({"kind": "train", "profiles": {"v100": {long.clone(): 1}}}),
+            "profiles.v100",
+        ),
+    ];
+    for (method, uri, body, field) in cases {
+        let body = body.to_string();
+        let at = body.find('\u{7f}').expect("the string") - 1;
+        let (status, answer) = call_raw(&app, method, uri, Some(body), Some("t")).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{uri}: {answer}");
+        assert_eq!(answer["field"], field, "{uri}: {answer}");
+        let error = answer["error"].as_str().expect("error");
+        let kind = if uri.starts_with("/v1/workloads") {
+            "key"
+        } else {
+            "string"
+        };
+        assert!(
+            error.contains(&format!("a {kind} of {} bytes at byte {at} ", most + 1)),
+            "{uri}: {error}"
+        );
+        assert!(
+            error.contains(&format!("({most} bytes at most)")),
+            "{error}"
+        );
+        assert!(error.len() < 200, "{uri}: {error}");
+    }
+    // A string at the limit is parsed as before (a workload id that long is not known).
+    let at_limit = "j".repeat(most);
+    let body = json!({"gpu": "v100", "pairs": [{"a": {"workload": at_limit}, "b": {"workload": "a3c"}, "mode": "space"}]});
+    let (status, answer) = call(&app, "POST", "/v1/predict", Some(body), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+    assert_eq!(answer["field"], "pairs[0].a.workload");
 }

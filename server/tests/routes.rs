@@ -511,6 +511,7 @@ async fn limits_are_listed_and_named_when_exceeded() {
     assert_eq!(limits["max_body_bytes"], 200_000);
     assert_eq!(limits["request_timeout_s"], 30.0);
     assert_eq!(limits["max_workload_id_length"], 200);
+    assert_eq!(limits["max_string_bytes"], 65_536);
     let pairs: Vec<Value> = (0..1001).map(|_| pair("a3c", "lm-bs80")).collect();
     let over = predict_v100(&app, &pairs).await;
     assert_error(

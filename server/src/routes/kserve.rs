@@ -601,8 +601,12 @@ fn input_values(
 /// The request's JSON: its tensors' values lifted out of the bytes where they are plain numbers
 /// (`crate::tensor_json`, the fast path of a large tensor), the rest by serde; any body the
 /// lifting steps aside for, or that serde then refuses, is parsed whole by serde, so a refusal
-/// is what it always was.
+/// is what it always was. A body holding a string longer than any field takes is refused
+/// before the lifting copies it.
 pub fn parse_request(json: &[u8], budget: usize) -> Result<InferRequest, Refused> {
+    if let Some(refused) = crate::error::long_string_failure(json) {
+        return Err(Refused::Invalid(refused));
+    }
     if let Some(lifted) = crate::tensor_json::lift(json, budget, crate::state::cores())
         && let Ok(mut request) = crate::bounded::parse::<InferRequest>(&lifted.json, budget)
     {

@@ -62,6 +62,9 @@ pub struct Limits {
     pub max_memory_observations: usize,
     /// Longest workload id.
     pub max_workload_id_length: usize,
+    /// Longest string a JSON body may hold anywhere, bytes as written; a body with a longer one
+    /// is answered 422 unparsed, naming its field.
+    pub max_string_bytes: usize,
 }
 
 #[utoipa::path(get, tag = "limits", path = "/v1/limits", responses(
@@ -90,5 +93,6 @@ pub async fn limits(
         max_profiles: c.max_profiles,
         max_memory_observations: c.max_memory_observations,
         max_workload_id_length: duet_model::registry::MAX_ID,
+        max_string_bytes: duet_core::api::MAX_STRING_BYTES,
     }))
 }
