@@ -62,6 +62,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(routes::kserve::routes())
         .merge(reads(admitted(routes::kserve::infer_routes())))
         .merge(openapi::routes())
+        .method_not_allowed_fallback(method_not_allowed)
         .fallback(fallback)
         // A body that stops arriving for --idle-timeout is cut off (the innermost layer: it
         // changes the body's type, which only the routes themselves take as it is).
@@ -170,6 +171,15 @@ async fn body_limit(State(state): State<Arc<AppState>>, request: Request, next: 
         return crate::error::too_large(limit, "--max-body-bytes").into_response();
     }
     next.run(request).await
+}
+
+/// A route asked with a method it does not answer: 405 as an `ApiError`, the `Allow` header
+/// (axum's) listing those it does.
+async fn method_not_allowed() -> Failure {
+    Failure::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "this route does not answer this method; Allow lists those it does, /openapi.json each route's",
+    )
 }
 
 async fn fallback() -> Failure {

@@ -361,3 +361,49 @@ async fn a_string_longer_than_any_field_is_refused_unparsed() {
     assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
     assert_eq!(answer["field"], "pairs[0].a.workload");
 }
+
+/// A route asked with a method it does not answer gets a 405 in the API's error shape with the
+/// methods it does answer in `Allow`; a path no route has, a 404 in the same shape.
+#[tokio::test]
+async fn a_wrong_method_or_path_is_answered_as_an_api_error() {
+    let (app, _) = app_with(Config::new(model_dir()));
+    for (method, uri, status, allow) in [
+        (
+            "GET",
+            "/v1/predict",
+            StatusCode::METHOD_NOT_ALLOWED,
+            Some("POST"),
+        ),
+        (
+            "DELETE",
+            "/v1/limits",
+            StatusCode::METHOD_NOT_ALLOWED,
+            Some("GET,HEAD"),
+        ),
+        (
+            "POST",
+            "/healthz",
+            StatusCode::METHOD_NOT_ALLOWED,
+            Some("GET,HEAD"),
+        ),
+        ("GET", "/v1/no-such-route", StatusCode::NOT_FOUND, None),
+    ] {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::empty())
+            .expect("request");
+        let response = app.clone().oneshot(request).await.expect("response");
+        assert_eq!(response.status(), status, "{method} {uri}");
+        let allowed = response
+            .headers()
+            .get("allow")
+            .map(|v| v.to_str().expect("ascii").replace(' ', ""));
+        assert_eq!(allowed.as_deref(), allow, "{method} {uri}");
+        let bytes = axum::body::to_bytes(response.into_body(), 4096)
+            .await
+            .expect("body");
+        let error: duet_core::api::ApiError = serde_json::from_slice(&bytes).expect("an ApiError");
+        assert!(error.error.contains("/openapi.json"), "{}", error.error);
+    }
+}
