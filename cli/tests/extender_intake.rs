@@ -231,6 +231,16 @@ fn the_extender_takes_requests_in_under_its_guards() {
         assert_eq!((status, at.as_deref()), (413, Some(field)), "{body}");
         assert!(error.contains("--max-nodes"), "{body}");
     }
+    // A wrong method or path: an error in the same shape, the methods a route answers in Allow.
+    let (status, body) = raw_call(
+        port,
+        b"GET /filter HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status, 405, "{body}");
+    assert!(json_error(&body).0.contains("Allow"), "{body}");
+    let (status, body) = post_raw(port, "/no-such-verb", b"{}");
+    assert_eq!(status, 404, "{body}");
+    assert!(json_error(&body).0.contains("no such route"), "{body}");
     // Bytes after the JSON value.
     let (status, body) = post_raw(
         port,

@@ -77,7 +77,8 @@ pub fn refusal(status: StatusCode, error: String, field: Option<String>) -> Resp
 }
 
 /// `app` behind the request guards: its body read under the limits, paused bodies cut off,
-/// panics answered, the time limit.
+/// panics answered, the time limit; a wrong method (405, with `Allow`) or path (404) answered as
+/// an `ApiError`, as its refusals are.
 pub fn guarded(app: Router, limits: &Limits, guards: &Guards) -> Router {
     let intake = Arc::new(Intake {
         guards: guards.clone(),
@@ -86,18 +87,26 @@ pub fn guarded(app: Router, limits: &Limits, guards: &Guards) -> Router {
     });
     let limit = limits.request_timeout;
     // The body is whole once the handler sees it: axum's own limit (2 MB) is off.
-    app.layer(DefaultBodyLimit::disable())
-        .layer(middleware::from_fn_with_state(intake, read_body))
-        // Inside the body's reading: it changes the body's type.
-        .layer(RequestBodyTimeoutLayer::new(limits.idle_timeout))
-        .layer(CatchPanicLayer::custom({
-            let guards = guards.clone();
-            move |panic| panicked(&guards, panic)
-        }))
-        .layer(middleware::from_fn({
-            let guards = guards.clone();
-            move |request: Request, next: Next| time_limit(limit, guards.clone(), request, next)
-        }))
+    app.method_not_allowed_fallback(|| async {
+        refusal(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "this route does not answer this method; Allow lists those it does".into(),
+            None,
+        )
+    })
+    .fallback(|| async { refusal(StatusCode::NOT_FOUND, "no such route".into(), None) })
+    .layer(DefaultBodyLimit::disable())
+    .layer(middleware::from_fn_with_state(intake, read_body))
+    // Inside the body's reading: it changes the body's type.
+    .layer(RequestBodyTimeoutLayer::new(limits.idle_timeout))
+    .layer(CatchPanicLayer::custom({
+        let guards = guards.clone();
+        move |panic| panicked(&guards, panic)
+    }))
+    .layer(middleware::from_fn({
+        let guards = guards.clone();
+        move |request: Request, next: Next| time_limit(limit, guards.clone(), request, next)
+    }))
 }
 
 struct Intake {
