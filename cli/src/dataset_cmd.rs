@@ -22,9 +22,8 @@ pub fn run(command: DatasetCommand) -> Result<()> {
         DatasetCommand::Import { source } => import(source),
         DatasetCommand::Inspect { dir, json } => inspect(&dir, json),
         DatasetCommand::Validate { dir } => {
-            let dataset = Dataset::read(&dir)?;
             // The raw counter series too, where the folder has them: read whole or named.
-            let samples = Dataset::read_samples(&dir)?;
+            let (dataset, samples) = Dataset::read_with_samples(&dir)?;
             let series = if samples.is_empty() {
                 String::new()
             } else {

@@ -14,7 +14,7 @@ mod summary;
 mod types;
 pub mod validate;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 
@@ -117,6 +117,17 @@ fn read_meta(dir: &Path) -> Result<DatasetMeta> {
     Ok(meta)
 }
 
+/// The counter series of `dir` (empty where it has none and `dataset.json` lists none), checked
+/// against `digest`, its listing.
+fn samples_listed(dir: &Path, digest: Option<&TableDigest>) -> Result<Vec<Sample>> {
+    let path = dir.join(SAMPLES_FILE);
+    if !path.is_file() && digest.is_none() {
+        return Ok(Vec::new());
+    }
+    let frame = parquet::read_parquet(&path, digest)?;
+    parquet::samples_from_frame(&frame, &path)
+}
+
 /// The sorted, distinct modes that `pairs` use: what `dataset.json` of a dataset of pairs lists
 /// as `modes`.
 pub fn modes_present(pairs: &[Pair]) -> Vec<Mode> {
@@ -150,6 +161,18 @@ impl Dataset {
 
     /// Reads and fully validates the dataset in `dir`.
     pub fn read(dir: &Path) -> Result<Dataset> {
+        Ok(Dataset::read_listed(dir)?.0)
+    }
+
+    /// [`Dataset::read`] and [`Dataset::read_samples`] from one reading of `dataset.json`.
+    pub fn read_with_samples(dir: &Path) -> Result<(Dataset, Vec<Sample>)> {
+        let (dataset, listed) = Dataset::read_listed(dir)?;
+        let samples = samples_listed(dir, listed.get(SAMPLES_FILE))?;
+        Ok((dataset, samples))
+    }
+
+    /// The dataset in `dir`, read and validated, and the tables `dataset.json` lists.
+    fn read_listed(dir: &Path) -> Result<(Dataset, BTreeMap<String, TableDigest>)> {
         if !dir.is_dir() {
             return Err(DatasetError::new(
                 dir,
@@ -181,7 +204,7 @@ impl Dataset {
             groups,
         };
         dataset.validate_tables(dir)?;
-        Ok(dataset)
+        Ok((dataset, listed))
     }
 
     /// Checks every rule of the format; errors name files as they would be inside `dir`.
@@ -320,14 +343,7 @@ impl Dataset {
     /// The raw counter series of the dataset folder `dir` (empty when it has none), checked
     /// against the digest `dataset.json` lists for it.
     pub fn read_samples(dir: &Path) -> Result<Vec<Sample>> {
-        let path = dir.join(SAMPLES_FILE);
-        let meta = read_meta(dir)?;
-        let digest = meta.tables.get(SAMPLES_FILE);
-        if !path.is_file() && digest.is_none() {
-            return Ok(Vec::new());
-        }
-        let frame = parquet::read_parquet(&path, digest)?;
-        parquet::samples_from_frame(&frame, &path)
+        samples_listed(dir, read_meta(dir)?.tables.get(SAMPLES_FILE))
     }
 
     pub fn workload(&self, id: &str) -> Option<&Workload> {
