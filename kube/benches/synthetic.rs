@@ -61,6 +61,7 @@ fn pod(uid: String, node: Option<String>, workload: String, rng: &mut Rng) -> Po
         created_ns: 0,
         finished: false,
         deleting: false,
+        gated: false,
         node_selector: BTreeMap::new(),
         tolerations: Vec::new(),
     }

@@ -32,6 +32,9 @@ pub struct PodInfo {
     pub finished: bool,
     /// Being deleted.
     pub deleting: bool,
+    /// Held back by `spec.schedulingGates` (a queue such as Kueue admits it later): no
+    /// scheduler may bind it until they are removed.
+    pub gated: bool,
     /// Its node selector.
     pub node_selector: BTreeMap<String, String>,
     /// Its tolerations: key (empty: every key), operator (`Exists`, `Equal`), value, effect
@@ -110,6 +113,9 @@ impl PodInfo {
                 .map_or(0, |t| t.0.as_nanosecond()),
             finished: matches!(phase, Some("Succeeded" | "Failed")),
             deleting: pod.metadata.deletion_timestamp.is_some(),
+            gated: spec
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .is_some_and(|gates| !gates.is_empty()),
             node_selector: spec
                 .and_then(|s| s.node_selector.clone())
                 .unwrap_or_default(),
@@ -296,7 +302,8 @@ impl Cluster {
         );
     }
 
-    /// Pods waiting for scheduler `name`, in the order they arrived.
+    /// Pods waiting for scheduler `name`, in the order they arrived (a gated pod waits for its
+    /// gates, not for a scheduler).
     pub fn pending(&self, name: &str) -> Vec<&PodInfo> {
         let mut pending: Vec<&PodInfo> = self
             .pods
@@ -306,6 +313,7 @@ impl Cluster {
                     && p.node.is_none()
                     && !p.deleting
                     && !p.finished
+                    && !p.gated
                     && !self.assumed.contains_key(&p.uid)
             })
             .collect();
@@ -443,6 +451,7 @@ pub(crate) mod tests {
             created_ns: 0,
             finished: false,
             deleting: false,
+            gated: false,
             node_selector: BTreeMap::new(),
             tolerations: Vec::new(),
         }
@@ -633,5 +642,27 @@ pub(crate) mod tests {
         c.apply_pod(other);
         let order: Vec<&str> = c.pending("duet").iter().map(|p| p.name.as_str()).collect();
         assert_eq!(order, ["early", "mid", "late"]);
+    }
+
+    /// A pod with scheduling gates is not pending for any scheduler until they are removed (the
+    /// API server refuses its binding meanwhile).
+    #[test]
+    fn a_gated_pod_waits_for_its_gates() {
+        let read = |gates: serde_json::Value| {
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "g", "uid": "g"},
+                "spec": {"schedulerName": "duet", "schedulingGates": gates,
+                    "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+            }))
+            .expect("pod");
+            PodInfo::read(&pod, "nvidia.com/gpu")
+        };
+        let mut c = Cluster::default();
+        c.apply_pod(read(
+            serde_json::json!([{"name": "kueue.x-k8s.io/admission"}]),
+        ));
+        assert!(c.pending("duet").is_empty());
+        c.apply_pod(read(serde_json::json!([])));
+        assert_eq!(c.pending("duet").len(), 1);
     }
 }

@@ -280,11 +280,14 @@ impl NodeInfo {
             .and_then(whole_number)
             .filter(|r| *r > 0)
             .unwrap_or(1);
-        let gpus = label(&map.labels.count)
-            .and_then(whole_number)
-            .or(advertised.map(|a| a / replicas))
-            .filter(|g| *g <= MAX_NODE_GPUS)
-            .unwrap_or(0);
+        // The count label where the node advertises none; never more than it advertises (a
+        // label says more than the node can give out only by mistake or by hand).
+        let gpus = match (label(&map.labels.count).and_then(whole_number), advertised) {
+            (Some(count), Some(a)) => Some(count.min(a / replicas)),
+            (count, a) => count.or(a.map(|a| a / replicas)),
+        }
+        .filter(|g| *g <= MAX_NODE_GPUS)
+        .unwrap_or(0);
         let memory_mib = label(&map.labels.memory)
             .and_then(|m| m.trim().parse::<f64>().ok())
             .filter(|m| m.is_finite() && *m > 0.0);
@@ -415,6 +418,18 @@ mod tests {
             &map,
         );
         assert_eq!((n.device, n.gpus), (None, 2));
+        // A count label above what the node advertises is held to what it advertises.
+        let n = NodeInfo::read(
+            &node(
+                &[
+                    ("nvidia.com/gpu.count", "1000"),
+                    ("nvidia.com/gpu.replicas", "2"),
+                ],
+                Some("4"),
+            ),
+            &map,
+        );
+        assert_eq!(n.gpus, 2);
         assert_eq!(NodeInfo::read(&node(&[], None), &map).gpus, 0);
         // A count past MAX_NODE_GPUS, labelled or advertised, is a node duet does not place on.
         let huge = NodeInfo::read(&node(&[("nvidia.com/gpu.count", "4000000000")], None), &map);

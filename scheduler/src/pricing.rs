@@ -371,11 +371,27 @@ pub fn value_among(
     Ok(job.weight * speed - loss)
 }
 
-/// The mode the residents of one GPU share it under; `None` where one has none or they disagree.
+/// The mode the residents of one GPU share it under: the one mode of those placed to share it.
+/// One resident without a mode is the GPU's first, placed alone, which the others joined under
+/// that mode (a cluster records a placement on the pod placed, not on those it joined); `None`
+/// where none has a mode, more than one has none, or they disagree.
 pub fn shared_mode<'r>(residents: impl IntoIterator<Item = &'r Resident>) -> Option<Mode> {
-    let mut modes = residents.into_iter().map(|r| r.mode);
-    let first = modes.next()??;
-    modes.all(|m| m == Some(first)).then_some(first)
+    let mut mode = None;
+    let mut alone = 0;
+    for r in residents {
+        match (r.mode, mode) {
+            (None, _) => {
+                alone += 1;
+                if alone > 1 {
+                    return None;
+                }
+            }
+            (Some(m), None) => mode = Some(m),
+            (Some(m), Some(first)) if m != first => return None,
+            (Some(_), Some(_)) => {}
+        }
+    }
+    mode
 }
 
 /// The ways a newcomer may join residents sharing a GPU under `mode` whose MPS shares are

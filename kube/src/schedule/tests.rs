@@ -31,15 +31,23 @@ impl Predictor for Flat {
     }
 }
 
+/// As duet records them: the first resident placed alone (`exclusive`), the second beside it
+/// under `space`; or, with `both_shared`, both recorded under `space`.
 #[test]
 fn a_pod_joins_a_gpu_two_pods_share_where_it_may_hold_three() {
+    for both_shared in [false, true] {
+        joins_two_residents(both_shared);
+    }
+}
+
+fn joins_two_residents(both_shared: bool) {
     let mut c = Cluster::default();
     c.apply_node(node("trio", 1));
     for r in ["r1", "r2"] {
         let mut p = pod(r, Some("trio"), 1, "x");
         p.assignment = Some(Assignment {
             gpus: vec![0],
-            sharing: Some(Mode::Space),
+            sharing: (both_shared || r == "r2").then_some(Mode::Space),
             mps_share: None,
         });
         c.apply_pod(p);

@@ -605,3 +605,32 @@ fn under_mps_a_newcomer_joins_with_its_own_share_and_the_residents_keep_theirs()
     .expect("round");
     assert!(decisions.is_empty() && p.0.is_empty(), "{decisions:?}");
 }
+
+/// A GPU's residents share it under the mode of those placed to share it; the one placed alone
+/// first shares it under theirs; two alone, or two modes, share under none.
+#[test]
+fn residents_share_under_the_mode_of_those_that_joined() {
+    let with = |modes: &[Option<Mode>]| -> Option<Mode> {
+        let residents: Vec<Resident> = modes
+            .iter()
+            .map(|m| Resident {
+                mode: *m,
+                ..resident(0, "a")
+            })
+            .collect();
+        shared_mode(&residents)
+    };
+    assert_eq!(
+        with(&[Some(Mode::Space), Some(Mode::Space)]),
+        Some(Mode::Space)
+    );
+    assert_eq!(with(&[None, Some(Mode::Mps)]), Some(Mode::Mps));
+    assert_eq!(
+        with(&[Some(Mode::Mps), None, Some(Mode::Mps)]),
+        Some(Mode::Mps)
+    );
+    assert_eq!(with(&[None]), None);
+    assert_eq!(with(&[None, None, Some(Mode::Space)]), None);
+    assert_eq!(with(&[Some(Mode::Space), Some(Mode::Mps)]), None);
+    assert_eq!(with(&[None, Some(Mode::Space), Some(Mode::Mps)]), None);
+}
