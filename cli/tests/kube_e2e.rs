@@ -593,8 +593,9 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
     schedule_once("schedule-2.log", &[]);
     rt.block_on(check_capacity(&admin, &batch_nodes));
 
-    // Three pods to a GPU: two pods of `shared` share each trio node's GPU in space sharing;
-    // a pod joins them only where a GPU may hold three and the model predicts the group gains.
+    // Three pods to a GPU: two pods of `shared` share each trio node's GPU in space sharing (the
+    // first recorded alone, as duet records it, the second beside it); a pod joins them only
+    // where a GPU may hold three and the model predicts the group gains.
     let (joins, shared) = ("resnet-18-bs16", "transformer-bs32");
     let (loses, crowded) = ("recommendation-bs512", "transformer-bs32");
     let (gain, loss) = (
@@ -626,7 +627,10 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
                         &[
                             ("duet.io/workload", resident),
                             ("duet.io/gpu", "0"),
-                            ("duet.io/sharing", "space"),
+                            (
+                                "duet.io/sharing",
+                                if k == 1 { "exclusive" } else { "space" },
+                            ),
                         ],
                     ),
                 )
@@ -683,6 +687,10 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
         assert!(why.contains("adds"), "{why}");
     });
     eprintln!("three to a GPU: joined where the model predicts {gain:.3}, refused at {loss:.3}");
+
+    guards::a_refused_profile_closes_its_gpu_only(&rt, &admin, &pods, joins, &|log| {
+        schedule_once(log, &[]);
+    });
 
     // Through the stock scheduler and the extender (`--gpu-jobs 3`): the same join.
     rt.block_on(async {

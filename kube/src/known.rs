@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use duet_core::api::{FeatureInput, Features};
 use duet_core::dataset::Mode;
 use duet_scheduler::client::PredictClient;
 use duet_scheduler::predictor::{InlineJobs, Sharing};
@@ -12,6 +13,9 @@ use duet_scheduler::predictor::{InlineJobs, Sharing};
 use crate::cluster::PodInfo;
 use crate::contract::Identity;
 use crate::devices::SharingStrategy;
+
+/// The feature every job has: iterations per second alone on the device.
+const SOLO_THROUGHPUT: &str = "solo_throughput";
 
 /// How often the catalogue is read again.
 pub const REFRESH: Duration = Duration::from_secs(30);
@@ -40,13 +44,99 @@ impl SingleFlight {
     }
 }
 
-/// The server's workloads (id -> the devices it has a profile on) and the ways of sharing its
-/// model predicts.
+/// The server's workloads (id -> the devices it has a profile on), the ways of sharing its
+/// model predicts, and the features it accepts.
 #[derive(Debug, Clone, Default)]
 pub struct Known {
     devices: HashMap<String, BTreeSet<String>>,
     modes: BTreeSet<Mode>,
+    features: AcceptedFeatures,
     fetched: Option<Instant>,
+}
+
+/// The features the serving model accepts (its `model.json`'s `spec`), so that a pod's inline
+/// profile is checked as the server checks it before it is sent: the server refuses a whole
+/// request for one job's features, so one pod's bad profile would fail every prediction asked
+/// beside it (every pod of a scheduling step, every pod judged on its node).
+#[derive(Debug, Clone, Default)]
+struct AcceptedFeatures {
+    /// Name -> its role: numeric (`Some(true)`), categorical (`Some(false)`), or accepted and
+    /// unused (`None`, a dataset column the trainer found no signal in).
+    roles: HashMap<String, Option<bool>>,
+}
+
+impl AcceptedFeatures {
+    /// From a `model.json`'s `spec` (empty, checking nothing, where it names no feature).
+    fn of(spec: &serde_json::Value) -> AcceptedFeatures {
+        let names = |list: &str| -> Vec<String> {
+            spec[list]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|f| f["name"].as_str().or_else(|| f.as_str()))
+                        .map(|n| n.split(':').next().unwrap_or(n).to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut roles = HashMap::new();
+        // A name listed twice keeps its first role: numeric, categorical, unused (as the server).
+        for (list, role) in [
+            ("numeric", Some(true)),
+            ("categorical", Some(false)),
+            ("dropped", None),
+        ] {
+            for name in names(list) {
+                roles.entry(name).or_insert(role);
+            }
+        }
+        if !roles.is_empty() {
+            roles.insert(SOLO_THROUGHPUT.to_string(), Some(true));
+        }
+        AcceptedFeatures { roles }
+    }
+
+    /// Why the server would refuse `features`, where it would.
+    fn refusal(&self, features: &Features) -> Option<String> {
+        if self.roles.is_empty() {
+            return None;
+        }
+        for (name, value) in features.iter() {
+            match (self.roles.get(name.as_str()), value) {
+                (None, _) => {
+                    let mut known: Vec<&str> = self
+                        .roles
+                        .iter()
+                        .filter(|(_, r)| r.is_some())
+                        .map(|(n, _)| n.as_str())
+                        .collect();
+                    known.sort_unstable();
+                    return Some(format!(
+                        "unknown feature {}; the model knows {}",
+                        crate::contract::quote(name),
+                        known.join(", ")
+                    ));
+                }
+                (Some(Some(true)), FeatureInput::Text(_)) => {
+                    return Some(format!("`{name}` is numeric: a number or null"));
+                }
+                (Some(Some(false)), FeatureInput::Number(_)) => {
+                    return Some(format!("`{name}` is categorical: a string or null"));
+                }
+                _ => {}
+            }
+        }
+        let mut missing: Vec<&str> = self
+            .roles
+            .iter()
+            .filter(|(n, r)| r.is_some() && !features.contains_key(n))
+            .map(|(n, _)| n.as_str())
+            .collect();
+        missing.sort_unstable();
+        missing
+            .first()
+            .map(|n| format!("missing feature `{n}` (null where it was not measured)"))
+    }
 }
 
 /// Why duet cannot predict for a pod on a device.
@@ -60,6 +150,8 @@ pub enum Unknown {
     NotRegistered { workload: String, device: String },
     /// Inline features without a profile for this device.
     NoProfile { device: String },
+    /// A profile for this device the serving model would refuse, and why.
+    ProfileRefused { device: String, why: String },
 }
 
 impl std::fmt::Display for Unknown {
@@ -80,6 +172,11 @@ impl std::fmt::Display for Unknown {
             Unknown::NoProfile { device } => write!(
                 f,
                 "{} has no profile for {device}",
+                crate::contract::PROFILES
+            ),
+            Unknown::ProfileRefused { device, why } => write!(
+                f,
+                "its {} profile for {device} is one the model refuses: {why}",
                 crate::contract::PROFILES
             ),
         }
@@ -107,6 +204,7 @@ impl Known {
         Ok(Known {
             devices,
             modes,
+            features: AcceptedFeatures::of(&meta["spec"]),
             fetched: Some(Instant::now()),
         })
     }
@@ -124,8 +222,16 @@ impl Known {
                     )
                 })
                 .collect(),
+            features: AcceptedFeatures::default(),
             fetched: Some(Instant::now()),
         }
+    }
+
+    /// The same catalogue for a model whose `model.json` has `spec` (the features it accepts).
+    #[must_use]
+    pub fn with_spec(mut self, spec: &serde_json::Value) -> Known {
+        self.features = AcceptedFeatures::of(spec);
+        self
     }
 
     /// Whether it is older than `age` (or was never read).
@@ -199,7 +305,15 @@ impl Known {
                 workload: id.clone(),
                 device: device.to_string(),
             }),
-            Identity::Inline(profiles) if profiles.contains_key(device) => Ok(inline_key(&pod.uid)),
+            Identity::Inline(profiles) if profiles.contains_key(device) => {
+                match self.features.refusal(&profiles[device]) {
+                    Some(why) => Err(Unknown::ProfileRefused {
+                        device: device.to_string(),
+                        why,
+                    }),
+                    None => Ok(inline_key(&pod.uid)),
+                }
+            }
             Identity::Inline(_) => Err(Unknown::NoProfile {
                 device: device.to_string(),
             }),
@@ -241,6 +355,70 @@ mod tests {
         let ran = futures::future::join_all(calls).await;
         assert_eq!(runs.load(Ordering::SeqCst), 1);
         assert_eq!(ran.iter().filter(|r| **r).count(), 1);
+    }
+
+    /// A pod's profile is checked as the server checks a job's features: every feature of the
+    /// model present (null where not measured), numbers where numeric, text where categorical,
+    /// no name the model does not accept.
+    #[test]
+    fn a_profile_the_model_refuses_is_one_duet_does_not_know() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/default/model.json");
+        let meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("model.json"))
+                .expect("json");
+        let known = Known::of(&[]).with_spec(&meta["spec"]);
+        let why = |profile: serde_json::Value| -> Option<String> {
+            let profiles: std::collections::BTreeMap<String, Features> =
+                serde_json::from_value(serde_json::json!({ "v100": profile })).expect("profile");
+            let mut pod = crate::cluster::tests::pod("p", None, 1, "w");
+            pod.job = Ok(crate::contract::JobSpec {
+                identity: Identity::Inline(profiles),
+                ..crate::contract::JobSpec::unknown()
+            });
+            known.key(&pod, "v100").err().map(|e| e.to_string())
+        };
+        let full =
+            serde_json::json!({"solo_throughput": 11.2, "batch_size": 64, "model": "ResNet-50"});
+        assert_eq!(why(full.clone()), None);
+        assert_eq!(
+            why(
+                serde_json::json!({"solo_throughput": 11.2, "batch_size": null, "model": "Unseen"})
+            ),
+            None
+        );
+        for (profile, says) in [
+            (
+                serde_json::json!({"solo_throughput": 11.2, "batch_size": 64}),
+                "missing feature `model`",
+            ),
+            (
+                serde_json::json!({"solo_throughput": 11.2, "batch_size": "64", "model": "LM"}),
+                "`batch_size` is numeric",
+            ),
+            (
+                serde_json::json!({"solo_throughput": 11.2, "batch_size": 64, "model": 3}),
+                "`model` is categorical",
+            ),
+            (
+                serde_json::json!({"solo_throughput": 11.2, "batch_size": 64, "model": "LM", "colour": 1}),
+                "unknown feature colour; the model knows batch_size, model, solo_throughput",
+            ),
+        ] {
+            let why = why(profile.clone()).unwrap_or_default();
+            assert!(why.contains(says), "{profile}: {why}");
+            assert!(why.contains("profile for v100"), "{why}");
+        }
+        // A catalogue that never read a spec checks nothing.
+        let unchecked = Known::of(&[]);
+        let mut pod = crate::cluster::tests::pod("p", None, 1, "w");
+        pod.job = Ok(crate::contract::JobSpec {
+            identity: Identity::Inline(
+                serde_json::from_value(serde_json::json!({"v100": {"solo_throughput": 1.0}}))
+                    .expect("profile"),
+            ),
+            ..crate::contract::JobSpec::unknown()
+        });
+        assert!(unchecked.key(&pod, "v100").is_ok());
     }
 
     #[test]

@@ -171,6 +171,7 @@ impl Metrics {
             Unknown::Unreadable(_) => "unreadable",
             Unknown::NotRegistered { .. } => "not_registered",
             Unknown::NoProfile { .. } => "no_profile",
+            Unknown::ProfileRefused { .. } => "profile_refused",
         };
         self.unknown_pods
             .get_or_create(&label("reason", reason))

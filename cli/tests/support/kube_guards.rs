@@ -1,7 +1,8 @@
 //! The Kubernetes end-to-end test's hostile cases against a running extender: a pod whose GPU
 //! request overflows a u32 sum leaves the extender's view current, a quantity the API server
 //! writes in canonical form (`1k`) counts what it says, and /bind binds only the pod
-//! a call names by its UID, of a scheduler `--bind-scheduler` names, to a node duet knows.
+//! a call names by its UID, of a scheduler `--bind-scheduler` names, to a node duet knows; a
+//! resident whose profile the model refuses closes its own GPU to `duet schedule`, no more.
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use serde_json::{Value, json};
 
-use super::plane::Process;
+use super::plane::{Process, create_node};
 use super::steps::{bound_node, create, delete_all, get, pod_spec, post, wait_for};
 
 /// Runs both cases on flip-a and flip-b (one free GPU each) through the extender at `ext`,
@@ -152,4 +153,55 @@ pub(crate) fn a_hostile_pod_and_binds(
         Some("flip-b")
     );
     rt.block_on(delete_all(pods));
+}
+
+/// A resident whose inline profile the model refuses (no `model`) closes its own GPU only:
+/// `duet schedule`'s step goes on (`schedule_once` runs it and requires it to succeed), and a
+/// pod of workload `joins` takes the node's other GPU. (Sent, the profile failed the whole
+/// step's prediction, and every pod waited.)
+pub(crate) fn a_refused_profile_closes_its_gpu_only(
+    rt: &tokio::runtime::Runtime,
+    admin: &kube::Client,
+    pods: &Api<Pod>,
+    joins: &str,
+    schedule_once: &dyn Fn(&str),
+) {
+    rt.block_on(async {
+        let pool = [("duet-e2e/pool", "mixed")];
+        create_node(
+            admin,
+            "mixed",
+            "Tesla-V100-SXM2-16GB",
+            2,
+            2,
+            "time-slicing",
+            &pool,
+        )
+        .await;
+        let profile = r#"{"v100": {"solo_throughput": 11.2, "batch_size": 64}}"#;
+        let bad = [("duet.io/profiles", profile), ("duet.io/gpu", "0")];
+        let resident = pod_spec(
+            "mixed-bad",
+            "default-scheduler",
+            Some("mixed"),
+            1,
+            "mixed",
+            &bad,
+        );
+        create(pods, resident).await;
+        let new = [("duet.io/workload", joins)];
+        create(pods, pod_spec("mixed-new", "duet", None, 1, "mixed", &new)).await;
+    });
+    schedule_once("schedule-mixed.log");
+    rt.block_on(async {
+        let node = bound_node(pods, "mixed-new", Duration::from_secs(10)).await;
+        assert_eq!(node.as_deref(), Some("mixed"));
+        let placed = pods.get("mixed-new").await.expect("pod");
+        let annotations = placed.metadata.annotations.unwrap_or_default();
+        assert_eq!(
+            annotations.get("duet.io/gpu").map(String::as_str),
+            Some("1"),
+            "{annotations:?}"
+        );
+    });
 }
