@@ -104,7 +104,14 @@ impl PodInfo {
                 .and_then(|s| s.scheduler_name.clone())
                 .unwrap_or_else(|| "default-scheduler".into()),
             gpus: asks.total(),
-            job: contract::job_of(annotations),
+            // What it is matters only where it asks for GPUs: a pod that asks none is never
+            // placed by duet nor priced beside, so its annotations are not read (any pod of the
+            // cluster could carry a large profile).
+            job: if asks.total() > 0 {
+                contract::job_of(annotations)
+            } else {
+                Ok(JobSpec::unknown())
+            },
             assignment: contract::assignment_of(annotations).ok().flatten(),
             created_ns: pod
                 .metadata

@@ -160,6 +160,13 @@ pub fn job_of(annotations: &BTreeMap<String, String>) -> Result<JobSpec, Annotat
     })
 }
 
+/// Devices one `duet.io/profiles` may name (the server's `--max-profiles` default).
+pub const MAX_PROFILE_DEVICES: usize = 64;
+
+/// Features one device's profile may hold: far more than a model takes, and what a pod holds in
+/// the view stays small whatever its annotation says.
+pub const MAX_PROFILE_FEATURES: usize = 256;
+
 fn profiles(text: &str) -> Result<BTreeMap<String, Features>, AnnotationError> {
     let profiles: BTreeMap<String, Features> = serde_json::from_str(text).map_err(|e| {
         bad(
@@ -173,7 +180,26 @@ fn profiles(text: &str) -> Result<BTreeMap<String, Features>, AnnotationError> {
     if profiles.is_empty() {
         return Err(bad(PROFILES, "no device"));
     }
+    if profiles.len() > MAX_PROFILE_DEVICES {
+        return Err(bad(
+            PROFILES,
+            format!(
+                "{} devices, more than {MAX_PROFILE_DEVICES}",
+                profiles.len()
+            ),
+        ));
+    }
     for (device, features) in &profiles {
+        if features.len() > MAX_PROFILE_FEATURES {
+            return Err(bad(
+                PROFILES,
+                format!(
+                    "device {}: {} features, more than {MAX_PROFILE_FEATURES}",
+                    quote(device),
+                    features.len()
+                ),
+            ));
+        }
         match features.get("solo_throughput") {
             Some(FeatureInput::Number(v)) if *v > 0.0 => {}
             _ => {
@@ -328,6 +354,42 @@ mod tests {
             FeatureInput::Number(12.5)
         );
         assert_eq!(job_of(&BTreeMap::new()), Ok(JobSpec::unknown()));
+    }
+
+    /// A profile is held to MAX_PROFILE_DEVICES devices of MAX_PROFILE_FEATURES features, and
+    /// a pod that asks for no GPU is not read at all.
+    #[test]
+    fn a_profile_is_bounded_and_read_only_for_a_gpu_pod() {
+        let features = |n: usize| -> String {
+            let extra: Vec<String> = (0..n).map(|k| format!(r#""f{k}": 1"#)).collect();
+            format!(r#"{{"solo_throughput": 1, {}}}"#, extra.join(","))
+        };
+        let of = |text: String| job_of(&annotations(&[(PROFILES, text.as_str())]));
+        assert!(
+            of(format!(
+                r#"{{"v100": {}}}"#,
+                features(MAX_PROFILE_FEATURES - 1)
+            ))
+            .is_ok()
+        );
+        let e =
+            of(format!(r#"{{"v100": {}}}"#, features(MAX_PROFILE_FEATURES))).expect_err("too many");
+        assert!(e.to_string().contains("257 features, more than 256"), "{e}");
+        let devices: Vec<String> = (0..=MAX_PROFILE_DEVICES)
+            .map(|k| format!(r#""d{k}": {{"solo_throughput": 1}}"#))
+            .collect();
+        let e = of(format!("{{{}}}", devices.join(","))).expect_err("too many");
+        assert!(e.to_string().contains("65 devices, more than 64"), "{e}");
+        let pod = |gpus: &str| -> crate::cluster::PodInfo {
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "uid": "p", "annotations": {PROFILES: "not json"}},
+                "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}
+            }))
+            .expect("pod");
+            crate::cluster::PodInfo::read(&pod, "nvidia.com/gpu")
+        };
+        assert!(pod("1").job.is_err());
+        assert_eq!(pod("0").job, Ok(JobSpec::unknown()));
     }
 
     #[test]

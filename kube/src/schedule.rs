@@ -24,11 +24,11 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use crate::bind::{self, BindError};
 use crate::cluster::{Cluster, GpuUse, PodInfo};
 use crate::contract;
-use crate::devices::{DeviceMap, NodeInfo};
+use crate::devices::DeviceMap;
 use crate::extender::{Probed, probe_routes};
 use crate::known::{self, Known, REFRESH};
 use crate::metrics::Metrics;
-use crate::placement::{self, Shape, Verdict};
+use crate::placement::{self, Shape};
 use crate::watch::{Freshness, View};
 
 /// The most passes of one scheduling step (each pass: a round per group of nodes).
@@ -205,7 +205,13 @@ pub fn plan(
             break;
         }
     }
-    out.unplaced = remaining.iter().map(|&i| pending[i].uid.clone()).collect();
+    // A pod that asks for no GPU is never placed; it is told why.
+    out.unplaced = remaining
+        .iter()
+        .map(|&i| &pending[i])
+        .chain(pending.iter().filter(|p| p.gpus == 0))
+        .map(|p| p.uid.clone())
+        .collect();
     Ok(out)
 }
 
@@ -439,139 +445,6 @@ pub fn plan_one_at_a_time(
     Ok(out)
 }
 
-/// Why each of `pods` found no place on the cluster a plan left (`after`), in one predictor
-/// call: the nodes' reasons, or that the places it could have had went to pods of more value.
-pub fn explain(
-    after: &Cluster,
-    map: &DeviceMap,
-    known: &Known,
-    pods: &[PodInfo],
-    predictor: &mut dyn Predictor,
-    gpu_jobs: usize,
-) -> Result<Vec<String>> {
-    let gpu_nodes: Vec<&NodeInfo> = after
-        .nodes()
-        .filter(|n| n.schedulable && n.gpus > 0)
-        .collect();
-    let eligible: Vec<Vec<String>> = pods
-        .iter()
-        .map(|p| {
-            gpu_nodes
-                .iter()
-                .filter(|n| p.may_run_on(n))
-                .map(|n| n.name.clone())
-                .collect()
-        })
-        .collect();
-    let surveys: Vec<placement::Survey> = pods
-        .iter()
-        .zip(&eligible)
-        .map(|(p, nodes)| placement::survey(after, map, known, p, nodes, gpu_jobs))
-        .collect();
-    let mut inline = known::inline_jobs(pods);
-    for s in &surveys {
-        inline.extend(s.inline.clone());
-    }
-    let mut all = Vec::new();
-    let mut groups = Vec::new();
-    let mut spans = Vec::new();
-    for s in &surveys {
-        let (start, group_start) = (all.len(), groups.len());
-        all.extend(s.owned_queries());
-        groups.extend(s.owned_groups());
-        spans.push((start..all.len(), group_start..groups.len()));
-    }
-    let queries: Vec<(&str, Query<'_>)> = all
-        .iter()
-        .map(|(device, a, b, sharing)| {
-            (
-                device.as_str(),
-                Query {
-                    a,
-                    b,
-                    sharing: *sharing,
-                },
-            )
-        })
-        .collect();
-    let outlooks = predictor.predict_on(&queries)?;
-    let group_outlooks = if groups.is_empty() {
-        Vec::new()
-    } else {
-        placement::predict_groups_on(predictor, &groups)?
-    };
-    Ok(surveys
-        .iter()
-        .zip(spans)
-        .zip(pods.iter().zip(&eligible))
-        .map(|((s, span), (pod, nodes))| {
-            let excluded = gpu_nodes.len() - nodes.len();
-            let mut why = match &s.unknown {
-                // duet gives a pod it does not know whole GPUs only.
-                Some(unknown) => {
-                    let free: usize = nodes
-                        .iter()
-                        .filter_map(|n| after.node(n))
-                        .map(|n| {
-                            after
-                                .gpus_of(n)
-                                .iter()
-                                .filter(|u| **u == GpuUse::Free)
-                                .count()
-                        })
-                        .max()
-                        .unwrap_or(0);
-                    format!(
-                        "duet: {unknown}, so it takes only whole free GPUs: it asks for {}, and the most free on one of the {} nodes it may run on is {free}",
-                        pod.gpus,
-                        nodes.len()
-                    )
-                }
-                None => {
-                    let predicted = placement::Predicted {
-                        pairs: outlooks[span.0].to_vec(),
-                        groups: group_outlooks[span.1].to_vec(),
-                    };
-                    summarise(&s.verdicts(&predicted), nodes.len())
-                }
-            };
-            if excluded > 0 {
-                why.push_str(&format!(
-                    "; {excluded} other GPU nodes excluded by its node selector or their taints"
-                ));
-            }
-            why
-        })
-        .collect())
-}
-
-fn summarise(verdicts: &[(String, Verdict)], nodes: usize) -> String {
-    let fits = verdicts
-        .iter()
-        .filter(|(_, v)| matches!(v, Verdict::Fits { .. }))
-        .count();
-    if fits > 0 {
-        return format!(
-            "duet: {fits} of {nodes} nodes could take it, and their places went to pods of more value this round; it waits for the next"
-        );
-    }
-    let mut out = format!("duet: 0/{nodes} nodes fit");
-    let mut shown = 0;
-    for (name, v) in verdicts {
-        let why = match v {
-            Verdict::Fails(why) | Verdict::Neutral(why) => why,
-            Verdict::Fits { .. } => continue,
-        };
-        if shown == 3 {
-            out.push_str(&format!("; and {} more", verdicts.len() - 3));
-            break;
-        }
-        out.push_str(&format!("; {name}: {why}"));
-        shown += 1;
-    }
-    out
-}
-
 /// `duet schedule`'s settings.
 #[derive(Debug, Clone)]
 pub struct ScheduleConfig {
@@ -718,6 +591,10 @@ async fn step(
         let pending = c.pending(&config.name).into_iter().cloned().collect();
         (c.clone(), pending)
     };
+    // What was said to pods no longer waiting is forgotten (a pod deleted while it waited).
+    let waiting: HashSet<&str> = pending.iter().map(|p| p.uid.as_str()).collect();
+    told.retain(|uid, _| waiting.contains(uid.as_str()));
+    let explained_before: HashSet<String> = told.keys().cloned().collect();
     if pending.is_empty() {
         metrics.unplaced.set(0);
         return Ok(());
@@ -739,7 +616,7 @@ async fn step(
     let c = client.clone();
     let compare = config.compare;
     let pricing = config.pricing.clone();
-    let (plan, alone, reasons) = tokio::task::spawn_blocking(move || -> Result<_> {
+    let (plan, alone, waiting, reasons) = tokio::task::spawn_blocking(move || -> Result<_> {
         let mut predictor = HttpPredictor::from_client(c);
         predictor.inline = known::inline_jobs(&pending);
         for p in cluster.nodes().flat_map(|n| cluster.on_node(&n.name)) {
@@ -769,6 +646,10 @@ async fn step(
             .filter(|p| batch.unplaced.contains(&p.uid))
             .cloned()
             .collect();
+        let waiting = unplaced.len();
+        let unplaced = to_explain(unplaced, &explained_before);
+        // Why pods wait is told on a best effort: a failure to work it out never holds back
+        // the bindings planned.
         let reasons = explain(
             &after,
             &map,
@@ -776,10 +657,15 @@ async fn step(
             &unplaced,
             &mut predictor,
             pricing.gpu_jobs,
-        )?;
+        )
+        .unwrap_or_else(|e| {
+            tracing::warn!("why {} pods wait: {e:#}", unplaced.len());
+            vec![format!("duet: not placed; why could not be worked out: {e:#}"); unplaced.len()]
+        });
         Ok((
             batch,
             alone,
+            waiting,
             unplaced.into_iter().zip(reasons).collect::<Vec<_>>(),
         ))
     })
@@ -813,7 +699,7 @@ async fn step(
         }
     }
     #[allow(clippy::cast_possible_wrap)]
-    metrics.unplaced.set(reasons.len() as i64);
+    metrics.unplaced.set(waiting as i64);
     for (pod, why) in &reasons {
         if told.get(&pod.uid) == Some(why) {
             continue;
@@ -841,8 +727,8 @@ async fn step(
         }
     }
     tracing::info!(
-        "step: {} pending, {bound} bound, {} left ({} rounds, {} pairs predicted, planned in {:.1} ms)",
-        bound + reasons.len(),
+        "step: {} pending, {bound} bound, {waiting} left, {} told why ({} rounds, {} pairs predicted, planned in {:.1} ms)",
+        bound + waiting,
         reasons.len(),
         plan.rounds,
         plan.queries,
@@ -862,6 +748,10 @@ async fn step(
     }
     Ok(())
 }
+
+mod explain;
+use explain::to_explain;
+pub use explain::{MAX_EXPLAINED, explain};
 
 #[cfg(test)]
 mod tests;

@@ -11,7 +11,7 @@ use kube::api::Api;
 use serde_json::{Value, json};
 
 use super::plane::{Process, create_node};
-use super::steps::{bound_node, create, delete_all, get, pod_spec, post, wait_for};
+use super::steps::{bound_node, create, delete_all, event_saying, get, pod_spec, post, wait_for};
 
 /// Runs both cases on flip-a and flip-b (one free GPU each) through the extender at `ext`,
 /// and deletes every pod it made.
@@ -158,7 +158,7 @@ pub(crate) fn a_hostile_pod_and_binds(
 /// A resident whose inline profile the model refuses (no `model`) closes its own GPU only:
 /// `duet schedule`'s step goes on (`schedule_once` runs it and requires it to succeed), and a
 /// pod of workload `joins` takes the node's other GPU. (Sent, the profile failed the whole
-/// step's prediction, and every pod waited.)
+/// step's prediction, and every pod waited.) A duet pod asking for no GPU is told why it waits.
 pub(crate) fn a_refused_profile_closes_its_gpu_only(
     rt: &tokio::runtime::Runtime,
     admin: &kube::Client,
@@ -191,6 +191,7 @@ pub(crate) fn a_refused_profile_closes_its_gpu_only(
         create(pods, resident).await;
         let new = [("duet.io/workload", joins)];
         create(pods, pod_spec("mixed-new", "duet", None, 1, "mixed", &new)).await;
+        create(pods, pod_spec("mixed-zero", "duet", None, 0, "mixed", &new)).await;
     });
     schedule_once("schedule-mixed.log");
     rt.block_on(async {
@@ -203,5 +204,14 @@ pub(crate) fn a_refused_profile_closes_its_gpu_only(
             Some("1"),
             "{annotations:?}"
         );
+        // A duet pod that asks for no GPU is told why it waits.
+        let why = event_saying(
+            admin,
+            "mixed-zero",
+            &["asks for no nvidia.com/gpu"],
+            Duration::from_secs(10),
+        )
+        .await;
+        assert!(why.contains("another schedulerName"), "{why}");
     });
 }

@@ -76,3 +76,22 @@ fn joins_two_residents(both_shared: bool) {
     assert_eq!(residents, &["ns/r1".to_string(), "ns/r2".to_string()]);
     assert_eq!(b.node, "trio");
 }
+
+/// A step explains the pods it never explained first, and at most MAX_EXPLAINED of them.
+#[test]
+fn a_backlog_is_explained_a_slice_at_a_time_new_pods_first() {
+    let unplaced: Vec<PodInfo> = (0..MAX_EXPLAINED + 10)
+        .map(|k| pod(&format!("p{k}"), None, 1, "w"))
+        .collect();
+    let before: HashSet<String> = (0..20).map(|k| format!("p{k}")).collect();
+    let chosen = to_explain(unplaced, &before);
+    assert_eq!(chosen.len(), MAX_EXPLAINED);
+    let uids: Vec<&str> = chosen.iter().map(|p| p.uid.as_str()).collect();
+    assert_eq!(uids[0], "p20");
+    assert!(
+        uids[..MAX_EXPLAINED - 10]
+            .iter()
+            .all(|u| !before.contains(*u))
+    );
+    assert_eq!(uids[MAX_EXPLAINED - 10], "p0");
+}

@@ -1,0 +1,168 @@
+//! Why the pods a step left waiting wait: each one's survey of the cluster the plan leaves,
+//! asked of the predictor at once, told in the pod's Event.
+
+use std::collections::HashSet;
+
+use anyhow::Result;
+use duet_scheduler::predictor::{Predictor, Query};
+
+use crate::cluster::{Cluster, GpuUse, PodInfo};
+use crate::devices::{DeviceMap, NodeInfo};
+use crate::known::{self, Known};
+use crate::placement::{self, Verdict};
+
+/// Unplaced pods a step explains at most (those it never explained first): working out why asks
+/// a prediction for each pod beside each resident it may join, so a backlog of hundreds would
+/// ask tens of thousands each second; the others keep the reason they were last given.
+pub const MAX_EXPLAINED: usize = 64;
+
+/// Why each of `pods` found no place on the cluster a plan left (`after`), in one predictor
+/// call: the nodes' reasons, or that the places it could have had went to pods of more value.
+pub fn explain(
+    after: &Cluster,
+    map: &DeviceMap,
+    known: &Known,
+    pods: &[PodInfo],
+    predictor: &mut dyn Predictor,
+    gpu_jobs: usize,
+) -> Result<Vec<String>> {
+    let gpu_nodes: Vec<&NodeInfo> = after
+        .nodes()
+        .filter(|n| n.schedulable && n.gpus > 0)
+        .collect();
+    let eligible: Vec<Vec<String>> = pods
+        .iter()
+        .map(|p| {
+            gpu_nodes
+                .iter()
+                .filter(|n| p.may_run_on(n))
+                .map(|n| n.name.clone())
+                .collect()
+        })
+        .collect();
+    let surveys: Vec<placement::Survey> = pods
+        .iter()
+        .zip(&eligible)
+        .map(|(p, nodes)| placement::survey(after, map, known, p, nodes, gpu_jobs))
+        .collect();
+    let mut inline = known::inline_jobs(pods);
+    for s in &surveys {
+        inline.extend(s.inline.clone());
+    }
+    let mut all = Vec::new();
+    let mut groups = Vec::new();
+    let mut spans = Vec::new();
+    for s in &surveys {
+        let (start, group_start) = (all.len(), groups.len());
+        all.extend(s.owned_queries());
+        groups.extend(s.owned_groups());
+        spans.push((start..all.len(), group_start..groups.len()));
+    }
+    let queries: Vec<(&str, Query<'_>)> = all
+        .iter()
+        .map(|(device, a, b, sharing)| {
+            (
+                device.as_str(),
+                Query {
+                    a,
+                    b,
+                    sharing: *sharing,
+                },
+            )
+        })
+        .collect();
+    let outlooks = predictor.predict_on(&queries)?;
+    let group_outlooks = if groups.is_empty() {
+        Vec::new()
+    } else {
+        placement::predict_groups_on(predictor, &groups)?
+    };
+    Ok(surveys
+        .iter()
+        .zip(spans)
+        .zip(pods.iter().zip(&eligible))
+        .map(|((s, span), (pod, nodes))| {
+            if pod.gpus == 0 {
+                return format!(
+                    "duet: it asks for no {}, and duet schedule places only pods that ask for \
+                     GPUs (another schedulerName places it)",
+                    map.resource
+                );
+            }
+            let excluded = gpu_nodes.len() - nodes.len();
+            let mut why = match &s.unknown {
+                // duet gives a pod it does not know whole GPUs only.
+                Some(unknown) => {
+                    let free: usize = nodes
+                        .iter()
+                        .filter_map(|n| after.node(n))
+                        .map(|n| {
+                            after
+                                .gpus_of(n)
+                                .iter()
+                                .filter(|u| **u == GpuUse::Free)
+                                .count()
+                        })
+                        .max()
+                        .unwrap_or(0);
+                    format!(
+                        "duet: {unknown}, so it takes only whole free GPUs: it asks for {}, and the most free on one of the {} nodes it may run on is {free}",
+                        pod.gpus,
+                        nodes.len()
+                    )
+                }
+                None => {
+                    let predicted = placement::Predicted {
+                        pairs: outlooks[span.0].to_vec(),
+                        groups: group_outlooks[span.1].to_vec(),
+                    };
+                    summarise(&s.verdicts(&predicted), nodes.len())
+                }
+            };
+            if excluded > 0 {
+                why.push_str(&format!(
+                    "; {excluded} other GPU nodes excluded by its node selector or their taints"
+                ));
+            }
+            why
+        })
+        .collect())
+}
+
+fn summarise(verdicts: &[(String, Verdict)], nodes: usize) -> String {
+    let fits = verdicts
+        .iter()
+        .filter(|(_, v)| matches!(v, Verdict::Fits { .. }))
+        .count();
+    if fits > 0 {
+        return format!(
+            "duet: {fits} of {nodes} nodes could take it, and their places went to pods of more value this round; it waits for the next"
+        );
+    }
+    let mut out = format!("duet: 0/{nodes} nodes fit");
+    let mut shown = 0;
+    for (name, v) in verdicts {
+        let why = match v {
+            Verdict::Fails(why) | Verdict::Neutral(why) => why,
+            Verdict::Fits { .. } => continue,
+        };
+        if shown == 3 {
+            out.push_str(&format!("; and {} more", verdicts.len() - 3));
+            break;
+        }
+        out.push_str(&format!("; {name}: {why}"));
+        shown += 1;
+    }
+    out
+}
+
+/// The unplaced pods a step explains: those never explained first (in their order), then the
+/// others, [`MAX_EXPLAINED`] at most.
+pub(super) fn to_explain(
+    mut unplaced: Vec<PodInfo>,
+    explained_before: &HashSet<String>,
+) -> Vec<PodInfo> {
+    unplaced.sort_by_key(|p| explained_before.contains(&p.uid));
+    unplaced.truncate(MAX_EXPLAINED);
+    unplaced
+}
