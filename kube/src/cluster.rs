@@ -216,6 +216,37 @@ struct Assumed {
     at: Instant,
 }
 
+/// Where this process first saw a bound pod's GPUs (or bound it itself), where its annotations
+/// now say otherwise on the same node: they are its owner's to edit, and a GPU record moved after
+/// the binding would have duet place another pod on the GPU the pod really holds. (A scheduler
+/// started afresh reads them as they are then.)
+fn first_assignment(
+    pod: &PodInfo,
+    seen: Option<&PodInfo>,
+    assumed: Option<&Assumed>,
+) -> Option<Assignment> {
+    pod.node.as_ref()?;
+    let first = seen
+        .filter(|old| old.node == pod.node)
+        .and_then(|old| old.assignment.as_ref())
+        .or_else(|| {
+            assumed
+                .filter(|a| a.pod.node == pod.node)
+                .and_then(|a| a.pod.assignment.as_ref())
+        })?;
+    if pod.assignment.as_ref() == Some(first) {
+        return None;
+    }
+    tracing::warn!(
+        "pod {}: its duet.io annotations now record GPUs {:?}, where it was bound to {:?}; duet \
+         keeps the latter",
+        pod.key(),
+        pod.assignment.as_ref().map(|a| &a.gpus),
+        first.gpus
+    );
+    Some(first.clone())
+}
+
 /// How long a binding this process made stands in for the watch.
 const ASSUMED_FOR: Duration = Duration::from_secs(60);
 
@@ -256,7 +287,12 @@ impl Cluster {
         self.nodes = nodes.into_iter().map(|n| (n.name.clone(), n)).collect();
     }
 
-    pub fn apply_pod(&mut self, pod: PodInfo) {
+    pub fn apply_pod(&mut self, mut pod: PodInfo) {
+        if let Some(first) =
+            first_assignment(&pod, self.pods.get(&pod.uid), self.assumed.get(&pod.uid))
+        {
+            pod.assignment = Some(first);
+        }
         self.unindex(&pod.uid);
         if pod.node.is_some() {
             self.assumed.remove(&pod.uid);
@@ -278,9 +314,12 @@ impl Cluster {
 
     /// Replaces every pod (a watch's full list).
     pub fn replace_pods(&mut self, pods: Vec<PodInfo>) {
-        self.pods.clear();
+        let seen = std::mem::take(&mut self.pods);
         self.by_node.clear();
-        for pod in pods {
+        for mut pod in pods {
+            if let Some(first) = first_assignment(&pod, seen.get(&pod.uid), None) {
+                pod.assignment = Some(first);
+            }
             self.apply_pod(pod);
         }
     }
@@ -649,6 +688,48 @@ pub(crate) mod tests {
         c.apply_pod(other);
         let order: Vec<&str> = c.pending("duet").iter().map(|p| p.name.as_str()).collect();
         assert_eq!(order, ["early", "mid", "late"]);
+    }
+
+    /// A bound pod's GPUs stay where the view first saw them when its annotations are edited
+    /// later, through a watch event or a full list.
+    #[test]
+    fn a_bound_pod_s_edited_gpu_record_is_not_believed() {
+        let mut c = Cluster::default();
+        c.apply_node(node("n", 2));
+        let at = |gpu: u32| {
+            let mut p = pod("x", Some("n"), 1, "w");
+            p.assignment = Some(Assignment {
+                gpus: vec![gpu],
+                sharing: None,
+                mps_share: None,
+            });
+            p
+        };
+        c.apply_pod(at(0));
+        c.apply_pod(at(1));
+        assert_eq!(
+            c.pod("x")
+                .and_then(|p| p.assignment.clone())
+                .map(|a| a.gpus),
+            Some(vec![0])
+        );
+        c.replace_pods(vec![at(1)]);
+        assert_eq!(
+            c.pod("x")
+                .and_then(|p| p.assignment.clone())
+                .map(|a| a.gpus),
+            Some(vec![0])
+        );
+        // A pod bound anew (deleted and made again has a new UID; another node) is read afresh.
+        let mut moved = at(1);
+        moved.node = Some("m".into());
+        c.apply_pod(moved);
+        assert_eq!(
+            c.pod("x")
+                .and_then(|p| p.assignment.clone())
+                .map(|a| a.gpus),
+            Some(vec![1])
+        );
     }
 
     /// A pod with scheduling gates is not pending for any scheduler until they are removed (the
