@@ -656,7 +656,8 @@ async fn step(
             &k,
             &unplaced,
             &mut predictor,
-            pricing.gpu_jobs,
+            &pricing,
+            pending.len(),
         )
         .unwrap_or_else(|e| {
             tracing::warn!("why {} pods wait: {e:#}", unplaced.len());

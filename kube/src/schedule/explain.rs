@@ -5,6 +5,7 @@ use std::collections::HashSet;
 
 use anyhow::Result;
 use duet_scheduler::predictor::{Predictor, Query};
+use duet_scheduler::pricing::PricingConfig;
 
 use crate::cluster::{Cluster, GpuUse, PodInfo};
 use crate::devices::{DeviceMap, NodeInfo};
@@ -17,15 +18,20 @@ use crate::placement::{self, Verdict};
 pub const MAX_EXPLAINED: usize = 64;
 
 /// Why each of `pods` found no place on the cluster a plan left (`after`), in one predictor
-/// call: the nodes' reasons, or that the places it could have had went to pods of more value.
+/// call: the nodes' reasons, or that the places it could have had went to pods of more value
+/// (or, where more of the step's `pending` pods wait than a round weighs, `pricing.window`,
+/// that it may have been past them).
 pub fn explain(
     after: &Cluster,
     map: &DeviceMap,
     known: &Known,
     pods: &[PodInfo],
     predictor: &mut dyn Predictor,
-    gpu_jobs: usize,
+    pricing: &PricingConfig,
+    pending: usize,
 ) -> Result<Vec<String>> {
+    let gpu_jobs = pricing.gpu_jobs;
+    let crowded = (pending > pricing.window).then_some((pending, pricing.window));
     let gpu_nodes: Vec<&NodeInfo> = after
         .nodes()
         .filter(|n| n.schedulable && n.gpus > 0)
@@ -116,7 +122,7 @@ pub fn explain(
                         pairs: outlooks[span.0].to_vec(),
                         groups: group_outlooks[span.1].to_vec(),
                     };
-                    summarise(&s.verdicts(&predicted), nodes.len())
+                    summarise(&s.verdicts(&predicted), nodes.len(), crowded)
                 }
             };
             if excluded > 0 {
@@ -129,11 +135,23 @@ pub fn explain(
         .collect())
 }
 
-fn summarise(verdicts: &[(String, Verdict)], nodes: usize) -> String {
+fn summarise(
+    verdicts: &[(String, Verdict)],
+    nodes: usize,
+    crowded: Option<(usize, usize)>,
+) -> String {
+    if nodes == 0 {
+        return "duet: no GPU node it may run on (its node selector and tolerations let it onto none that is schedulable with GPUs)".into();
+    }
     let fits = verdicts
         .iter()
         .filter(|(_, v)| matches!(v, Verdict::Fits { .. }))
         .count();
+    if let (true, Some((waiting, window))) = (fits > 0, crowded) {
+        return format!(
+            "duet: {fits} of {nodes} nodes could take it; {waiting} pods wait and a round weighs {window} of them by priority, then arrival: their places went to those weighed or of more value; it waits for the next"
+        );
+    }
     if fits > 0 {
         return format!(
             "duet: {fits} of {nodes} nodes could take it, and their places went to pods of more value this round; it waits for the next"

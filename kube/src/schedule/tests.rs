@@ -95,3 +95,45 @@ fn a_backlog_is_explained_a_slice_at_a_time_new_pods_first() {
     );
     assert_eq!(uids[MAX_EXPLAINED - 10], "p0");
 }
+
+/// A pod with no GPU node it may run on is told so; where more pods wait than a round weighs, a
+/// pod that nodes could take is told it may have been past them.
+#[test]
+fn a_waiting_pod_is_told_what_kept_it() {
+    let map = DeviceMap::parse(
+        "[[device]]\nmatch = \"V100\"\ndevice = \"v100\"\n[[strategy]]\nname = \"mps\"\nsharings = [{ mode = \"space\" }]",
+    )
+    .expect("valid");
+    let known = Known::of(&[("w", &["v100"])]);
+    let waiting = [pod("p", None, 1, "w")];
+    let told = |c: &Cluster, pending: usize| {
+        explain(
+            c,
+            &map,
+            &known,
+            &waiting,
+            &mut Flat,
+            &PricingConfig::default(),
+            pending,
+        )
+        .expect("explained")
+        .remove(0)
+    };
+    assert!(told(&Cluster::default(), 1).contains("no GPU node it may run on"));
+    let mut c = Cluster::default();
+    c.apply_node(node("free", 1));
+    let window = PricingConfig::default().window;
+    let plain = told(&c, 1);
+    assert!(
+        plain.contains("places went to pods of more value"),
+        "{plain}"
+    );
+    let crowded = told(&c, window + 6);
+    assert!(
+        crowded.contains(&format!(
+            "{} pods wait and a round weighs {window}",
+            window + 6
+        )),
+        "{crowded}"
+    );
+}
