@@ -398,14 +398,7 @@ fn bodies_over_the_limits_are_refused_and_memory_stays_bounded() {
         "{resident:.0} MiB resident after the burst"
     );
     // The other limits are named too: KServe rows, observations per batch.
-    let name = ureq::get(&server.url("/v1/models"))
-        .call()
-        .expect("models")
-        .into_json::<Value>()
-        .expect("json")[0]["name"]
-        .as_str()
-        .expect("name")
-        .to_string();
+    let name = server.model_name();
     let meta: Value = ureq::get(&server.url(&format!("/v2/models/{name}")))
         .call()
         .expect("metadata")

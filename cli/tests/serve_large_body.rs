@@ -137,14 +137,7 @@ fn a_large_body_is_answered_as_its_items_are_in_small_ones() {
 fn a_long_string_costs_the_server_its_bytes_not_a_quote_of_them() {
     let server = Server::start_with(&[]);
     let pid = server.child.id();
-    let name = ureq::get(&server.url("/v1/models"))
-        .call()
-        .expect("models")
-        .into_json::<Value>()
-        .expect("json")[0]["name"]
-        .as_str()
-        .expect("name")
-        .to_string();
+    let name = server.model_name();
     let control = "\u{7f}".repeat(20 << 20);
     let at_rest = peak_rss_mib(pid);
     for (path, body, field) in [

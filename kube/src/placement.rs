@@ -182,6 +182,28 @@ pub struct Predicted {
     pub groups: Vec<GroupOutlook>,
 }
 
+/// Pairs, each on its device (device, newcomer, resident, sharing), predicted in one
+/// `predict_on` call.
+pub fn predict_pairs_on(
+    predictor: &mut dyn Predictor,
+    pairs: &[(String, String, String, Sharing)],
+) -> Result<Vec<Outlook>> {
+    let queries: Vec<(&str, Query<'_>)> = pairs
+        .iter()
+        .map(|(device, a, b, sharing)| {
+            (
+                device.as_str(),
+                Query {
+                    a,
+                    b,
+                    sharing: *sharing,
+                },
+            )
+        })
+        .collect();
+    predictor.predict_on(&queries)
+}
+
 /// `asks` predicted with one `predict_groups` call per device, answered in their order.
 pub fn predict_groups_on(
     predictor: &mut dyn Predictor,
@@ -575,21 +597,7 @@ impl Survey {
     }
 
     fn predict_pairs(&self, predictor: &mut dyn Predictor) -> Result<Vec<Outlook>> {
-        let queries: Vec<(&str, Query<'_>)> = self
-            .queries
-            .iter()
-            .map(|(device, a, b, sharing)| {
-                (
-                    device.as_str(),
-                    Query {
-                        a,
-                        b,
-                        sharing: *sharing,
-                    },
-                )
-            })
-            .collect();
-        predictor.predict_on(&queries)
+        predict_pairs_on(predictor, &self.queries)
     }
 
     /// Each listed node's verdict, in the order listed (a name listed twice, twice), given what

@@ -199,6 +199,18 @@ impl Server {
         format!("{}{path}", self.base)
     }
 
+    /// The name of the model it serves (`GET /v1/models`).
+    pub fn model_name(&self) -> String {
+        ureq::get(&self.url("/v1/models"))
+            .call()
+            .expect("models")
+            .into_json::<serde_json::Value>()
+            .expect("json")[0]["name"]
+            .as_str()
+            .expect("name")
+            .to_string()
+    }
+
     pub fn signal(&self, name: &str) {
         let status = Command::new("kill")
             .args([format!("-{name}"), self.child.id().to_string()])

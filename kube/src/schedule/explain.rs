@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use anyhow::Result;
-use duet_scheduler::predictor::{Predictor, Query};
+use duet_scheduler::predictor::Predictor;
 use duet_scheduler::pricing::PricingConfig;
 
 use crate::cluster::{Cluster, GpuUse, PodInfo};
@@ -64,20 +64,7 @@ pub fn explain(
         groups.extend(s.owned_groups());
         spans.push((start..all.len(), group_start..groups.len()));
     }
-    let queries: Vec<(&str, Query<'_>)> = all
-        .iter()
-        .map(|(device, a, b, sharing)| {
-            (
-                device.as_str(),
-                Query {
-                    a,
-                    b,
-                    sharing: *sharing,
-                },
-            )
-        })
-        .collect();
-    let outlooks = predictor.predict_on(&queries)?;
+    let outlooks = placement::predict_pairs_on(predictor, &all)?;
     let group_outlooks = if groups.is_empty() {
         Vec::new()
     } else {
