@@ -289,12 +289,14 @@ fn round_on(
     if free.is_empty() && residents.is_empty() {
         return Ok(Vec::new());
     }
-    // Waiting, by weight and then arrival.
+    // Waiting, by weight and then arrival; where more wait than a round weighs, its window
+    // shared among namespaces.
     let mut order = members.to_vec();
     order.sort_by(|&a, &b| {
         let w = |i: usize| pending[i].job.as_ref().map_or(1.0, |j| j.priority);
         w(b).total_cmp(&w(a)).then(a.cmp(&b))
     });
+    let order = fair_window(order, pending, config.window);
     let waiting: Vec<Waiting> = order
         .iter()
         .map(|&i| {
@@ -411,6 +413,39 @@ fn round_on(
         });
     }
     Ok(placed)
+}
+
+/// `order` (pods of `pending` by rank) with the first `window` places, where more wait, taken
+/// by namespace in turn (each namespace's pods in rank, namespaces in the rank of their first),
+/// then kept in rank: a pod's own `duet.io/priority` orders its namespace's pods, and one
+/// namespace's many pods cannot fill a round and keep every other namespace's out. Below the
+/// window the order is as it came.
+fn fair_window(order: Vec<usize>, pending: &[PodInfo], window: usize) -> Vec<usize> {
+    if order.len() <= window {
+        return order;
+    }
+    let mut by_namespace: Vec<(&str, std::collections::VecDeque<usize>)> = Vec::new();
+    for &i in &order {
+        let ns = pending[i].namespace.as_str();
+        match by_namespace.iter_mut().find(|(n, _)| *n == ns) {
+            Some((_, queue)) => queue.push_back(i),
+            None => by_namespace.push((ns, std::collections::VecDeque::from([i]))),
+        }
+    }
+    let mut chosen = HashSet::new();
+    while chosen.len() < window {
+        for (_, queue) in &mut by_namespace {
+            if chosen.len() < window
+                && let Some(i) = queue.pop_front()
+            {
+                chosen.insert(i);
+            }
+        }
+    }
+    let (mut first, rest): (Vec<usize>, Vec<usize>) =
+        order.into_iter().partition(|i| chosen.contains(i));
+    first.extend(rest);
+    first
 }
 
 /// The same pods bound one at a time in the order they arrived, each by a round of its own on

@@ -137,3 +137,23 @@ fn a_waiting_pod_is_told_what_kept_it() {
         "{crowded}"
     );
 }
+
+/// Where more pods wait than a round weighs, the window is shared among namespaces in turn, each
+/// namespace's pods in rank; below it, the order is as it came.
+#[test]
+fn a_namespace_of_many_pods_cannot_fill_the_round() {
+    let mut pending: Vec<PodInfo> = (0..6)
+        .map(|k| pod(&format!("a{k}"), None, 1, "w"))
+        .collect();
+    for p in &mut pending {
+        p.namespace = "many".into();
+    }
+    let mut late = pod("b0", None, 1, "w");
+    late.namespace = "few".into();
+    pending.push(late);
+    let order: Vec<usize> = (0..pending.len()).collect();
+    assert_eq!(fair_window(order.clone(), &pending, 7), order);
+    let fair = fair_window(order, &pending, 4);
+    assert_eq!(&fair[..4], &[0, 1, 2, 6]);
+    assert_eq!(&fair[4..], &[3, 4, 5]);
+}
