@@ -65,6 +65,15 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8], budget: usize) -> Result<T, Refu
     if let Some(refused) = long_string_failure(bytes) {
         return Err(Refused::Invalid(refused));
     }
+    parse_scanned(bytes, budget)
+}
+
+/// [`parse`] for a body its caller has already read for a string longer than any field takes
+/// (`error::long_string_failure`), or one made from such a body without adding strings.
+pub(crate) fn parse_scanned<T: DeserializeOwned>(
+    bytes: &[u8],
+    budget: usize,
+) -> Result<T, Refused> {
     let _scope = Scope::enter(budget);
     match serde_json::from_slice(bytes) {
         Ok(value) => Ok(value),

@@ -602,13 +602,13 @@ fn input_values(
 /// (`crate::tensor_json`, the fast path of a large tensor), the rest by serde; any body the
 /// lifting steps aside for, or that serde then refuses, is parsed whole by serde, so a refusal
 /// is what it always was. A body holding a string longer than any field takes is refused
-/// before the lifting copies it.
+/// before the lifting copies it, and read for one only then (the lifting adds no string).
 pub fn parse_request(json: &[u8], budget: usize) -> Result<InferRequest, Refused> {
     if let Some(refused) = crate::error::long_string_failure(json) {
         return Err(Refused::Invalid(refused));
     }
     if let Some(lifted) = crate::tensor_json::lift(json, budget, crate::state::cores())
-        && let Ok(mut request) = crate::bounded::parse::<InferRequest>(&lifted.json, budget)
+        && let Ok(mut request) = crate::bounded::parse_scanned::<InferRequest>(&lifted.json, budget)
     {
         for (i, values) in lifted.data {
             if let Some(input) = request.inputs.get_mut(i) {
@@ -617,7 +617,7 @@ pub fn parse_request(json: &[u8], budget: usize) -> Result<InferRequest, Refused
         }
         return Ok(request);
     }
-    crate::bounded::parse(json, budget)
+    crate::bounded::parse_scanned(json, budget)
 }
 
 /// Runs the model on the request in `body`: its answer in JSON, or in binary where asked.
