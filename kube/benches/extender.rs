@@ -60,8 +60,16 @@ fn benches(c: &mut Criterion) {
     group.bench_function("a step over 200 pending pods on 512 GPUs", |b| {
         b.iter(|| {
             black_box(
-                schedule::plan(&cluster, &map, &known, &pending, &mut predictor, &config)
-                    .expect("plan"),
+                schedule::plan(
+                    &cluster,
+                    &map,
+                    &known,
+                    &pending,
+                    &Default::default(),
+                    &mut predictor,
+                    &config,
+                )
+                .expect("plan"),
             )
         });
     });

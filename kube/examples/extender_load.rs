@@ -119,6 +119,7 @@ fn main() -> anyhow::Result<()> {
             &map,
             &known,
             &pending,
+            &Default::default(),
             &mut predictor,
             &PricingConfig::default(),
         )?;

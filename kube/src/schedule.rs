@@ -6,7 +6,7 @@
 //! next). A pod it cannot place stays Pending with an Event that says why. Its state is the API
 //! server's: a restarted scheduler reads where every pod is from the pods' annotations.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,7 +55,15 @@ pub struct Plan {
     /// Rounds run and pairs asked of the predictor.
     pub rounds: usize,
     pub queries: usize,
+    /// Pods (UIDs) a round of the step weighed, placed or not: inside its window.
+    pub weighed: BTreeSet<String>,
 }
+
+/// For each waiting pod (UID), the steps in which a round weighed it and left it waiting. Where
+/// more pods wait than a round weighs, those weighed fewer times go first within their
+/// namespace, so a namespace's pods that cannot be placed take their turn and step aside
+/// (as the stock scheduler's queue sets aside a pod it could not place).
+pub type PassedOver = HashMap<String, u32>;
 
 impl Plan {
     /// The predicted weighted throughput it adds.
@@ -146,6 +154,7 @@ pub fn plan(
     map: &DeviceMap,
     known: &Known,
     pending: &[PodInfo],
+    passed_over: &PassedOver,
     predictor: &mut dyn Predictor,
     config: &PricingConfig,
 ) -> Result<Plan> {
@@ -192,7 +201,15 @@ pub fn plan(
             }
             for (eligible, members) in classes {
                 let placed = round_on(
-                    &mut local, map, known, pending, &members, group, &eligible, predictor, config,
+                    &mut local,
+                    map,
+                    known,
+                    (pending, passed_over),
+                    &members,
+                    group,
+                    &eligible,
+                    predictor,
+                    config,
                     &mut out,
                 )?;
                 if !placed.is_empty() {
@@ -222,7 +239,7 @@ fn round_on(
     local: &mut Cluster,
     map: &DeviceMap,
     known: &Known,
-    pending: &[PodInfo],
+    (pending, passed_over): (&[PodInfo], &PassedOver),
     members: &[usize],
     (device, strategy, memory): &GroupKey,
     nodes: &[String],
@@ -296,7 +313,12 @@ fn round_on(
         let w = |i: usize| pending[i].job.as_ref().map_or(1.0, |j| j.priority);
         w(b).total_cmp(&w(a)).then(a.cmp(&b))
     });
-    let order = fair_window(order, pending, config.window);
+    let order = fair_window(order, pending, passed_over, config.window);
+    out.weighed.extend(
+        order[..order.len().min(config.window)]
+            .iter()
+            .map(|&i| pending[i].uid.clone()),
+    );
     let waiting: Vec<Waiting> = order
         .iter()
         .map(|&i| {
@@ -416,11 +438,18 @@ fn round_on(
 }
 
 /// `order` (pods of `pending` by rank) with the first `window` places, where more wait, taken
-/// by namespace in turn (each namespace's pods in rank, namespaces in the rank of their first),
-/// then kept in rank: a pod's own `duet.io/priority` orders its namespace's pods, and one
-/// namespace's many pods cannot fill a round and keep every other namespace's out. Below the
-/// window the order is as it came.
-fn fair_window(order: Vec<usize>, pending: &[PodInfo], window: usize) -> Vec<usize> {
+/// by namespace in turn (each namespace's pods by the steps they were passed over, fewest
+/// first, then in rank; namespaces in the rank of their first), then kept in rank: a pod's own
+/// `duet.io/priority` orders its namespace's pods, one namespace's many pods cannot fill a
+/// round and keep every other namespace's out, and a namespace's pods that were weighed and
+/// left waiting step aside for its pods not weighed as often. Below the window the order is as
+/// it came.
+fn fair_window(
+    order: Vec<usize>,
+    pending: &[PodInfo],
+    passed_over: &PassedOver,
+    window: usize,
+) -> Vec<usize> {
     if order.len() <= window {
         return order;
     }
@@ -431,6 +460,12 @@ fn fair_window(order: Vec<usize>, pending: &[PodInfo], window: usize) -> Vec<usi
             Some((_, queue)) => queue.push_back(i),
             None => by_namespace.push((ns, std::collections::VecDeque::from([i]))),
         }
+    }
+    // A stable sort: within as many steps passed over, the rank.
+    for (_, queue) in &mut by_namespace {
+        queue
+            .make_contiguous()
+            .sort_by_key(|&i| passed_over.get(&pending[i].uid).copied().unwrap_or(0));
     }
     let mut chosen = HashSet::new();
     while chosen.len() < window {
@@ -455,6 +490,7 @@ pub fn plan_one_at_a_time(
     map: &DeviceMap,
     known: &Known,
     pending: &[PodInfo],
+    passed_over: &PassedOver,
     predictor: &mut dyn Predictor,
     config: &PricingConfig,
 ) -> Result<Plan> {
@@ -466,6 +502,7 @@ pub fn plan_one_at_a_time(
             map,
             known,
             std::slice::from_ref(pod),
+            passed_over,
             predictor,
             config,
         )?;
@@ -557,6 +594,7 @@ pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()>
         },
     );
     let mut told: HashMap<String, String> = HashMap::new();
+    let mut passed_over = PassedOver::new();
     let mut known = Known::default();
     let shutdown = crate::shutdown_signal();
     tokio::pin!(shutdown);
@@ -592,6 +630,7 @@ pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()>
             &recorder,
             &mut known,
             &mut told,
+            &mut passed_over,
             &state.metrics,
         )
         .await;
@@ -619,6 +658,7 @@ async fn step(
     recorder: &Recorder,
     known: &mut Known,
     told: &mut HashMap<String, String>,
+    passed_over: &mut PassedOver,
     metrics: &Metrics,
 ) -> Result<()> {
     let (cluster, pending): (Cluster, Vec<PodInfo>) = {
@@ -629,6 +669,7 @@ async fn step(
     // What was said to pods no longer waiting is forgotten (a pod deleted while it waited).
     let waiting: HashSet<&str> = pending.iter().map(|p| p.uid.as_str()).collect();
     told.retain(|uid, _| waiting.contains(uid.as_str()));
+    passed_over.retain(|uid, _| waiting.contains(uid.as_str()));
     let explained_before: HashSet<String> = told.keys().cloned().collect();
     if pending.is_empty() {
         metrics.unplaced.set(0);
@@ -651,19 +692,29 @@ async fn step(
     let c = client.clone();
     let compare = config.compare;
     let pricing = config.pricing.clone();
+    let passed = passed_over.clone();
     let (plan, alone, waiting, reasons) = tokio::task::spawn_blocking(move || -> Result<_> {
         let mut predictor = HttpPredictor::from_client(c);
         predictor.inline = known::inline_jobs(&pending);
         for p in cluster.nodes().flat_map(|n| cluster.on_node(&n.name)) {
             predictor.inline.extend(known::inline_jobs([p]));
         }
-        let batch = plan(&cluster, &map, &k, &pending, &mut predictor, &pricing)?;
+        let batch = plan(
+            &cluster,
+            &map,
+            &k,
+            &pending,
+            &passed,
+            &mut predictor,
+            &pricing,
+        )?;
         let alone = if compare {
             Some(plan_one_at_a_time(
                 &cluster,
                 &map,
                 &k,
                 &pending,
+                &passed,
                 &mut predictor,
                 &pricing,
             )?)
@@ -707,6 +758,12 @@ async fn step(
     })
     .await??;
     metrics.rounds.inc_by(plan.rounds as u64);
+    let planned_to_bind: HashSet<&str> = plan.bound.iter().map(|b| b.pod.as_str()).collect();
+    for uid in &plan.weighed {
+        if !planned_to_bind.contains(uid.as_str()) {
+            *passed_over.entry(uid.clone()).or_default() += 1;
+        }
+    }
     let planned = started.elapsed();
     let mut bound = 0;
     for b in &plan.bound {

@@ -63,7 +63,16 @@ fn joins_two_residents(both_shared: bool) {
             gpu_jobs,
             ..PricingConfig::default()
         };
-        plan(&c, &map, &known, &pending, &mut Flat, &config).expect("plan")
+        plan(
+            &c,
+            &map,
+            &known,
+            &pending,
+            &PassedOver::new(),
+            &mut Flat,
+            &config,
+        )
+        .expect("plan")
     };
     assert!(run(2).bound.is_empty());
     let three = run(3);
@@ -152,8 +161,58 @@ fn a_namespace_of_many_pods_cannot_fill_the_round() {
     late.namespace = "few".into();
     pending.push(late);
     let order: Vec<usize> = (0..pending.len()).collect();
-    assert_eq!(fair_window(order.clone(), &pending, 7), order);
-    let fair = fair_window(order, &pending, 4);
+    let none = PassedOver::new();
+    assert_eq!(fair_window(order.clone(), &pending, &none, 7), order);
+    let fair = fair_window(order.clone(), &pending, &none, 4);
     assert_eq!(&fair[..4], &[0, 1, 2, 6]);
     assert_eq!(&fair[4..], &[3, 4, 5]);
+    // Passed over once, a0 and a1 step aside for their namespace's others.
+    let passed: PassedOver = [("a0".to_string(), 1), ("a1".to_string(), 1)].into();
+    let fair = fair_window(order, &pending, &passed, 4);
+    assert_eq!(&fair[..4], &[2, 3, 4, 6]);
+}
+
+/// Within one namespace, pods of more weight that no GPU can take fill the round's window once;
+/// in the next step they step aside and the pod behind them is weighed and placed.
+#[test]
+fn pods_that_cannot_be_placed_step_aside_for_their_namespace_s_others() {
+    let mut c = Cluster::default();
+    c.apply_node(node("one", 1));
+    let map = DeviceMap::parse(
+        "[[device]]\nmatch = \"V100\"\ndevice = \"v100\"\n[[strategy]]\nname = \"mps\"\nsharings = [{ mode = \"space\" }]",
+    )
+    .expect("valid");
+    let known = Known::of(&[("w", &["v100"])]);
+    let mut pending: Vec<PodInfo> = (0..4)
+        .map(|k| {
+            let mut p = pod(&format!("big{k}"), None, 2, "w");
+            if let Ok(job) = &mut p.job {
+                job.priority = 5.0;
+            }
+            p
+        })
+        .collect();
+    pending.push(pod("small", None, 1, "w"));
+    let config = PricingConfig {
+        window: 4,
+        ..PricingConfig::default()
+    };
+    let mut passed = PassedOver::new();
+    let step = |passed: &PassedOver| {
+        plan(&c, &map, &known, &pending, passed, &mut Flat, &config).expect("plan")
+    };
+    let first = step(&passed);
+    assert!(first.bound.is_empty(), "{first:?}");
+    assert_eq!(
+        first.weighed,
+        ["big0", "big1", "big2", "big3"].map(String::from).into()
+    );
+    for uid in &first.weighed {
+        *passed.entry(uid.clone()).or_default() += 1;
+    }
+    let second = step(&passed);
+    let bound: Vec<&str> = second.bound.iter().map(|b| b.pod.as_str()).collect();
+    assert_eq!(bound, ["small"], "{second:?}");
+    // Without the steps passed over, the pod behind them waits for good.
+    assert!(step(&PassedOver::new()).bound.is_empty());
 }
