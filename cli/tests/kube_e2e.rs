@@ -37,7 +37,7 @@ mod steps;
 mod guards;
 use steps::{
     bound_node, check_capacity, create, delete_all, event_saying, events, get, listening_port,
-    pod_spec, post, predicted_join_value, predicted_value, start_extender, wait_for,
+    pod_spec, post, predicted_join_value, predicted_value, record_of, start_extender, wait_for,
 };
 
 fn root() -> PathBuf {
@@ -301,6 +301,11 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
         assert_eq!(
             annotations.get("duet.io/beside").map(String::as_str),
             Some(format!("default/resident-{best}").as_str())
+        );
+        let record = rt.block_on(record_of(&pods, &name, Duration::from_secs(5)));
+        assert_eq!(
+            record.as_deref(),
+            Some("duet.io/gpu=0 duet.io/sharing=space")
         );
         eprintln!("round {round}: residents {on_a} / {on_b}: the newcomer went to {best}");
         rt.block_on(delete_all(&pods));
@@ -689,6 +694,9 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
     eprintln!("three to a GPU: joined where the model predicts {gain:.3}, refused at {loss:.3}");
 
     guards::a_refused_profile_closes_its_gpu_only(&rt, &admin, &pods, joins, &|log| {
+        schedule_once(log, &[]);
+    });
+    guards::an_edited_annotation_does_not_fool_a_restart(&rt, &admin, &pods, joins, &|log| {
         schedule_once(log, &[]);
     });
 

@@ -2,7 +2,8 @@
 //! binding itself: the API server merges them into the pod in the same write, so a pod is never
 //! bound without them nor annotated without being bound. The binding carries the pod's UID (a
 //! pod without one is not bound), so a pod deleted and created again under the same name is not
-//! bound by mistake.
+//! bound by mistake. Once bound, duet also records where it put the pod in the pod's status
+//! (`record`): its annotations are its owner's to edit, its status is not.
 //!
 //! The API server checks neither that the node exists nor who asked, so the extender's bind
 //! first checks the call against what it knows (`refusal`): the pod it names by namespace, name
@@ -12,11 +13,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use serde_json::json;
 
 use crate::cluster::{Cluster, PodInfo};
-use crate::contract::quote;
+use crate::contract::{self, Assignment, quote};
 
 /// What a bind call asks: the pod by namespace, name and UID, and the node.
 #[derive(Debug, Clone, Copy)]
@@ -130,7 +132,12 @@ pub async fn bind(
         )
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            if let Ok(Some(assignment)) = contract::assignment_of(&binding_annotations(&binding)) {
+                record(&api, pod, &assignment).await;
+            }
+            Ok(())
+        }
         Err(kube::Error::Api(status)) => Err(BindError::Refused {
             pod: pod.key(),
             node: node.to_string(),
@@ -141,6 +148,39 @@ pub async fn bind(
             node: node.to_string(),
             message: e.to_string(),
         }),
+    }
+}
+
+fn binding_annotations(binding: &Binding) -> BTreeMap<String, String> {
+    binding.metadata.annotations.clone().unwrap_or_default()
+}
+
+/// Writes duet's record of where it put `pod` into the pod's status (`contract::RECORD`), which
+/// the pod's owner cannot edit as they can its annotations. A strategic merge patch, so the
+/// kubelet's conditions stay as they are. Best effort: the pod is bound whatever becomes of it,
+/// and where it is missing a restarted scheduler reads the annotations.
+async fn record(api: &Api<Pod>, pod: &PodInfo, assignment: &Assignment) {
+    // The UID makes it a precondition: a pod created again under the name is not written.
+    let patch = json!({
+        "metadata": {"uid": pod.uid},
+        "status": {
+            "conditions": [{
+                "type": contract::RECORD,
+                "status": "True",
+                "reason": "Placed",
+                "message": contract::record_message(assignment),
+            }]
+        }
+    });
+    if let Err(e) = api
+        .patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+    {
+        tracing::warn!(
+            "pod {}: bound, but duet's record of its GPUs was not written to its status ({e}); \
+             a restarted scheduler will read its annotations instead",
+            pod.key()
+        );
     }
 }
 

@@ -24,7 +24,9 @@ pub struct PodInfo {
     pub gpus: u32,
     /// What its annotations say it is; an unreadable annotation makes it one duet does not know.
     pub job: Result<JobSpec, AnnotationError>,
-    /// Where duet put it (bound pods), where its annotations record it.
+    /// Where duet put it (bound pods): as duet's record in the pod's status says
+    /// (`contract::RECORD`), else as its annotations say (a pod bound before duet kept the record,
+    /// or bound by hand with them).
     pub assignment: Option<Assignment>,
     /// Creation time, nanoseconds since the epoch: the order pods arrived in.
     pub created_ns: i128,
@@ -112,7 +114,8 @@ impl PodInfo {
             } else {
                 Ok(JobSpec::unknown())
             },
-            assignment: contract::assignment_of(annotations).ok().flatten(),
+            assignment: recorded_assignment(pod)
+                .or_else(|| contract::assignment_of(annotations).ok().flatten()),
             created_ns: pod
                 .metadata
                 .creation_timestamp
@@ -219,7 +222,7 @@ struct Assumed {
 /// Where this process first saw a bound pod's GPUs (or bound it itself), where its annotations
 /// now say otherwise on the same node: they are its owner's to edit, and a GPU record moved after
 /// the binding would have duet place another pod on the GPU the pod really holds. (A scheduler
-/// started afresh reads them as they are then.)
+/// started afresh believes duet's record in the pod's status, `recorded_assignment`.)
 fn first_assignment(
     pod: &PodInfo,
     seen: Option<&PodInfo>,
@@ -245,6 +248,18 @@ fn first_assignment(
         first.gpus
     );
     Some(first.clone())
+}
+
+/// Where duet's record in `pod`'s status (a condition of type [`contract::RECORD`] whose status
+/// is `True`) says duet put it; `None` where it has none or one duet did not write.
+fn recorded_assignment(pod: &Pod) -> Option<Assignment> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == contract::RECORD && c.status == "True")
+        .and_then(|c| contract::record_assignment(c.message.as_deref()?).ok())
 }
 
 /// How long a binding this process made stands in for the watch.
@@ -730,6 +745,43 @@ pub(crate) mod tests {
                 .map(|a| a.gpus),
             Some(vec![1])
         );
+    }
+
+    /// duet's record in a pod's status is believed over its annotations (which its owner may
+    /// have edited); without a record, or with one duet did not write, the annotations are read.
+    #[test]
+    fn duet_s_record_in_the_status_is_believed_over_the_annotations() {
+        let read = |conditions: serde_json::Value| {
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "x", "uid": "x",
+                    "annotations": {"duet.io/gpu": "1", "duet.io/sharing": "exclusive"}},
+                "spec": {"nodeName": "n", "containers": [{"name": "c",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+                "status": {"conditions": conditions}
+            }))
+            .expect("pod");
+            PodInfo::read(&pod, "nvidia.com/gpu")
+                .assignment
+                .map(|a| (a.gpus, a.sharing))
+        };
+        let record = |status: &str, message: &str| {
+            serde_json::json!([
+                {"type": "PodScheduled", "status": "True"},
+                {"type": contract::RECORD, "status": status, "message": message}
+            ])
+        };
+        assert_eq!(
+            read(record("True", "duet.io/gpu=0 duet.io/sharing=space")),
+            Some((vec![0], Some(duet_core::dataset::Mode::Space)))
+        );
+        for (status, message) in [
+            ("False", "duet.io/gpu=0"),
+            ("True", "duet.io/gpu=zero"),
+            ("True", ""),
+        ] {
+            assert_eq!(read(record(status, message)), Some((vec![1], None)));
+        }
+        assert_eq!(read(serde_json::json!([])), Some((vec![1], None)));
     }
 
     /// A pod with scheduling gates is not pending for any scheduler until they are removed (the

@@ -276,6 +276,41 @@ pub fn assignment_of(
     }))
 }
 
+/// The type of the pod condition in which duet also records where it put a pod: the pod's
+/// status, which the API server clears when a pod is created and which the pod's owner cannot
+/// write (`pods/status` is a permission of the kubelet and the schedulers, not of a namespace's
+/// editors), where its annotations are the owner's to edit. A restarted scheduler believes the
+/// record over the annotations (`cluster::PodInfo::read`).
+pub const RECORD: &str = "duet.io/placement";
+
+/// The record's message: `assignment` as the annotations write it, `key=value` separated by
+/// spaces (`duet.io/gpu=0,1 duet.io/sharing=space`).
+pub fn record_message(assignment: &Assignment) -> String {
+    assignment_annotations(assignment, None, None)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The assignment a record's message gives; an error where it is not one duet writes.
+pub fn record_assignment(message: &str) -> Result<Assignment, AnnotationError> {
+    let mut fields = BTreeMap::new();
+    for part in message.split_whitespace() {
+        let (key, value) = part
+            .split_once('=')
+            .filter(|(k, _)| [GPU, SHARING, MPS_SHARE].contains(k))
+            .ok_or_else(|| {
+                bad(
+                    RECORD,
+                    format!("`{}` is not a record duet writes", quote(message)),
+                )
+            })?;
+        fields.insert(key.to_string(), value.to_string());
+    }
+    assignment_of(&fields)?.ok_or_else(|| bad(RECORD, "the record names no GPU"))
+}
+
 /// The annotations that record `assignment` (and, beside a resident, who and how fast).
 pub fn assignment_annotations(
     assignment: &Assignment,
@@ -308,12 +343,14 @@ pub fn assignment_annotations(
 mod tests {
     use super::*;
 
-    /// Every `duet.io/` annotation this file names is in `ANNOTATIONS` (what a call's pod keeps).
+    /// Every `duet.io/` annotation this file names is in `ANNOTATIONS` (what a call's pod keeps);
+    /// the record's condition type is not an annotation.
     #[test]
     fn every_annotation_of_the_contract_is_listed() {
         let named: Vec<&str> = include_str!("contract.rs")
             .lines()
             .filter(|l| l.starts_with("pub const ") && l.contains(": &str = \"duet.io/"))
+            .filter(|l| !l.starts_with("pub const RECORD:"))
             .filter_map(|l| l.split('"').nth(1))
             .collect();
         assert_eq!(named.len(), ANNOTATIONS.len(), "{named:?}");
@@ -438,6 +475,43 @@ mod tests {
         let e =
             assignment_of(&annotations(&[(GPU, "0"), (SHARING, "shared")])).expect_err("must fail");
         assert_eq!(e.annotation, SHARING);
+    }
+
+    #[test]
+    fn a_record_reads_back_what_duet_wrote_and_nothing_else() {
+        for assignment in [
+            Assignment {
+                gpus: vec![0, 3],
+                sharing: None,
+                mps_share: None,
+            },
+            Assignment {
+                gpus: vec![1],
+                sharing: Some(Mode::Mps),
+                mps_share: Some(37.5),
+            },
+        ] {
+            let message = record_message(&assignment);
+            assert_eq!(record_assignment(&message), Ok(assignment), "{message}");
+        }
+        assert_eq!(
+            record_message(&Assignment {
+                gpus: vec![2],
+                sharing: Some(Mode::Space),
+                mps_share: None,
+            }),
+            "duet.io/gpu=2 duet.io/sharing=space"
+        );
+        for bad in [
+            "",
+            "duet.io/sharing=space",
+            "duet.io/gpu=0 duet.io/beside=ns/a",
+            "gpu 0",
+            "duet.io/gpu=zero",
+        ] {
+            let e = record_assignment(bad).expect_err(bad);
+            assert!([RECORD, GPU].contains(&e.annotation), "{bad}: {e}");
+        }
     }
 
     #[test]

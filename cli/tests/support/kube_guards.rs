@@ -2,16 +2,19 @@
 //! request overflows a u32 sum leaves the extender's view current, a quantity the API server
 //! writes in canonical form (`1k`) counts what it says, and /bind binds only the pod
 //! a call names by its UID, of a scheduler `--bind-scheduler` names, to a node duet knows; a
-//! resident whose profile the model refuses closes its own GPU to `duet schedule`, no more.
+//! resident whose profile the model refuses closes its own GPU to `duet schedule`, no more; and
+//! a pod's edited GPU annotation does not fool a restarted `duet schedule`.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::plane::{Process, create_node};
-use super::steps::{bound_node, create, delete_all, event_saying, get, pod_spec, post, wait_for};
+use super::steps::{
+    bound_node, create, delete_all, event_saying, get, pod_spec, post, record_of, wait_for,
+};
 
 /// Runs both cases on flip-a and flip-b (one free GPU each) through the extender at `ext`,
 /// and deletes every pod it made.
@@ -213,5 +216,77 @@ pub(crate) fn a_refused_profile_closes_its_gpu_only(
         )
         .await;
         assert!(why.contains("another schedulerName"), "{why}");
+    });
+}
+
+/// A pod `duet schedule` placed has its `duet.io/gpu` annotation edited by its owner to name the
+/// node's other GPU; a new `duet schedule` process (a restart) believes duet's record in the
+/// pod's status, not the annotation, and gives a pod that takes only a whole free GPU (a workload
+/// the server does not know) the GPU that really is free. (Believing the annotation, it gave it
+/// the GPU the first pod holds.)
+pub(crate) fn an_edited_annotation_does_not_fool_a_restart(
+    rt: &tokio::runtime::Runtime,
+    admin: &kube::Client,
+    pods: &Api<Pod>,
+    workload: &str,
+    schedule_once: &dyn Fn(&str),
+) {
+    let gpu_of = |name: &'static str| async move {
+        let pod = pods.get(name).await.expect("pod");
+        let annotations = pod.metadata.annotations.unwrap_or_default();
+        annotations.get("duet.io/gpu").cloned().unwrap_or_default()
+    };
+    rt.block_on(async {
+        let pool = [("duet-e2e/pool", "edited")];
+        let product = "Tesla-V100-SXM2-16GB";
+        create_node(admin, "edited", product, 2, 1, "time-slicing", &pool).await;
+        let known = [("duet.io/workload", workload)];
+        create(
+            pods,
+            pod_spec("edited-1", "duet", None, 1, "edited", &known),
+        )
+        .await;
+    });
+    schedule_once("schedule-edited-1.log");
+    let (held, other) = rt.block_on(async {
+        assert_eq!(
+            bound_node(pods, "edited-1", Duration::from_secs(10))
+                .await
+                .as_deref(),
+            Some("edited")
+        );
+        let held = gpu_of("edited-1").await;
+        let record = record_of(pods, "edited-1", Duration::from_secs(5)).await;
+        assert_eq!(
+            record.as_deref(),
+            Some(format!("duet.io/gpu={held} duet.io/sharing=exclusive").as_str())
+        );
+        let other = if held == "0" { "1" } else { "0" };
+        let edit = json!({"metadata": {"annotations": {"duet.io/gpu": other}}});
+        pods.patch("edited-1", &PatchParams::default(), &Patch::Merge(edit))
+            .await
+            .expect("the owner edits the annotation");
+        let unknown = [("duet.io/workload", "edited-mystery")];
+        create(
+            pods,
+            pod_spec("edited-2", "duet", None, 1, "edited", &unknown),
+        )
+        .await;
+        (held, other)
+    });
+    schedule_once("schedule-edited-2.log");
+    rt.block_on(async {
+        assert_eq!(
+            bound_node(pods, "edited-2", Duration::from_secs(10))
+                .await
+                .as_deref(),
+            Some("edited")
+        );
+        assert_eq!(
+            gpu_of("edited-2").await,
+            other,
+            "edited-1 holds GPU {held} (its annotation now says {other}); edited-2 must take \
+             the free one"
+        );
     });
 }

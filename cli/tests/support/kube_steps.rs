@@ -91,6 +91,26 @@ pub(crate) async fn bound_node(pods: &Api<Pod>, name: &str, within: Duration) ->
     }
 }
 
+/// duet's record of where it put pod `name` (the message of its `duet.io/placement` condition),
+/// within `within` (it is written just after the binding).
+pub(crate) async fn record_of(pods: &Api<Pod>, name: &str, within: Duration) -> Option<String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let pod = pods.get(name).await.expect("pod");
+        let record = pod
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "duet.io/placement" && c.status == "True")
+            .and_then(|c| c.message);
+        if record.is_some() || Instant::now() > deadline {
+            return record;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The messages of the Events about pod `name`.
 pub(crate) async fn events(client: &Client, name: &str) -> Vec<String> {
     Api::<Event>::namespaced(client.clone(), "default")
