@@ -148,6 +148,16 @@ impl PodInfo {
     }
 }
 
+/// A pod's GPU count as a message says it: a count that saturated `u32` asked for at least that
+/// many.
+pub fn gpu_count_text(gpus: u32) -> String {
+    if gpus == u32::MAX {
+        format!("{gpus} or more")
+    } else {
+        gpus.to_string()
+    }
+}
+
 /// GPUs one container asks for, given its limit and its request of the resource: the limit
 /// where it has one, else the request, read as a quantity (`1k` is 1,000, `2000m` is 2); a
 /// count past `u32` is the most there is, and a quantity that is not a whole count (`0.5`,
@@ -624,6 +634,8 @@ pub(crate) mod tests {
         }))
         .expect("pod");
         assert_eq!(PodInfo::read(&pod, "nvidia.com/gpu").gpus, u32::MAX);
+        assert_eq!(gpu_count_text(u32::MAX), "4294967295 or more");
+        assert_eq!(gpu_count_text(7), "7");
     }
 
     /// Kubernetes' count of a pod's requests: containers and sidecars together, or an init

@@ -18,7 +18,7 @@ use duet_scheduler::predictor::{
 };
 use duet_scheduler::pricing::{self, PricingConfig, Resident, Waiting};
 
-use crate::cluster::{Cluster, GpuUse, PodInfo};
+use crate::cluster::{Cluster, GpuUse, PodInfo, gpu_count_text};
 use crate::contract::{Assignment, JobSpec};
 use crate::devices::DeviceMap;
 use crate::known::{self, Known, Unknown};
@@ -713,7 +713,11 @@ impl Survey {
             Some((value, shape)) => Verdict::Fits { value, shape },
             None => {
                 let mut why = if need > 1 {
-                    format!("needs {need} free GPUs, {} of {gpus} free", free.len())
+                    format!(
+                        "needs {} free GPUs, {} of {gpus} free",
+                        gpu_count_text(job.gpus),
+                        free.len()
+                    )
                 } else {
                     format!("no free GPU of {gpus}")
                 };

@@ -7,7 +7,7 @@ use anyhow::Result;
 use duet_scheduler::predictor::Predictor;
 use duet_scheduler::pricing::PricingConfig;
 
-use crate::cluster::{Cluster, GpuUse, PodInfo};
+use crate::cluster::{Cluster, GpuUse, PodInfo, gpu_count_text};
 use crate::devices::{DeviceMap, NodeInfo};
 use crate::known::{self, Known};
 use crate::placement::{self, Verdict};
@@ -100,7 +100,7 @@ pub fn explain(
                         .unwrap_or(0);
                     format!(
                         "duet: {unknown}, so it takes only whole free GPUs: it asks for {}, and the most free on one of the {} nodes it may run on is {free}",
-                        pod.gpus,
+                        gpu_count_text(pod.gpus),
                         nodes.len()
                     )
                 }
