@@ -101,9 +101,18 @@ pub fn extender(args: ExtenderArgs) -> Result<()> {
     })
 }
 
+/// The most waiting pods `duet schedule --window` lets one round weigh.
+const MAX_WINDOW: usize = 65_536;
+
 pub fn schedule(args: ScheduleArgs) -> Result<()> {
     let (view, token, predict_timeout) = common(&args.kube)?;
     flags::not_empty("--name", &args.name)?;
+    if !(1..=MAX_WINDOW).contains(&args.window) {
+        bail!(
+            "--window: {} waiting pods a round; give 1 to {MAX_WINDOW}",
+            args.window
+        );
+    }
     let config = ScheduleConfig {
         name: args.name.clone(),
         predictor: args.kube.predictor.clone(),
@@ -119,6 +128,7 @@ pub fn schedule(args: ScheduleArgs) -> Result<()> {
             .transpose()?,
         pricing: PricingConfig {
             gpu_jobs: args.kube.gpu_jobs,
+            window: args.window,
             ..PricingConfig::default()
         },
     };

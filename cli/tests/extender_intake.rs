@@ -378,3 +378,26 @@ fn the_schedulers_probes_close_a_half_sent_header() {
     );
     assert_eq!(probe.0, 200, "{probe:?}");
 }
+
+/// `duet schedule --window` takes 1 to 65536 waiting pods a round; another count is refused at
+/// start, naming the flag.
+#[test]
+fn a_window_out_of_range_is_refused_at_start() {
+    for window in ["0", "65537"] {
+        let out = duet()
+            .args(["schedule", "--window", window, "--once"])
+            .args(["--predictor", "http://127.0.0.1:9"])
+            .arg("--devices")
+            .arg(root().join("deploy/k8s/devices.toml"))
+            .output()
+            .expect("duet schedule");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "--window: {window} waiting pods a round; give 1 to 65536"
+            )),
+            "{stderr}"
+        );
+    }
+}

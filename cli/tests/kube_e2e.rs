@@ -699,6 +699,20 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
     guards::an_edited_annotation_does_not_fool_a_restart(&rt, &admin, &pods, joins, &|log| {
         schedule_once(log, &[]);
     });
+    let spawn_scheduler = |log: &str, extra: &[&str]| {
+        Process::spawn(
+            duet()
+                .args(["schedule", "--predictor", &server.base])
+                .args(extra)
+                .arg("--devices")
+                .arg(root().join("deploy/k8s/devices.toml"))
+                .arg("--kubeconfig")
+                .arg(plane.kubeconfig("duet"))
+                .env("RUST_LOG", "info"),
+            plane.dir.path().join(log),
+        )
+    };
+    guards::pods_no_gpu_takes_step_aside(&rt, &admin, &pods, joins, &spawn_scheduler);
 
     // Through the stock scheduler and the extender (`--gpu-jobs 3`): the same join.
     rt.block_on(async {
@@ -787,16 +801,9 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
 
     // The API server down: the extender answers from its cache and says it is stale; the
     // scheduler waits, and binds once the API server is back.
-    let mut scheduler = Process::spawn(
-        duet()
-            .args(["schedule", "--interval", "0.5", "--predictor", &server.base])
-            .args(["--listen", "127.0.0.1:0"])
-            .arg("--devices")
-            .arg(root().join("deploy/k8s/devices.toml"))
-            .arg("--kubeconfig")
-            .arg(plane.kubeconfig("duet"))
-            .env("RUST_LOG", "info"),
-        plane.dir.path().join("schedule-3.log"),
+    let mut scheduler = spawn_scheduler(
+        "schedule-3.log",
+        &["--interval", "0.5", "--listen", "127.0.0.1:0"],
     );
     let sched_port = listening_port(&scheduler, "probes on http://");
     let sched = |path: &str| format!("http://127.0.0.1:{sched_port}{path}");

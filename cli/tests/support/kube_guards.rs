@@ -3,7 +3,8 @@
 //! writes in canonical form (`1k`) counts what it says, and /bind binds only the pod
 //! a call names by its UID, of a scheduler `--bind-scheduler` names, to a node duet knows; a
 //! resident whose profile the model refuses closes its own GPU to `duet schedule`, no more; and
-//! a pod's edited GPU annotation does not fool a restarted `duet schedule`.
+//! a pod's edited GPU annotation does not fool a restarted `duet schedule`, and pods no GPU can
+//! take step aside, in a round's window, for the pods of their namespace behind them.
 
 use std::time::Duration;
 
@@ -289,4 +290,52 @@ pub(crate) fn an_edited_annotation_does_not_fool_a_restart(
              the free one"
         );
     });
+}
+
+/// `duet schedule --window 2` (a round weighs two waiting pods) with two pods of weight 5 that no
+/// GPU of their node can take (they ask for 2 GPUs of 1) and a pod of weight 1 behind them, all in
+/// one namespace: the first step weighs the two and places nothing; the next, they step aside and
+/// the third is weighed and bound. (Weighed by priority alone, it waited for good.)
+pub(crate) fn pods_no_gpu_takes_step_aside(
+    rt: &tokio::runtime::Runtime,
+    admin: &kube::Client,
+    pods: &Api<Pod>,
+    workload: &str,
+    spawn_scheduler: &dyn Fn(&str, &[&str]) -> Process,
+) {
+    rt.block_on(async {
+        let pool = [("duet-e2e/pool", "queue")];
+        create_node(
+            admin,
+            "queue",
+            "Tesla-V100-SXM2-16GB",
+            1,
+            1,
+            "time-slicing",
+            &pool,
+        )
+        .await;
+        let heavy = [("duet.io/workload", workload), ("duet.io/priority", "5")];
+        for name in ["queue-big-1", "queue-big-2"] {
+            create(pods, pod_spec(name, "duet", None, 2, "queue", &heavy)).await;
+        }
+        let light = [("duet.io/workload", workload)];
+        create(
+            pods,
+            pod_spec("queue-small", "duet", None, 1, "queue", &light),
+        )
+        .await;
+    });
+    let mut scheduler = spawn_scheduler(
+        "schedule-queue.log",
+        &["--interval", "0.3", "--window", "2"],
+    );
+    rt.block_on(async {
+        let node = bound_node(pods, "queue-small", Duration::from_secs(20)).await;
+        assert_eq!(node.as_deref(), Some("queue"), "{}", scheduler.tail(20));
+        for name in ["queue-big-1", "queue-big-2"] {
+            assert_eq!(bound_node(pods, name, Duration::ZERO).await, None);
+        }
+    });
+    scheduler.kill();
 }
