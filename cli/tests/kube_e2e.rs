@@ -869,6 +869,11 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
             scheduler.tail(30)
         );
     });
+    let (_, metrics) = get(&sched("/metrics"));
+    assert!(
+        metrics.contains("duet_kube_record_failures_total 0"),
+        "every binding's record written:\n{metrics}"
+    );
     wait_for(
         "the extender is current again",
         Duration::from_secs(20),

@@ -93,13 +93,15 @@ pub enum BindError {
     },
 }
 
-/// Binds `pod` to `node`, merging `annotations` into it; a pod without a UID is refused.
+/// Binds `pod` to `node`, merging `annotations` into it, then records the GPUs they name in the
+/// pod's status; a pod without a UID is refused. `Ok(false)`: bound, but the record could not be
+/// written (only the annotations say where the pod is).
 pub async fn bind(
     client: &Client,
     pod: &PodInfo,
     node: &str,
     annotations: BTreeMap<String, String>,
-) -> Result<(), BindError> {
+) -> Result<bool, BindError> {
     if pod.uid.is_empty() {
         return Err(BindError::Refused {
             pod: pod.key(),
@@ -132,12 +134,10 @@ pub async fn bind(
         )
         .await
     {
-        Ok(_) => {
-            if let Ok(Some(assignment)) = contract::assignment_of(&binding_annotations(&binding)) {
-                record(&api, pod, &assignment).await;
-            }
-            Ok(())
-        }
+        Ok(_) => match contract::assignment_of(&binding_annotations(&binding)) {
+            Ok(Some(assignment)) => Ok(record(&api, pod, &assignment).await),
+            _ => Ok(true),
+        },
         Err(kube::Error::Api(status)) => Err(BindError::Refused {
             pod: pod.key(),
             node: node.to_string(),
@@ -159,7 +159,7 @@ fn binding_annotations(binding: &Binding) -> BTreeMap<String, String> {
 /// the pod's owner cannot edit as they can its annotations. A strategic merge patch, so the
 /// kubelet's conditions stay as they are. Best effort: the pod is bound whatever becomes of it,
 /// and where it is missing a restarted scheduler reads the annotations.
-async fn record(api: &Api<Pod>, pod: &PodInfo, assignment: &Assignment) {
+async fn record(api: &Api<Pod>, pod: &PodInfo, assignment: &Assignment) -> bool {
     // The UID makes it a precondition: a pod created again under the name is not written.
     let patch = json!({
         "metadata": {"uid": pod.uid},
@@ -172,15 +172,19 @@ async fn record(api: &Api<Pod>, pod: &PodInfo, assignment: &Assignment) {
             }]
         }
     });
-    if let Err(e) = api
+    match api
         .patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
     {
-        tracing::warn!(
-            "pod {}: bound, but duet's record of its GPUs was not written to its status ({e}); \
-             a restarted scheduler will read its annotations instead",
-            pod.key()
-        );
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(
+                "pod {}: bound, but duet's record of its GPUs was not written to its status \
+                 ({e}); a restarted scheduler will read its annotations instead",
+                pod.key()
+            );
+            false
+        }
     }
 }
 

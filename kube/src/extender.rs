@@ -416,7 +416,10 @@ async fn bind_pod(State(x): State<Arc<Extender>>, body: Bytes) -> Response {
         (None, _) => Default::default(),
     };
     match bind::bind(&kube, &pod, &args.node, annotations).await {
-        Ok(()) => {
+        Ok(recorded) => {
+            if !recorded {
+                x.metrics.record_failures.inc();
+            }
             if let Some(a) = assignment {
                 x.view.write().assume(pod, &args.node, a);
             }

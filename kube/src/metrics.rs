@@ -25,6 +25,8 @@ pub struct Metrics {
     /// Bindings made, by shape (`whole`, `beside`, `unjudged`), and ones the API server refused.
     pub bound: Family<Labels, Counter>,
     pub bind_failures: Counter,
+    /// Pods bound whose record in their status could not be written (`bind::bind`).
+    pub record_failures: Counter,
     /// Scheduling rounds, pods left pending after the last one.
     pub rounds: Counter,
     pub unplaced: Gauge,
@@ -78,6 +80,7 @@ impl Default for Metrics {
         let unknown_pods = Family::<Labels, Counter>::default();
         let bound = Family::<Labels, Counter>::default();
         let bind_failures = Counter::default();
+        let record_failures = Counter::default();
         let rounds = Counter::default();
         let unplaced = Gauge::default();
         let stale = Gauge::default();
@@ -106,6 +109,12 @@ impl Default for Metrics {
             "duet_kube_bind_failures",
             "bindings the API server refused or could not take",
             bind_failures.clone(),
+        );
+        registry.register(
+            "duet_kube_record_failures",
+            "pods bound whose placement record (a duet.io/placement condition) could not be \
+             written to their status: a restarted scheduler reads their annotations instead",
+            record_failures.clone(),
         );
         registry.register(
             "duet_schedule_rounds",
@@ -140,6 +149,7 @@ impl Default for Metrics {
             unknown_pods,
             bound,
             bind_failures,
+            record_failures,
             rounds,
             unplaced,
             stale,

@@ -774,7 +774,10 @@ async fn step(
         let annotations =
             contract::assignment_annotations(&b.shape.assignment(), beside.as_deref(), speed);
         match bind::bind(kube, &pod, &b.node, annotations).await {
-            Ok(()) => {
+            Ok(recorded) => {
+                if !recorded {
+                    metrics.record_failures.inc();
+                }
                 view.write().assume(pod, &b.node, b.shape.assignment());
                 metrics.bound(b.shape.kind());
                 told.remove(&b.pod);
