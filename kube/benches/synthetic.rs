@@ -62,6 +62,7 @@ fn pod(uid: String, node: Option<String>, workload: String, rng: &mut Rng) -> Po
         finished: false,
         deleting: false,
         gated: false,
+        class_priority: 0,
         node_selector: BTreeMap::new(),
         tolerations: Vec::new(),
     }

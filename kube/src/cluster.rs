@@ -37,6 +37,10 @@ pub struct PodInfo {
     /// Held back by `spec.schedulingGates` (a queue such as Kueue admits it later): no
     /// scheduler may bind it until they are removed.
     pub gated: bool,
+    /// Its priority as Kubernetes resolved it from its PriorityClass (`spec.priority`; 0 without
+    /// one): `duet schedule` weighs pods of a higher one first where more wait than a round
+    /// weighs, as the stock scheduler's queue takes them first.
+    pub class_priority: i32,
     /// Its node selector.
     pub node_selector: BTreeMap<String, String>,
     /// Its tolerations: key (empty: every key), operator (`Exists`, `Equal`), value, effect
@@ -123,6 +127,7 @@ impl PodInfo {
                 .map_or(0, |t| t.0.as_nanosecond()),
             finished: matches!(phase, Some("Succeeded" | "Failed")),
             deleting: pod.metadata.deletion_timestamp.is_some(),
+            class_priority: spec.and_then(|s| s.priority).unwrap_or(0),
             gated: spec
                 .and_then(|s| s.scheduling_gates.as_ref())
                 .is_some_and(|gates| !gates.is_empty()),
@@ -523,6 +528,7 @@ pub(crate) mod tests {
             finished: false,
             deleting: false,
             gated: false,
+            class_priority: 0,
             node_selector: BTreeMap::new(),
             tolerations: Vec::new(),
         }

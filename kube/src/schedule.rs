@@ -306,12 +306,14 @@ fn round_on(
     if free.is_empty() && residents.is_empty() {
         return Ok(Vec::new());
     }
-    // Waiting, by weight and then arrival; where more wait than a round weighs, its window
-    // shared among namespaces.
+    // Waiting, by their PriorityClass's priority, then weight, then arrival; where more wait
+    // than a round weighs, its window shared among namespaces.
     let mut order = members.to_vec();
     order.sort_by(|&a, &b| {
         let w = |i: usize| pending[i].job.as_ref().map_or(1.0, |j| j.priority);
-        w(b).total_cmp(&w(a)).then(a.cmp(&b))
+        (pending[b].class_priority.cmp(&pending[a].class_priority))
+            .then(w(b).total_cmp(&w(a)))
+            .then(a.cmp(&b))
     });
     let order = fair_window(order, pending, passed_over, config.window);
     out.weighed.extend(

@@ -216,3 +216,49 @@ fn pods_that_cannot_be_placed_step_aside_for_their_namespace_s_others() {
     // Without the steps passed over, the pod behind them waits for good.
     assert!(step(&PassedOver::new()).bound.is_empty());
 }
+
+/// Where more wait than a round weighs, a pod of a higher PriorityClass is weighed before pods of
+/// more `duet.io/priority` weight.
+#[test]
+fn a_higher_priority_class_is_weighed_first() {
+    let mut c = Cluster::default();
+    c.apply_node(node("one", 1));
+    let map = DeviceMap::parse(
+        "[[device]]\nmatch = \"V100\"\ndevice = \"v100\"\n[[strategy]]\nname = \"mps\"\nsharings = [{ mode = \"space\" }]",
+    )
+    .expect("valid");
+    let known = Known::of(&[("w", &["v100"])]);
+    let mut heavy = pod("heavy", None, 1, "w");
+    if let Ok(job) = &mut heavy.job {
+        job.priority = 5.0;
+    }
+    let mut critical = pod("critical", None, 1, "w");
+    critical.class_priority = 1_000_000;
+    let pending = [heavy, critical];
+    let bound = |window: usize| {
+        let config = PricingConfig {
+            window,
+            ..PricingConfig::default()
+        };
+        let plan = plan(
+            &c,
+            &map,
+            &known,
+            &pending,
+            &PassedOver::new(),
+            &mut Flat,
+            &config,
+        )
+        .expect("plan");
+        plan.bound
+            .iter()
+            .map(|b| (b.pod.clone(), matches!(b.shape, Shape::Whole { .. })))
+            .collect::<Vec<_>>()
+    };
+    // The first pass weighs the critical pod alone and gives it the free GPU; the heavy one
+    // comes beside it in the next.
+    assert_eq!(
+        bound(1),
+        [("critical".to_string(), true), ("heavy".to_string(), false)]
+    );
+}
