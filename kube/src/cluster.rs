@@ -765,6 +765,20 @@ pub(crate) mod tests {
         );
     }
 
+    /// A pod's PriorityClass priority is the one the API server resolved into `spec.priority`.
+    #[test]
+    fn the_priority_class_is_read_from_the_spec() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": "p"},
+            "spec": {"priorityClassName": "high", "priority": 1_000_000, "containers": []}
+        }))
+        .expect("pod");
+        assert_eq!(
+            PodInfo::read(&pod, "nvidia.com/gpu").class_priority,
+            1_000_000
+        );
+    }
+
     /// duet's record in a pod's status is believed over its annotations (which its owner may
     /// have edited); without a record, or with one duet did not write, the annotations are read.
     #[test]
@@ -815,6 +829,7 @@ pub(crate) mod tests {
             .expect("pod");
             PodInfo::read(&pod, "nvidia.com/gpu")
         };
+        assert_eq!(read(serde_json::json!([])).class_priority, 0);
         let mut c = Cluster::default();
         c.apply_pod(read(
             serde_json::json!([{"name": "kueue.x-k8s.io/admission"}]),
