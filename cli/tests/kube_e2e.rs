@@ -24,7 +24,7 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 mod support;
-use support::{Server, duet};
+use support::Server;
 
 #[path = "support/kube.rs"]
 mod plane;
@@ -36,8 +36,9 @@ mod steps;
 #[path = "support/kube_guards.rs"]
 mod guards;
 use steps::{
-    bound_node, check_capacity, create, delete_all, event_saying, events, get, listening_port,
-    pod_spec, post, predicted_join_value, predicted_value, record_of, start_extender, wait_for,
+    bound_node, check_capacity, create, delete_all, event_saying, events, get, kube_command,
+    listening_port, pod_spec, post, predicted_join_value, predicted_value, record_of,
+    start_extender, wait_for,
 };
 
 fn root() -> PathBuf {
@@ -512,19 +513,9 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
         }
     });
     let schedule_once = |log: &str, extra: &[&str]| {
-        let out = duet()
-            .args([
-                "schedule",
-                "--once",
-                "--compare",
-                "--predictor",
-                &server.base,
-            ])
+        let out = kube_command(&plane, &server, "schedule")
+            .args(["--once", "--compare"])
             .args(extra)
-            .arg("--devices")
-            .arg(root().join("deploy/k8s/devices.toml"))
-            .arg("--kubeconfig")
-            .arg(plane.kubeconfig("duet"))
             .output()
             .expect("duet schedule");
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -700,17 +691,8 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
         schedule_once(log, &[]);
     });
     let spawn_scheduler = |log: &str, extra: &[&str]| {
-        Process::spawn(
-            duet()
-                .args(["schedule", "--predictor", &server.base])
-                .args(extra)
-                .arg("--devices")
-                .arg(root().join("deploy/k8s/devices.toml"))
-                .arg("--kubeconfig")
-                .arg(plane.kubeconfig("duet"))
-                .env("RUST_LOG", "info"),
-            plane.dir.path().join(log),
-        )
+        let mut command = kube_command(&plane, &server, "schedule");
+        Process::spawn(command.args(extra), plane.dir.path().join(log))
     };
     guards::pods_no_gpu_takes_step_aside(&rt, &admin, &pods, joins, &spawn_scheduler);
 

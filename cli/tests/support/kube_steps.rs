@@ -5,6 +5,7 @@
 #![allow(dead_code)] // not every test file that shares this module needs all of it
 
 use std::collections::BTreeMap;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, Pod};
@@ -89,6 +90,20 @@ pub(crate) async fn bound_node(pods: &Api<Pod>, name: &str, within: Duration) ->
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// `duet VERB` (`extender`, `schedule`) against `plane` as duet's service account, predicting with
+/// `server`, with the shipped mapping, logging at info.
+pub(crate) fn kube_command(plane: &ControlPlane, server: &Server, verb: &str) -> Command {
+    let mut command = duet();
+    command
+        .args([verb, "--predictor", &server.base])
+        .arg("--devices")
+        .arg(root().join("deploy/k8s/devices.toml"))
+        .arg("--kubeconfig")
+        .arg(plane.kubeconfig("duet"))
+        .env("RUST_LOG", "info");
+    command
 }
 
 /// duet's record of where it put pod `name` (the message of its `duet.io/placement` condition),
@@ -210,18 +225,11 @@ pub(crate) fn start_extender(
     log: &str,
     extra: &[&str],
 ) -> (Process, u16) {
-    let extender = Process::spawn(
-        duet()
-            .args(["extender", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--predictor", &server.base])
-            .args(extra)
-            .arg("--devices")
-            .arg(root().join("deploy/k8s/devices.toml"))
-            .arg("--kubeconfig")
-            .arg(plane.kubeconfig("duet"))
-            .env("RUST_LOG", "info"),
-        plane.dir.path().join(log),
-    );
+    let mut command = kube_command(plane, server, "extender");
+    command
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(extra);
+    let extender = Process::spawn(&mut command, plane.dir.path().join(log));
     let port = listening_port(&extender, "duet extender on http://");
     (extender, port)
 }

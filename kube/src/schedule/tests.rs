@@ -31,6 +31,14 @@ impl Predictor for Flat {
     }
 }
 
+/// One device (`v100`, any V100 product) whose nodes' `mps` strategy offers space sharing.
+fn v100_space() -> DeviceMap {
+    DeviceMap::parse(
+        "[[device]]\nmatch = \"V100\"\ndevice = \"v100\"\n[[strategy]]\nname = \"mps\"\nsharings = [{ mode = \"space\" }]",
+    )
+    .expect("valid")
+}
+
 /// As duet records them: the first resident placed alone (`exclusive`), the second beside it
 /// under `space`; or, with `both_shared`, both recorded under `space`.
 #[test]
@@ -52,10 +60,7 @@ fn joins_two_residents(both_shared: bool) {
         });
         c.apply_pod(p);
     }
-    let map = DeviceMap::parse(
-        "[[device]]\nmatch = \"V100\"\ndevice = \"v100\"\n[[strategy]]\nname = \"mps\"\nsharings = [{ mode = \"space\" }]",
-    )
-    .expect("valid");
+    let map = v100_space();
     let known = Known::of(&[("w", &["v100"]), ("x", &["v100"])]);
     let pending = [pod("p", None, 1, "w")];
     let run = |gpu_jobs: usize| {
@@ -109,10 +114,7 @@ fn a_backlog_is_explained_a_slice_at_a_time_new_pods_first() {
 /// pod that nodes could take is told it may have been past them.
 #[test]
 fn a_waiting_pod_is_told_what_kept_it() {
-    let map = DeviceMap::parse(
-        "[[device]]\nmatch = \"V100\"\ndevice = \"v100\"\n[[strategy]]\nname = \"mps\"\nsharings = [{ mode = \"space\" }]",
-    )
-    .expect("valid");
+    let map = v100_space();
     let known = Known::of(&[("w", &["v100"])]);
     let waiting = [pod("p", None, 1, "w")];
     let told = |c: &Cluster, pending: usize| {
@@ -178,10 +180,7 @@ fn a_namespace_of_many_pods_cannot_fill_the_round() {
 fn pods_that_cannot_be_placed_step_aside_for_their_namespace_s_others() {
     let mut c = Cluster::default();
     c.apply_node(node("one", 1));
-    let map = DeviceMap::parse(
-        "[[device]]\nmatch = \"V100\"\ndevice = \"v100\"\n[[strategy]]\nname = \"mps\"\nsharings = [{ mode = \"space\" }]",
-    )
-    .expect("valid");
+    let map = v100_space();
     let known = Known::of(&[("w", &["v100"])]);
     let mut pending: Vec<PodInfo> = (0..4)
         .map(|k| {
@@ -223,10 +222,7 @@ fn pods_that_cannot_be_placed_step_aside_for_their_namespace_s_others() {
 fn a_higher_priority_class_is_weighed_first() {
     let mut c = Cluster::default();
     c.apply_node(node("one", 1));
-    let map = DeviceMap::parse(
-        "[[device]]\nmatch = \"V100\"\ndevice = \"v100\"\n[[strategy]]\nname = \"mps\"\nsharings = [{ mode = \"space\" }]",
-    )
-    .expect("valid");
+    let map = v100_space();
     let known = Known::of(&[("w", &["v100"])]);
     let mut heavy = pod("heavy", None, 1, "w");
     if let Ok(job) = &mut heavy.job {
