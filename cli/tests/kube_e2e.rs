@@ -304,10 +304,8 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
             Some(format!("default/resident-{best}").as_str())
         );
         let record = rt.block_on(record_of(&pods, &name, Duration::from_secs(5)));
-        assert_eq!(
-            record.as_deref(),
-            Some("duet.io/gpu=0 duet.io/sharing=space")
-        );
+        let want = format!("node={best} duet.io/gpu=0 duet.io/sharing=space");
+        assert_eq!(record.as_deref(), Some(want.as_str()));
         eprintln!("round {round}: residents {on_a} / {on_b}: the newcomer went to {best}");
         rt.block_on(delete_all(&pods));
     }

@@ -2,7 +2,7 @@
 //! binding itself: the API server merges them into the pod in the same write, so a pod is never
 //! bound without them nor annotated without being bound. The binding carries the pod's UID (a
 //! pod without one is not bound), so a pod deleted and created again under the same name is not
-//! bound by mistake. Once bound, duet also records where it put the pod in the pod's status
+//! bound by mistake. Before binding, duet also records where it puts the pod in the pod's status
 //! (`record`): its annotations are its owner's to edit, its status is not.
 //!
 //! The API server checks neither that the node exists nor who asked, so the extender's bind
@@ -10,6 +10,7 @@
 //! and UID is that pod, pending, of a scheduler it serves, and the node is one its view holds.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -93,10 +94,36 @@ pub enum BindError {
     },
 }
 
-/// Binds `pod` to `node`, merging `annotations` into it, then records the GPUs they name in the
-/// pod's status; a pod without a UID is refused. `Ok(false)`: bound, but the record could not be
-/// written (only the annotations say where the pod is).
+/// The longest one binding may take, its record included: the client retries an overloaded API
+/// server (429, 503) for minutes on its own, and a scheduler waiting that long binds nothing
+/// else meanwhile.
+pub const TIME_LIMIT: Duration = Duration::from_secs(10);
+
+/// Binds `pod` to `node`, merging `annotations` into it, after recording the GPUs they name in
+/// the pod's status (`record`); a pod without a UID is refused. `Ok(false)`: bound without the
+/// record, which the API server refused for good (a role without `pods/status`: only the
+/// annotations say where the pod is). Where the record could not be written for now (the API
+/// server unreachable or overloaded, or no answer within [`TIME_LIMIT`]), the pod is not bound:
+/// `Unreachable`, tried again later. (A binding sent but not answered in time may still have
+/// been made; its record was written before it.)
 pub async fn bind(
+    client: &Client,
+    pod: &PodInfo,
+    node: &str,
+    annotations: BTreeMap<String, String>,
+) -> Result<bool, BindError> {
+    tokio::time::timeout(TIME_LIMIT, record_and_bind(client, pod, node, annotations))
+        .await
+        .unwrap_or_else(|_| {
+            Err(BindError::Unreachable {
+                pod: pod.key(),
+                node: node.to_string(),
+                message: format!("no answer within {} s", TIME_LIMIT.as_secs()),
+            })
+        })
+}
+
+async fn record_and_bind(
     client: &Client,
     pod: &PodInfo,
     node: &str,
@@ -110,6 +137,10 @@ pub async fn bind(
         });
     }
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let recorded = match contract::assignment_of(&annotations) {
+        Ok(Some(assignment)) => record(&api, pod, node, &assignment).await?,
+        _ => true,
+    };
     let binding = Binding {
         metadata: ObjectMeta {
             name: Some(pod.name.clone()),
@@ -125,42 +156,49 @@ pub async fn bind(
             ..ObjectReference::default()
         },
     };
-    match api
-        .create_subresource::<Binding, serde_json::Value>(
-            "binding",
-            &pod.name,
-            &PostParams::default(),
-            &binding,
-        )
-        .await
-    {
-        Ok(_) => match contract::assignment_of(&binding_annotations(&binding)) {
-            Ok(Some(assignment)) => Ok(record(&api, pod, &assignment).await),
-            _ => Ok(true),
-        },
-        Err(kube::Error::Api(status)) => Err(BindError::Refused {
+    api.create_subresource::<Binding, serde_json::Value>(
+        "binding",
+        &pod.name,
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .map_err(|e| failed(pod, node, e))?;
+    Ok(recorded)
+}
+
+/// A refusal (the API server answered no) or, where it could not answer now (a transport
+/// error, 429, 5xx), an unreachable API server.
+fn failed(pod: &PodInfo, node: &str, error: kube::Error) -> BindError {
+    match error {
+        kube::Error::Api(status) if status.code != 429 && status.code < 500 => BindError::Refused {
             pod: pod.key(),
             node: node.to_string(),
-            message: status.message.clone(),
-        }),
-        Err(e) => Err(BindError::Unreachable {
+            message: status.message,
+        },
+        e => BindError::Unreachable {
             pod: pod.key(),
             node: node.to_string(),
             message: e.to_string(),
-        }),
+        },
     }
 }
 
-fn binding_annotations(binding: &Binding) -> BTreeMap<String, String> {
-    binding.metadata.annotations.clone().unwrap_or_default()
-}
-
-/// Writes duet's record of where it put `pod` into the pod's status (`contract::RECORD`), which
-/// the pod's owner cannot edit as they can its annotations. A strategic merge patch, so the
-/// kubelet's conditions stay as they are. Best effort: the pod is bound whatever becomes of it,
-/// and where it is missing a restarted scheduler reads the annotations.
-async fn record(api: &Api<Pod>, pod: &PodInfo, assignment: &Assignment) -> bool {
-    // The UID makes it a precondition: a pod created again under the name is not written.
+/// Writes duet's record of where it is about to bind `pod` (`node`, `assignment`) into the pod's
+/// status (`contract::RECORD`), which the pod's owner cannot edit as they can its annotations. A
+/// strategic merge patch, so the kubelet's and the schedulers' conditions stay as they are; the
+/// UID in it is a precondition (a pod made again under the name is not written). Written before
+/// the binding, so a binding is never left without it by a crash between the two; a record of a
+/// binding that then fails names a node the pod is not bound to and is not believed.
+/// `Ok(false)` where the API server refuses it for good but the pod may still be bound (a role
+/// without `pods/status`: 403; a record it finds invalid: 422), an error where the pod is gone
+/// (404, 409) or the API server cannot take it now.
+async fn record(
+    api: &Api<Pod>,
+    pod: &PodInfo,
+    node: &str,
+    assignment: &Assignment,
+) -> Result<bool, BindError> {
     let patch = json!({
         "metadata": {"uid": pod.uid},
         "status": {
@@ -168,7 +206,7 @@ async fn record(api: &Api<Pod>, pod: &PodInfo, assignment: &Assignment) -> bool 
                 "type": contract::RECORD,
                 "status": "True",
                 "reason": "Placed",
-                "message": contract::record_message(assignment),
+                "message": contract::record_message(node, assignment),
             }]
         }
     });
@@ -176,15 +214,17 @@ async fn record(api: &Api<Pod>, pod: &PodInfo, assignment: &Assignment) -> bool 
         .patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
     {
-        Ok(_) => true,
-        Err(e) => {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 403 || status.code == 422 => {
             tracing::warn!(
-                "pod {}: bound, but duet's record of its GPUs was not written to its status \
-                 ({e}); a restarted scheduler will read its annotations instead",
-                pod.key()
+                "pod {}: duet's record of its GPUs cannot be written to its status ({}); it is \
+                 bound without it, and a restarted scheduler will read its annotations instead",
+                pod.key(),
+                status.message
             );
-            false
+            Ok(false)
         }
+        Err(e) => Err(failed(pod, node, e)),
     }
 }
 

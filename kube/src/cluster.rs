@@ -119,7 +119,7 @@ impl PodInfo {
                 Ok(JobSpec::unknown())
             },
             assignment: recorded_assignment(pod)
-                .or_else(|| contract::assignment_of(annotations).ok().flatten()),
+                .unwrap_or_else(|| contract::assignment_of(annotations).ok().flatten()),
             created_ns: pod
                 .metadata
                 .creation_timestamp
@@ -256,25 +256,35 @@ fn first_assignment(
         return None;
     }
     tracing::warn!(
-        "pod {}: its duet.io annotations now record GPUs {:?}, where it was bound to {:?}; duet \
-         keeps the latter",
+        "pod {}: its duet.io annotations now say `{}`, where it was bound with `{}`; duet keeps \
+         the latter",
         pod.key(),
-        pod.assignment.as_ref().map(|a| &a.gpus),
-        first.gpus
+        pod.assignment
+            .as_ref()
+            .map_or_else(|| "no GPU".into(), contract::describe),
+        contract::describe(first)
     );
     Some(first.clone())
 }
 
-/// Where duet's record in `pod`'s status (a condition of type [`contract::RECORD`] whose status
-/// is `True`) says duet put it; `None` where it has none or one duet did not write.
-fn recorded_assignment(pod: &Pod) -> Option<Assignment> {
-    pod.status
+/// What duet's record in `pod`'s status (a condition of type [`contract::RECORD`] whose status
+/// is `True`) says of where duet put it: `None` where it has none, or one of another node than
+/// the pod's (written before a binding that did not happen): the annotations say then.
+/// `Some(None)` where the record cannot be read (not the annotations, which its owner may have
+/// edited: duet then cannot tell the pod's GPUs, and counts it on the node's free GPUs first).
+fn recorded_assignment(pod: &Pod) -> Option<Option<Assignment>> {
+    let node = pod.spec.as_ref()?.node_name.as_deref()?;
+    let record = pod
+        .status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == contract::RECORD && c.status == "True")
-        .and_then(|c| contract::record_assignment(c.message.as_deref()?).ok())
+        .find(|c| c.type_ == contract::RECORD && c.status == "True")?;
+    match contract::record_assignment(record.message.as_deref().unwrap_or_default()) {
+        Ok((recorded_node, assignment)) => (recorded_node == node).then_some(Some(assignment)),
+        Err(_) => Some(None),
+    }
 }
 
 /// How long a binding this process made stands in for the watch.
@@ -780,7 +790,8 @@ pub(crate) mod tests {
     }
 
     /// duet's record in a pod's status is believed over its annotations (which its owner may
-    /// have edited); without a record, or with one duet did not write, the annotations are read.
+    /// have edited); without a record, or with one of another node, the annotations are read;
+    /// with one duet cannot read, neither.
     #[test]
     fn duet_s_record_in_the_status_is_believed_over_the_annotations() {
         let read = |conditions: serde_json::Value| {
@@ -803,17 +814,21 @@ pub(crate) mod tests {
             ])
         };
         assert_eq!(
-            read(record("True", "duet.io/gpu=0 duet.io/sharing=space")),
+            read(record("True", "node=n duet.io/gpu=0 duet.io/sharing=space")),
             Some((vec![0], Some(duet_core::dataset::Mode::Space)))
         );
         for (status, message) in [
-            ("False", "duet.io/gpu=0"),
-            ("True", "duet.io/gpu=zero"),
-            ("True", ""),
+            ("False", "node=n duet.io/gpu=0"),
+            // Written for another node, before a binding that did not happen.
+            ("True", "node=m duet.io/gpu=0"),
         ] {
             assert_eq!(read(record(status, message)), Some((vec![1], None)));
         }
         assert_eq!(read(serde_json::json!([])), Some((vec![1], None)));
+        // A record duet cannot read: neither it nor the annotations are believed.
+        for message in ["node=n duet.io/gpu=zero", "", "gpu 0"] {
+            assert_eq!(read(record("True", message)), None, "{message}");
+        }
     }
 
     /// A pod with scheduling gates is not pending for any scheduler until they are removed (the

@@ -279,13 +279,17 @@ pub fn assignment_of(
 /// The type of the pod condition in which duet also records where it put a pod: the pod's
 /// status, which the API server clears when a pod is created and which the pod's owner cannot
 /// write (`pods/status` is a permission of the kubelet and the schedulers, not of a namespace's
-/// editors), where its annotations are the owner's to edit. A restarted scheduler believes the
-/// record over the annotations (`cluster::PodInfo::read`).
+/// editors), where its annotations are the owner's to edit. duet writes it before the binding,
+/// so no pod it binds is without one; a restarted scheduler believes it over the annotations
+/// where it names the node the pod is bound to (`cluster::PodInfo::read`).
 pub const RECORD: &str = "duet.io/placement";
 
-/// The record's message: `assignment` as the annotations write it, `key=value` separated by
-/// spaces (`duet.io/gpu=0,1 duet.io/sharing=space`).
-pub fn record_message(assignment: &Assignment) -> String {
+/// The record's node key (the others are the annotations' own).
+const RECORD_NODE: &str = "node";
+
+/// `assignment` as its annotations write it, `key=value` separated by spaces
+/// (`duet.io/gpu=0,1 duet.io/sharing=space`).
+pub fn describe(assignment: &Assignment) -> String {
     assignment_annotations(assignment, None, None)
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
@@ -293,22 +297,39 @@ pub fn record_message(assignment: &Assignment) -> String {
         .join(" ")
 }
 
-/// The assignment a record's message gives; an error where it is not one duet writes.
-pub fn record_assignment(message: &str) -> Result<Assignment, AnnotationError> {
+/// The record's message: the node, then `assignment` as [`describe`] writes it
+/// (`node=gpu-a duet.io/gpu=0,1 duet.io/sharing=space`).
+pub fn record_message(node: &str, assignment: &Assignment) -> String {
+    format!("{RECORD_NODE}={node} {}", describe(assignment))
+}
+
+/// The node and assignment a record's message gives; an error where it is not one duet writes
+/// (a key it does not know is passed over: a later duet may write more).
+pub fn record_assignment(message: &str) -> Result<(String, Assignment), AnnotationError> {
+    let not_duet_s = || {
+        bad(
+            RECORD,
+            format!("`{}` is not a record duet writes", quote(message)),
+        )
+    };
+    let mut node = None;
     let mut fields = BTreeMap::new();
     for part in message.split_whitespace() {
-        let (key, value) = part
-            .split_once('=')
-            .filter(|(k, _)| [GPU, SHARING, MPS_SHARE].contains(k))
-            .ok_or_else(|| {
-                bad(
-                    RECORD,
-                    format!("`{}` is not a record duet writes", quote(message)),
-                )
-            })?;
-        fields.insert(key.to_string(), value.to_string());
+        let (key, value) = part.split_once('=').ok_or_else(not_duet_s)?;
+        if key == RECORD_NODE {
+            if node.replace(value.to_string()).is_some() {
+                return Err(not_duet_s());
+            }
+        } else if [GPU, SHARING, MPS_SHARE].contains(&key)
+            && fields.insert(key.to_string(), value.to_string()).is_some()
+        {
+            return Err(not_duet_s());
+        }
     }
-    assignment_of(&fields)?.ok_or_else(|| bad(RECORD, "the record names no GPU"))
+    let node = node.filter(|n| !n.is_empty()).ok_or_else(not_duet_s)?;
+    let assignment =
+        assignment_of(&fields)?.ok_or_else(|| bad(RECORD, "the record names no GPU"))?;
+    Ok((node, assignment))
 }
 
 /// The annotations that record `assignment` (and, beside a resident, who and how fast).
@@ -491,27 +512,42 @@ mod tests {
                 mps_share: Some(37.5),
             },
         ] {
-            let message = record_message(&assignment);
-            assert_eq!(record_assignment(&message), Ok(assignment), "{message}");
+            let message = record_message("gpu-a", &assignment);
+            assert_eq!(
+                record_assignment(&message),
+                Ok(("gpu-a".to_string(), assignment)),
+                "{message}"
+            );
         }
         assert_eq!(
-            record_message(&Assignment {
-                gpus: vec![2],
-                sharing: Some(Mode::Space),
-                mps_share: None,
-            }),
-            "duet.io/gpu=2 duet.io/sharing=space"
+            record_message(
+                "gpu-b",
+                &Assignment {
+                    gpus: vec![2],
+                    sharing: Some(Mode::Space),
+                    mps_share: None,
+                }
+            ),
+            "node=gpu-b duet.io/gpu=2 duet.io/sharing=space"
         );
         for bad in [
             "",
-            "duet.io/sharing=space",
-            "duet.io/gpu=0 duet.io/beside=ns/a",
+            "node=n duet.io/sharing=space",
+            "duet.io/gpu=0",
+            "node= duet.io/gpu=0",
+            "node=a node=b duet.io/gpu=0",
+            "node=n duet.io/gpu=0 duet.io/gpu=1",
             "gpu 0",
-            "duet.io/gpu=zero",
+            "node=n duet.io/gpu=zero",
         ] {
             let e = record_assignment(bad).expect_err(bad);
             assert!([RECORD, GPU].contains(&e.annotation), "{bad}: {e}");
         }
+        // A key it does not know (a later duet's) is passed over.
+        assert_eq!(
+            record_assignment("node=n duet.io/gpu=1 duet.io/later=x").map(|(_, a)| a.gpus),
+            Ok(vec![1])
+        );
     }
 
     #[test]

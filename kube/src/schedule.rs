@@ -59,12 +59,6 @@ pub struct Plan {
     pub weighed: BTreeSet<String>,
 }
 
-/// For each waiting pod (UID), the steps in which a round weighed it and left it waiting. Where
-/// more pods wait than a round weighs, those weighed fewer times go first within their
-/// namespace, so a namespace's pods that cannot be placed take their turn and step aside
-/// (as the stock scheduler's queue sets aside a pod it could not place).
-pub type PassedOver = HashMap<String, u32>;
-
 impl Plan {
     /// The predicted weighted throughput it adds.
     pub fn value(&self) -> f64 {
@@ -439,52 +433,6 @@ fn round_on(
     Ok(placed)
 }
 
-/// `order` (pods of `pending` by rank) with the first `window` places, where more wait, taken
-/// by namespace in turn (each namespace's pods by the steps they were passed over, fewest
-/// first, then in rank; namespaces in the rank of their first), then kept in rank: a pod's own
-/// `duet.io/priority` orders its namespace's pods, one namespace's many pods cannot fill a
-/// round and keep every other namespace's out, and a namespace's pods that were weighed and
-/// left waiting step aside for its pods not weighed as often. Below the window the order is as
-/// it came.
-fn fair_window(
-    order: Vec<usize>,
-    pending: &[PodInfo],
-    passed_over: &PassedOver,
-    window: usize,
-) -> Vec<usize> {
-    if order.len() <= window {
-        return order;
-    }
-    let mut by_namespace: Vec<(&str, std::collections::VecDeque<usize>)> = Vec::new();
-    for &i in &order {
-        let ns = pending[i].namespace.as_str();
-        match by_namespace.iter_mut().find(|(n, _)| *n == ns) {
-            Some((_, queue)) => queue.push_back(i),
-            None => by_namespace.push((ns, std::collections::VecDeque::from([i]))),
-        }
-    }
-    // A stable sort: within as many steps passed over, the rank.
-    for (_, queue) in &mut by_namespace {
-        queue
-            .make_contiguous()
-            .sort_by_key(|&i| passed_over.get(&pending[i].uid).copied().unwrap_or(0));
-    }
-    let mut chosen = HashSet::new();
-    while chosen.len() < window {
-        for (_, queue) in &mut by_namespace {
-            if chosen.len() < window
-                && let Some(i) = queue.pop_front()
-            {
-                chosen.insert(i);
-            }
-        }
-    }
-    let (mut first, rest): (Vec<usize>, Vec<usize>) =
-        order.into_iter().partition(|i| chosen.contains(i));
-    first.extend(rest);
-    first
-}
-
 /// The same pods bound one at a time in the order they arrived, each by a round of its own on
 /// the cluster the ones before it left: what an extender, seeing one pod at a time, can do.
 pub fn plan_one_at_a_time(
@@ -596,7 +544,7 @@ pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()>
         },
     );
     let mut told: HashMap<String, String> = HashMap::new();
-    let mut passed_over = PassedOver::new();
+    let mut backlog = Backlog::default();
     let mut known = Known::default();
     let shutdown = crate::shutdown_signal();
     tokio::pin!(shutdown);
@@ -624,18 +572,21 @@ pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()>
                 }
             }
         }
-        let step = step(
-            &config,
-            &view,
-            &client,
-            &kube,
-            &recorder,
-            &mut known,
-            &mut told,
-            &mut passed_over,
-            &state.metrics,
-        )
-        .await;
+        // A step stops where it is on SIGTERM: a binding is recorded before it is made.
+        let step = tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            step = step(
+                &config,
+                &view,
+                &client,
+                &kube,
+                &recorder,
+                &mut known,
+                &mut told,
+                &mut backlog,
+                &state.metrics,
+            ) => step,
+        };
         match step {
             Ok(()) => {}
             Err(e) if config.once => return Err(e),
@@ -660,7 +611,7 @@ async fn step(
     recorder: &Recorder,
     known: &mut Known,
     told: &mut HashMap<String, String>,
-    passed_over: &mut PassedOver,
+    backlog: &mut Backlog,
     metrics: &Metrics,
 ) -> Result<()> {
     let (cluster, pending): (Cluster, Vec<PodInfo>) = {
@@ -671,7 +622,9 @@ async fn step(
     // What was said to pods no longer waiting is forgotten (a pod deleted while it waited).
     let waiting: HashSet<&str> = pending.iter().map(|p| p.uid.as_str()).collect();
     told.retain(|uid, _| waiting.contains(uid.as_str()));
-    passed_over.retain(|uid, _| waiting.contains(uid.as_str()));
+    let passed = backlog
+        .begin(&cluster, &waiting, config.pricing.gpu_jobs)
+        .clone();
     let explained_before: HashSet<String> = told.keys().cloned().collect();
     if pending.is_empty() {
         metrics.unplaced.set(0);
@@ -694,24 +647,14 @@ async fn step(
     let c = client.clone();
     let compare = config.compare;
     let pricing = config.pricing.clone();
-    let passed = passed_over.clone();
-    let (plan, alone, waiting, reasons) = tokio::task::spawn_blocking(move || -> Result<_> {
-        let mut predictor = HttpPredictor::from_client(c);
-        predictor.inline = known::inline_jobs(&pending);
-        for p in cluster.nodes().flat_map(|n| cluster.on_node(&n.name)) {
-            predictor.inline.extend(known::inline_jobs([p]));
-        }
-        let batch = plan(
-            &cluster,
-            &map,
-            &k,
-            &pending,
-            &passed,
-            &mut predictor,
-            &pricing,
-        )?;
-        let alone = if compare {
-            Some(plan_one_at_a_time(
+    let (plan, alone, waiting, reasons, room_after) =
+        tokio::task::spawn_blocking(move || -> Result<_> {
+            let mut predictor = HttpPredictor::from_client(c);
+            predictor.inline = known::inline_jobs(&pending);
+            for p in cluster.nodes().flat_map(|n| cluster.on_node(&n.name)) {
+                predictor.inline.extend(known::inline_jobs([p]));
+            }
+            let batch = plan(
                 &cluster,
                 &map,
                 &k,
@@ -719,53 +662,62 @@ async fn step(
                 &passed,
                 &mut predictor,
                 &pricing,
-            )?)
-        } else {
-            None
-        };
-        let mut after = cluster.clone();
-        for b in &batch.bound {
-            if let Some(p) = pending.iter().find(|p| p.uid == b.pod) {
-                after.assume(p.clone(), &b.node, b.shape.assignment());
+            )?;
+            let alone = if compare {
+                Some(plan_one_at_a_time(
+                    &cluster,
+                    &map,
+                    &k,
+                    &pending,
+                    &passed,
+                    &mut predictor,
+                    &pricing,
+                )?)
+            } else {
+                None
+            };
+            let mut after = cluster.clone();
+            for b in &batch.bound {
+                if let Some(p) = pending.iter().find(|p| p.uid == b.pod) {
+                    after.assume(p.clone(), &b.node, b.shape.assignment());
+                }
             }
-        }
-        let unplaced: Vec<PodInfo> = pending
-            .iter()
-            .filter(|p| batch.unplaced.contains(&p.uid))
-            .cloned()
-            .collect();
-        let waiting = unplaced.len();
-        let unplaced = to_explain(unplaced, &explained_before);
-        // Why pods wait is told on a best effort: a failure to work it out never holds back
-        // the bindings planned.
-        let reasons = explain(
-            &after,
-            &map,
-            &k,
-            &unplaced,
-            &mut predictor,
-            &pricing,
-            pending.len(),
-        )
-        .unwrap_or_else(|e| {
-            tracing::warn!("why {} pods wait: {e:#}", unplaced.len());
-            vec![format!("duet: not placed; why could not be worked out: {e:#}"); unplaced.len()]
-        });
-        Ok((
-            batch,
-            alone,
-            waiting,
-            unplaced.into_iter().zip(reasons).collect::<Vec<_>>(),
-        ))
-    })
-    .await??;
+            let unplaced: Vec<PodInfo> = pending
+                .iter()
+                .filter(|p| batch.unplaced.contains(&p.uid))
+                .cloned()
+                .collect();
+            let waiting = unplaced.len();
+            let unplaced = to_explain(unplaced, &explained_before);
+            // Why pods wait is told on a best effort: a failure to work it out never holds back
+            // the bindings planned.
+            let reasons = explain(
+                &after,
+                &map,
+                &k,
+                &unplaced,
+                &mut predictor,
+                &pricing,
+                pending.len(),
+            )
+            .unwrap_or_else(|e| {
+                tracing::warn!("why {} pods wait: {e:#}", unplaced.len());
+                vec![
+                    format!("duet: not placed; why could not be worked out: {e:#}");
+                    unplaced.len()
+                ]
+            });
+            Ok((
+                batch,
+                alone,
+                waiting,
+                unplaced.into_iter().zip(reasons).collect::<Vec<_>>(),
+                queue::room(&after, pricing.gpu_jobs),
+            ))
+        })
+        .await??;
     metrics.rounds.inc_by(plan.rounds as u64);
-    let planned_to_bind: HashSet<&str> = plan.bound.iter().map(|b| b.pod.as_str()).collect();
-    for uid in &plan.weighed {
-        if !planned_to_bind.contains(uid.as_str()) {
-            *passed_over.entry(uid.clone()).or_default() += 1;
-        }
-    }
+    backlog.end(&plan, room_after);
     let planned = started.elapsed();
     let mut bound = 0;
     for b in &plan.bound {
@@ -850,6 +802,9 @@ async fn step(
 mod explain;
 use explain::to_explain;
 pub use explain::{MAX_EXPLAINED, explain};
+mod queue;
+pub use queue::PassedOver;
+use queue::{Backlog, fair_window};
 
 #[cfg(test)]
 mod tests;

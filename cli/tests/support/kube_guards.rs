@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::plane::{Process, create_node};
@@ -260,7 +260,7 @@ pub(crate) fn an_edited_annotation_does_not_fool_a_restart(
         let record = record_of(pods, "edited-1", Duration::from_secs(5)).await;
         assert_eq!(
             record.as_deref(),
-            Some(format!("duet.io/gpu={held} duet.io/sharing=exclusive").as_str())
+            Some(format!("node=edited duet.io/gpu={held} duet.io/sharing=exclusive").as_str())
         );
         let other = if held == "0" { "1" } else { "0" };
         let edit = json!({"metadata": {"annotations": {"duet.io/gpu": other}}});
@@ -295,7 +295,8 @@ pub(crate) fn an_edited_annotation_does_not_fool_a_restart(
 /// `duet schedule --window 2` (a round weighs two waiting pods) with two pods of weight 5 that no
 /// GPU of their node can take (they ask for 2 GPUs of 1) and a pod of weight 1 behind them, all in
 /// one namespace: the first step weighs the two and places nothing; the next, they step aside and
-/// the third is weighed and bound. (Weighed by priority alone, it waited for good.)
+/// the third is weighed and bound. (Weighed by priority alone, it waited for good.) Then room
+/// freed on the full node goes to the waiting pod of most weight.
 pub(crate) fn pods_no_gpu_takes_step_aside(
     rt: &tokio::runtime::Runtime,
     admin: &kube::Client,
@@ -334,6 +335,35 @@ pub(crate) fn pods_no_gpu_takes_step_aside(
         let node = bound_node(pods, "queue-small", Duration::from_secs(20)).await;
         assert_eq!(node.as_deref(), Some("queue"), "{}", scheduler.tail(20));
         for name in ["queue-big-1", "queue-big-2"] {
+            assert_eq!(bound_node(pods, name, Duration::ZERO).await, None);
+        }
+    });
+    // Room freed goes by priority: the node full (queue-small holds its GPU; an objective of 1
+    // lets no pod beside it), a pod of weight 100 waits and is passed over step after step, then
+    // three pods of weight 1 arrive (passed over never) and queue-small is deleted: the heavy
+    // one takes the GPU. (By the steps passed over alone, a light one took it.)
+    rt.block_on(async {
+        let heavy = [
+            ("duet.io/workload", workload),
+            ("duet.io/objective", "1"),
+            ("duet.io/priority", "100"),
+        ];
+        create(
+            pods,
+            pod_spec("queue-high", "duet", None, 1, "queue", &heavy),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let light = [("duet.io/workload", workload), ("duet.io/objective", "1")];
+        for name in ["queue-low-1", "queue-low-2", "queue-low-3"] {
+            create(pods, pod_spec(name, "duet", None, 1, "queue", &light)).await;
+        }
+        pods.delete("queue-small", &DeleteParams::default().grace_period(0))
+            .await
+            .expect("delete");
+        let node = bound_node(pods, "queue-high", Duration::from_secs(20)).await;
+        assert_eq!(node.as_deref(), Some("queue"), "{}", scheduler.tail(20));
+        for name in ["queue-low-1", "queue-low-2", "queue-low-3"] {
             assert_eq!(bound_node(pods, name, Duration::ZERO).await, None);
         }
     });

@@ -170,8 +170,16 @@ fn a_namespace_of_many_pods_cannot_fill_the_round() {
     assert_eq!(&fair[4..], &[3, 4, 5]);
     // Passed over once, a0 and a1 step aside for their namespace's others.
     let passed: PassedOver = [("a0".to_string(), 1), ("a1".to_string(), 1)].into();
-    let fair = fair_window(order, &pending, &passed, 4);
+    let fair = fair_window(order.clone(), &pending, &passed, 4);
     assert_eq!(&fair[..4], &[2, 3, 4, 6]);
+    // More namespaces than places: one whose every pod was passed over goes after the others.
+    let mut spread = pending.clone();
+    for (k, p) in spread.iter_mut().enumerate() {
+        p.namespace = format!("ns{k}");
+    }
+    let stuck: PassedOver = (0..3).map(|k| (format!("a{k}"), 2)).collect();
+    let fair = fair_window(order, &spread, &stuck, 2);
+    assert_eq!(&fair[..2], &[3, 4]);
 }
 
 /// Within one namespace, pods of more weight that no GPU can take fill the round's window once;
@@ -257,4 +265,42 @@ fn a_higher_priority_class_is_weighed_first() {
         bound(1),
         [("critical".to_string(), true), ("heavy".to_string(), false)]
     );
+}
+
+/// The counts of pods passed over grow while the cluster leaves no new room, and are forgotten
+/// when room is freed (a pod gone), so the freed GPU goes by priority; pods no longer waiting
+/// are forgotten.
+#[test]
+fn room_freed_clears_the_steps_passed_over() {
+    let mut full = Cluster::default();
+    full.apply_node(node("one", 1));
+    let mut resident = pod("r", Some("one"), 1, "w");
+    resident.assignment = Some(Assignment {
+        gpus: vec![0],
+        sharing: None,
+        mps_share: None,
+    });
+    full.apply_pod(resident);
+    let mut freed = full.clone();
+    freed.remove_pod("r");
+    assert_eq!(queue::room(&full, 2), [("one".to_string(), 1)].into());
+    assert_eq!(queue::room(&freed, 2), [("one".to_string(), 2)].into());
+    let waiting: HashSet<&str> = ["a", "b"].into();
+    let weighed = Plan {
+        weighed: ["a", "b"].map(String::from).into(),
+        ..Plan::default()
+    };
+    let mut backlog = Backlog::default();
+    assert!(backlog.begin(&full, &waiting, 2).is_empty());
+    backlog.end(&weighed, queue::room(&full, 2));
+    let counts = backlog.begin(&full, &waiting, 2).clone();
+    assert_eq!(counts, [("a".to_string(), 1), ("b".to_string(), 1)].into());
+    backlog.end(&weighed, queue::room(&full, 2));
+    let only_a: HashSet<&str> = ["a"].into();
+    assert_eq!(
+        backlog.begin(&full, &only_a, 2).clone(),
+        [("a".to_string(), 2)].into()
+    );
+    backlog.end(&weighed, queue::room(&full, 2));
+    assert!(backlog.begin(&freed, &waiting, 2).is_empty());
 }

@@ -1,0 +1,126 @@
+//! Which waiting pods a round weighs where more wait than its window, and what `duet schedule`
+//! remembers between steps to choose them: the steps each pod was weighed and left waiting, and
+//! the room the GPU nodes had left. As the stock scheduler's queue sets aside a pod it could not
+//! place and takes it back, in priority order, when the cluster changes in a way that may let it
+//! on, a pod passed over steps aside for pods weighed fewer times, until room is freed.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+use crate::cluster::{Cluster, GpuUse, PodInfo};
+
+use super::Plan;
+
+/// For each waiting pod (UID), the steps in which a round weighed it and left it waiting since
+/// room was last freed.
+pub type PassedOver = HashMap<String, u32>;
+
+/// What `duet schedule` carries from one step to the next about the pods it weighs.
+#[derive(Debug, Default)]
+pub struct Backlog {
+    passed_over: PassedOver,
+    /// The room each GPU node had left after the last step's bindings (`room`).
+    room: BTreeMap<String, usize>,
+}
+
+impl Backlog {
+    /// At a step's start, over `cluster` with the pods (UIDs) `waiting`: forgets pods no longer
+    /// waiting, and every count where a node has room the last step did not leave it (a pod
+    /// gone, a node added or grown), so the room goes by priority. Returns the counts.
+    pub fn begin(
+        &mut self,
+        cluster: &Cluster,
+        waiting: &HashSet<&str>,
+        gpu_jobs: usize,
+    ) -> &PassedOver {
+        self.passed_over
+            .retain(|uid, _| waiting.contains(uid.as_str()));
+        let freed = room(cluster, gpu_jobs)
+            .iter()
+            .any(|(node, &now)| now > self.room.get(node).copied().unwrap_or(0));
+        if freed {
+            self.passed_over.clear();
+        }
+        &self.passed_over
+    }
+
+    /// At a step's end: one more for each pod a round of `plan` weighed and did not bind, and
+    /// `room_after`, the room the cluster with `plan`'s bindings leaves.
+    pub fn end(&mut self, plan: &Plan, room_after: BTreeMap<String, usize>) {
+        let bound: HashSet<&str> = plan.bound.iter().map(|b| b.pod.as_str()).collect();
+        for uid in &plan.weighed {
+            if !bound.contains(uid.as_str()) {
+                *self.passed_over.entry(uid.clone()).or_default() += 1;
+            }
+        }
+        self.room = room_after;
+    }
+}
+
+/// The places for pods each GPU node of `cluster` has left, `gpu_jobs` to a GPU: a free GPU's
+/// every place, a shared one's that its pods leave, none on a GPU duet cannot place beside.
+pub fn room(cluster: &Cluster, gpu_jobs: usize) -> BTreeMap<String, usize> {
+    cluster
+        .nodes()
+        .filter(|n| n.device.is_some() && n.schedulable && n.gpus > 0)
+        .map(|n| {
+            let places = cluster
+                .gpus_of(n)
+                .iter()
+                .map(|u| match u {
+                    GpuUse::Free => gpu_jobs,
+                    GpuUse::Alone { .. } => gpu_jobs.saturating_sub(1),
+                    GpuUse::Shared { pods } => gpu_jobs.saturating_sub(pods.len()),
+                    GpuUse::Full => 0,
+                })
+                .sum();
+            (n.name.clone(), places)
+        })
+        .collect()
+}
+
+/// `order` (pods of `pending` by rank) with the first `window` places, where more wait, taken
+/// by namespace in turn (each namespace's pods by the steps they were passed over, fewest
+/// first, then in rank; namespaces by the fewest steps one of their pods was passed over, then
+/// in the rank of their first), then kept in rank: rank orders a namespace's pods, one
+/// namespace's many pods cannot fill a round and keep every other namespace's out, and pods
+/// that were weighed and left waiting step aside for pods not weighed as often, within their
+/// namespace and across namespaces. Below the window the order is as it came.
+pub(super) fn fair_window(
+    order: Vec<usize>,
+    pending: &[PodInfo],
+    passed_over: &PassedOver,
+    window: usize,
+) -> Vec<usize> {
+    if order.len() <= window {
+        return order;
+    }
+    let mut by_namespace: Vec<(&str, VecDeque<usize>)> = Vec::new();
+    for &i in &order {
+        let ns = pending[i].namespace.as_str();
+        match by_namespace.iter_mut().find(|(n, _)| *n == ns) {
+            Some((_, queue)) => queue.push_back(i),
+            None => by_namespace.push((ns, VecDeque::from([i]))),
+        }
+    }
+    // Stable sorts: within as many steps passed over, the rank; a namespace whose pods were all
+    // passed over goes after those with a pod passed over fewer times.
+    let passed = |i: usize| passed_over.get(&pending[i].uid).copied().unwrap_or(0);
+    for (_, queue) in &mut by_namespace {
+        queue.make_contiguous().sort_by_key(|&i| passed(i));
+    }
+    by_namespace.sort_by_key(|(_, queue)| queue.front().map_or(0, |&i| passed(i)));
+    let mut chosen = HashSet::new();
+    while chosen.len() < window {
+        for (_, queue) in &mut by_namespace {
+            if chosen.len() < window
+                && let Some(i) = queue.pop_front()
+            {
+                chosen.insert(i);
+            }
+        }
+    }
+    let (mut first, rest): (Vec<usize>, Vec<usize>) =
+        order.into_iter().partition(|i| chosen.contains(i));
+    first.extend(rest);
+    first
+}
