@@ -688,6 +688,8 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
     guards::an_edited_annotation_does_not_fool_a_restart(&rt, &admin, &pods, joins, &|log| {
         schedule_once(log, &[]);
     });
+    let duet_client = rt.block_on(plane.client("duet")).expect("duet's client");
+    guards::a_refused_binding_withdraws_its_record(&rt, &duet_client, &pods);
     let spawn_scheduler = |log: &str, extra: &[&str]| {
         let mut command = kube_command(&plane, &server, "schedule");
         Process::spawn(command.args(extra), plane.dir.path().join(log))

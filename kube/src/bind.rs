@@ -137,9 +137,12 @@ async fn record_and_bind(
         });
     }
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
-    let recorded = match contract::assignment_of(&annotations) {
-        Ok(Some(assignment)) => record(&api, pod, node, &assignment).await?,
-        _ => true,
+    let (recorded, written) = match contract::assignment_of(&annotations) {
+        Ok(Some(assignment)) => {
+            let written = record(&api, pod, node, &assignment).await?;
+            (written, written)
+        }
+        _ => (true, false),
     };
     let binding = Binding {
         metadata: ObjectMeta {
@@ -156,15 +159,50 @@ async fn record_and_bind(
             ..ObjectReference::default()
         },
     };
-    api.create_subresource::<Binding, serde_json::Value>(
-        "binding",
-        &pod.name,
-        &PostParams::default(),
-        &binding,
-    )
-    .await
-    .map_err(|e| failed(pod, node, e))?;
-    Ok(recorded)
+    match api
+        .create_subresource::<Binding, serde_json::Value>(
+            "binding",
+            &pod.name,
+            &PostParams::default(),
+            &binding,
+        )
+        .await
+    {
+        Ok(_) => Ok(recorded),
+        Err(e) => {
+            let e = failed(pod, node, e);
+            if written && matches!(e, BindError::Refused { .. }) {
+                withdraw(&api, pod).await;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Marks the record written for a binding the API server then refused as not standing (its
+/// status `False`), so that a binding someone else makes is not read through it. Best effort: a
+/// record left standing names the node duet asked for, which the pod is then seldom bound to.
+async fn withdraw(api: &Api<Pod>, pod: &PodInfo) {
+    let patch = json!({
+        "metadata": {"uid": pod.uid},
+        "status": {
+            "conditions": [{
+                "type": contract::RECORD,
+                "status": "False",
+                "reason": "NotBound",
+                "message": "",
+            }]
+        }
+    });
+    if let Err(e) = api
+        .patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+    {
+        tracing::warn!(
+            "pod {}: duet's record of a binding the API server refused stays ({e})",
+            pod.key()
+        );
+    }
 }
 
 /// A refusal (the API server answered no) or, where it could not answer now (a transport

@@ -369,3 +369,49 @@ pub(crate) fn pods_no_gpu_takes_step_aside(
     });
     scheduler.kill();
 }
+
+/// A binding the API server refuses has its record withdrawn: a pod bound by hand (to node
+/// `edited`, its own `duet.io/gpu` saying GPU 1) that duet then tries to bind to the same node's
+/// GPU 0, acting as its service account (`duet`): the record written first is marked not
+/// standing when the binding is refused, so the pod is read from its annotation. (Left
+/// standing, the record of the refused binding was believed: GPU 0.)
+pub(crate) fn a_refused_binding_withdraws_its_record(
+    rt: &tokio::runtime::Runtime,
+    duet: &kube::Client,
+    pods: &Api<Pod>,
+) {
+    use duet_kube::cluster::PodInfo;
+    use duet_kube::contract::{Assignment, assignment_annotations};
+    rt.block_on(async {
+        let own = [("duet.io/gpu", "1")];
+        let by_hand = pod_spec("by-hand", "duet", Some("edited"), 1, "edited", &own);
+        create(pods, by_hand).await;
+        let pod = PodInfo::read(&pods.get("by-hand").await.expect("pod"), "nvidia.com/gpu");
+        let gpu0 = Assignment {
+            gpus: vec![0],
+            sharing: None,
+            mps_share: None,
+        };
+        let refused = duet_kube::bind::bind(
+            duet,
+            &pod,
+            "edited",
+            assignment_annotations(&gpu0, None, None),
+        )
+        .await;
+        assert!(
+            matches!(refused, Err(duet_kube::bind::BindError::Refused { .. })),
+            "{refused:?}"
+        );
+        let now = pods.get("by-hand").await.expect("pod");
+        let record = now
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "duet.io/placement"))
+            .map(|c| c.status.clone());
+        assert_eq!(record.as_deref(), Some("False"));
+        let read = PodInfo::read(&now, "nvidia.com/gpu").assignment;
+        assert_eq!(read.map(|a| a.gpus), Some(vec![1]));
+    });
+}
