@@ -229,8 +229,8 @@ fn failed(pod: &PodInfo, node: &str, error: kube::Error) -> BindError {
 /// the binding, so a binding is never left without it by a crash between the two; a record of a
 /// binding that then fails names a node the pod is not bound to and is not believed.
 /// `Ok(false)` where the API server refuses it for good but the pod may still be bound (a role
-/// without `pods/status`: 403; a record it finds invalid: 422), an error where the pod is gone
-/// (404, 409) or the API server cannot take it now.
+/// without `pods/status`: 403), an error where it refuses it otherwise (the pod gone or made
+/// again under its name: 404, 409, 422) or cannot take it now.
 async fn record(
     api: &Api<Pod>,
     pod: &PodInfo,
@@ -253,7 +253,7 @@ async fn record(
         .await
     {
         Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.code == 403 || status.code == 422 => {
+        Err(kube::Error::Api(status)) if status.code == 403 => {
             tracing::warn!(
                 "pod {}: duet's record of its GPUs cannot be written to its status ({}); it is \
                  bound without it, and a restarted scheduler will read its annotations instead",

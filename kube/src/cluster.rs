@@ -119,7 +119,7 @@ impl PodInfo {
                 Ok(JobSpec::unknown())
             },
             assignment: recorded_assignment(pod)
-                .unwrap_or_else(|| contract::assignment_of(annotations).ok().flatten()),
+                .or_else(|| contract::assignment_of(annotations).ok().flatten()),
             created_ns: pod
                 .metadata
                 .creation_timestamp
@@ -267,24 +267,21 @@ fn first_assignment(
     Some(first.clone())
 }
 
-/// What duet's record in `pod`'s status (a condition of type [`contract::RECORD`] whose status
-/// is `True`) says of where duet put it: `None` where it has none, or one of another node than
-/// the pod's (written before a binding that did not happen): the annotations say then.
-/// `Some(None)` where the record cannot be read (not the annotations, which its owner may have
-/// edited: duet then cannot tell the pod's GPUs, and counts it on the node's free GPUs first).
-fn recorded_assignment(pod: &Pod) -> Option<Option<Assignment>> {
+/// Where duet's record in `pod`'s status (a condition of type [`contract::RECORD`] whose status
+/// is `True`) says duet put it; `None` where it has none, one of another node than the pod's
+/// (written before a binding that did not happen), or one it cannot read (only what may write
+/// the pod's status could write such a one, not its owner): the annotations say then.
+fn recorded_assignment(pod: &Pod) -> Option<Assignment> {
     let node = pod.spec.as_ref()?.node_name.as_deref()?;
-    let record = pod
+    let (recorded_node, assignment) = pod
         .status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == contract::RECORD && c.status == "True")?;
-    match contract::record_assignment(record.message.as_deref().unwrap_or_default()) {
-        Ok((recorded_node, assignment)) => (recorded_node == node).then_some(Some(assignment)),
-        Err(_) => Some(None),
-    }
+        .find(|c| c.type_ == contract::RECORD && c.status == "True")
+        .and_then(|c| contract::record_assignment(c.message.as_deref()?).ok())?;
+    (recorded_node == node).then_some(assignment)
 }
 
 /// How long a binding this process made stands in for the watch.
@@ -790,8 +787,8 @@ pub(crate) mod tests {
     }
 
     /// duet's record in a pod's status is believed over its annotations (which its owner may
-    /// have edited); without a record, or with one of another node, the annotations are read;
-    /// with one duet cannot read, neither.
+    /// have edited); without a record, with one of another node, or with one duet cannot read,
+    /// the annotations are read.
     #[test]
     fn duet_s_record_in_the_status_is_believed_over_the_annotations() {
         let read = |conditions: serde_json::Value| {
@@ -821,14 +818,13 @@ pub(crate) mod tests {
             ("False", "node=n duet.io/gpu=0"),
             // Written for another node, before a binding that did not happen.
             ("True", "node=m duet.io/gpu=0"),
+            // Not one duet can read.
+            ("True", "node=n duet.io/gpu=zero"),
+            ("True", ""),
         ] {
             assert_eq!(read(record(status, message)), Some((vec![1], None)));
         }
         assert_eq!(read(serde_json::json!([])), Some((vec![1], None)));
-        // A record duet cannot read: neither it nor the annotations are believed.
-        for message in ["node=n duet.io/gpu=zero", "", "gpu 0"] {
-            assert_eq!(read(record("True", message)), None, "{message}");
-        }
     }
 
     /// A pod with scheduling gates is not pending for any scheduler until they are removed (the

@@ -34,6 +34,11 @@ use crate::watch::{Freshness, View};
 /// The most passes of one scheduling step (each pass: a round per group of nodes).
 pub const MAX_PASSES: usize = 16;
 
+/// Bindings in a row the API server does not answer after which a step leaves the rest to the
+/// next (one pod's failing binding does not hold back the others; an API server that is down
+/// does not cost every planned pod its time limit).
+const MAX_UNREACHABLE: usize = 3;
+
 /// One pod bound by a plan.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Bound {
@@ -647,7 +652,7 @@ async fn step(
     let c = client.clone();
     let compare = config.compare;
     let pricing = config.pricing.clone();
-    let (plan, alone, waiting, reasons, room_after) =
+    let (plan, alone, waiting, reasons, mut after) =
         tokio::task::spawn_blocking(move || -> Result<_> {
             let mut predictor = HttpPredictor::from_client(c);
             predictor.inline = known::inline_jobs(&pending);
@@ -712,16 +717,24 @@ async fn step(
                 alone,
                 waiting,
                 unplaced.into_iter().zip(reasons).collect::<Vec<_>>(),
-                queue::room(&after, pricing.gpu_jobs),
+                after,
             ))
         })
         .await??;
     metrics.rounds.inc_by(plan.rounds as u64);
-    backlog.end(&plan, room_after);
     let planned = started.elapsed();
     let mut bound = 0;
+    // Pods planned but not bound (refused, unreachable, or not tried): the room they were to take
+    // stays free, and is not taken for room freed at the next step.
+    let mut not_bound: Vec<&str> = Vec::new();
+    let mut unreachable_in_a_row = 0;
     for b in &plan.bound {
+        if unreachable_in_a_row == MAX_UNREACHABLE {
+            not_bound.push(&b.pod);
+            continue;
+        }
         let Some(pod) = view.read().pod(&b.pod).cloned() else {
+            not_bound.push(&b.pod);
             continue;
         };
         let (beside, speed) = b.shape.beside();
@@ -729,6 +742,7 @@ async fn step(
             contract::assignment_annotations(&b.shape.assignment(), beside.as_deref(), speed);
         match bind::bind(kube, &pod, &b.node, annotations).await {
             Ok(recorded) => {
+                unreachable_in_a_row = 0;
                 if !recorded {
                     metrics.record_failures.inc();
                 }
@@ -738,16 +752,27 @@ async fn step(
                 bound += 1;
             }
             Err(e @ BindError::Refused { .. }) => {
+                unreachable_in_a_row = 0;
                 metrics.bind_failures.inc();
+                not_bound.push(&b.pod);
                 tracing::warn!("{e}");
             }
             Err(e @ BindError::Unreachable { .. }) => {
+                unreachable_in_a_row += 1;
                 metrics.bind_failures.inc();
-                tracing::warn!("{e}; the rest of this step waits for the next");
-                break;
+                not_bound.push(&b.pod);
+                if unreachable_in_a_row == MAX_UNREACHABLE {
+                    tracing::warn!("{e}; the rest of this step waits for the next");
+                } else {
+                    tracing::warn!("{e}; tried again at the next step");
+                }
             }
         }
     }
+    for uid in not_bound {
+        after.remove_pod(uid);
+    }
+    backlog.end(&plan, queue::room(&after, config.pricing.gpu_jobs));
     #[allow(clippy::cast_possible_wrap)]
     metrics.unplaced.set(waiting as i64);
     for (pod, why) in &reasons {
