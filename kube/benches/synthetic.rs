@@ -63,6 +63,7 @@ fn pod(uid: String, node: Option<String>, workload: String, rng: &mut Rng) -> Po
         deleting: false,
         gated: false,
         class_priority: 0,
+        recorded: false,
         node_selector: BTreeMap::new(),
         tolerations: Vec::new(),
     }

@@ -85,9 +85,18 @@ pub enum BindError {
         node: String,
         message: String,
     },
-    /// The API server could not be reached; the pod stays pending and is tried again.
+    /// The API server could not be reached before the binding was sent (its record not
+    /// written); the pod stays pending and is tried again.
     #[error("binding {pod} to {node}: {message}")]
     Unreachable {
+        pod: String,
+        node: String,
+        message: String,
+    },
+    /// The binding was sent (after its record) and not answered in time, or answered by an
+    /// unreachable or overloaded API server: it may yet be made, as recorded.
+    #[error("binding {pod} to {node}: {message}; it may still be made")]
+    Unanswered {
         pod: String,
         node: String,
         message: String,
@@ -100,35 +109,20 @@ pub enum BindError {
 pub const TIME_LIMIT: Duration = Duration::from_secs(10);
 
 /// Binds `pod` to `node`, merging `annotations` into it, after recording the GPUs they name in
-/// the pod's status (`record`); a pod without a UID is refused. `Ok(false)`: bound without the
-/// record, which the API server refused for good (a role without `pods/status`: only the
-/// annotations say where the pod is). Where the record could not be written for now (the API
-/// server unreachable or overloaded, or no answer within [`TIME_LIMIT`]), the pod is not bound:
-/// `Unreachable`, tried again later. (A binding sent but not answered in time may still have
-/// been made; its record was written before it.)
+/// the pod's status (`record`); a pod without a UID is refused; both within [`TIME_LIMIT`].
+/// `Ok(false)`: bound without the record, which the API server refused for good (a role without
+/// `pods/status`: only the annotations say where the pod is). Where the record could not be
+/// written for now (the API server unreachable or overloaded, or no answer in time), the pod is
+/// not bound: `Unreachable`, tried again later. A binding sent but not answered is `Unanswered`:
+/// it may yet be made, as its record says.
 pub async fn bind(
     client: &Client,
     pod: &PodInfo,
     node: &str,
     annotations: BTreeMap<String, String>,
 ) -> Result<bool, BindError> {
-    tokio::time::timeout(TIME_LIMIT, record_and_bind(client, pod, node, annotations))
-        .await
-        .unwrap_or_else(|_| {
-            Err(BindError::Unreachable {
-                pod: pod.key(),
-                node: node.to_string(),
-                message: format!("no answer within {} s", TIME_LIMIT.as_secs()),
-            })
-        })
-}
-
-async fn record_and_bind(
-    client: &Client,
-    pod: &PodInfo,
-    node: &str,
-    annotations: BTreeMap<String, String>,
-) -> Result<bool, BindError> {
+    let deadline = tokio::time::Instant::now() + TIME_LIMIT;
+    let late = || format!("no answer within {} s", TIME_LIMIT.as_secs());
     if pod.uid.is_empty() {
         return Err(BindError::Refused {
             pod: pod.key(),
@@ -139,7 +133,15 @@ async fn record_and_bind(
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
     let (recorded, written) = match contract::assignment_of(&annotations) {
         Ok(Some(assignment)) => {
-            let written = record(&api, pod, node, &assignment).await?;
+            let written = tokio::time::timeout_at(deadline, record(&api, pod, node, &assignment))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(BindError::Unreachable {
+                        pod: pod.key(),
+                        node: node.to_string(),
+                        message: late(),
+                    })
+                })?;
             (written, written)
         }
         _ => (true, false),
@@ -159,23 +161,28 @@ async fn record_and_bind(
             ..ObjectReference::default()
         },
     };
-    match api
-        .create_subresource::<Binding, serde_json::Value>(
-            "binding",
-            &pod.name,
-            &PostParams::default(),
-            &binding,
-        )
-        .await
-    {
-        Ok(_) => Ok(recorded),
-        Err(e) => {
-            let e = failed(pod, node, e);
-            if written && matches!(e, BindError::Refused { .. }) {
-                withdraw(&api, pod).await;
+    let params = PostParams::default();
+    let sent = api
+        .create_subresource::<Binding, serde_json::Value>("binding", &pod.name, &params, &binding);
+    match tokio::time::timeout_at(deadline, sent).await {
+        Ok(Ok(_)) => Ok(recorded),
+        Ok(Err(e)) => match failed(pod, node, e) {
+            e @ BindError::Refused { .. } => {
+                if written {
+                    withdraw(&api, pod).await;
+                }
+                Err(e)
             }
-            Err(e)
-        }
+            BindError::Unreachable { pod, node, message }
+            | BindError::Unanswered { pod, node, message } => {
+                Err(BindError::Unanswered { pod, node, message })
+            }
+        },
+        Err(_) => Err(BindError::Unanswered {
+            pod: pod.key(),
+            node: node.to_string(),
+            message: late(),
+        }),
     }
 }
 

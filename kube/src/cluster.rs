@@ -28,6 +28,8 @@ pub struct PodInfo {
     /// (`contract::RECORD`), else as its annotations say (a pod bound before duet kept the record,
     /// or bound by hand with them).
     pub assignment: Option<Assignment>,
+    /// `assignment` is duet's record's (or this process's own binding's), not the annotations'.
+    pub recorded: bool,
     /// Creation time, nanoseconds since the epoch: the order pods arrived in.
     pub created_ns: i128,
     /// Succeeded or failed: it holds no GPU any more.
@@ -95,6 +97,7 @@ impl PodInfo {
             asks.init_container(asked(c), c.restart_policy.as_deref() == Some("Always"));
         }
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let recorded = recorded_assignment(pod);
         PodInfo {
             uid: pod.metadata.uid.clone().unwrap_or_default(),
             namespace: pod
@@ -118,8 +121,10 @@ impl PodInfo {
             } else {
                 Ok(JobSpec::unknown())
             },
-            assignment: recorded_assignment(pod)
+            assignment: recorded
+                .clone()
                 .or_else(|| contract::assignment_of(annotations).ok().flatten()),
+            recorded: recorded.is_some(),
             created_ns: pod
                 .metadata
                 .creation_timestamp
@@ -236,14 +241,19 @@ struct Assumed {
 
 /// Where this process first saw a bound pod's GPUs (or bound it itself), where its annotations
 /// now say otherwise on the same node: they are its owner's to edit, and a GPU record moved after
-/// the binding would have duet place another pod on the GPU the pod really holds. (A scheduler
-/// started afresh believes duet's record in the pod's status, `recorded_assignment`.)
+/// the binding would have duet place another pod on the GPU the pod really holds. A pod read from
+/// duet's record in its status is believed as it is, and so is one read from its annotations
+/// after a record (withdrawn: only duet writes it); a scheduler started afresh believes the
+/// record (`recorded_assignment`).
 fn first_assignment(
     pod: &PodInfo,
     seen: Option<&PodInfo>,
     assumed: Option<&Assumed>,
 ) -> Option<Assignment> {
     pod.node.as_ref()?;
+    if pod.recorded || seen.is_some_and(|old| old.recorded && old.node == pod.node) {
+        return None;
+    }
     let first = seen
         .filter(|old| old.node == pod.node)
         .and_then(|old| old.assignment.as_ref())
@@ -376,6 +386,7 @@ impl Cluster {
     pub fn assume(&mut self, mut pod: PodInfo, node: &str, assignment: Assignment) {
         pod.node = Some(node.to_string());
         pod.assignment = Some(assignment);
+        pod.recorded = true;
         self.assumed.insert(
             pod.uid.clone(),
             Assumed {
@@ -397,7 +408,10 @@ impl Cluster {
                     && !p.deleting
                     && !p.finished
                     && !p.gated
-                    && !self.assumed.contains_key(&p.uid)
+                    && self
+                        .assumed
+                        .get(&p.uid)
+                        .is_none_or(|a| a.at.elapsed() >= ASSUMED_FOR)
             })
             .collect();
         pending.sort_by(|a, b| {
@@ -536,6 +550,7 @@ pub(crate) mod tests {
             deleting: false,
             gated: false,
             class_priority: 0,
+            recorded: false,
             node_selector: BTreeMap::new(),
             tolerations: Vec::new(),
         }
@@ -825,6 +840,37 @@ pub(crate) mod tests {
             assert_eq!(read(record(status, message)), Some((vec![1], None)));
         }
         assert_eq!(read(serde_json::json!([])), Some((vec![1], None)));
+    }
+
+    /// A pod read from duet's record is believed as it is, and so is one read from its
+    /// annotations once the record is withdrawn (only duet writes it); an edit of the
+    /// annotations alone is not.
+    #[test]
+    fn a_record_outranks_the_first_view_and_its_withdrawal_lets_the_annotations_in() {
+        let mut c = Cluster::default();
+        c.apply_node(node("n", 2));
+        let at = |gpu: u32, recorded: bool| {
+            let mut p = pod("x", Some("n"), 1, "w");
+            p.assignment = Some(Assignment {
+                gpus: vec![gpu],
+                sharing: None,
+                mps_share: None,
+            });
+            p.recorded = recorded;
+            p
+        };
+        let gpus = |c: &Cluster| {
+            c.pod("x")
+                .and_then(|p| p.assignment.clone())
+                .map(|a| a.gpus)
+        };
+        c.apply_pod(at(1, true));
+        c.apply_pod(at(0, false));
+        assert_eq!(gpus(&c), Some(vec![0]), "the record withdrawn");
+        c.apply_pod(at(1, false));
+        assert_eq!(gpus(&c), Some(vec![0]), "an edit of the annotations alone");
+        c.apply_pod(at(1, true));
+        assert_eq!(gpus(&c), Some(vec![1]), "a record");
     }
 
     /// A pod with scheduling gates is not pending for any scheduler until they are removed (the

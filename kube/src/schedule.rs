@@ -757,10 +757,17 @@ async fn step(
                 not_bound.push(&b.pod);
                 tracing::warn!("{e}");
             }
-            Err(e @ BindError::Unreachable { .. }) => {
+            Err(e @ (BindError::Unreachable { .. } | BindError::Unanswered { .. })) => {
                 unreachable_in_a_row += 1;
                 metrics.bind_failures.inc();
-                not_bound.push(&b.pod);
+                if matches!(e, BindError::Unanswered { .. }) {
+                    // It may yet be made, as recorded: it stands as made until the watch shows
+                    // the pod (bound or not) or the assumption lapses, rather than be planned
+                    // again elsewhere under a record rewritten.
+                    view.write().assume(pod, &b.node, b.shape.assignment());
+                } else {
+                    not_bound.push(&b.pod);
+                }
                 if unreachable_in_a_row == MAX_UNREACHABLE {
                     tracing::warn!("{e}; the rest of this step waits for the next");
                 } else {
