@@ -168,8 +168,16 @@ pub async fn bind(
         Ok(Ok(_)) => Ok(recorded),
         Ok(Err(e)) => match failed(pod, node, e) {
             e @ BindError::Refused { .. } => {
-                if written {
-                    withdraw(&api, pod).await;
+                if written
+                    && tokio::time::timeout_at(deadline, withdraw(&api, pod))
+                        .await
+                        .is_err()
+                {
+                    tracing::warn!(
+                        "pod {}: duet's record of a binding the API server refused stays (no \
+                         answer in time)",
+                        pod.key()
+                    );
                 }
                 Err(e)
             }

@@ -760,18 +760,20 @@ async fn step(
             Err(e @ (BindError::Unreachable { .. } | BindError::Unanswered { .. })) => {
                 unreachable_in_a_row += 1;
                 metrics.bind_failures.inc();
-                if matches!(e, BindError::Unanswered { .. }) {
+                let then = if matches!(e, BindError::Unanswered { .. }) {
                     // It may yet be made, as recorded: it stands as made until the watch shows
                     // the pod (bound or not) or the assumption lapses, rather than be planned
                     // again elsewhere under a record rewritten.
                     view.write().assume(pod, &b.node, b.shape.assignment());
+                    "it stands as made until the watch shows the pod or 60 s pass"
                 } else {
                     not_bound.push(&b.pod);
-                }
+                    "it is planned again at the next step"
+                };
                 if unreachable_in_a_row == MAX_UNREACHABLE {
-                    tracing::warn!("{e}; the rest of this step waits for the next");
+                    tracing::warn!("{e}; {then}; the rest of this step waits for the next");
                 } else {
-                    tracing::warn!("{e}; tried again at the next step");
+                    tracing::warn!("{e}; {then}");
                 }
             }
         }
