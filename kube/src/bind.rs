@@ -198,21 +198,7 @@ pub async fn bind(
 /// status `False`), so that a binding someone else makes is not read through it. Best effort: a
 /// record left standing names the node duet asked for, which the pod is then seldom bound to.
 async fn withdraw(api: &Api<Pod>, pod: &PodInfo) {
-    let patch = json!({
-        "metadata": {"uid": pod.uid},
-        "status": {
-            "conditions": [{
-                "type": contract::RECORD,
-                "status": "False",
-                "reason": "NotBound",
-                "message": "",
-            }]
-        }
-    });
-    if let Err(e) = api
-        .patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(patch))
-        .await
-    {
+    if let Err(e) = set_record(api, pod, "False", "NotBound", "").await {
         tracing::warn!(
             "pod {}: duet's record of a binding the API server refused stays ({e})",
             pod.key()
@@ -238,11 +224,10 @@ fn failed(pod: &PodInfo, node: &str, error: kube::Error) -> BindError {
 }
 
 /// Writes duet's record of where it is about to bind `pod` (`node`, `assignment`) into the pod's
-/// status (`contract::RECORD`), which the pod's owner cannot edit as they can its annotations. A
-/// strategic merge patch, so the kubelet's and the schedulers' conditions stay as they are; the
-/// UID in it is a precondition (a pod made again under the name is not written). Written before
-/// the binding, so a binding is never left without it by a crash between the two; a record of a
-/// binding that then fails names a node the pod is not bound to and is not believed.
+/// status (`contract::RECORD`, by `set_record`), which the pod's owner cannot edit as they can
+/// its annotations. Written before the binding, so a binding is never left without it by a crash
+/// between the two; a record of a binding that then fails is withdrawn, or names a node the pod
+/// is not bound to and is not believed.
 /// `Ok(false)` where the API server refuses it for good but the pod may still be bound (a role
 /// without `pods/status`: 403), an error where it refuses it otherwise (the pod gone or made
 /// again under its name: 404, 409, 422) or cannot take it now.
@@ -252,22 +237,9 @@ async fn record(
     node: &str,
     assignment: &Assignment,
 ) -> Result<bool, BindError> {
-    let patch = json!({
-        "metadata": {"uid": pod.uid},
-        "status": {
-            "conditions": [{
-                "type": contract::RECORD,
-                "status": "True",
-                "reason": "Placed",
-                "message": contract::record_message(node, assignment),
-            }]
-        }
-    });
-    match api
-        .patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(patch))
-        .await
-    {
-        Ok(_) => Ok(true),
+    let message = contract::record_message(node, assignment);
+    match set_record(api, pod, "True", "Placed", &message).await {
+        Ok(()) => Ok(true),
         Err(kube::Error::Api(status)) if status.code == 403 => {
             tracing::warn!(
                 "pod {}: duet's record of its GPUs cannot be written to its status ({}); it is \
@@ -279,6 +251,32 @@ async fn record(
         }
         Err(e) => Err(failed(pod, node, e)),
     }
+}
+
+/// Sets duet's record condition of `pod` (`contract::RECORD`) by a strategic merge patch of its
+/// status, so the kubelet's and the schedulers' conditions stay as they are; the UID in it is a
+/// precondition (a pod made again under the name is not written).
+async fn set_record(
+    api: &Api<Pod>,
+    pod: &PodInfo,
+    status: &str,
+    reason: &str,
+    message: &str,
+) -> Result<(), kube::Error> {
+    let patch = json!({
+        "metadata": {"uid": pod.uid},
+        "status": {
+            "conditions": [{
+                "type": contract::RECORD,
+                "status": status,
+                "reason": reason,
+                "message": message,
+            }]
+        }
+    });
+    api.patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .map(|_| ())
 }
 
 #[cfg(test)]
