@@ -13,6 +13,8 @@
 //! (compared with one pod at a time), explains what it leaves, never over-fills a GPU, and
 //! a second run reads the first one's placements from the API server; with the API server down
 //! the extender answers from its cache and says it is stale, and the scheduler waits, then binds.
+//! Between the last two, bindings an admission webhook refuses, at once or slowly, hold back no
+//! other pod.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -35,6 +37,8 @@ mod steps;
 
 #[path = "support/kube_guards.rs"]
 mod guards;
+#[path = "support/kube_webhook.rs"]
+mod webhook;
 use steps::{
     bound_node, check_capacity, create, delete_all, event_saying, events, get, kube_command,
     listening_port, pod_spec, post, predicted_join_value, predicted_value, record_of,
@@ -695,6 +699,8 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
         Process::spawn(command.args(extra), plane.dir.path().join(log))
     };
     guards::pods_no_gpu_takes_step_aside(&rt, &admin, &pods, joins, &spawn_scheduler);
+    let dir = plane.dir.path();
+    webhook::failing_bindings_hold_back_no_other(&rt, &admin, &pods, dir, joins, &spawn_scheduler);
 
     // Through the stock scheduler and the extender (`--gpu-jobs 3`): the same join.
     rt.block_on(async {

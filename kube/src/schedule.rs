@@ -1,10 +1,11 @@
 //! `duet schedule`: a second scheduler (`schedulerName: duet`) that prices every pending duet pod
 //! at once. Each pass runs the pricing loop's round (`duet_scheduler::pricing::round`) over the
-//! pending pods for each group of alike nodes (device, sharing strategy, GPU memory), binds what
-//! it decided through the pods' `binding` subresource with duet's annotations, and runs again
-//! while rounds still place pods (a pod placed alone this pass may take a neighbour in the
-//! next). A pod it cannot place stays Pending with an Event that says why. Its state is the API
-//! server's: a restarted scheduler reads where every pod is from the pods' annotations.
+//! pending pods for each group of alike nodes (device, sharing strategy, GPU memory), and runs
+//! again while rounds still place pods (a pod placed alone this pass may take a neighbour in the
+//! next); then it binds what it decided through the pods' `binding` subresource with duet's
+//! annotations, side by side (`binds`). A pod it cannot place stays Pending with an Event that
+//! says why; one whose binding failed sits out some steps (`queue`). Its state is the API
+//! server's: a restarted scheduler reads where every pod is from duet's record in each pod.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -21,7 +22,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
-use crate::bind::{self, BindError};
+use crate::bind::BindError;
 use crate::cluster::{Cluster, GpuUse, PodInfo};
 use crate::contract;
 use crate::devices::DeviceMap;
@@ -33,11 +34,6 @@ use crate::watch::{Freshness, View};
 
 /// The most passes of one scheduling step (each pass: a round per group of nodes).
 pub const MAX_PASSES: usize = 16;
-
-/// Bindings in a row the API server does not answer after which a step leaves the rest to the
-/// next (one pod's failing binding does not hold back the others; an API server that is down
-/// does not cost every planned pod its time limit).
-const MAX_UNREACHABLE: usize = 3;
 
 /// One pod bound by a plan.
 #[derive(Debug, Clone, PartialEq)]
@@ -550,6 +546,8 @@ pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()>
     );
     let mut told: HashMap<String, String> = HashMap::new();
     let mut backlog = Backlog::default();
+    // Dropped on return: bindings still unanswered at SIGTERM are abandoned where they are.
+    let mut in_flight = InFlight::default();
     let mut known = Known::default();
     let shutdown = crate::shutdown_signal();
     tokio::pin!(shutdown);
@@ -589,6 +587,7 @@ pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()>
                 &mut known,
                 &mut told,
                 &mut backlog,
+                &mut in_flight,
                 &state.metrics,
             ) => step,
         };
@@ -617,8 +616,21 @@ async fn step(
     known: &mut Known,
     told: &mut HashMap<String, String>,
     backlog: &mut Backlog,
+    in_flight: &mut InFlight,
     metrics: &Metrics,
 ) -> Result<()> {
+    // What the bindings sent before and finished since came to (before the view is read: a
+    // failed one's pod waits again).
+    let mut failures: Vec<(PodInfo, String)> = Vec::new();
+    let mut take_in = TakeIn {
+        view,
+        metrics,
+        backlog,
+        gpu_jobs: config.pricing.gpu_jobs,
+    };
+    while let Some(outcome) = in_flight.next(Some(Instant::now())).await {
+        failures.extend(take_in.outcome(outcome));
+    }
     let (cluster, pending): (Cluster, Vec<PodInfo>) = {
         let c = view.read();
         let pending = c.pending(&config.name).into_iter().cloned().collect();
@@ -630,9 +642,17 @@ async fn step(
     let passed = backlog
         .begin(&cluster, &waiting, config.pricing.gpu_jobs)
         .clone();
+    // Pods whose binding failed a moment ago sit this step out (their room goes to others).
+    let now = Instant::now();
+    let (held_back, pending): (Vec<PodInfo>, Vec<PodInfo>) = pending
+        .into_iter()
+        .partition(|p| backlog.held_back(&p.uid, now));
+    let held_back = held_back.len();
     let explained_before: HashSet<String> = told.keys().cloned().collect();
     if pending.is_empty() {
-        metrics.unplaced.set(0);
+        tell(recorder, told, &failures).await;
+        #[allow(clippy::cast_possible_wrap)]
+        metrics.unplaced.set(held_back as i64);
         return Ok(());
     }
     let missing = pending.iter().any(|p| {
@@ -723,68 +743,90 @@ async fn step(
         .await??;
     metrics.rounds.inc_by(plan.rounds as u64);
     let planned = started.elapsed();
+    // The plan's bindings are sent side by side (`binds`); the step waits for them `GRACE` at
+    // most, and takes in what older ones came to as they finish.
+    let grace = (!config.once).then(|| Instant::now() + binds::GRACE);
+    let mut take_in = TakeIn {
+        view,
+        metrics,
+        backlog,
+        gpu_jobs: config.pricing.gpu_jobs,
+    };
+    let mut sent = 0;
     let mut bound = 0;
-    // Pods planned but not bound (refused, unreachable, or not tried): the room they were to take
+    // Pods planned but not bound (refused, unreachable, or not sent): the room they were to take
     // stays free, and is not taken for room freed at the next step.
-    let mut not_bound: Vec<&str> = Vec::new();
-    let mut unreachable_in_a_row = 0;
-    for b in &plan.bound {
-        if unreachable_in_a_row == MAX_UNREACHABLE {
-            not_bound.push(&b.pod);
-            continue;
+    let mut not_bound: Vec<String> = Vec::new();
+    let mut outcome_of = |outcome: Outcome, not_bound: &mut Vec<String>| {
+        if matches!(
+            outcome.result,
+            Err(BindError::Refused { .. } | BindError::Unreachable { .. })
+        ) {
+            not_bound.push(outcome.planned.pod.clone());
+        } else if outcome.result.is_ok() {
+            bound += 1;
+        }
+        take_in.outcome(outcome)
+    };
+    let mut planned_bindings = plan.bound.iter();
+    'send: for b in planned_bindings.by_ref() {
+        while in_flight.len() >= BIND_AT_ONCE {
+            match in_flight.next(grace).await {
+                Some(outcome) => failures.extend(outcome_of(outcome, &mut not_bound)),
+                None => {
+                    not_bound.push(b.pod.clone());
+                    break 'send;
+                }
+            }
         }
         let Some(pod) = view.read().pod(&b.pod).cloned() else {
-            not_bound.push(&b.pod);
+            not_bound.push(b.pod.clone());
             continue;
         };
-        let (beside, speed) = b.shape.beside();
-        let annotations =
-            contract::assignment_annotations(&b.shape.assignment(), beside.as_deref(), speed);
-        match bind::bind(kube, &pod, &b.node, annotations).await {
-            Ok(recorded) => {
-                unreachable_in_a_row = 0;
-                if !recorded {
-                    metrics.record_failures.inc();
-                }
-                view.write().assume(pod, &b.node, b.shape.assignment());
-                metrics.bound(b.shape.kind());
-                told.remove(&b.pod);
-                bound += 1;
-            }
-            Err(e @ BindError::Refused { .. }) => {
-                unreachable_in_a_row = 0;
-                metrics.bind_failures.inc();
-                not_bound.push(&b.pod);
-                tracing::warn!("{e}");
-            }
-            Err(e @ (BindError::Unreachable { .. } | BindError::Unanswered { .. })) => {
-                unreachable_in_a_row += 1;
-                metrics.bind_failures.inc();
-                let then = if matches!(e, BindError::Unanswered { .. }) {
-                    // It may yet be made, as recorded: it stands as made until the watch shows
-                    // the pod (bound or not) or the assumption lapses, rather than be planned
-                    // again elsewhere under a record rewritten.
-                    view.write().assume(pod, &b.node, b.shape.assignment());
-                    "it stands as made until the watch shows the pod or 60 s pass"
-                } else {
-                    not_bound.push(&b.pod);
-                    "it is planned again at the next step"
-                };
-                if unreachable_in_a_row == MAX_UNREACHABLE {
-                    tracing::warn!("{e}; {then}; the rest of this step waits for the next");
-                } else {
-                    tracing::warn!("{e}; {then}");
-                }
-            }
-        }
+        in_flight.send(kube, view, b, pod);
+        sent += 1;
     }
-    for uid in not_bound {
+    not_bound.extend(planned_bindings.map(|b| b.pod.clone()));
+    while let Some(outcome) = in_flight.next(grace).await {
+        failures.extend(outcome_of(outcome, &mut not_bound));
+    }
+    let still_sent = in_flight.len();
+    for uid in &not_bound {
         after.remove_pod(uid);
     }
     backlog.end(&plan, queue::room(&after, config.pricing.gpu_jobs));
+    let unplaced = view.read().pending(&config.name).len();
     #[allow(clippy::cast_possible_wrap)]
-    metrics.unplaced.set(waiting as i64);
-    for (pod, why) in &reasons {
+    metrics.unplaced.set(unplaced as i64);
+    tell(recorder, told, &reasons).await;
+    tell(recorder, told, &failures).await;
+    tracing::info!(
+        "step: {} pending, {sent} bindings sent, {bound} bound, {} failed, {still_sent} unanswered yet, {waiting} left, {} told why, {held_back} held back after a failed binding ({} rounds, {} pairs predicted, planned in {:.1} ms)",
+        sent + waiting + held_back,
+        failures.len(),
+        reasons.len(),
+        plan.rounds,
+        plan.queries,
+        planned.as_secs_f64() * 1e3
+    );
+    if let Some(alone) = alone {
+        println!(
+            "batch (one pricing round over every pending pod): {} bound, predicted weighted throughput added {:.3}",
+            plan.bound.len(),
+            plan.value()
+        );
+        println!(
+            "one at a time in arrival order:                     {} bound, predicted weighted throughput added {:.3}",
+            alone.bound.len(),
+            alone.value()
+        );
+    }
+    Ok(())
+}
+
+/// Tells each pod of `said` why it waits (an Event), once for each thing said (`told`).
+async fn tell(recorder: &Recorder, told: &mut HashMap<String, String>, said: &[(PodInfo, String)]) {
+    for (pod, why) in said {
         if told.get(&pod.uid) == Some(why) {
             continue;
         }
@@ -810,29 +852,10 @@ async fn step(
             Err(e) => tracing::warn!("event for {}: {e}", pod.key()),
         }
     }
-    tracing::info!(
-        "step: {} pending, {bound} bound, {waiting} left, {} told why ({} rounds, {} pairs predicted, planned in {:.1} ms)",
-        bound + waiting,
-        reasons.len(),
-        plan.rounds,
-        plan.queries,
-        planned.as_secs_f64() * 1e3
-    );
-    if let Some(alone) = alone {
-        println!(
-            "batch (one pricing round over every pending pod): {} bound, predicted weighted throughput added {:.3}",
-            plan.bound.len(),
-            plan.value()
-        );
-        println!(
-            "one at a time in arrival order:                     {} bound, predicted weighted throughput added {:.3}",
-            alone.bound.len(),
-            alone.value()
-        );
-    }
-    Ok(())
 }
 
+mod binds;
+use binds::{BIND_AT_ONCE, InFlight, Outcome, TakeIn};
 mod explain;
 use explain::to_explain;
 pub use explain::{MAX_EXPLAINED, explain};

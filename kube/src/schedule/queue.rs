@@ -2,11 +2,15 @@
 //! remembers between steps to choose them: the steps each pod was weighed and left waiting, and
 //! the room the GPU nodes had left. As the stock scheduler's queue sets aside a pod it could not
 //! place and takes it back, in priority order, when the cluster changes in a way that may let it
-//! on, a pod passed over steps aside for pods weighed fewer times, until room is freed.
+//! on, a pod passed over steps aside for pods weighed fewer times, until room is freed. A pod
+//! whose binding failed is held back from the rounds for a while that doubles with each failure
+//! (`Backlog::failed`), as the stock scheduler's backoff queue holds it.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
 
 use crate::cluster::{Cluster, GpuUse, PodInfo};
+use crate::devices::NodeInfo;
 
 use super::Plan;
 
@@ -14,12 +18,30 @@ use super::Plan;
 /// room was last freed.
 pub type PassedOver = HashMap<String, u32>;
 
+/// How long a pod whose binding failed once is held back from the rounds; each failure after
+/// doubles it, up to [`BACKOFF_MAX`]. kube-scheduler's defaults (`podInitialBackoffSeconds`,
+/// `podMaxBackoffSeconds`): a binding refused for a reason that passes (a quota, an admission
+/// webhook down) is tried again soon, and one that keeps failing costs the API server and the
+/// step one attempt in ten seconds, not one a step.
+pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+/// The longest a pod is held back after failed bindings.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// The failed bindings in a row of a waiting pod, and until when it is held back.
+#[derive(Debug, Clone, Copy)]
+struct HeldBack {
+    failures: u32,
+    until: Instant,
+}
+
 /// What `duet schedule` carries from one step to the next about the pods it weighs.
 #[derive(Debug, Default)]
 pub struct Backlog {
     passed_over: PassedOver,
     /// The room each GPU node had left after the last step's bindings (`room`).
     room: BTreeMap<String, usize>,
+    /// Pods (UIDs) whose binding failed, until they are bound or gone.
+    held_back: HashMap<String, HeldBack>,
 }
 
 impl Backlog {
@@ -33,6 +55,8 @@ impl Backlog {
         gpu_jobs: usize,
     ) -> &PassedOver {
         self.passed_over
+            .retain(|uid, _| waiting.contains(uid.as_str()));
+        self.held_back
             .retain(|uid, _| waiting.contains(uid.as_str()));
         let freed = room(cluster, gpu_jobs)
             .iter()
@@ -54,6 +78,42 @@ impl Backlog {
         }
         self.room = room_after;
     }
+
+    /// Records a failed binding of the pod `uid` at `now`: it is held back from the rounds for
+    /// [`BACKOFF_FIRST`], doubled for each failure before it in a row, up to [`BACKOFF_MAX`].
+    /// Returns how long.
+    pub fn failed(&mut self, uid: &str, now: Instant) -> Duration {
+        let failures = self.held_back.get(uid).map_or(0, |h| h.failures) + 1;
+        let wait = BACKOFF_FIRST
+            .saturating_mul(1 << (failures - 1).min(16))
+            .min(BACKOFF_MAX);
+        self.held_back.insert(
+            uid.to_string(),
+            HeldBack {
+                failures,
+                until: now + wait,
+            },
+        );
+        wait
+    }
+
+    /// Whether the pod `uid` is held back from the rounds at `now` (`failed`).
+    pub fn held_back(&self, uid: &str, now: Instant) -> bool {
+        self.held_back.get(uid).is_some_and(|h| now < h.until)
+    }
+
+    /// Takes `places` more room on `node` for room the last step left: what a binding that
+    /// failed after the step leaves free, which is not room freed.
+    pub fn unbound(&mut self, node: &str, places: usize) {
+        if let Some(room) = self.room.get_mut(node) {
+            *room += places;
+        }
+    }
+
+    /// Forgets the failed bindings of the pod `uid`, bound now.
+    pub fn bound(&mut self, uid: &str) {
+        self.held_back.remove(uid);
+    }
 }
 
 /// The places for pods each GPU node of `cluster` has left, `gpu_jobs` to a GPU: a free GPU's
@@ -62,20 +122,22 @@ pub fn room(cluster: &Cluster, gpu_jobs: usize) -> BTreeMap<String, usize> {
     cluster
         .nodes()
         .filter(|n| n.device.is_some() && n.schedulable && n.gpus > 0)
-        .map(|n| {
-            let places = cluster
-                .gpus_of(n)
-                .iter()
-                .map(|u| match u {
-                    GpuUse::Free => gpu_jobs,
-                    GpuUse::Alone { .. } => gpu_jobs.saturating_sub(1),
-                    GpuUse::Shared { pods } => gpu_jobs.saturating_sub(pods.len()),
-                    GpuUse::Full => 0,
-                })
-                .sum();
-            (n.name.clone(), places)
-        })
+        .map(|n| (n.name.clone(), room_on(cluster, n, gpu_jobs)))
         .collect()
+}
+
+/// The places for pods the node `node` of `cluster` has left (`room`).
+pub fn room_on(cluster: &Cluster, node: &NodeInfo, gpu_jobs: usize) -> usize {
+    cluster
+        .gpus_of(node)
+        .iter()
+        .map(|u| match u {
+            GpuUse::Free => gpu_jobs,
+            GpuUse::Alone { .. } => gpu_jobs.saturating_sub(1),
+            GpuUse::Shared { pods } => gpu_jobs.saturating_sub(pods.len()),
+            GpuUse::Full => 0,
+        })
+        .sum()
 }
 
 /// `order` (pods of `pending` by rank) with the first `window` places, where more wait, taken

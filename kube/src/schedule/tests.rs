@@ -304,3 +304,83 @@ fn room_freed_clears_the_steps_passed_over() {
     backlog.end(&weighed, queue::room(&full, 2));
     assert!(backlog.begin(&freed, &waiting, 2).is_empty());
 }
+
+/// A pod whose binding failed is held back for 1 s, then 2, 4, 8, and 10 s at most; its record
+/// is forgotten when it is bound or no longer waits.
+#[test]
+fn a_failed_binding_holds_its_pod_back_for_longer_each_time() {
+    use std::time::Duration;
+    let mut backlog = Backlog::default();
+    let t = Instant::now();
+    let s = Duration::from_secs;
+    let waits: Vec<Duration> = (0..6).map(|_| backlog.failed("a", t)).collect();
+    assert_eq!(waits, [s(1), s(2), s(4), s(8), s(10), s(10)]);
+    assert!(backlog.held_back("a", t + s(9)));
+    assert!(!backlog.held_back("a", t + s(10)));
+    assert!(!backlog.held_back("b", t));
+    backlog.bound("a");
+    assert_eq!(backlog.failed("a", t), s(1));
+    // A pod no longer waiting is forgotten at the next step's start.
+    backlog.failed("a", t);
+    let none: HashSet<&str> = HashSet::new();
+    backlog.begin(&Cluster::default(), &none, 2);
+    assert!(!backlog.held_back("a", t));
+    assert_eq!(backlog.failed("a", t), s(1));
+}
+
+/// A binding the API server refused, taken in after its step: the pod waits again, held back,
+/// and the room its assumed binding held is not read as room freed (the counts of pods passed
+/// over stand).
+#[test]
+fn a_refused_binding_taken_in_late_frees_no_room() {
+    use crate::bind::BindError;
+    let view = View::new(v100_space());
+    view.write().apply_node(node("one", 1));
+    let a = pod("a", None, 1, "w");
+    let planned = Bound {
+        pod: "a".into(),
+        node: "one".into(),
+        shape: Shape::Whole {
+            gpus: vec![0],
+            mps_share: None,
+        },
+        value: 1.0,
+    };
+    view.write().apply_pod(a.clone());
+    view.write()
+        .assume(a.clone(), "one", planned.shape.assignment());
+    assert!(view.read().pending("duet").is_empty());
+    let mut backlog = Backlog::default();
+    let waiting: HashSet<&str> = ["b"].into();
+    backlog.begin(&view.read(), &waiting, 2);
+    let weighed = Plan {
+        weighed: ["b"].map(String::from).into(),
+        ..Plan::default()
+    };
+    backlog.end(&weighed, queue::room(&view.read(), 2));
+    let metrics = Metrics::default();
+    let mut take_in = TakeIn {
+        view: &view,
+        metrics: &metrics,
+        backlog: &mut backlog,
+        gpu_jobs: 2,
+    };
+    let told = take_in.outcome(Outcome {
+        planned,
+        pod: a,
+        result: Err(BindError::Refused {
+            pod: "default/a".into(),
+            node: "one".into(),
+            message: "no".into(),
+        }),
+    });
+    let (_, why) = told.expect("a failure is told");
+    assert!(why.contains("planned again in 1 s"), "{why}");
+    assert_eq!(view.read().pending("duet").len(), 1);
+    assert!(backlog.held_back("a", Instant::now()));
+    let waiting: HashSet<&str> = ["a", "b"].into();
+    assert_eq!(
+        backlog.begin(&view.read(), &waiting, 2).clone(),
+        [("b".to_string(), 1)].into()
+    );
+}

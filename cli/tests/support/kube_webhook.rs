@@ -1,0 +1,301 @@
+//! An admission webhook for the Kubernetes end-to-end test, as a cluster's policy engine is one:
+//! the API server asks it about every pod binding (`pods/binding`), over TLS with the control
+//! plane's own serving certificate, and it answers by the pod's name: `slow-*` refused after
+//! [`SLOW`], `refused-*` refused at once, any other allowed. It notes which pods it was asked
+//! about, and when. Then the case it serves: `duet schedule` against bindings that fail.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::plane::{Process, create_node};
+use super::steps::{bound_node, create, delete_all, event_saying, pod_spec};
+
+/// How long the webhook takes to refuse a `slow-*` pod's binding.
+pub(crate) const SLOW: Duration = Duration::from_secs(6);
+
+const NAME: &str = "duet-e2e-bindings";
+
+/// The pods (names) the webhook was asked to bind, in order, and when.
+pub(crate) type Asked = Arc<Mutex<Vec<(String, Instant)>>>;
+
+/// Serves the webhook on a thread of its own (so it answers while the test waits outside its
+/// runtime) with the certificate and key of the control plane's folder `dir`, and registers it
+/// with the API server through `admin`. Returns what it is asked.
+pub(crate) async fn start(admin: &kube::Client, dir: &Path) -> Asked {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(dir.join("server.crt"))
+        .expect("server.crt")
+        .collect::<Result<_, _>>()
+        .expect("server.crt");
+    let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).expect("server.key");
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let tls = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("TLS config");
+    let acceptor = TlsAcceptor::from(Arc::new(tls));
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("webhook port");
+    std_listener.set_nonblocking(true).expect("nonblocking");
+    let port = std_listener.local_addr().expect("address").port();
+    let asked: Asked = Arc::default();
+    let noted = asked.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("webhook runtime");
+        rt.block_on(async move {
+            let listener = TcpListener::from_std(std_listener).expect("listener");
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (acceptor, noted) = (acceptor.clone(), noted.clone());
+                tokio::spawn(async move {
+                    if let Ok(tls) = acceptor.accept(tcp).await {
+                        let _ = answer(tls, &noted).await;
+                    }
+                });
+            }
+        });
+    });
+    let ca = std::fs::read(dir.join("ca.crt")).expect("ca.crt");
+    let mut config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": NAME},
+        "webhooks": [{
+            "name": "bindings.duet-e2e.test",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/bindings")},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["pods/binding"], "scope": "Namespaced"}],
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 20
+        }]
+    }))
+    .expect("webhook configuration");
+    if let Some(w) = config.webhooks.as_mut().and_then(|w| w.first_mut()) {
+        w.client_config.ca_bundle = Some(ByteString(ca));
+    }
+    Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("the webhook's configuration");
+    asked
+}
+
+/// Unregisters the webhook.
+pub(crate) async fn stop(admin: &kube::Client) {
+    Api::<ValidatingWebhookConfiguration>::all(admin.clone())
+        .delete(NAME, &DeleteParams::default())
+        .await
+        .expect("delete the webhook's configuration");
+}
+
+/// Answers the admission reviews of one connection (HTTP/1.1, kept alive).
+async fn answer<S>(stream: S, noted: &Asked) -> std::io::Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).await? == 0 {
+                return Ok(());
+            }
+            if line == "\r\n" {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).await?;
+        let review: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let request = &review["request"];
+        let pod = request["name"].as_str().unwrap_or_default().to_string();
+        noted
+            .lock()
+            .expect("noted")
+            .push((pod.clone(), Instant::now()));
+        let refused = if pod.starts_with("slow-") {
+            tokio::time::sleep(SLOW).await;
+            true
+        } else {
+            pod.starts_with("refused-")
+        };
+        let mut response = json!({"uid": request["uid"], "allowed": !refused});
+        if refused {
+            response["status"] = json!({"code": 403, "message": format!("{pod} may not run now")});
+        }
+        let text = json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": response
+        })
+        .to_string();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            text.len()
+        );
+        let stream = reader.get_mut();
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(text.as_bytes()).await?;
+        stream.flush().await?;
+    }
+}
+
+/// When the webhook was asked to bind `pod`, each time.
+fn asked_about(asked: &Asked, pod: &str) -> Vec<Instant> {
+    asked
+        .lock()
+        .expect("asked")
+        .iter()
+        .filter(|(p, _)| p == pod)
+        .map(|(_, at)| *at)
+        .collect()
+}
+
+/// Bindings the API server refuses, through the webhook: a pod refused at once is held back
+/// for longer each time (asked about 3 to 5 times in 9 s from its first refusal: 1, 2, 4 s
+/// apart; tried at every step of 0.3 s, it was asked about some 30 times) and its Event says
+/// so; three pods ranked ahead whose bindings take 6 s to be refused hold back neither a fourth
+/// pod of the same step (bound within 3 s of the first slow refusal's start; one binding at a
+/// time, it waited 18 s) nor a pod that arrives while they wait (bound within 3 s of its
+/// arrival; a step that waited for its bindings kept it 6 s).
+pub(crate) fn failing_bindings_hold_back_no_other(
+    rt: &tokio::runtime::Runtime,
+    admin: &kube::Client,
+    pods: &Api<Pod>,
+    dir: &Path,
+    workload: &str,
+    spawn_scheduler: &dyn Fn(&str, &[&str]) -> Process,
+) {
+    let asked = rt.block_on(async {
+        create_node(
+            admin,
+            "policed",
+            "Tesla-V100-SXM2-16GB",
+            8,
+            1,
+            "time-slicing",
+            &[("duet-e2e/pool", "policed")],
+        )
+        .await;
+        start(admin, dir).await
+    });
+    let job = |priority| {
+        [
+            ("duet.io/workload", workload),
+            ("duet.io/priority", priority),
+        ]
+    };
+    rt.block_on(create(
+        pods,
+        pod_spec("refused-1", "duet", None, 1, "policed", &job("1")),
+    ));
+    let mut scheduler = spawn_scheduler("schedule-policed.log", &["--interval", "0.3"]);
+    rt.block_on(async {
+        let why = event_saying(
+            admin,
+            "refused-1",
+            &[
+                "duet:",
+                "refused",
+                "may not run now",
+                "planned again in 1 s",
+            ],
+            Duration::from_secs(30),
+        )
+        .await;
+        assert!(why.contains("refused-1"), "{why}");
+    });
+    let first = asked_about(&asked, "refused-1")[0];
+    std::thread::sleep((first + Duration::from_secs(9)).saturating_duration_since(Instant::now()));
+    let tries = asked_about(&asked, "refused-1");
+    let within: Vec<f64> = tries
+        .iter()
+        .filter(|t| **t <= first + Duration::from_secs(9))
+        .map(|t| t.duration_since(first).as_secs_f64())
+        .collect();
+    assert!(
+        (3..=5).contains(&within.len()),
+        "refused-1 tried at {within:?} s; {}",
+        scheduler.tail(20)
+    );
+    // Three slow refusals ranked ahead of a fourth pod, all pending at one step.
+    scheduler.kill();
+    rt.block_on(async {
+        delete_all(pods).await;
+        for name in ["slow-1", "slow-2", "slow-3"] {
+            create(pods, pod_spec(name, "duet", None, 1, "policed", &job("5"))).await;
+        }
+        create(
+            pods,
+            pod_spec("policed-1", "duet", None, 1, "policed", &job("1")),
+        )
+        .await;
+    });
+    let mut scheduler = spawn_scheduler("schedule-policed-2.log", &["--interval", "0.3"]);
+    rt.block_on(async {
+        let node = bound_node(pods, "policed-1", Duration::from_secs(30)).await;
+        assert_eq!(node.as_deref(), Some("policed"), "{}", scheduler.tail(20));
+    });
+    let bound_at = Instant::now();
+    let slow_started = asked_about(&asked, "slow-1")
+        .first()
+        .copied()
+        .expect("slow-1's binding asked about");
+    assert!(
+        bound_at.duration_since(slow_started) < Duration::from_secs(3),
+        "policed-1 bound {:.1} s after slow-1's binding started; {}",
+        bound_at.duration_since(slow_started).as_secs_f64(),
+        scheduler.tail(20)
+    );
+    // A pod arriving while the slow bindings wait is bound at the next step.
+    rt.block_on(async {
+        let arrived = Instant::now();
+        create(
+            pods,
+            pod_spec("policed-2", "duet", None, 1, "policed", &job("1")),
+        )
+        .await;
+        let node = bound_node(pods, "policed-2", Duration::from_secs(30)).await;
+        assert_eq!(node.as_deref(), Some("policed"), "{}", scheduler.tail(20));
+        assert!(
+            arrived.elapsed() < Duration::from_secs(3),
+            "policed-2 bound {:.1} s after it arrived; {}",
+            arrived.elapsed().as_secs_f64(),
+            scheduler.tail(20)
+        );
+        for name in ["slow-1", "slow-2", "slow-3"] {
+            assert_eq!(bound_node(pods, name, Duration::ZERO).await, None);
+        }
+    });
+    scheduler.kill();
+    rt.block_on(async {
+        stop(admin).await;
+        delete_all(pods).await;
+    });
+}

@@ -1,0 +1,142 @@
+//! The bindings `duet schedule` has sent: each (duet's record, then the binding, within
+//! `bind::TIME_LIMIT`) runs on its own, up to [`BIND_AT_ONCE`] at a time, and a step waits for
+//! its own at most [`GRACE`], so a binding the API server is slow to answer holds back neither
+//! the step's other bindings nor the next steps. A pod whose binding is in flight is assumed
+//! placed in the view meanwhile (no round plans it again, its GPU is taken); what the binding
+//! comes to is taken in by the step that sees it finish (`take_in`).
+
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use tokio::task::JoinSet;
+
+use crate::bind::{self, BindError};
+use crate::cluster::PodInfo;
+use crate::contract;
+use crate::metrics::Metrics;
+use crate::watch::View;
+
+use super::Bound;
+use super::queue::{self, Backlog};
+
+/// Bindings in flight at once, over every step: an API server that does not answer holds this
+/// many for their time limit, and the pods planned beyond it wait for a later step.
+pub const BIND_AT_ONCE: usize = 16;
+
+/// The longest a step waits for the bindings it sent before it ends (those still unanswered go
+/// on, and a later step takes in what they come to).
+pub const GRACE: Duration = Duration::from_secs(1);
+
+/// A binding finished: the plan's, the pod as it was sent, and what the API server said.
+#[derive(Debug)]
+pub struct Outcome {
+    pub planned: Bound,
+    pub pod: PodInfo,
+    pub result: Result<bool, BindError>,
+}
+
+/// The bindings sent and not yet taken in.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    tasks: JoinSet<Outcome>,
+}
+
+impl InFlight {
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Sends the binding `planned` of `pod`, assumed made in `view` meanwhile.
+    pub fn send(&mut self, kube: &Client, view: &View, planned: &Bound, pod: PodInfo) {
+        let (beside, speed) = planned.shape.beside();
+        let annotations =
+            contract::assignment_annotations(&planned.shape.assignment(), beside.as_deref(), speed);
+        view.write()
+            .assume(pod.clone(), &planned.node, planned.shape.assignment());
+        let (kube, planned) = (kube.clone(), planned.clone());
+        self.tasks.spawn(async move {
+            let result = bind::bind(&kube, &pod, &planned.node, annotations).await;
+            Outcome {
+                planned,
+                pod,
+                result,
+            }
+        });
+    }
+
+    /// The next binding to finish, waiting until `deadline` at most (none: every binding is
+    /// answered); `None` where none finished by then or none is in flight.
+    pub async fn next(&mut self, deadline: Option<Instant>) -> Option<Outcome> {
+        loop {
+            let joined = match deadline {
+                Some(d) => tokio::time::timeout_at(d.into(), self.tasks.join_next())
+                    .await
+                    .ok()??,
+                None => self.tasks.join_next().await?,
+            };
+            match joined {
+                Ok(outcome) => return Some(outcome),
+                // A binding's task cannot fail but by a panic; its pod's assumption lapses.
+                Err(e) => tracing::warn!("a binding's task: {e}"),
+            }
+        }
+    }
+}
+
+/// What a step does with one binding's outcome, over what it carries between steps.
+pub struct TakeIn<'a> {
+    pub view: &'a View,
+    pub metrics: &'a Metrics,
+    pub backlog: &'a mut Backlog,
+    pub gpu_jobs: usize,
+}
+
+impl TakeIn<'_> {
+    /// Takes in `outcome`: a binding made is counted and its pod's failures forgotten; one the
+    /// API server refused or never got is no longer assumed (the room it held is not counted
+    /// as room freed), and its pod is held back (`Backlog::failed`); one sent and not answered
+    /// stands as made until the watch shows the pod or the assumption lapses, rather than be
+    /// planned again elsewhere under a record rewritten. Returns, for a failure, the message
+    /// for the pod's Event.
+    pub fn outcome(&mut self, outcome: Outcome) -> Option<(PodInfo, String)> {
+        let Outcome {
+            planned,
+            pod,
+            result,
+        } = outcome;
+        let e = match result {
+            Ok(recorded) => {
+                if !recorded {
+                    self.metrics.record_failures.inc();
+                }
+                self.backlog.bound(&planned.pod);
+                self.metrics.bound(planned.shape.kind());
+                return None;
+            }
+            Err(e) => e,
+        };
+        self.metrics.bind_failures.inc();
+        let wait = self.backlog.failed(&planned.pod, Instant::now());
+        let then = if matches!(e, BindError::Unanswered { .. }) {
+            self.view
+                .write()
+                .assume(pod.clone(), &planned.node, planned.shape.assignment());
+            "it stands as made until the watch shows the pod or 60 s pass".to_string()
+        } else {
+            let freed = {
+                let mut cluster = self.view.write();
+                let room = |c: &crate::cluster::Cluster| {
+                    c.node(&planned.node)
+                        .map_or(0, |n| queue::room_on(c, n, self.gpu_jobs))
+                };
+                let before = room(&cluster);
+                cluster.forget_assumed(&planned.pod);
+                room(&cluster).saturating_sub(before)
+            };
+            self.backlog.unbound(&planned.node, freed);
+            format!("planned again in {} s at the earliest", wait.as_secs())
+        };
+        tracing::warn!("{e}; {then}");
+        Some((pod, format!("duet: {e}; {then}")))
+    }
+}
