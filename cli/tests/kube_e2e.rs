@@ -41,8 +41,8 @@ mod guards;
 mod webhook;
 use steps::{
     bound_node, check_capacity, create, delete_all, event_saying, events, get, kube_command,
-    listening_port, pod_spec, post, predicted_join_value, predicted_value, record_of,
-    start_extender, wait_for,
+    kube_command_as, listening_port, pod_spec, post, predicted_join_value, predicted_value,
+    record_of, start_extender, wait_for,
 };
 
 fn root() -> PathBuf {
@@ -398,7 +398,10 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
             .unwrap_or(0.0)
     };
     assert!(
-        counted("not_registered") >= 1.0 && counted("unannotated") >= 1.0,
+        counted("not_registered") >= 1.0
+            && counted("unannotated") >= 1.0
+            && metrics
+                .contains("duet_kube_permission_missing{permission=\"create pods/binding\"} 0"),
         "{metrics}"
     );
     rt.block_on(delete_all(&pods));
@@ -701,6 +704,15 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
     guards::pods_no_gpu_takes_step_aside(&rt, &admin, &pods, joins, &spawn_scheduler);
     let dir = plane.dir.path();
     webhook::failing_bindings_hold_back_no_other(&rt, &admin, &pods, dir, joins, &spawn_scheduler);
+    let role = yaml_documents(&root().join("deploy/k8s/kube-rbac.yaml"))
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .expect("the shipped ClusterRole");
+    let spawn_older = |log: &str, extra: &[&str]| {
+        let mut command = kube_command_as(&plane, &server, "schedule", "older");
+        Process::spawn(command.args(extra), plane.dir.path().join(log))
+    };
+    guards::a_role_without_a_permission_is_named_at_start(&rt, &admin, &role, &spawn_older);
 
     // Through the stock scheduler and the extender (`--gpu-jobs 3`): the same join.
     rt.block_on(async {
@@ -859,8 +871,12 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
     });
     let (_, metrics) = get(&sched("/metrics"));
     assert!(
-        metrics.contains("duet_kube_record_failures_total 0"),
-        "every binding's record written:\n{metrics}"
+        metrics.contains("duet_kube_record_failures_total 0")
+            && metrics.contains("duet_kube_permission_missing{permission=\"patch pods/status\"} 0")
+            && !metrics
+                .lines()
+                .any(|l| l.starts_with("duet_kube_permission_missing{") && l.ends_with(" 1")),
+        "every binding's record written, every permission granted:\n{metrics}"
     );
     wait_for(
         "the extender is current again",

@@ -447,11 +447,17 @@ pub async fn serve(config: ExtenderConfig, view: View, kube: Client) -> Result<(
     );
     view.spawn_watches(&kube);
     let extender = Arc::new(
-        Extender::new(view, client, Some(kube))
+        Extender::new(view, client, Some(kube.clone()))
             .with_gpu_jobs(config.gpu_jobs)
             .with_max_nodes(config.limits.max_nodes)
             .with_schedulers(config.bind_schedulers.clone()),
     );
+    let mut needed = crate::access::VIEW.to_vec();
+    if !config.bind_schedulers.is_empty() {
+        needed.extend(crate::access::BIND);
+    }
+    let (checked, asking) = (extender.clone(), kube.clone());
+    tokio::spawn(async move { crate::access::check(&asking, &needed, &checked.metrics).await });
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("--listen {}", config.listen))?;

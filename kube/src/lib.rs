@@ -7,6 +7,7 @@
 //! is from its annotations and record where it went on its binding (`contract.rs`, `bind.rs`),
 //! and value a place by the pricing loop's rule (`placement.rs`), with the server's predictions.
 
+pub mod access;
 pub mod bind;
 pub mod call_args;
 pub mod cluster;

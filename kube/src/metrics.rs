@@ -34,6 +34,8 @@ pub struct Metrics {
     pub stale: Gauge,
     /// What the listener's guards refused, and the connections being served.
     pub guards: Guards,
+    /// The permissions of duet's role checked at start: 1 each that is missing (`access`).
+    pub permission_missing: Family<Labels, Gauge>,
 }
 
 /// The listener's guard counters (`listen.rs`), cloned into its layers and its connection loop:
@@ -85,6 +87,7 @@ impl Default for Metrics {
         let unplaced = Gauge::default();
         let stale = Gauge::default();
         let guards = Guards::default();
+        let permission_missing = Family::<Labels, Gauge>::default();
         registry.register(
             "duet_extender_requests",
             "kube-scheduler extender calls, by verb and outcome",
@@ -142,6 +145,12 @@ impl Default for Metrics {
             "client connections being served",
             guards.open.clone(),
         );
+        registry.register(
+            "duet_kube_permission_missing",
+            "1 for each permission duet needs that its identity lacked at start (by the \
+             permission, as kubectl auth can-i takes it), 0 for each it has",
+            permission_missing.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -154,6 +163,7 @@ impl Default for Metrics {
             unplaced,
             stale,
             guards,
+            permission_missing,
         }
     }
 }
@@ -186,6 +196,13 @@ impl Metrics {
         self.unknown_pods
             .get_or_create(&label("reason", reason))
             .inc();
+    }
+
+    /// Whether duet's identity lacks `permission` (`access::check`).
+    pub fn permission_missing(&self, permission: &str, missing: bool) {
+        self.permission_missing
+            .get_or_create(&label("permission", permission))
+            .set(i64::from(missing));
     }
 
     pub fn bound(&self, shape: &str) {

@@ -531,6 +531,13 @@ pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()>
             crate::listen::serve(listener, routes, &limits, &guards, std::future::pending()).await;
         });
     }
+    let needed: Vec<_> = crate::access::VIEW
+        .into_iter()
+        .chain(crate::access::BIND)
+        .chain([crate::access::TELL])
+        .collect();
+    let (checked, asking) = (state.clone(), kube.clone());
+    tokio::spawn(async move { crate::access::check(&asking, &needed, &checked.metrics).await });
     let client = PredictClient::new(
         &config.predictor,
         config.token.clone(),

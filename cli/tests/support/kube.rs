@@ -24,6 +24,9 @@ pub const RELEASE: &str = "v1.37.2";
 /// its ClusterRoleBinding applies as it would in a cluster.
 pub const DUET_USER: &str = "system:serviceaccount:default:duet-scheduler";
 
+/// A user the tests bind to an older role of duet's (`kubeconfig("older")`).
+pub const OLDER_USER: &str = "duet-older";
+
 /// The folder of the programs: `DUET_KUBE_BIN`, else where scripts/kube-testbed.sh builds them;
 /// `None` where they are not built: the test skips, or fails where `DUET_KUBE_BIN` names the
 /// folder (scripts/test.sh does) or under `CI=true`.
@@ -203,7 +206,8 @@ impl ControlPlane {
             format!(
                 "admin-token,admin,admin,\"system:masters\"\n\
                  scheduler-token,system:kube-scheduler,kube-scheduler,\n\
-                 duet-token,{DUET_USER},duet,\"system:serviceaccounts,system:serviceaccounts:default\"\n"
+                 duet-token,{DUET_USER},duet,\"system:serviceaccounts,system:serviceaccounts:default\"\n\
+                 older-token,{OLDER_USER},duet-older,\n"
             ),
         )
         .expect("tokens");
@@ -264,6 +268,7 @@ impl ControlPlane {
             ("admin", "admin-token"),
             ("scheduler", "scheduler-token"),
             ("duet", "duet-token"),
+            ("older", "older-token"),
         ] {
             plane.write_kubeconfig(name, token);
         }
@@ -282,7 +287,7 @@ impl ControlPlane {
         fs::write(self.kubeconfig(name), text).expect("kubeconfig");
     }
 
-    /// The kubeconfig of `admin`, `scheduler` or `duet`.
+    /// The kubeconfig of `admin`, `scheduler`, `duet` or `older`.
     pub fn kubeconfig(&self, name: &str) -> PathBuf {
         self.dir.path().join(format!("{name}.kubeconfig"))
     }

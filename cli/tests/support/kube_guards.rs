@@ -415,3 +415,70 @@ pub(crate) fn a_refused_binding_withdraws_its_record(
         assert_eq!(read.map(|a| a.gpus), Some(vec![1]));
     });
 }
+
+/// A role kept from before duet recorded its bindings (the shipped ClusterRole `role` less its
+/// `pods/status` rule, bound to `OLDER_USER`) is named when `duet schedule` starts: a warning
+/// that says what its absence costs, and `duet_kube_permission_missing` 1 for it and 0 for the
+/// permissions it has. `spawn_older` starts `duet schedule` as that user with extra arguments.
+pub(crate) fn a_role_without_a_permission_is_named_at_start(
+    rt: &tokio::runtime::Runtime,
+    admin: &kube::Client,
+    role: &Value,
+    spawn_older: &dyn Fn(&str, &[&str]) -> Process,
+) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::PostParams;
+    let mut older = role.clone();
+    older["metadata"] = json!({"name": "duet-older"});
+    if let Some(rules) = older["rules"].as_array_mut() {
+        rules.retain(|r| !r["resources"].to_string().contains("pods/status"));
+    }
+    let older: ClusterRole = serde_json::from_value(older).expect("role");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "duet-older"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "duet-older"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                      "name": super::plane::OLDER_USER}]
+    }))
+    .expect("binding");
+    rt.block_on(async {
+        let pp = PostParams::default();
+        Api::<ClusterRole>::all(admin.clone())
+            .create(&pp, &older)
+            .await
+            .expect("the older role");
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .create(&pp, &binding)
+            .await
+            .expect("its binding");
+    });
+    let mut scheduler = spawn_older("schedule-older.log", &["--listen", "127.0.0.1:0"]);
+    let port = super::steps::listening_port(&scheduler, "probes on http://");
+    let metrics = || get(&format!("http://127.0.0.1:{port}/metrics")).1;
+    let missing = "duet_kube_permission_missing{permission=\"patch pods/status\"} 1";
+    wait_for(
+        "the missing permission in /metrics",
+        Duration::from_secs(20),
+        || metrics().contains(missing),
+        || scheduler.tail(20),
+    );
+    let text = metrics();
+    for granted in [
+        "watch pods",
+        "watch nodes",
+        "create pods/binding",
+        "create events.events.k8s.io",
+    ] {
+        let line = format!("duet_kube_permission_missing{{permission=\"{granted}\"}} 0");
+        assert!(text.contains(&line), "{line} in:\n{text}");
+    }
+    let log = scheduler.output();
+    assert!(
+        log.contains("may not patch pods/status")
+            && log.contains("a restarted scheduler believes their annotations"),
+        "{log}"
+    );
+    scheduler.kill();
+}

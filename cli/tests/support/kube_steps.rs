@@ -95,13 +95,23 @@ pub(crate) async fn bound_node(pods: &Api<Pod>, name: &str, within: Duration) ->
 /// `duet VERB` (`extender`, `schedule`) against `plane` as duet's service account, predicting with
 /// `server`, with the shipped mapping, logging at info.
 pub(crate) fn kube_command(plane: &ControlPlane, server: &Server, verb: &str) -> Command {
+    kube_command_as(plane, server, verb, "duet")
+}
+
+/// `kube_command` acting as `user` (a kubeconfig of `plane`).
+pub(crate) fn kube_command_as(
+    plane: &ControlPlane,
+    server: &Server,
+    verb: &str,
+    user: &str,
+) -> Command {
     let mut command = duet();
     command
         .args([verb, "--predictor", &server.base])
         .arg("--devices")
         .arg(root().join("deploy/k8s/devices.toml"))
         .arg("--kubeconfig")
-        .arg(plane.kubeconfig("duet"))
+        .arg(plane.kubeconfig(user))
         .env("RUST_LOG", "info");
     command
 }
