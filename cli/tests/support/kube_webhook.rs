@@ -1,10 +1,14 @@
 //! An admission webhook for the Kubernetes end-to-end test, as a cluster's policy engine is one:
 //! the API server asks it about every pod binding (`pods/binding`), over TLS with the control
 //! plane's own serving certificate, and it answers by the pod's name: `slow-*` refused after
-//! [`SLOW`], `refused-*` refused at once, any other allowed. It notes which pods it was asked
-//! about, and when. Then the case it serves: `duet schedule` against bindings that fail.
+//! [`SLOW`], `refused-*` refused at once, any other allowed (after `Webhook::allow_after`). It
+//! notes which pods it was asked about, and when. Then the case it serves: `duet schedule`
+//! against bindings that fail.
+
+#![allow(dead_code)] // the load benchmark shares the webhook, not the case
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,10 +35,16 @@ const NAME: &str = "duet-e2e-bindings";
 /// The pods (names) the webhook was asked to bind, in order, and when.
 pub(crate) type Asked = Arc<Mutex<Vec<(String, Instant)>>>;
 
+/// The webhook running: what it was asked, and how long it takes to allow a binding (ms).
+pub(crate) struct Webhook {
+    pub asked: Asked,
+    pub allow_after: Arc<AtomicU64>,
+}
+
 /// Serves the webhook on a thread of its own (so it answers while the test waits outside its
 /// runtime) with the certificate and key of the control plane's folder `dir`, and registers it
-/// with the API server through `admin`. Returns what it is asked.
-pub(crate) async fn start(admin: &kube::Client, dir: &Path) -> Asked {
+/// with the API server through `admin`.
+pub(crate) async fn start(admin: &kube::Client, dir: &Path) -> Webhook {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(dir.join("server.crt"))
         .expect("server.crt")
         .collect::<Result<_, _>>()
@@ -52,7 +62,8 @@ pub(crate) async fn start(admin: &kube::Client, dir: &Path) -> Asked {
     std_listener.set_nonblocking(true).expect("nonblocking");
     let port = std_listener.local_addr().expect("address").port();
     let asked: Asked = Arc::default();
-    let noted = asked.clone();
+    let allow_after: Arc<AtomicU64> = Arc::default();
+    let (noted, delay) = (asked.clone(), allow_after.clone());
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -64,10 +75,10 @@ pub(crate) async fn start(admin: &kube::Client, dir: &Path) -> Asked {
                 let Ok((tcp, _)) = listener.accept().await else {
                     continue;
                 };
-                let (acceptor, noted) = (acceptor.clone(), noted.clone());
+                let (acceptor, noted, delay) = (acceptor.clone(), noted.clone(), delay.clone());
                 tokio::spawn(async move {
                     if let Ok(tls) = acceptor.accept(tcp).await {
-                        let _ = answer(tls, &noted).await;
+                        let _ = answer(tls, &noted, &delay).await;
                     }
                 });
             }
@@ -97,7 +108,7 @@ pub(crate) async fn start(admin: &kube::Client, dir: &Path) -> Asked {
         .create(&PostParams::default(), &config)
         .await
         .expect("the webhook's configuration");
-    asked
+    Webhook { asked, allow_after }
 }
 
 /// Unregisters the webhook.
@@ -109,7 +120,7 @@ pub(crate) async fn stop(admin: &kube::Client) {
 }
 
 /// Answers the admission reviews of one connection (HTTP/1.1, kept alive).
-async fn answer<S>(stream: S, noted: &Asked) -> std::io::Result<()>
+async fn answer<S>(stream: S, noted: &Asked, allow_after: &AtomicU64) -> std::io::Result<()>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -142,8 +153,12 @@ where
         let refused = if pod.starts_with("slow-") {
             tokio::time::sleep(SLOW).await;
             true
+        } else if pod.starts_with("refused-") {
+            true
         } else {
-            pod.starts_with("refused-")
+            let wait = allow_after.load(Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            false
         };
         let mut response = json!({"uid": request["uid"], "allowed": !refused});
         if refused {
@@ -203,7 +218,7 @@ pub(crate) fn failing_bindings_hold_back_no_other(
             &[("duet-e2e/pool", "policed")],
         )
         .await;
-        start(admin, dir).await
+        start(admin, dir).await.asked
     });
     let job = |priority| {
         [
@@ -239,6 +254,7 @@ pub(crate) fn failing_bindings_hold_back_no_other(
         .filter(|t| **t <= first + Duration::from_secs(9))
         .map(|t| t.duration_since(first).as_secs_f64())
         .collect();
+    eprintln!("refused-1 asked about at {within:.1?} s after its first refusal");
     assert!(
         (3..=5).contains(&within.len()),
         "refused-1 tried at {within:?} s; {}",

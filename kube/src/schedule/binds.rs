@@ -20,7 +20,8 @@ use super::Bound;
 use super::queue::{self, Backlog};
 
 /// Bindings in flight at once, over every step: an API server that does not answer holds this
-/// many for their time limit, and the pods planned beyond it wait for a later step.
+/// many for their time limit, and the pods planned beyond it wait for a later step. As many as
+/// the kube-scheduler's own binding cycles by default (`parallelism: 16`).
 pub const BIND_AT_ONCE: usize = 16;
 
 /// The longest a step waits for the bindings it sent before it ends (those still unanswered go
