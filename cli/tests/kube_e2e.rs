@@ -872,6 +872,7 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
     let (_, metrics) = get(&sched("/metrics"));
     assert!(
         metrics.contains("duet_kube_record_failures_total 0")
+            && metrics.contains("duet_schedule_bindings_in_flight 0")
             && metrics.contains("duet_kube_permission_missing{permission=\"patch pods/status\"} 0")
             && !metrics
                 .lines()

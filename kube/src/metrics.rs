@@ -30,6 +30,10 @@ pub struct Metrics {
     /// Scheduling rounds, pods left pending after the last one.
     pub rounds: Counter,
     pub unplaced: Gauge,
+    /// Bindings of `duet schedule` sent and not yet answered, and pods it holds back after a
+    /// failed binding, at the end of its last step.
+    pub in_flight: Gauge,
+    pub held_back: Gauge,
     /// 1 while the view of the cluster is stale (the API server unreachable), else 0.
     pub stale: Gauge,
     /// What the listener's guards refused, and the connections being served.
@@ -85,6 +89,8 @@ impl Default for Metrics {
         let record_failures = Counter::default();
         let rounds = Counter::default();
         let unplaced = Gauge::default();
+        let in_flight = Gauge::default();
+        let held_back = Gauge::default();
         let stale = Gauge::default();
         let guards = Guards::default();
         let permission_missing = Family::<Labels, Gauge>::default();
@@ -130,6 +136,17 @@ impl Default for Metrics {
             unplaced.clone(),
         );
         registry.register(
+            "duet_schedule_bindings_in_flight",
+            "bindings of duet schedule sent and not yet answered, at the end of its last step",
+            in_flight.clone(),
+        );
+        registry.register(
+            "duet_schedule_held_back",
+            "pods duet schedule holds back from its rounds after a failed binding (1 s, doubling \
+             to 10 s), at its last step",
+            held_back.clone(),
+        );
+        registry.register(
             "duet_kube_view_stale",
             "1 while duet's view of the cluster is stale (the API server does not answer)",
             stale.clone(),
@@ -161,6 +178,8 @@ impl Default for Metrics {
             record_failures,
             rounds,
             unplaced,
+            in_flight,
+            held_back,
             stale,
             guards,
             permission_missing,

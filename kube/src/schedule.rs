@@ -659,7 +659,11 @@ async fn step(
     if pending.is_empty() {
         tell(recorder, told, &failures).await;
         #[allow(clippy::cast_possible_wrap)]
-        metrics.unplaced.set(held_back as i64);
+        {
+            metrics.unplaced.set(held_back as i64);
+            metrics.held_back.set(held_back as i64);
+            metrics.in_flight.set(in_flight.len() as i64);
+        }
         return Ok(());
     }
     let missing = pending.iter().any(|p| {
@@ -804,7 +808,11 @@ async fn step(
     backlog.end(&plan, queue::room(&after, config.pricing.gpu_jobs));
     let unplaced = view.read().pending(&config.name).len();
     #[allow(clippy::cast_possible_wrap)]
-    metrics.unplaced.set(unplaced as i64);
+    {
+        metrics.unplaced.set(unplaced as i64);
+        metrics.held_back.set(held_back as i64);
+        metrics.in_flight.set(still_sent as i64);
+    }
     tell(recorder, told, &reasons).await;
     tell(recorder, told, &failures).await;
     tracing::info!(
