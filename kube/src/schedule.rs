@@ -18,9 +18,8 @@ use duet_scheduler::predictor::{
     GroupOutlook, GroupQuery, HttpPredictor, Outlook, Predictor, Query,
 };
 use duet_scheduler::pricing::{self, FreeNode, Placement, PricingConfig, Waiting};
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Recorder, Reporter};
 
 use crate::bind::BindError;
 use crate::cluster::{Cluster, GpuUse, PodInfo};
@@ -643,9 +642,10 @@ async fn step(
         let pending = c.pending(&config.name).into_iter().cloned().collect();
         (c.clone(), pending)
     };
-    // What was said to pods no longer waiting is forgotten (a pod deleted while it waited).
+    // What was said to pods gone or bound is forgotten (a pod deleted while it waited; not one
+    // whose binding is in flight).
     let waiting: HashSet<&str> = pending.iter().map(|p| p.uid.as_str()).collect();
-    told.retain(|uid, _| waiting.contains(uid.as_str()));
+    told.retain(|uid, _| cluster.pod(uid).is_some_and(|p| p.node.is_none()));
     let passed = backlog
         .begin(&cluster, &waiting, config.pricing.gpu_jobs)
         .clone();
@@ -757,13 +757,17 @@ async fn step(
     // The plan's bindings are sent side by side (`binds`); the step waits for them `GRACE` at
     // most, and takes in what older ones came to as they finish.
     let grace = (!config.once).then(|| Instant::now() + binds::GRACE);
+    let failed_before: HashMap<&str, u32> = plan
+        .bound
+        .iter()
+        .map(|b| (b.pod.as_str(), backlog.failures(&b.pod)))
+        .collect();
     let mut take_in = TakeIn {
         view,
         metrics,
         backlog,
         gpu_jobs: config.pricing.gpu_jobs,
     };
-    let mut sent = 0;
     let mut bound = 0;
     // Pods planned but not bound (refused, unreachable, or not sent): the room they were to take
     // stays free, and is not taken for room freed at the next step.
@@ -779,13 +783,26 @@ async fn step(
         }
         take_in.outcome(outcome)
     };
-    let mut planned_bindings = plan.bound.iter();
+    // Pods tried for the first time are sent first, then by fewest failed bindings, each in the
+    // plan's order; pods whose binding failed before take `RETRIES_AT_ONCE` places at most.
+    let mut order: Vec<&Bound> = plan.bound.iter().collect();
+    order.sort_by_key(|b| failed_before[b.pod.as_str()]);
+    let mut sent_now: Vec<&str> = Vec::new();
+    let mut not_sent = 0;
+    let mut planned_bindings = order.into_iter();
     'send: for b in planned_bindings.by_ref() {
+        let retry = failed_before[b.pod.as_str()] > 0;
+        if retry && in_flight.retries() >= binds::RETRIES_AT_ONCE {
+            not_bound.push(b.pod.clone());
+            not_sent += 1;
+            continue;
+        }
         while in_flight.len() >= BIND_AT_ONCE {
             match in_flight.next(grace).await {
                 Some(outcome) => failures.extend(outcome_of(outcome, &mut not_bound)),
                 None => {
                     not_bound.push(b.pod.clone());
+                    not_sent += 1;
                     break 'send;
                 }
             }
@@ -794,11 +811,19 @@ async fn step(
             not_bound.push(b.pod.clone());
             continue;
         };
-        in_flight.send(kube, view, b, pod);
-        sent += 1;
+        in_flight.send(kube, view, b, pod, retry);
+        sent_now.push(&b.pod);
     }
-    not_bound.extend(planned_bindings.map(|b| b.pod.clone()));
-    while let Some(outcome) = in_flight.next(grace).await {
+    let sent = sent_now.len();
+    for b in planned_bindings {
+        not_bound.push(b.pod.clone());
+        not_sent += 1;
+    }
+    // The step waits for its own bindings (older ones are taken in as they finish meanwhile).
+    while sent_now.iter().any(|uid| in_flight.holds(uid)) {
+        let Some(outcome) = in_flight.next(grace).await else {
+            break;
+        };
         failures.extend(outcome_of(outcome, &mut not_bound));
     }
     let still_sent = in_flight.len();
@@ -813,11 +838,10 @@ async fn step(
         metrics.held_back.set(held_back as i64);
         metrics.in_flight.set(still_sent as i64);
     }
-    tell(recorder, told, &reasons).await;
-    tell(recorder, told, &failures).await;
+    tell(recorder, told, failures.iter().chain(&reasons)).await;
     tracing::info!(
-        "step: {} pending, {sent} bindings sent, {bound} bound, {} failed, {still_sent} unanswered yet, {waiting} left, {} told why, {held_back} held back after a failed binding ({} rounds, {} pairs predicted, planned in {:.1} ms)",
-        sent + waiting + held_back,
+        "step: {} pending, {sent} bindings sent, {not_sent} planned and not sent ({BIND_AT_ONCE} in flight at most), {bound} bound, {} failed, {still_sent} unanswered yet, {waiting} left, {} told why, {held_back} held back after a failed binding ({} rounds, {} pairs predicted, planned in {:.1} ms)",
+        sent + not_sent + waiting + held_back,
         failures.len(),
         reasons.len(),
         plan.rounds,
@@ -839,41 +863,11 @@ async fn step(
     Ok(())
 }
 
-/// Tells each pod of `said` why it waits (an Event), once for each thing said (`told`).
-async fn tell(recorder: &Recorder, told: &mut HashMap<String, String>, said: &[(PodInfo, String)]) {
-    for (pod, why) in said {
-        if told.get(&pod.uid) == Some(why) {
-            continue;
-        }
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(pod.name.clone()),
-            namespace: Some(pod.namespace.clone()),
-            uid: Some(pod.uid.clone()),
-            ..ObjectReference::default()
-        };
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "FailedScheduling".into(),
-            note: Some(why.chars().take(1000).collect()),
-            action: "Scheduling".into(),
-            secondary: None,
-        };
-        match recorder.publish(&event, &reference).await {
-            Ok(()) => {
-                told.insert(pod.uid.clone(), why.clone());
-            }
-            Err(e) => tracing::warn!("event for {}: {e}", pod.key()),
-        }
-    }
-}
-
 mod binds;
 use binds::{BIND_AT_ONCE, InFlight, Outcome, TakeIn};
 mod explain;
-use explain::to_explain;
 pub use explain::{MAX_EXPLAINED, explain};
+use explain::{tell, to_explain};
 mod queue;
 pub use queue::PassedOver;
 use queue::{Backlog, fair_window};

@@ -2,7 +2,8 @@
 //! the API server asks it about every pod binding (`pods/binding`), over TLS with the control
 //! plane's own serving certificate, and it answers by the pod's name: `slow-*` refused after
 //! [`SLOW`], `refused-*` refused at once, any other allowed (after `Webhook::allow_after`). It
-//! notes which pods it was asked about, and when. Then the case it serves: `duet schedule`
+//! notes which pods it was asked about, and when. It also holds each Event about a `mute-*` pod
+//! [`MUTE`] before it lets it be written. Then the case it serves: `duet schedule`
 //! against bindings that fail.
 
 #![allow(dead_code)] // the load benchmark shares the webhook, not the case
@@ -25,10 +26,13 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::plane::{Process, create_node};
-use super::steps::{bound_node, create, delete_all, event_saying, pod_spec};
+use super::steps::{bound_node, create, delete_all, event_saying, pod_spec, wait_for};
 
 /// How long the webhook takes to refuse a `slow-*` pod's binding.
 pub(crate) const SLOW: Duration = Duration::from_secs(6);
+
+/// How long it holds an Event about a `mute-*` pod.
+pub(crate) const MUTE: Duration = Duration::from_secs(15);
 
 const NAME: &str = "duet-e2e-bindings";
 
@@ -93,7 +97,10 @@ pub(crate) async fn start(admin: &kube::Client, dir: &Path) -> Webhook {
             "name": "bindings.duet-e2e.test",
             "clientConfig": {"url": format!("https://127.0.0.1:{port}/bindings")},
             "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                       "resources": ["pods/binding"], "scope": "Namespaced"}],
+                       "resources": ["pods/binding"], "scope": "Namespaced"},
+                      {"apiGroups": ["events.k8s.io"], "apiVersions": ["v1"],
+                       "operations": ["CREATE"], "resources": ["events"],
+                       "scope": "Namespaced"}],
             "failurePolicy": "Fail",
             "sideEffects": "None",
             "admissionReviewVersions": ["v1"],
@@ -145,21 +152,22 @@ where
         reader.read_exact(&mut body).await?;
         let review: Value = serde_json::from_slice(&body).unwrap_or_default();
         let request = &review["request"];
-        let pod = request["name"].as_str().unwrap_or_default().to_string();
-        noted
-            .lock()
-            .expect("noted")
-            .push((pod.clone(), Instant::now()));
-        let refused = if pod.starts_with("slow-") {
-            tokio::time::sleep(SLOW).await;
-            true
-        } else if pod.starts_with("refused-") {
-            true
-        } else {
-            let wait = allow_after.load(Ordering::Relaxed);
-            tokio::time::sleep(Duration::from_millis(wait)).await;
+        let refused = if request["resource"]["resource"] == "events" {
+            // An Event about a `mute-*` pod is held 15 s (an API server too loaded to write it).
+            let about = request["object"]["regarding"]["name"].as_str();
+            if about.is_some_and(|p| p.starts_with("mute-")) {
+                tokio::time::sleep(MUTE).await;
+            }
             false
+        } else {
+            let pod = request["name"].as_str().unwrap_or_default().to_string();
+            noted
+                .lock()
+                .expect("noted")
+                .push((pod.clone(), Instant::now()));
+            binding(&pod, allow_after).await
         };
+        let pod = request["name"].as_str().unwrap_or_default();
         let mut response = json!({"uid": request["uid"], "allowed": !refused});
         if refused {
             response["status"] = json!({"code": 403, "message": format!("{pod} may not run now")});
@@ -181,6 +189,20 @@ where
     }
 }
 
+/// Whether the binding of `pod` is refused, after the time it takes.
+async fn binding(pod: &str, allow_after: &AtomicU64) -> bool {
+    if pod.starts_with("slow-") {
+        tokio::time::sleep(SLOW).await;
+        true
+    } else if pod.starts_with("refused-") {
+        true
+    } else {
+        let wait = allow_after.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        false
+    }
+}
+
 /// When the webhook was asked to bind `pod`, each time.
 fn asked_about(asked: &Asked, pod: &str) -> Vec<Instant> {
     asked
@@ -198,7 +220,10 @@ fn asked_about(asked: &Asked, pod: &str) -> Vec<Instant> {
 /// so; three pods ranked ahead whose bindings take 6 s to be refused hold back neither a fourth
 /// pod of the same step (bound within 3 s of the first slow refusal's start; one binding at a
 /// time, it waited 18 s) nor a pod that arrives while they wait (bound within 3 s of its
-/// arrival; a step that waited for its bindings kept it 6 s).
+/// arrival; a step that waited for its bindings kept it 6 s); sixteen pods refused slowly are
+/// tried again eight at a time at most, leaving room for a pod that arrives (bound within 3
+/// s); and an Event the
+/// API server holds 15 s holds back no binding (bound within 5 s; a step waited for it).
 pub(crate) fn failing_bindings_hold_back_no_other(
     rt: &tokio::runtime::Runtime,
     admin: &kube::Client,
@@ -212,7 +237,7 @@ pub(crate) fn failing_bindings_hold_back_no_other(
             admin,
             "policed",
             "Tesla-V100-SXM2-16GB",
-            8,
+            32,
             1,
             "time-slicing",
             &[("duet-e2e/pool", "policed")],
@@ -308,6 +333,90 @@ pub(crate) fn failing_bindings_hold_back_no_other(
         for name in ["slow-1", "slow-2", "slow-3"] {
             assert_eq!(bound_node(pods, name, Duration::ZERO).await, None);
         }
+    });
+    // Sixteen pods refused slowly, tried again together: half the places in flight at most go
+    // to them (the node has GPUs for all).
+    let slow: Vec<String> = (1..=16).map(|k| format!("slow-r{k}")).collect();
+    rt.block_on(async {
+        for name in ["slow-1", "slow-2", "slow-3"] {
+            pods.delete(name, &DeleteParams::default().grace_period(0))
+                .await
+                .expect("delete");
+        }
+        for name in &slow {
+            create(pods, pod_spec(name, "duet", None, 1, "policed", &job("5"))).await;
+        }
+    });
+    wait_for(
+        "sixteen slowly refused pods asked about twice",
+        Duration::from_secs(40),
+        || slow.iter().all(|p| asked_about(&asked, p).len() >= 2),
+        || scheduler.tail(20),
+    );
+    // Their bindings tried again were never more than eight in flight at once (each one the
+    // webhook's 6 s).
+    let again: Vec<Instant> = slow
+        .iter()
+        .flat_map(|p| asked_about(&asked, p).into_iter().skip(1))
+        .collect();
+    let most = again
+        .iter()
+        .map(|&t| again.iter().filter(|&&u| u <= t && t < u + SLOW).count())
+        .max()
+        .unwrap_or(0);
+    assert!((1..=8).contains(&most), "{most} tried again at once");
+    rt.block_on(async {
+        let arrived = Instant::now();
+        create(
+            pods,
+            pod_spec("policed-3", "duet", None, 1, "policed", &job("1")),
+        )
+        .await;
+        let node = bound_node(pods, "policed-3", Duration::from_secs(30)).await;
+        assert_eq!(node.as_deref(), Some("policed"), "{}", scheduler.tail(20));
+        eprintln!(
+            "policed-3 bound {:.1} s after it arrived",
+            arrived.elapsed().as_secs_f64()
+        );
+        assert!(
+            arrived.elapsed() < Duration::from_secs(3),
+            "policed-3 bound {:.1} s after it arrived, sixteen refused pods tried again; {}",
+            arrived.elapsed().as_secs_f64(),
+            scheduler.tail(20)
+        );
+        for name in &slow {
+            pods.delete(name, &DeleteParams::default().grace_period(0))
+                .await
+                .expect("delete");
+        }
+    });
+    // An Event the API server holds 15 s (a pod no node can take, told why) holds back no
+    // binding of a pod that arrives meanwhile.
+    rt.block_on(async {
+        create(
+            pods,
+            pod_spec("mute-1", "duet", None, 64, "policed", &job("1")),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let arrived = Instant::now();
+        create(
+            pods,
+            pod_spec("policed-4", "duet", None, 1, "policed", &job("1")),
+        )
+        .await;
+        let node = bound_node(pods, "policed-4", Duration::from_secs(30)).await;
+        assert_eq!(node.as_deref(), Some("policed"), "{}", scheduler.tail(20));
+        eprintln!(
+            "policed-4 bound {:.1} s after it arrived",
+            arrived.elapsed().as_secs_f64()
+        );
+        assert!(
+            arrived.elapsed() < Duration::from_secs(5),
+            "policed-4 bound {:.1} s after it arrived, an Event held; {}",
+            arrived.elapsed().as_secs_f64(),
+            scheduler.tail(20)
+        );
     });
     scheduler.kill();
     rt.block_on(async {

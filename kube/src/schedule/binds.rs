@@ -5,6 +5,7 @@
 //! placed in the view meanwhile (no round plans it again, its GPU is taken); what the binding
 //! comes to is taken in by the step that sees it finish (`take_in`).
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use kube::Client;
@@ -24,6 +25,11 @@ use super::queue::{self, Backlog};
 /// the kube-scheduler's own binding cycles by default (`parallelism: 16`).
 pub const BIND_AT_ONCE: usize = 16;
 
+/// Of those, the most that may be bindings of pods whose binding failed before: however many
+/// pods a policy keeps refusing, slowly, ahead of the others, the rest of the places go to pods
+/// tried for the first time (which are sent first).
+pub const RETRIES_AT_ONCE: usize = BIND_AT_ONCE / 2;
+
 /// The longest a step waits for the bindings it sent before it ends (those still unanswered go
 /// on, and a later step takes in what they come to).
 pub const GRACE: Duration = Duration::from_secs(1);
@@ -36,10 +42,12 @@ pub struct Outcome {
     pub result: Result<bool, BindError>,
 }
 
-/// The bindings sent and not yet taken in.
+/// The bindings sent and not yet taken in: their tasks, and for each its pod (UID) and whether
+/// the pod's binding had failed before.
 #[derive(Debug, Default)]
 pub struct InFlight {
     tasks: JoinSet<Outcome>,
+    pods: HashMap<tokio::task::Id, (String, bool)>,
 }
 
 impl InFlight {
@@ -47,15 +55,27 @@ impl InFlight {
         self.tasks.len()
     }
 
-    /// Sends the binding `planned` of `pod`, assumed made in `view` meanwhile.
-    pub fn send(&mut self, kube: &Client, view: &View, planned: &Bound, pod: PodInfo) {
+    /// Bindings in flight of pods whose binding had failed before.
+    pub fn retries(&self) -> usize {
+        self.pods.values().filter(|(_, retry)| *retry).count()
+    }
+
+    /// Whether the binding of the pod `uid` is in flight.
+    pub fn holds(&self, uid: &str) -> bool {
+        self.pods.values().any(|(p, _)| p == uid)
+    }
+
+    /// Sends the binding `planned` of `pod`, assumed made in `view` meanwhile; `retry`: the
+    /// pod's binding failed before.
+    pub fn send(&mut self, kube: &Client, view: &View, planned: &Bound, pod: PodInfo, retry: bool) {
         let (beside, speed) = planned.shape.beside();
         let annotations =
             contract::assignment_annotations(&planned.shape.assignment(), beside.as_deref(), speed);
         view.write()
             .assume(pod.clone(), &planned.node, planned.shape.assignment());
         let (kube, planned) = (kube.clone(), planned.clone());
-        self.tasks.spawn(async move {
+        let uid = planned.pod.clone();
+        let task = self.tasks.spawn(async move {
             let result = bind::bind(&kube, &pod, &planned.node, annotations).await;
             Outcome {
                 planned,
@@ -63,6 +83,7 @@ impl InFlight {
                 result,
             }
         });
+        self.pods.insert(task.id(), (uid, retry));
     }
 
     /// The next binding to finish, waiting until `deadline` at most (none: every binding is
@@ -70,15 +91,21 @@ impl InFlight {
     pub async fn next(&mut self, deadline: Option<Instant>) -> Option<Outcome> {
         loop {
             let joined = match deadline {
-                Some(d) => tokio::time::timeout_at(d.into(), self.tasks.join_next())
+                Some(d) => tokio::time::timeout_at(d.into(), self.tasks.join_next_with_id())
                     .await
                     .ok()??,
-                None => self.tasks.join_next().await?,
+                None => self.tasks.join_next_with_id().await?,
             };
             match joined {
-                Ok(outcome) => return Some(outcome),
+                Ok((id, outcome)) => {
+                    self.pods.remove(&id);
+                    return Some(outcome);
+                }
                 // A binding's task cannot fail but by a panic; its pod's assumption lapses.
-                Err(e) => tracing::warn!("a binding's task: {e}"),
+                Err(e) => {
+                    self.pods.remove(&e.id());
+                    tracing::warn!("a binding's task: {e}");
+                }
             }
         }
     }
@@ -117,6 +144,17 @@ impl TakeIn<'_> {
             Err(e) => e,
         };
         self.metrics.bind_failures.inc();
+        // A pod the watch saw deleted (or bound) meanwhile is not held, assumed or told.
+        let waiting = self
+            .view
+            .read()
+            .pod(&planned.pod)
+            .is_some_and(|p| p.node.is_none());
+        if !waiting {
+            self.view.write().forget_assumed(&planned.pod);
+            tracing::warn!("{e}; the pod is gone or bound meanwhile");
+            return None;
+        }
         let wait = self.backlog.failed(&planned.pod, Instant::now());
         let then = if matches!(e, BindError::Unanswered { .. }) {
             self.view

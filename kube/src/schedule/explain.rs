@@ -1,7 +1,11 @@
 //! Why the pods a step left waiting wait: each one's survey of the cluster the plan leaves,
-//! asked of the predictor at once, told in the pod's Event.
+//! asked of the predictor at once, told in the pod's Event (`tell`, also why a binding failed).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder};
 
 use anyhow::Result;
 use duet_scheduler::predictor::Predictor;
@@ -170,4 +174,51 @@ pub(super) fn to_explain(
     unplaced.sort_by_key(|p| explained_before.contains(&p.uid));
     unplaced.truncate(MAX_EXPLAINED);
     unplaced
+}
+
+/// How long a step may spend telling pods why they wait: the client retries an overloaded API
+/// server (429, 503) for minutes on its own, and a step held that long places nothing.
+const TELL_LIMIT: Duration = Duration::from_secs(2);
+
+/// Tells each pod of `said` why it waits (an Event), once for each thing said (`told`), within
+/// `TELL_LIMIT`; what is not written by then, or is refused, is told at a later step.
+pub(super) async fn tell<'a>(
+    recorder: &Recorder,
+    told: &mut HashMap<String, String>,
+    said: impl IntoIterator<Item = &'a (PodInfo, String)>,
+) {
+    let deadline = tokio::time::Instant::now() + TELL_LIMIT;
+    for (pod, why) in said {
+        if told.get(&pod.uid) == Some(why) {
+            continue;
+        }
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
+            uid: Some(pod.uid.clone()),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "FailedScheduling".into(),
+            note: Some(why.chars().take(1000).collect()),
+            action: "Scheduling".into(),
+            secondary: None,
+        };
+        match tokio::time::timeout_at(deadline, recorder.publish(&event, &reference)).await {
+            Ok(Ok(())) => {
+                told.insert(pod.uid.clone(), why.clone());
+            }
+            Ok(Err(e)) => tracing::warn!("event for {}: {e}", pod.key()),
+            Err(_) => {
+                tracing::warn!(
+                    "events: not written within {} s; the rest wait for a later step",
+                    TELL_LIMIT.as_secs()
+                );
+                return;
+            }
+        }
+    }
 }

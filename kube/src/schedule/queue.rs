@@ -46,8 +46,9 @@ pub struct Backlog {
 
 impl Backlog {
     /// At a step's start, over `cluster` with the pods (UIDs) `waiting`: forgets pods no longer
-    /// waiting, and every count where a node has room the last step did not leave it (a pod
-    /// gone, a node added or grown), so the room goes by priority. Returns the counts.
+    /// waiting (the failed bindings of pods gone or bound), and every count where a node has
+    /// room the last step did not leave it (a pod gone, a node added or grown), so the room goes
+    /// by priority. Returns the counts.
     pub fn begin(
         &mut self,
         cluster: &Cluster,
@@ -56,8 +57,9 @@ impl Backlog {
     ) -> &PassedOver {
         self.passed_over
             .retain(|uid, _| waiting.contains(uid.as_str()));
+        // A pod whose binding is in flight is not waiting, and keeps its failures.
         self.held_back
-            .retain(|uid, _| waiting.contains(uid.as_str()));
+            .retain(|uid, _| cluster.pod(uid).is_some_and(|p| p.node.is_none()));
         let freed = room(cluster, gpu_jobs)
             .iter()
             .any(|(node, &now)| now > self.room.get(node).copied().unwrap_or(0));
@@ -95,6 +97,11 @@ impl Backlog {
             },
         );
         wait
+    }
+
+    /// The failed bindings in a row of the pod `uid` (0: none, or it was bound since).
+    pub fn failures(&self, uid: &str) -> u32 {
+        self.held_back.get(uid).map_or(0, |h| h.failures)
     }
 
     /// Whether the pod `uid` is held back from the rounds at `now` (`failed`).

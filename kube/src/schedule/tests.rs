@@ -384,3 +384,76 @@ fn a_refused_binding_taken_in_late_frees_no_room() {
         [("b".to_string(), 1)].into()
     );
 }
+
+/// A pod's failed bindings are kept while its next binding is in flight (it is not waiting
+/// then), so the backoff grows for a binding refused slowly too; they are forgotten when it is
+/// gone.
+#[test]
+fn failures_outlast_a_binding_in_flight() {
+    let mut cluster = Cluster::default();
+    cluster.apply_node(node("one", 1));
+    let a = pod("a", None, 1, "w");
+    cluster.apply_pod(a.clone());
+    let gpu0 = Assignment {
+        gpus: vec![0],
+        sharing: None,
+        mps_share: None,
+    };
+    cluster.assume(a, "one", gpu0);
+    assert!(cluster.pending("duet").is_empty());
+    let mut backlog = Backlog::default();
+    let t = Instant::now();
+    backlog.failed("a", t);
+    backlog.begin(&cluster, &HashSet::new(), 2);
+    assert_eq!(backlog.failures("a"), 1);
+    assert_eq!(backlog.failed("a", t), Duration::from_secs(2));
+    cluster.remove_pod("a");
+    backlog.begin(&cluster, &HashSet::new(), 2);
+    assert_eq!(backlog.failures("a"), 0);
+}
+
+/// A binding not answered whose pod the watch saw deleted meanwhile is not assumed again (it
+/// would hold its GPU 60 s for a pod that is gone), held back or told.
+#[test]
+fn an_unanswered_binding_of_a_pod_gone_holds_nothing() {
+    use crate::bind::BindError;
+    let view = View::new(v100_space());
+    view.write().apply_node(node("one", 1));
+    let a = pod("a", None, 1, "w");
+    let planned = Bound {
+        pod: "a".into(),
+        node: "one".into(),
+        shape: Shape::Whole {
+            gpus: vec![0],
+            mps_share: None,
+        },
+        value: 1.0,
+    };
+    view.write().apply_pod(a.clone());
+    view.write()
+        .assume(a.clone(), "one", planned.shape.assignment());
+    view.write().remove_pod("a");
+    let (metrics, mut backlog) = (Metrics::default(), Backlog::default());
+    let mut take_in = TakeIn {
+        view: &view,
+        metrics: &metrics,
+        backlog: &mut backlog,
+        gpu_jobs: 2,
+    };
+    let told = take_in.outcome(Outcome {
+        planned,
+        pod: a,
+        result: Err(BindError::Unanswered {
+            pod: "ns/a".into(),
+            node: "one".into(),
+            message: "no answer within 10 s".into(),
+        }),
+    });
+    assert!(told.is_none());
+    assert!(view.read().pod("a").is_none());
+    assert_eq!(
+        queue::room(&view.read(), 2),
+        [("one".to_string(), 2)].into()
+    );
+    assert_eq!(backlog.failures("a"), 0);
+}
