@@ -703,7 +703,14 @@ fn pods_are_placed_by_duet_s_prices_on_a_real_control_plane() {
     };
     guards::pods_no_gpu_takes_step_aside(&rt, &admin, &pods, joins, &spawn_scheduler);
     let dir = plane.dir.path();
-    webhook::failing_bindings_hold_back_no_other(&rt, &admin, &pods, dir, joins, &spawn_scheduler);
+    let once = || {
+        kube_command(&plane, &server, "schedule")
+            .arg("--once")
+            .output()
+            .expect("once")
+    };
+    let spawn = &spawn_scheduler;
+    webhook::failing_bindings_hold_back_no_other(&rt, &admin, &pods, dir, joins, spawn, &once);
     let role = yaml_documents(&root().join("deploy/k8s/kube-rbac.yaml"))
         .into_iter()
         .find(|d| d["kind"] == "ClusterRole")

@@ -633,6 +633,7 @@ async fn step(
         metrics,
         backlog,
         gpu_jobs: config.pricing.gpu_jobs,
+        once: config.once,
     };
     while let Some(outcome) = in_flight.next(Some(Instant::now())).await {
         failures.extend(take_in.outcome(outcome));
@@ -767,6 +768,7 @@ async fn step(
         metrics,
         backlog,
         gpu_jobs: config.pricing.gpu_jobs,
+        once: config.once,
     };
     let mut bound = 0;
     // Pods planned but not bound (refused, unreachable, or not sent): the room they were to take
@@ -858,6 +860,14 @@ async fn step(
             "one at a time in arrival order:                     {} bound, predicted weighted throughput added {:.3}",
             alone.bound.len(),
             alone.value()
+        );
+    }
+    if config.once && !failures.is_empty() {
+        let said: Vec<&str> = failures.iter().map(|(_, why)| why.as_str()).collect();
+        bail!(
+            "{} of {sent} bindings failed: {}",
+            failures.len(),
+            said.join("; ")
         );
     }
     Ok(())

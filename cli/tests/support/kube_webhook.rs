@@ -214,16 +214,16 @@ fn asked_about(asked: &Asked, pod: &str) -> Vec<Instant> {
         .collect()
 }
 
-/// Bindings the API server refuses, through the webhook: a pod refused at once is held back
-/// for longer each time (asked about 3 to 5 times in 9 s from its first refusal: 1, 2, 4 s
-/// apart; tried at every step of 0.3 s, it was asked about some 30 times) and its Event says
-/// so; three pods ranked ahead whose bindings take 6 s to be refused hold back neither a fourth
-/// pod of the same step (bound within 3 s of the first slow refusal's start; one binding at a
-/// time, it waited 18 s) nor a pod that arrives while they wait (bound within 3 s of its
-/// arrival; a step that waited for its bindings kept it 6 s); sixteen pods refused slowly are
-/// tried again eight at a time at most, leaving room for a pod that arrives (bound within 3
-/// s); and an Event the
-/// API server holds 15 s holds back no binding (bound within 5 s; a step waited for it).
+/// Bindings the API server refuses, through the webhook: a pod refused at once is held back for
+/// longer each time (asked about 3 to 5 times in 9 s from its first refusal: 1, 2, 4 s apart; tried
+/// at every step of 0.3 s, it was asked about some 30 times) and its Event says so; three pods
+/// ranked ahead whose bindings take 6 s to be refused hold back neither a fourth pod of the same
+/// step (bound within 3 s of the first slow refusal's start; one binding at a time, it waited 18 s)
+/// nor a pod that arrives while they wait (bound within 3 s of its arrival; a step that waited for
+/// its bindings kept it 6 s); sixteen pods refused slowly are tried again eight at a time at most,
+/// leaving room for a pod that arrives (bound within 3 s); and an Event the API server holds 15 s
+/// holds back no binding (bound within 5 s; a step waited for it); `--once` with a binding refused
+/// exits non-zero, saying so.
 pub(crate) fn failing_bindings_hold_back_no_other(
     rt: &tokio::runtime::Runtime,
     admin: &kube::Client,
@@ -231,6 +231,7 @@ pub(crate) fn failing_bindings_hold_back_no_other(
     dir: &Path,
     workload: &str,
     spawn_scheduler: &dyn Fn(&str, &[&str]) -> Process,
+    schedule_once: &dyn Fn() -> std::process::Output,
 ) {
     let asked = rt.block_on(async {
         create_node(
@@ -419,6 +420,23 @@ pub(crate) fn failing_bindings_hold_back_no_other(
         );
     });
     scheduler.kill();
+    // `--once` with a binding refused: it says so and exits non-zero.
+    rt.block_on(async {
+        delete_all(pods).await;
+        create(
+            pods,
+            pod_spec("refused-2", "duet", None, 1, "policed", &job("1")),
+        )
+        .await;
+    });
+    let out = schedule_once();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("1 of 1 bindings failed")
+            && stderr.contains("refused-2 may not run now; not tried again (duet schedule --once)"),
+        "{stderr}"
+    );
     rt.block_on(async {
         stop(admin).await;
         delete_all(pods).await;

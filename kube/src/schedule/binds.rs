@@ -117,6 +117,8 @@ pub struct TakeIn<'a> {
     pub metrics: &'a Metrics,
     pub backlog: &'a mut Backlog,
     pub gpu_jobs: usize,
+    /// `duet schedule --once`: a failed binding is not tried again.
+    pub once: bool,
 }
 
 impl TakeIn<'_> {
@@ -173,7 +175,11 @@ impl TakeIn<'_> {
                 room(&cluster).saturating_sub(before)
             };
             self.backlog.unbound(&planned.node, freed);
-            format!("planned again in {} s at the earliest", wait.as_secs())
+            if self.once {
+                "not tried again (duet schedule --once)".to_string()
+            } else {
+                format!("planned again in {} s at the earliest", wait.as_secs())
+            }
         };
         tracing::warn!("{e}; {then}");
         Some((pod, format!("duet: {e}; {then}")))

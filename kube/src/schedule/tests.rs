@@ -364,6 +364,7 @@ fn a_refused_binding_taken_in_late_frees_no_room() {
         metrics: &metrics,
         backlog: &mut backlog,
         gpu_jobs: 2,
+        once: false,
     };
     let told = take_in.outcome(Outcome {
         planned,
@@ -439,6 +440,7 @@ fn an_unanswered_binding_of_a_pod_gone_holds_nothing() {
         metrics: &metrics,
         backlog: &mut backlog,
         gpu_jobs: 2,
+        once: false,
     };
     let told = take_in.outcome(Outcome {
         planned,
