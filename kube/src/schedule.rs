@@ -21,7 +21,6 @@ use duet_scheduler::pricing::{self, FreeNode, Placement, PricingConfig, Waiting}
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 
-use crate::bind::BindError;
 use crate::cluster::{Cluster, GpuUse, PodInfo};
 use crate::contract;
 use crate::devices::DeviceMap;
@@ -543,13 +542,13 @@ pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()>
         config.predict_timeout,
     )
     .with_retries(3, Duration::from_millis(200));
-    let recorder = Recorder::new(
+    let teller = Teller::start(Recorder::new(
         kube.clone(),
         Reporter {
             controller: "duet-scheduler".into(),
             instance: std::env::var("POD_NAME").ok(),
         },
-    );
+    ));
     let mut told: HashMap<String, String> = HashMap::new();
     let mut backlog = Backlog::default();
     // Dropped on return: bindings still unanswered at SIGTERM are abandoned where they are.
@@ -589,7 +588,7 @@ pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()>
                 &view,
                 &client,
                 &kube,
-                &recorder,
+                &teller,
                 &mut known,
                 &mut told,
                 &mut backlog,
@@ -597,13 +596,13 @@ pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()>
                 &state.metrics,
             ) => step,
         };
-        match step {
-            Ok(()) => {}
-            Err(e) if config.once => return Err(e),
-            Err(e) => tracing::warn!("scheduling step: {e:#}; trying again"),
-        }
         if config.once {
-            return Ok(());
+            // The Events the step queued are written before it exits.
+            teller.flush(Duration::from_secs(10)).await;
+            return step;
+        }
+        if let Err(e) = step {
+            tracing::warn!("scheduling step: {e:#}; trying again");
         }
         tokio::select! {
             () = &mut shutdown => return Ok(()),
@@ -618,7 +617,7 @@ async fn step(
     view: &View,
     client: &PredictClient,
     kube: &Client,
-    recorder: &Recorder,
+    teller: &Teller,
     known: &mut Known,
     told: &mut HashMap<String, String>,
     backlog: &mut Backlog,
@@ -658,7 +657,13 @@ async fn step(
     let held_back = held_back.len();
     let explained_before: HashSet<String> = told.keys().cloned().collect();
     if pending.is_empty() {
-        tell(recorder, told, &failures).await;
+        teller.tell(told, &failures);
+        if held_back > 0 || !failures.is_empty() {
+            tracing::info!(
+                "step: {held_back} held back after a failed binding, {} failed, no other pod pending",
+                failures.len()
+            );
+        }
         #[allow(clippy::cast_possible_wrap)]
         {
             metrics.unplaced.set(held_back as i64);
@@ -758,11 +763,6 @@ async fn step(
     // The plan's bindings are sent side by side (`binds`); the step waits for them `GRACE` at
     // most, and takes in what older ones came to as they finish.
     let grace = (!config.once).then(|| Instant::now() + binds::GRACE);
-    let failed_before: HashMap<&str, u32> = plan
-        .bound
-        .iter()
-        .map(|b| (b.pod.as_str(), backlog.failures(&b.pod)))
-        .collect();
     let mut take_in = TakeIn {
         view,
         metrics,
@@ -770,64 +770,14 @@ async fn step(
         gpu_jobs: config.pricing.gpu_jobs,
         once: config.once,
     };
-    let mut bound = 0;
-    // Pods planned but not bound (refused, unreachable, or not sent): the room they were to take
-    // stays free, and is not taken for room freed at the next step.
-    let mut not_bound: Vec<String> = Vec::new();
-    let mut outcome_of = |outcome: Outcome, not_bound: &mut Vec<String>| {
-        if matches!(
-            outcome.result,
-            Err(BindError::Refused { .. } | BindError::Unreachable { .. })
-        ) {
-            not_bound.push(outcome.planned.pod.clone());
-        } else if outcome.result.is_ok() {
-            bound += 1;
-        }
-        take_in.outcome(outcome)
-    };
-    // Pods tried for the first time are sent first, then by fewest failed bindings, each in the
-    // plan's order; pods whose binding failed before take `RETRIES_AT_ONCE` places at most.
-    let mut order: Vec<&Bound> = plan.bound.iter().collect();
-    order.sort_by_key(|b| failed_before[b.pod.as_str()]);
-    let mut sent_now: Vec<&str> = Vec::new();
-    let mut not_sent = 0;
-    let mut planned_bindings = order.into_iter();
-    'send: for b in planned_bindings.by_ref() {
-        let retry = failed_before[b.pod.as_str()] > 0;
-        if retry && in_flight.retries() >= binds::RETRIES_AT_ONCE {
-            not_bound.push(b.pod.clone());
-            not_sent += 1;
-            continue;
-        }
-        while in_flight.len() >= BIND_AT_ONCE {
-            match in_flight.next(grace).await {
-                Some(outcome) => failures.extend(outcome_of(outcome, &mut not_bound)),
-                None => {
-                    not_bound.push(b.pod.clone());
-                    not_sent += 1;
-                    break 'send;
-                }
-            }
-        }
-        let Some(pod) = view.read().pod(&b.pod).cloned() else {
-            not_bound.push(b.pod.clone());
-            continue;
-        };
-        in_flight.send(kube, view, b, pod, retry);
-        sent_now.push(&b.pod);
-    }
-    let sent = sent_now.len();
-    for b in planned_bindings {
-        not_bound.push(b.pod.clone());
-        not_sent += 1;
-    }
-    // The step waits for its own bindings (older ones are taken in as they finish meanwhile).
-    while sent_now.iter().any(|uid| in_flight.holds(uid)) {
-        let Some(outcome) = in_flight.next(grace).await else {
-            break;
-        };
-        failures.extend(outcome_of(outcome, &mut not_bound));
-    }
+    let Sent {
+        sent,
+        not_sent,
+        bound,
+        not_bound,
+        failed,
+    } = binds::send_plan(&plan.bound, in_flight, kube, &mut take_in, grace).await;
+    failures.extend(failed);
     let still_sent = in_flight.len();
     for uid in &not_bound {
         after.remove_pod(uid);
@@ -840,7 +790,7 @@ async fn step(
         metrics.held_back.set(held_back as i64);
         metrics.in_flight.set(still_sent as i64);
     }
-    tell(recorder, told, failures.iter().chain(&reasons)).await;
+    teller.tell(told, failures.iter().chain(&reasons));
     tracing::info!(
         "step: {} pending, {sent} bindings sent, {not_sent} planned and not sent ({BIND_AT_ONCE} in flight at most), {bound} bound, {} failed, {still_sent} unanswered yet, {waiting} left, {} told why, {held_back} held back after a failed binding ({} rounds, {} pairs predicted, planned in {:.1} ms)",
         sent + not_sent + waiting + held_back,
@@ -874,10 +824,10 @@ async fn step(
 }
 
 mod binds;
-use binds::{BIND_AT_ONCE, InFlight, Outcome, TakeIn};
+use binds::{BIND_AT_ONCE, InFlight, Sent, TakeIn};
 mod explain;
 pub use explain::{MAX_EXPLAINED, explain};
-use explain::{tell, to_explain};
+use explain::{Teller, to_explain};
 mod queue;
 pub use queue::PassedOver;
 use queue::{Backlog, fair_window};

@@ -26,7 +26,7 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::plane::{Process, create_node};
-use super::steps::{bound_node, create, delete_all, event_saying, pod_spec, wait_for};
+use super::steps::{bound_node, create, delete_all, event_saying, events, pod_spec, wait_for};
 
 /// How long the webhook takes to refuse a `slow-*` pod's binding.
 pub(crate) const SLOW: Duration = Duration::from_secs(6);
@@ -222,8 +222,8 @@ fn asked_about(asked: &Asked, pod: &str) -> Vec<Instant> {
 /// nor a pod that arrives while they wait (bound within 3 s of its arrival; a step that waited for
 /// its bindings kept it 6 s); sixteen pods refused slowly are tried again eight at a time at most,
 /// leaving room for a pod that arrives (bound within 3 s); and an Event the API server holds 15 s
-/// holds back no binding (bound within 5 s; a step waited for it); `--once` with a binding refused
-/// exits non-zero, saying so.
+/// holds back no binding (bound within 5 s; a step waited for it) and is written once; `--once`
+/// with a binding refused exits non-zero, saying so.
 pub(crate) fn failing_bindings_hold_back_no_other(
     rt: &tokio::runtime::Runtime,
     admin: &kube::Client,
@@ -418,6 +418,11 @@ pub(crate) fn failing_bindings_hold_back_no_other(
             arrived.elapsed().as_secs_f64(),
             scheduler.tail(20)
         );
+        // The held Event is written once (a write cut short and sent again made a second).
+        let why = event_saying(admin, "mute-1", &["duet:"], Duration::from_secs(40)).await;
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let told = events(admin, "mute-1").await;
+        assert_eq!(told.iter().filter(|m| **m == why).count(), 1, "{told:#?}");
     });
     scheduler.kill();
     // `--once` with a binding refused: it says so and exits non-zero.

@@ -5,7 +5,7 @@
 //! placed in the view meanwhile (no round plans it again, its GPU is taken); what the binding
 //! comes to is taken in by the step that sees it finish (`take_in`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use kube::Client;
@@ -25,10 +25,12 @@ use super::queue::{self, Backlog};
 /// the kube-scheduler's own binding cycles by default (`parallelism: 16`).
 pub const BIND_AT_ONCE: usize = 16;
 
-/// Of those, the most that may be bindings of pods whose binding failed before: however many
-/// pods a policy keeps refusing, slowly, ahead of the others, the rest of the places go to pods
-/// tried for the first time (which are sent first).
+/// Of those, the most that may be bindings of pods whose binding failed before, and the most
+/// that may be first tries: however many pods a policy keeps refusing, slowly, ahead of the
+/// others, pods tried for the first time keep 8 places, and however many new pods it refuses,
+/// pods tried again (a pod of high priority refused once) keep 4.
 pub const RETRIES_AT_ONCE: usize = BIND_AT_ONCE / 2;
+pub const FIRST_TRIES_AT_ONCE: usize = BIND_AT_ONCE * 3 / 4;
 
 /// The longest a step waits for the bindings it sent before it ends (those still unanswered go
 /// on, and a later step takes in what they come to).
@@ -58,6 +60,11 @@ impl InFlight {
     /// Bindings in flight of pods whose binding had failed before.
     pub fn retries(&self) -> usize {
         self.pods.values().filter(|(_, retry)| *retry).count()
+    }
+
+    /// Bindings in flight of pods tried for the first time.
+    pub fn first_tries(&self) -> usize {
+        self.len().saturating_sub(self.retries())
     }
 
     /// Whether the binding of the pod `uid` is in flight.
@@ -183,5 +190,138 @@ impl TakeIn<'_> {
         };
         tracing::warn!("{e}; {then}");
         Some((pod, format!("duet: {e}; {then}")))
+    }
+}
+
+/// What a step's bindings came to: sent, planned and not sent (their places taken), made, and
+/// the pods not bound (refused, unreachable or not sent: the room they were to take stays free,
+/// and is not taken for room freed at the next step); the failures with what to tell their pods.
+#[derive(Debug, Default)]
+pub struct Sent {
+    pub sent: usize,
+    pub not_sent: usize,
+    pub bound: usize,
+    pub not_bound: Vec<String>,
+    pub failed: Vec<(PodInfo, String)>,
+}
+
+/// Sends the bindings of `planned` (a plan's, in its order) and waits for them until `grace`
+/// (none: until each is answered), taking in through `take_in` what they and older bindings come
+/// to. Pods tried for the first time are sent first, then those whose binding failed before,
+/// each in the plan's order (of priority); each kind keeps places of its own
+/// ([`FIRST_TRIES_AT_ONCE`], [`RETRIES_AT_ONCE`]). A pod planned beside pods of `planned` is
+/// sent once they are, and not where one is not.
+pub async fn send_plan(
+    planned: &[Bound],
+    in_flight: &mut InFlight,
+    kube: &Client,
+    take_in: &mut TakeIn<'_>,
+    grace: Option<Instant>,
+) -> Sent {
+    let mut failed: Vec<(PodInfo, String)> = Vec::new();
+    let view = take_in.view;
+    let failed_before: HashMap<&str, u32> = planned
+        .iter()
+        .map(|b| (b.pod.as_str(), take_in.backlog.failures(&b.pod)))
+        .collect();
+    let mut bound = 0;
+    let mut not_bound: Vec<String> = Vec::new();
+    let mut outcome_of = |outcome: Outcome, not_bound: &mut Vec<String>| {
+        if matches!(
+            outcome.result,
+            Err(BindError::Refused { .. } | BindError::Unreachable { .. })
+        ) {
+            not_bound.push(outcome.planned.pod.clone());
+        } else if outcome.result.is_ok() {
+            bound += 1;
+        }
+        take_in.outcome(outcome)
+    };
+    let (first_tries, retries): (Vec<&Bound>, Vec<&Bound>) = planned
+        .iter()
+        .partition(|b| failed_before[b.pod.as_str()] == 0);
+    let uid_of: HashMap<String, &str> = {
+        let c = view.read();
+        planned
+            .iter()
+            .filter_map(|b| Some((c.pod(&b.pod)?.key(), b.pod.as_str())))
+            .collect()
+    };
+    let residents = |b: &Bound| -> Vec<&str> {
+        let (beside, _) = b.shape.beside();
+        beside
+            .iter()
+            .flat_map(|names| names.split(','))
+            .filter_map(|name| uid_of.get(name).copied())
+            .collect()
+    };
+    let mut sent_now: HashSet<&str> = HashSet::new();
+    let mut not_sent = 0;
+    let mut to_send: Vec<&Bound> = first_tries.into_iter().chain(retries).collect();
+    'send: loop {
+        let mut later = Vec::new();
+        let before = sent_now.len();
+        let mut queue = to_send.into_iter();
+        for b in queue.by_ref() {
+            let after_them = residents(b);
+            if after_them.iter().any(|u| not_bound.iter().any(|n| n == u)) {
+                not_bound.push(b.pod.clone());
+                not_sent += 1;
+                continue;
+            }
+            if !after_them.iter().all(|u| sent_now.contains(u)) {
+                later.push(b);
+                continue;
+            }
+            let retry = failed_before[b.pod.as_str()] > 0;
+            if (retry && in_flight.retries() >= RETRIES_AT_ONCE)
+                || (!retry && in_flight.first_tries() >= FIRST_TRIES_AT_ONCE)
+            {
+                not_bound.push(b.pod.clone());
+                not_sent += 1;
+                continue;
+            }
+            while in_flight.len() >= BIND_AT_ONCE {
+                match in_flight.next(grace).await {
+                    Some(outcome) => failed.extend(outcome_of(outcome, &mut not_bound)),
+                    None => {
+                        for b in std::iter::once(b).chain(queue).chain(later) {
+                            not_bound.push(b.pod.clone());
+                            not_sent += 1;
+                        }
+                        break 'send;
+                    }
+                }
+            }
+            let Some(pod) = view.read().pod(&b.pod).cloned() else {
+                not_bound.push(b.pod.clone());
+                continue;
+            };
+            in_flight.send(kube, view, b, pod, retry);
+            sent_now.insert(&b.pod);
+        }
+        if later.is_empty() || sent_now.len() == before {
+            for b in later {
+                not_bound.push(b.pod.clone());
+                not_sent += 1;
+            }
+            break;
+        }
+        to_send = later;
+    }
+    let sent = sent_now.len();
+    // The step waits for its own bindings (older ones are taken in as they finish meanwhile).
+    while sent_now.iter().any(|uid| in_flight.holds(uid)) {
+        let Some(outcome) = in_flight.next(grace).await else {
+            break;
+        };
+        failed.extend(outcome_of(outcome, &mut not_bound));
+    }
+    Sent {
+        sent,
+        not_sent,
+        bound,
+        not_bound,
+        failed,
     }
 }

@@ -1,11 +1,11 @@
 //! Why the pods a step left waiting wait: each one's survey of the cluster the plan leaves,
-//! asked of the predictor at once, told in the pod's Event (`tell`, also why a binding failed).
+//! asked of the predictor at once, told in the pod's Event (`Teller`, also why a binding failed).
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
+use tokio::sync::mpsc;
 
 use anyhow::Result;
 use duet_scheduler::predictor::Predictor;
@@ -176,49 +176,77 @@ pub(super) fn to_explain(
     unplaced
 }
 
-/// How long a step may spend telling pods why they wait: the client retries an overloaded API
-/// server (429, 503) for minutes on its own, and a step held that long places nothing.
-const TELL_LIMIT: Duration = Duration::from_secs(2);
+/// Events queued for writing at most: beyond it a step leaves the rest to a later step.
+pub const EVENTS_QUEUED: usize = 1024;
 
-/// Tells each pod of `said` why it waits (an Event), once for each thing said (`told`), within
-/// `TELL_LIMIT`; what is not written by then, or is refused, is told at a later step.
-pub(super) async fn tell<'a>(
-    recorder: &Recorder,
-    told: &mut HashMap<String, String>,
-    said: impl IntoIterator<Item = &'a (PodInfo, String)>,
-) {
-    let deadline = tokio::time::Instant::now() + TELL_LIMIT;
-    for (pod, why) in said {
-        if told.get(&pod.uid) == Some(why) {
-            continue;
-        }
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(pod.name.clone()),
-            namespace: Some(pod.namespace.clone()),
-            uid: Some(pod.uid.clone()),
-            ..ObjectReference::default()
-        };
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "FailedScheduling".into(),
-            note: Some(why.chars().take(1000).collect()),
-            action: "Scheduling".into(),
-            secondary: None,
-        };
-        match tokio::time::timeout_at(deadline, recorder.publish(&event, &reference)).await {
-            Ok(Ok(())) => {
-                told.insert(pod.uid.clone(), why.clone());
+/// What tells pods why they wait: Events written one after another by a task of their own, so
+/// an API server slow to take them (the client retries 429 and 503 for minutes on its own) holds
+/// back no step, and no write is cut short (one cut short but committed was written again, a
+/// second Event with the same message).
+#[derive(Debug)]
+pub(super) struct Teller {
+    queue: mpsc::Sender<(ObjectReference, Event)>,
+    writer: tokio::task::JoinHandle<()>,
+}
+
+impl Teller {
+    /// Starts the task that writes the Events, through `recorder`.
+    pub(super) fn start(recorder: Recorder) -> Teller {
+        let (queue, mut queued) = mpsc::channel::<(ObjectReference, Event)>(EVENTS_QUEUED);
+        let writer = tokio::spawn(async move {
+            while let Some((reference, event)) = queued.recv().await {
+                if let Err(e) = recorder.publish(&event, &reference).await {
+                    let pod = reference.name.unwrap_or_default();
+                    tracing::warn!("event for {pod}: {e}");
+                }
             }
-            Ok(Err(e)) => tracing::warn!("event for {}: {e}", pod.key()),
-            Err(_) => {
+        });
+        Teller { queue, writer }
+    }
+
+    /// Waits, `within` at most, for the Events queued to be written (before `--once` exits).
+    pub(super) async fn flush(self, within: std::time::Duration) {
+        let Teller { queue, writer } = self;
+        drop(queue);
+        if tokio::time::timeout(within, writer).await.is_err() {
+            tracing::warn!("events: not all written within {} s", within.as_secs());
+        }
+    }
+
+    /// Tells each pod of `said` why it waits (an Event), once for each thing said (`told`, noted
+    /// as it is queued); what the queue has no room for is told at a later step.
+    pub(super) fn tell<'a>(
+        &self,
+        told: &mut HashMap<String, String>,
+        said: impl IntoIterator<Item = &'a (PodInfo, String)>,
+    ) {
+        for (pod, why) in said {
+            if told.get(&pod.uid) == Some(why) {
+                continue;
+            }
+            let reference = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(pod.name.clone()),
+                namespace: Some(pod.namespace.clone()),
+                uid: Some(pod.uid.clone()),
+                ..ObjectReference::default()
+            };
+            let event = Event {
+                type_: EventType::Warning,
+                reason: "FailedScheduling".into(),
+                note: Some(why.chars().take(1000).collect()),
+                action: "Scheduling".into(),
+                secondary: None,
+            };
+            if self.queue.try_send((reference, event)).is_err() {
                 tracing::warn!(
-                    "events: not written within {} s; the rest wait for a later step",
-                    TELL_LIMIT.as_secs()
+                    "events: {EVENTS_QUEUED} queued and not yet written; the rest wait for a later \
+                     step"
                 );
                 return;
             }
+            told.insert(pod.uid.clone(), why.clone());
         }
     }
 }

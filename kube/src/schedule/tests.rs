@@ -2,6 +2,7 @@
 
 use duet_core::dataset::Mode;
 
+use super::binds::Outcome;
 use super::*;
 use crate::cluster::tests::{node, pod};
 use crate::contract::Assignment;
