@@ -542,13 +542,11 @@ pub async fn run(config: ScheduleConfig, view: View, kube: Client) -> Result<()>
         config.predict_timeout,
     )
     .with_retries(3, Duration::from_millis(200));
-    let teller = Teller::start(Recorder::new(
-        kube.clone(),
-        Reporter {
-            controller: "duet-scheduler".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    ));
+    let reporter = Reporter {
+        controller: "duet-scheduler".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let teller = Teller::start(Recorder::new(kube.clone(), reporter), view.clone());
     let mut told: HashMap<String, String> = HashMap::new();
     let mut backlog = Backlog::default();
     // Dropped on return: bindings still unanswered at SIGTERM are abandoned where they are.
@@ -627,13 +625,7 @@ async fn step(
     // What the bindings sent before and finished since came to (before the view is read: a
     // failed one's pod waits again).
     let mut failures: Vec<(PodInfo, String)> = Vec::new();
-    let mut take_in = TakeIn {
-        view,
-        metrics,
-        backlog,
-        gpu_jobs: config.pricing.gpu_jobs,
-        once: config.once,
-    };
+    let mut take_in = TakeIn::new(view, metrics, backlog, config);
     while let Some(outcome) = in_flight.next(Some(Instant::now())).await {
         failures.extend(take_in.outcome(outcome));
     }
@@ -763,13 +755,7 @@ async fn step(
     // The plan's bindings are sent side by side (`binds`); the step waits for them `GRACE` at
     // most, and takes in what older ones came to as they finish.
     let grace = (!config.once).then(|| Instant::now() + binds::GRACE);
-    let mut take_in = TakeIn {
-        view,
-        metrics,
-        backlog,
-        gpu_jobs: config.pricing.gpu_jobs,
-        once: config.once,
-    };
+    let mut take_in = TakeIn::new(view, metrics, backlog, config);
     let Sent {
         sent,
         not_sent,

@@ -425,20 +425,31 @@ pub(crate) fn failing_bindings_hold_back_no_other(
         assert_eq!(told.iter().filter(|m| **m == why).count(), 1, "{told:#?}");
     });
     scheduler.kill();
-    // `--once` with a binding refused: it says so and exits non-zero.
+    // `--once` with twenty pods and one binding refused: it binds the twenty (more than the
+    // places in flight), says so of the one and exits non-zero.
+    let many: Vec<String> = (1..=20).map(|k| format!("once-{k}")).collect();
     rt.block_on(async {
         delete_all(pods).await;
         create(
             pods,
-            pod_spec("refused-2", "duet", None, 1, "policed", &job("1")),
+            pod_spec("refused-2", "duet", None, 1, "policed", &job("5")),
         )
         .await;
+        for name in &many {
+            create(pods, pod_spec(name, "duet", None, 1, "policed", &job("1"))).await;
+        }
     });
     let out = schedule_once();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
+    rt.block_on(async {
+        for name in &many {
+            let node = bound_node(pods, name, Duration::ZERO).await;
+            assert_eq!(node.as_deref(), Some("policed"), "{name}: {stderr}");
+        }
+    });
     assert!(
-        stderr.contains("1 of 1 bindings failed")
+        stderr.contains("1 of 21 bindings failed")
             && stderr.contains("refused-2 may not run now; not tried again (duet schedule --once)"),
         "{stderr}"
     );

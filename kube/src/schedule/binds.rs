@@ -36,6 +36,9 @@ pub const FIRST_TRIES_AT_ONCE: usize = BIND_AT_ONCE * 3 / 4;
 /// on, and a later step takes in what they come to).
 pub const GRACE: Duration = Duration::from_secs(1);
 
+/// A pod's priority: its PriorityClass's, then its `duet.io/priority`.
+type Rank = (i32, f64);
+
 /// A binding finished: the plan's, the pod as it was sent, and what the API server said.
 #[derive(Debug)]
 pub struct Outcome {
@@ -128,7 +131,23 @@ pub struct TakeIn<'a> {
     pub once: bool,
 }
 
-impl TakeIn<'_> {
+impl<'a> TakeIn<'a> {
+    /// For a step of `duet schedule` under `config`.
+    pub fn new(
+        view: &'a View,
+        metrics: &'a Metrics,
+        backlog: &'a mut Backlog,
+        config: &super::ScheduleConfig,
+    ) -> TakeIn<'a> {
+        TakeIn {
+            view,
+            metrics,
+            backlog,
+            gpu_jobs: config.pricing.gpu_jobs,
+            once: config.once,
+        }
+    }
+
     /// Takes in `outcome`: a binding made is counted and its pod's failures forgotten; one the
     /// API server refused or never got is no longer assumed (the room it held is not counted
     /// as room freed), and its pod is held back (`Backlog::failed`); one sent and not answered
@@ -208,9 +227,9 @@ pub struct Sent {
 /// Sends the bindings of `planned` (a plan's, in its order) and waits for them until `grace`
 /// (none: until each is answered), taking in through `take_in` what they and older bindings come
 /// to. Pods tried for the first time are sent first, then those whose binding failed before,
-/// each in the plan's order (of priority); each kind keeps places of its own
-/// ([`FIRST_TRIES_AT_ONCE`], [`RETRIES_AT_ONCE`]). A pod planned beside pods of `planned` is
-/// sent once they are, and not where one is not.
+/// each by priority; each kind keeps places of its own ([`FIRST_TRIES_AT_ONCE`],
+/// [`RETRIES_AT_ONCE`]), a pod waiting (until `grace`) for one of its kind. A pod planned beside
+/// pods of `planned` is sent once they are, and not where one is not.
 pub async fn send_plan(
     planned: &[Bound],
     in_flight: &mut InFlight,
@@ -237,16 +256,33 @@ pub async fn send_plan(
         }
         take_in.outcome(outcome)
     };
-    let (first_tries, retries): (Vec<&Bound>, Vec<&Bound>) = planned
+    // Each kind by priority (the PriorityClass's, then `duet.io/priority`), then the plan's order.
+    let (uid_of, rank): (HashMap<String, &str>, HashMap<&str, Rank>) = {
+        let c = view.read();
+        let pods = || planned.iter().filter_map(|b| Some((b, c.pod(&b.pod)?)));
+        (
+            pods().map(|(b, p)| (p.key(), b.pod.as_str())).collect(),
+            pods()
+                .map(|(b, p)| {
+                    let weight = p.job.as_ref().map_or(1.0, |j| j.priority);
+                    (b.pod.as_str(), (p.class_priority, weight))
+                })
+                .collect(),
+        )
+    };
+    let by_priority = |a: &&Bound, b: &&Bound| {
+        let (ra, rb) = (rank.get(a.pod.as_str()), rank.get(b.pod.as_str()));
+        let (ra, rb) = (
+            ra.copied().unwrap_or((0, 1.0)),
+            rb.copied().unwrap_or((0, 1.0)),
+        );
+        rb.0.cmp(&ra.0).then(rb.1.total_cmp(&ra.1))
+    };
+    let (mut first_tries, mut retries): (Vec<&Bound>, Vec<&Bound>) = planned
         .iter()
         .partition(|b| failed_before[b.pod.as_str()] == 0);
-    let uid_of: HashMap<String, &str> = {
-        let c = view.read();
-        planned
-            .iter()
-            .filter_map(|b| Some((c.pod(&b.pod)?.key(), b.pod.as_str())))
-            .collect()
-    };
+    first_tries.sort_by(by_priority);
+    retries.sort_by(by_priority);
     let residents = |b: &Bound| -> Vec<&str> {
         let (beside, _) = b.shape.beside();
         beside
@@ -274,14 +310,15 @@ pub async fn send_plan(
                 continue;
             }
             let retry = failed_before[b.pod.as_str()] > 0;
-            if (retry && in_flight.retries() >= RETRIES_AT_ONCE)
-                || (!retry && in_flight.first_tries() >= FIRST_TRIES_AT_ONCE)
-            {
-                not_bound.push(b.pod.clone());
-                not_sent += 1;
-                continue;
-            }
-            while in_flight.len() >= BIND_AT_ONCE {
+            let full = |f: &InFlight| {
+                f.len() >= BIND_AT_ONCE
+                    || if retry {
+                        f.retries() >= RETRIES_AT_ONCE
+                    } else {
+                        f.first_tries() >= FIRST_TRIES_AT_ONCE
+                    }
+            };
+            while full(in_flight) {
                 match in_flight.next(grace).await {
                     Some(outcome) => failed.extend(outcome_of(outcome, &mut not_bound)),
                     None => {

@@ -2,6 +2,7 @@
 //! asked of the predictor at once, told in the pod's Event (`Teller`, also why a binding failed).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -15,6 +16,7 @@ use crate::cluster::{Cluster, GpuUse, PodInfo, gpu_count_text};
 use crate::devices::{DeviceMap, NodeInfo};
 use crate::known::{self, Known};
 use crate::placement::{self, Verdict};
+use crate::watch::View;
 
 /// Unplaced pods a step explains at most (those it never explained first): working out why asks
 /// a prediction for each pod beside each resident it may join, so a backlog of hundreds would
@@ -182,44 +184,64 @@ pub const EVENTS_QUEUED: usize = 1024;
 /// What tells pods why they wait: Events written one after another by a task of their own, so
 /// an API server slow to take them (the client retries 429 and 503 for minutes on its own) holds
 /// back no step, and no write is cut short (one cut short but committed was written again, a
-/// second Event with the same message).
+/// second Event with the same message). An Event whose pod is bound or gone by its turn is not
+/// written; one whose write fails is told again at a later step.
 #[derive(Debug)]
 pub(super) struct Teller {
     queue: mpsc::Sender<(ObjectReference, Event)>,
     writer: tokio::task::JoinHandle<()>,
+    /// The pods (UIDs) and messages whose Events could not be written.
+    unwritten: Arc<Mutex<Vec<(String, String)>>>,
 }
 
 impl Teller {
-    /// Starts the task that writes the Events, through `recorder`.
-    pub(super) fn start(recorder: Recorder) -> Teller {
+    /// Starts the task that writes the Events, through `recorder`, of pods still waiting in
+    /// `view`.
+    pub(super) fn start(recorder: Recorder, view: View) -> Teller {
         let (queue, mut queued) = mpsc::channel::<(ObjectReference, Event)>(EVENTS_QUEUED);
+        let unwritten: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+        let failed = unwritten.clone();
         let writer = tokio::spawn(async move {
             while let Some((reference, event)) = queued.recv().await {
+                let uid = reference.uid.clone().unwrap_or_default();
+                let waiting = view.read().pod(&uid).is_some_and(|p| p.node.is_none());
+                if !waiting {
+                    continue;
+                }
                 if let Err(e) = recorder.publish(&event, &reference).await {
                     let pod = reference.name.unwrap_or_default();
-                    tracing::warn!("event for {pod}: {e}");
+                    tracing::warn!("event for {pod}: {e}; told again at a later step");
+                    if let Ok(mut failed) = failed.lock() {
+                        failed.push((uid, event.note.unwrap_or_default()));
+                    }
                 }
             }
         });
-        Teller { queue, writer }
-    }
-
-    /// Waits, `within` at most, for the Events queued to be written (before `--once` exits).
-    pub(super) async fn flush(self, within: std::time::Duration) {
-        let Teller { queue, writer } = self;
-        drop(queue);
-        if tokio::time::timeout(within, writer).await.is_err() {
-            tracing::warn!("events: not all written within {} s", within.as_secs());
+        Teller {
+            queue,
+            writer,
+            unwritten,
         }
     }
 
     /// Tells each pod of `said` why it waits (an Event), once for each thing said (`told`, noted
-    /// as it is queued); what the queue has no room for is told at a later step.
+    /// as it is queued, forgotten where its write failed); what the queue has no room for is
+    /// told at a later step.
     pub(super) fn tell<'a>(
         &self,
         told: &mut HashMap<String, String>,
         said: impl IntoIterator<Item = &'a (PodInfo, String)>,
     ) {
+        if let Ok(mut unwritten) = self.unwritten.lock() {
+            for (uid, note) in unwritten.drain(..) {
+                if told
+                    .get(&uid)
+                    .is_some_and(|why| why.chars().take(1000).eq(note.chars()))
+                {
+                    told.remove(&uid);
+                }
+            }
+        }
         for (pod, why) in said {
             if told.get(&pod.uid) == Some(why) {
                 continue;
@@ -247,6 +269,15 @@ impl Teller {
                 return;
             }
             told.insert(pod.uid.clone(), why.clone());
+        }
+    }
+
+    /// Waits, `within` at most, for the Events queued to be written (before `--once` exits).
+    pub(super) async fn flush(self, within: std::time::Duration) {
+        let Teller { queue, writer, .. } = self;
+        drop(queue);
+        if tokio::time::timeout(within, writer).await.is_err() {
+            tracing::warn!("events: not all written within {} s", within.as_secs());
         }
     }
 }

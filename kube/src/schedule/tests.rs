@@ -329,12 +329,9 @@ fn a_failed_binding_holds_its_pod_back_for_longer_each_time() {
     assert_eq!(backlog.failed("a", t), s(1));
 }
 
-/// A binding the API server refused, taken in after its step: the pod waits again, held back,
-/// and the room its assumed binding held is not read as room freed (the counts of pods passed
-/// over stand).
-#[test]
-fn a_refused_binding_taken_in_late_frees_no_room() {
-    use crate::bind::BindError;
+/// A view of one node of one GPU with pod `a` pending, and `a`'s binding to GPU 0 in flight
+/// (assumed made).
+fn in_flight_on_one_gpu() -> (View, PodInfo, Bound) {
     let view = View::new(v100_space());
     view.write().apply_node(node("one", 1));
     let a = pod("a", None, 1, "w");
@@ -350,6 +347,16 @@ fn a_refused_binding_taken_in_late_frees_no_room() {
     view.write().apply_pod(a.clone());
     view.write()
         .assume(a.clone(), "one", planned.shape.assignment());
+    (view, a, planned)
+}
+
+/// A binding the API server refused, taken in after its step: the pod waits again, held back,
+/// and the room its assumed binding held is not read as room freed (the counts of pods passed
+/// over stand).
+#[test]
+fn a_refused_binding_taken_in_late_frees_no_room() {
+    use crate::bind::BindError;
+    let (view, a, planned) = in_flight_on_one_gpu();
     assert!(view.read().pending("duet").is_empty());
     let mut backlog = Backlog::default();
     let waiting: HashSet<&str> = ["b"].into();
@@ -419,21 +426,7 @@ fn failures_outlast_a_binding_in_flight() {
 #[test]
 fn an_unanswered_binding_of_a_pod_gone_holds_nothing() {
     use crate::bind::BindError;
-    let view = View::new(v100_space());
-    view.write().apply_node(node("one", 1));
-    let a = pod("a", None, 1, "w");
-    let planned = Bound {
-        pod: "a".into(),
-        node: "one".into(),
-        shape: Shape::Whole {
-            gpus: vec![0],
-            mps_share: None,
-        },
-        value: 1.0,
-    };
-    view.write().apply_pod(a.clone());
-    view.write()
-        .assume(a.clone(), "one", planned.shape.assignment());
+    let (view, a, planned) = in_flight_on_one_gpu();
     view.write().remove_pod("a");
     let (metrics, mut backlog) = (Metrics::default(), Backlog::default());
     let mut take_in = TakeIn {
