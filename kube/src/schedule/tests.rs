@@ -350,6 +350,30 @@ fn in_flight_on_one_gpu() -> (View, PodInfo, Bound) {
     (view, a, planned)
 }
 
+/// What a step makes of the binding `planned` of `pod` failing with `error`, on `view` with
+/// `backlog` (two places a GPU): the message for the pod's Event, if any.
+fn take_in_failure(
+    view: &View,
+    backlog: &mut Backlog,
+    planned: Bound,
+    pod: PodInfo,
+    error: crate::bind::BindError,
+) -> Option<(PodInfo, String)> {
+    let metrics = Metrics::default();
+    let mut take_in = TakeIn {
+        view,
+        metrics: &metrics,
+        backlog,
+        gpu_jobs: 2,
+        once: false,
+    };
+    take_in.outcome(Outcome {
+        planned,
+        pod,
+        result: Err(error),
+    })
+}
+
 /// A binding the API server refused, taken in after its step: the pod waits again, held back,
 /// and the room its assumed binding held is not read as room freed (the counts of pods passed
 /// over stand).
@@ -366,23 +390,12 @@ fn a_refused_binding_taken_in_late_frees_no_room() {
         ..Plan::default()
     };
     backlog.end(&weighed, queue::room(&view.read(), 2));
-    let metrics = Metrics::default();
-    let mut take_in = TakeIn {
-        view: &view,
-        metrics: &metrics,
-        backlog: &mut backlog,
-        gpu_jobs: 2,
-        once: false,
+    let refused = BindError::Refused {
+        pod: "default/a".into(),
+        node: "one".into(),
+        message: "no".into(),
     };
-    let told = take_in.outcome(Outcome {
-        planned,
-        pod: a,
-        result: Err(BindError::Refused {
-            pod: "default/a".into(),
-            node: "one".into(),
-            message: "no".into(),
-        }),
-    });
+    let told = take_in_failure(&view, &mut backlog, planned, a, refused);
     let (_, why) = told.expect("a failure is told");
     assert!(why.contains("planned again in 1 s"), "{why}");
     assert_eq!(view.read().pending("duet").len(), 1);
@@ -428,23 +441,13 @@ fn an_unanswered_binding_of_a_pod_gone_holds_nothing() {
     use crate::bind::BindError;
     let (view, a, planned) = in_flight_on_one_gpu();
     view.write().remove_pod("a");
-    let (metrics, mut backlog) = (Metrics::default(), Backlog::default());
-    let mut take_in = TakeIn {
-        view: &view,
-        metrics: &metrics,
-        backlog: &mut backlog,
-        gpu_jobs: 2,
-        once: false,
+    let mut backlog = Backlog::default();
+    let unanswered = BindError::Unanswered {
+        pod: "ns/a".into(),
+        node: "one".into(),
+        message: "no answer within 10 s".into(),
     };
-    let told = take_in.outcome(Outcome {
-        planned,
-        pod: a,
-        result: Err(BindError::Unanswered {
-            pod: "ns/a".into(),
-            node: "one".into(),
-            message: "no answer within 10 s".into(),
-        }),
-    });
+    let told = take_in_failure(&view, &mut backlog, planned, a, unanswered);
     assert!(told.is_none());
     assert!(view.read().pod("a").is_none());
     assert_eq!(
