@@ -214,6 +214,34 @@ fn asked_about(asked: &Asked, pod: &str) -> Vec<Instant> {
         .collect()
 }
 
+/// Creates the pod `name` (one GPU, `annotations`) on the node `policed` and checks it is bound
+/// there within `within_s` seconds of its arrival, `while_` what else goes on; `scheduler`'s log
+/// goes with a failure.
+async fn arrives_and_is_bound(
+    pods: &Api<Pod>,
+    name: &str,
+    annotations: &[(&str, &str)],
+    within_s: u64,
+    while_: &str,
+    scheduler: &Process,
+) {
+    let arrived = Instant::now();
+    create(
+        pods,
+        pod_spec(name, "duet", None, 1, "policed", annotations),
+    )
+    .await;
+    let node = bound_node(pods, name, Duration::from_secs(30)).await;
+    assert_eq!(node.as_deref(), Some("policed"), "{}", scheduler.tail(20));
+    let took = arrived.elapsed().as_secs_f64();
+    eprintln!("{name} bound {took:.1} s after it arrived ({while_})");
+    assert!(
+        arrived.elapsed() < Duration::from_secs(within_s),
+        "{name} bound {took:.1} s after it arrived, {while_}; {}",
+        scheduler.tail(20)
+    );
+}
+
 /// Bindings the API server refuses, through the webhook: a pod refused at once is held back for
 /// longer each time (asked about 3 to 5 times in 9 s from its first refusal: 1, 2, 4 s apart; tried
 /// at every step of 0.3 s, it was asked about some 30 times) and its Event says so; three pods
@@ -317,20 +345,16 @@ pub(crate) fn failing_bindings_hold_back_no_other(
     );
     // A pod arriving while the slow bindings wait is bound at the next step.
     rt.block_on(async {
-        let arrived = Instant::now();
-        create(
+        let light = job("1");
+        arrives_and_is_bound(
             pods,
-            pod_spec("policed-2", "duet", None, 1, "policed", &job("1")),
+            "policed-2",
+            &light,
+            3,
+            "slow bindings waiting",
+            &scheduler,
         )
         .await;
-        let node = bound_node(pods, "policed-2", Duration::from_secs(30)).await;
-        assert_eq!(node.as_deref(), Some("policed"), "{}", scheduler.tail(20));
-        assert!(
-            arrived.elapsed() < Duration::from_secs(3),
-            "policed-2 bound {:.1} s after it arrived; {}",
-            arrived.elapsed().as_secs_f64(),
-            scheduler.tail(20)
-        );
         for name in ["slow-1", "slow-2", "slow-3"] {
             assert_eq!(bound_node(pods, name, Duration::ZERO).await, None);
         }
@@ -367,24 +391,9 @@ pub(crate) fn failing_bindings_hold_back_no_other(
         .unwrap_or(0);
     assert!((1..=8).contains(&most), "{most} tried again at once");
     rt.block_on(async {
-        let arrived = Instant::now();
-        create(
-            pods,
-            pod_spec("policed-3", "duet", None, 1, "policed", &job("1")),
-        )
-        .await;
-        let node = bound_node(pods, "policed-3", Duration::from_secs(30)).await;
-        assert_eq!(node.as_deref(), Some("policed"), "{}", scheduler.tail(20));
-        eprintln!(
-            "policed-3 bound {:.1} s after it arrived",
-            arrived.elapsed().as_secs_f64()
-        );
-        assert!(
-            arrived.elapsed() < Duration::from_secs(3),
-            "policed-3 bound {:.1} s after it arrived, sixteen refused pods tried again; {}",
-            arrived.elapsed().as_secs_f64(),
-            scheduler.tail(20)
-        );
+        let light = job("1");
+        let why = "sixteen refused pods tried again";
+        arrives_and_is_bound(pods, "policed-3", &light, 3, why, &scheduler).await;
         for name in &slow {
             pods.delete(name, &DeleteParams::default().grace_period(0))
                 .await
@@ -400,24 +409,8 @@ pub(crate) fn failing_bindings_hold_back_no_other(
         )
         .await;
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let arrived = Instant::now();
-        create(
-            pods,
-            pod_spec("policed-4", "duet", None, 1, "policed", &job("1")),
-        )
-        .await;
-        let node = bound_node(pods, "policed-4", Duration::from_secs(30)).await;
-        assert_eq!(node.as_deref(), Some("policed"), "{}", scheduler.tail(20));
-        eprintln!(
-            "policed-4 bound {:.1} s after it arrived",
-            arrived.elapsed().as_secs_f64()
-        );
-        assert!(
-            arrived.elapsed() < Duration::from_secs(5),
-            "policed-4 bound {:.1} s after it arrived, an Event held; {}",
-            arrived.elapsed().as_secs_f64(),
-            scheduler.tail(20)
-        );
+        let light = job("1");
+        arrives_and_is_bound(pods, "policed-4", &light, 5, "an Event held", &scheduler).await;
         // The held Event is written once (a write cut short and sent again made a second).
         let why = event_saying(admin, "mute-1", &["duet:"], Duration::from_secs(40)).await;
         tokio::time::sleep(Duration::from_secs(4)).await;
