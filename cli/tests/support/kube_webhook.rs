@@ -250,8 +250,10 @@ async fn arrives_and_is_bound(
 /// nor a pod that arrives while they wait (bound within 3 s of its arrival; a step that waited for
 /// its bindings kept it 6 s); sixteen pods refused slowly are tried again eight at a time at most,
 /// leaving room for a pod that arrives (bound within 3 s); and an Event the API server holds 15 s
-/// holds back no binding (bound within 5 s; a step waited for it) and is written once; `--once`
-/// with a binding refused exits non-zero, saying so.
+/// holds back no binding (bound within 5 s; a step waited for it) nor another pod's Event
+/// (written within 6 s; behind it, 15 s) and is written once; `--once` with a binding refused
+/// exits non-zero, saying so, and sends first tries by priority; a pod planned beside a pod whose
+/// binding is refused is bound without naming it.
 pub(crate) fn failing_bindings_hold_back_no_other(
     rt: &tokio::runtime::Runtime,
     admin: &kube::Client,
@@ -261,7 +263,7 @@ pub(crate) fn failing_bindings_hold_back_no_other(
     spawn_scheduler: &dyn Fn(&str, &[&str]) -> Process,
     schedule_once: &dyn Fn() -> std::process::Output,
 ) {
-    let asked = rt.block_on(async {
+    let Webhook { asked, allow_after } = rt.block_on(async {
         create_node(
             admin,
             "policed",
@@ -272,7 +274,7 @@ pub(crate) fn failing_bindings_hold_back_no_other(
             &[("duet-e2e/pool", "policed")],
         )
         .await;
-        start(admin, dir).await.asked
+        start(admin, dir).await
     });
     let job = |priority| {
         [
@@ -411,6 +413,20 @@ pub(crate) fn failing_bindings_hold_back_no_other(
         tokio::time::sleep(Duration::from_secs(1)).await;
         let light = job("1");
         arrives_and_is_bound(pods, "policed-4", &light, 5, "an Event held", &scheduler).await;
+        // Nor the Event of another pod no node can take (written behind it, it waited 15 s).
+        let arrived = Instant::now();
+        create(
+            pods,
+            pod_spec("unmuted-1", "duet", None, 64, "policed", &job("1")),
+        )
+        .await;
+        event_saying(admin, "unmuted-1", &["duet:"], Duration::from_secs(40)).await;
+        let took = arrived.elapsed();
+        eprintln!(
+            "unmuted-1 told why {:.1} s after it arrived",
+            took.as_secs_f64()
+        );
+        assert!(took < Duration::from_secs(6), "{}", scheduler.tail(20));
         // The held Event is written once (a write cut short and sent again made a second).
         let why = event_saying(admin, "mute-1", &["duet:"], Duration::from_secs(40)).await;
         tokio::time::sleep(Duration::from_secs(4)).await;
@@ -446,6 +462,85 @@ pub(crate) fn failing_bindings_hold_back_no_other(
             && stderr.contains("refused-2 may not run now; not tried again (duet schedule --once)"),
         "{stderr}"
     );
+    // Fourteen pods of as many priorities, each binding allowed after 2 s: the twelve places for
+    // first tries go to the twelve of highest priority, the other two wait for theirs.
+    let ranked: Vec<String> = (1..=14).map(|k| format!("ranked-{k}")).collect();
+    rt.block_on(async {
+        delete_all(pods).await;
+        for (k, name) in ranked.iter().enumerate() {
+            let priority = (k + 1).to_string();
+            let ranked_job = [
+                ("duet.io/workload", workload),
+                ("duet.io/priority", priority.as_str()),
+            ];
+            create(
+                pods,
+                pod_spec(name, "duet", None, 1, "policed", &ranked_job),
+            )
+            .await;
+        }
+    });
+    allow_after.store(2000, Ordering::Relaxed);
+    let out = schedule_once();
+    allow_after.store(0, Ordering::Relaxed);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let order: Vec<String> = asked
+        .lock()
+        .expect("asked")
+        .iter()
+        .filter(|(p, _)| p.starts_with("ranked-"))
+        .map(|(p, _)| p.clone())
+        .collect();
+    let mut first: Vec<&String> = order.iter().take(12).collect();
+    first.sort();
+    let mut highest: Vec<&String> = ranked[2..].iter().collect();
+    highest.sort();
+    assert_eq!(first, highest, "asked in the order {order:?}");
+    // A pod planned beside one whose binding is then refused, on a GPU for two: it is bound
+    // once the refusal is known, with no record of the refused pod (it was bound naming it,
+    // with a predicted speed that assumed it).
+    rt.block_on(async {
+        delete_all(pods).await;
+        create_node(
+            admin,
+            "duo",
+            "Tesla-V100-SXM2-16GB",
+            1,
+            2,
+            "time-slicing",
+            &[("duet-e2e/pool", "duo")],
+        )
+        .await;
+        create(
+            pods,
+            pod_spec("refused-3", "duet", None, 1, "duo", &job("5")),
+        )
+        .await;
+        create(
+            pods,
+            pod_spec("beside-1", "duet", None, 1, "duo", &job("1")),
+        )
+        .await;
+    });
+    let mut scheduler = spawn_scheduler("schedule-beside.log", &["--interval", "0.3"]);
+    rt.block_on(async {
+        let node = bound_node(pods, "beside-1", Duration::from_secs(30)).await;
+        assert_eq!(node.as_deref(), Some("duo"), "{}", scheduler.tail(20));
+        let placed = pods.get("beside-1").await.expect("beside-1");
+        let annotations = placed.metadata.annotations.unwrap_or_default();
+        let beside = annotations.get("duet.io/beside");
+        assert!(
+            !beside.is_some_and(|b| b.contains("refused-3")),
+            "{annotations:?}; {}",
+            scheduler.tail(20)
+        );
+        assert!(!asked_about(&asked, "refused-3").is_empty());
+    });
+    scheduler.kill();
     rt.block_on(async {
         stop(admin).await;
         delete_all(pods).await;

@@ -229,7 +229,9 @@ pub struct Sent {
 /// to. Pods tried for the first time are sent first, then those whose binding failed before,
 /// each by priority; each kind keeps places of its own ([`FIRST_TRIES_AT_ONCE`],
 /// [`RETRIES_AT_ONCE`]), a pod waiting (until `grace`) for one of its kind. A pod planned beside
-/// pods of `planned` is sent once they are, and not where one is not.
+/// pods whose bindings are in flight (of `planned` or sent before) is sent once they are made
+/// (until `grace`), and not where one is refused or not sent: its record names them and its
+/// predicted speed assumes them.
 pub async fn send_plan(
     planned: &[Bound],
     in_flight: &mut InFlight,
@@ -283,14 +285,26 @@ pub async fn send_plan(
         .partition(|b| failed_before[b.pod.as_str()] == 0);
     first_tries.sort_by(by_priority);
     retries.sort_by(by_priority);
-    let residents = |b: &Bound| -> Vec<&str> {
+    // The pods (UIDs) a binding's pod was planned beside: of the plan, or assumed on its node.
+    let residents = |b: &Bound| -> Vec<String> {
         let (beside, _) = b.shape.beside();
-        beside
-            .iter()
-            .flat_map(|names| names.split(','))
-            .filter_map(|name| uid_of.get(name).copied())
+        let Some(names) = beside else {
+            return Vec::new();
+        };
+        let c = view.read();
+        let on_node = c.on_node(&b.node);
+        names
+            .split(',')
+            .filter_map(|name| match uid_of.get(name) {
+                Some(uid) => Some(uid.to_string()),
+                None => on_node
+                    .iter()
+                    .find(|p| p.key() == name)
+                    .map(|p| p.uid.clone()),
+            })
             .collect()
     };
+    let in_plan: HashSet<&str> = planned.iter().map(|b| b.pod.as_str()).collect();
     let mut sent_now: HashSet<&str> = HashSet::new();
     let mut not_sent = 0;
     let mut to_send: Vec<&Bound> = first_tries.into_iter().chain(retries).collect();
@@ -299,13 +313,18 @@ pub async fn send_plan(
         let before = sent_now.len();
         let mut queue = to_send.into_iter();
         for b in queue.by_ref() {
+            // A pod planned beside others goes once their bindings are made (its record names
+            // them and its predicted speed assumes them), and not where one is refused.
             let after_them = residents(b);
-            if after_them.iter().any(|u| not_bound.iter().any(|n| n == u)) {
+            if after_them.iter().any(|u| not_bound.contains(u)) {
                 not_bound.push(b.pod.clone());
                 not_sent += 1;
                 continue;
             }
-            if !after_them.iter().all(|u| sent_now.contains(u)) {
+            if after_them.iter().any(|u| {
+                in_flight.holds(u)
+                    || (in_plan.contains(u.as_str()) && !sent_now.contains(u.as_str()))
+            }) {
                 later.push(b);
                 continue;
             }
@@ -337,12 +356,30 @@ pub async fn send_plan(
             in_flight.send(kube, view, b, pod, retry);
             sent_now.insert(&b.pod);
         }
-        if later.is_empty() || sent_now.len() == before {
-            for b in later {
-                not_bound.push(b.pod.clone());
-                not_sent += 1;
-            }
+        if later.is_empty() {
             break;
+        }
+        // Nothing sent this pass: the pods left wait for their residents' bindings, until
+        // `grace`; those whose residents are neither in flight nor of the plan wait for a step.
+        if sent_now.len() == before {
+            let waits_on_flight = later
+                .iter()
+                .any(|b| residents(b).iter().any(|u| in_flight.holds(u)));
+            let outcome = if waits_on_flight {
+                in_flight.next(grace).await
+            } else {
+                None
+            };
+            match outcome {
+                Some(outcome) => failed.extend(outcome_of(outcome, &mut not_bound)),
+                None => {
+                    for b in later {
+                        not_bound.push(b.pod.clone());
+                        not_sent += 1;
+                    }
+                    break;
+                }
+            }
         }
         to_send = later;
     }

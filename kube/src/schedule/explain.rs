@@ -181,46 +181,158 @@ pub(super) fn to_explain(
 /// Events queued for writing at most: beyond it a step leaves the rest to a later step.
 pub const EVENTS_QUEUED: usize = 1024;
 
-/// What tells pods why they wait: Events written one after another by a task of their own, so
-/// an API server slow to take them (the client retries 429 and 503 for minutes on its own) holds
-/// back no step, and no write is cut short (one cut short but committed was written again, a
-/// second Event with the same message). An Event whose pod is bound or gone by its turn is not
-/// written; one whose write fails is told again at a later step.
+/// Events written at once: an API server slow to take each (seconds under load) keeps a queue
+/// of pods waiting this many times less behind; a pod's own Events are written one after another.
+pub const EVENTS_AT_ONCE: usize = 4;
+
+/// A pod (UID) and the message of an Event about it.
+type Told = (String, String);
+
+/// What tells pods why they wait: Events written by a task of their own, [`EVENTS_AT_ONCE`] at
+/// a time, so an API server slow to take them (the client retries 429 and 503 for minutes on its
+/// own) holds back no step, and no write is cut short (one cut short but committed was written
+/// again, a second Event with the same message). An Event whose pod is bound or gone by its turn
+/// is not written, nor one a later message about its pod has replaced in the queue; one whose
+/// write fails is told again at a later step.
 #[derive(Debug)]
 pub(super) struct Teller {
-    queue: mpsc::Sender<(ObjectReference, Event)>,
+    queue: mpsc::Sender<Queued>,
     writer: tokio::task::JoinHandle<()>,
     /// The pods (UIDs) and messages whose Events could not be written.
-    unwritten: Arc<Mutex<Vec<(String, String)>>>,
+    unwritten: Arc<Mutex<Vec<Told>>>,
+    /// For each pod with an Event queued or being written, the last message queued.
+    latest: Arc<Mutex<HashMap<String, String>>>,
+}
+
+/// Forgets `told` as the last message queued about its pod, where it still is.
+fn written(latest: &Mutex<HashMap<String, String>>, (uid, note): &Told) {
+    if let Ok(mut latest) = latest.lock()
+        && latest.get(uid) == Some(note)
+    {
+        latest.remove(uid);
+    }
+}
+
+/// An Event to write: about which pod, and what.
+type Queued = (ObjectReference, Event);
+
+/// The task that writes the Events queued, [`EVENTS_AT_ONCE`] at a time: an Event about a pod
+/// whose Event is being written waits for it (the last such one only), holding back no other.
+struct Writer {
+    recorder: Recorder,
+    view: View,
+    latest: Arc<Mutex<HashMap<String, String>>>,
+    unwritten: Arc<Mutex<Vec<Told>>>,
+    writing: tokio::task::JoinSet<(Told, Option<String>)>,
+    /// The pod (UID) of each write.
+    pods: HashMap<tokio::task::Id, String>,
+    /// Pods (UIDs) whose Event is being written, each with the next one about it, if any.
+    deferred: HashMap<String, Option<Queued>>,
+}
+
+impl Writer {
+    async fn run(mut self, mut queued: mpsc::Receiver<Queued>) {
+        loop {
+            tokio::select! {
+                Some(joined) = self.writing.join_next_with_id(), if !self.writing.is_empty() => {
+                    self.finished(joined);
+                }
+                received = queued.recv(), if self.writing.len() < EVENTS_AT_ONCE => {
+                    match received {
+                        Some(next) => self.take(next),
+                        None => break,
+                    }
+                }
+            }
+        }
+        while let Some(joined) = self.writing.join_next_with_id().await {
+            self.finished(joined);
+        }
+    }
+
+    /// Writes `next`, or has it wait for the Event being written about its pod; drops it where
+    /// its pod is bound or gone, or a later message about it was queued.
+    fn take(&mut self, (reference, event): Queued) {
+        let uid = reference.uid.clone().unwrap_or_default();
+        let told = (uid, event.note.clone().unwrap_or_default());
+        let waiting = self
+            .view
+            .read()
+            .pod(&told.0)
+            .is_some_and(|p| p.node.is_none());
+        let replaced = self
+            .latest
+            .lock()
+            .is_ok_and(|l| l.get(&told.0).is_some_and(|n| *n != told.1));
+        if !waiting || replaced {
+            written(&self.latest, &told);
+            return;
+        }
+        if let Some(next) = self.deferred.get_mut(&told.0) {
+            *next = Some((reference, event));
+            return;
+        }
+        self.deferred.insert(told.0.clone(), None);
+        let recorder = self.recorder.clone();
+        let uid = told.0.clone();
+        let task = self.writing.spawn(async move {
+            let error = recorder.publish(&event, &reference).await.err();
+            (told, error.map(|e| e.to_string()))
+        });
+        self.pods.insert(task.id(), uid);
+    }
+
+    /// Takes in a write finished, and starts the next one about its pod.
+    fn finished(
+        &mut self,
+        joined: Result<(tokio::task::Id, (Told, Option<String>)), tokio::task::JoinError>,
+    ) {
+        let id = match &joined {
+            Ok((id, _)) => *id,
+            Err(e) => e.id(),
+        };
+        let uid = self.pods.remove(&id).unwrap_or_default();
+        let next = self.deferred.remove(&uid).flatten();
+        match joined {
+            Ok((_, (told, error))) => {
+                written(&self.latest, &told);
+                if let Some(e) = error {
+                    tracing::warn!("event for pod {uid}: {e}; told again at a later step");
+                    if let Ok(mut failed) = self.unwritten.lock() {
+                        failed.push(told);
+                    }
+                }
+            }
+            // A write cannot fail but by a panic; the pod is told at a later step.
+            Err(e) => tracing::warn!("an Event's task: {e}"),
+        }
+        if let Some(next) = next {
+            self.take(next);
+        }
+    }
 }
 
 impl Teller {
     /// Starts the task that writes the Events, through `recorder`, of pods still waiting in
     /// `view`.
     pub(super) fn start(recorder: Recorder, view: View) -> Teller {
-        let (queue, mut queued) = mpsc::channel::<(ObjectReference, Event)>(EVENTS_QUEUED);
-        let unwritten: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
-        let failed = unwritten.clone();
-        let writer = tokio::spawn(async move {
-            while let Some((reference, event)) = queued.recv().await {
-                let uid = reference.uid.clone().unwrap_or_default();
-                let waiting = view.read().pod(&uid).is_some_and(|p| p.node.is_none());
-                if !waiting {
-                    continue;
-                }
-                if let Err(e) = recorder.publish(&event, &reference).await {
-                    let pod = reference.name.unwrap_or_default();
-                    tracing::warn!("event for {pod}: {e}; told again at a later step");
-                    if let Ok(mut failed) = failed.lock() {
-                        failed.push((uid, event.note.unwrap_or_default()));
-                    }
-                }
-            }
-        });
+        let (queue, queued) = mpsc::channel::<Queued>(EVENTS_QUEUED);
+        let unwritten: Arc<Mutex<Vec<Told>>> = Arc::default();
+        let latest: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+        let writer = Writer {
+            recorder,
+            view,
+            latest: latest.clone(),
+            unwritten: unwritten.clone(),
+            writing: tokio::task::JoinSet::new(),
+            pods: HashMap::new(),
+            deferred: HashMap::new(),
+        };
         Teller {
             queue,
-            writer,
+            writer: tokio::spawn(writer.run(queued)),
             unwritten,
+            latest,
         }
     }
 
@@ -261,7 +373,20 @@ impl Teller {
                 action: "Scheduling".into(),
                 secondary: None,
             };
+            // Noted before it is queued, so that the writer never takes it for replaced.
+            let note = event.note.clone().unwrap_or_default();
+            let before = self
+                .latest
+                .lock()
+                .ok()
+                .and_then(|mut latest| latest.insert(pod.uid.clone(), note));
             if self.queue.try_send((reference, event)).is_err() {
+                if let Ok(mut latest) = self.latest.lock() {
+                    match before {
+                        Some(note) => latest.insert(pod.uid.clone(), note),
+                        None => latest.remove(&pod.uid),
+                    };
+                }
                 tracing::warn!(
                     "events: {EVENTS_QUEUED} queued and not yet written; the rest wait for a later \
                      step"
