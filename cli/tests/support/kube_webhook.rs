@@ -462,9 +462,9 @@ pub(crate) fn failing_bindings_hold_back_no_other(
             && stderr.contains("refused-2 may not run now; not tried again (duet schedule --once)"),
         "{stderr}"
     );
-    // Fourteen pods of as many priorities, each binding allowed after 2 s: the twelve places for
-    // first tries go to the twelve of highest priority, the other two wait for theirs.
-    let ranked: Vec<String> = (1..=14).map(|k| format!("ranked-{k}")).collect();
+    // Eighteen pods of as many priorities, each binding allowed after 2 s: the sixteen places go
+    // to the sixteen of highest priority, the other two wait for theirs.
+    let ranked: Vec<String> = (1..=18).map(|k| format!("ranked-{k}")).collect();
     rt.block_on(async {
         delete_all(pods).await;
         for (k, name) in ranked.iter().enumerate() {
@@ -495,7 +495,7 @@ pub(crate) fn failing_bindings_hold_back_no_other(
         .filter(|(p, _)| p.starts_with("ranked-"))
         .map(|(p, _)| p.clone())
         .collect();
-    let mut first: Vec<&String> = order.iter().take(12).collect();
+    let mut first: Vec<&String> = order.iter().take(16).collect();
     first.sort();
     let mut highest: Vec<&String> = ranked[2..].iter().collect();
     highest.sort();

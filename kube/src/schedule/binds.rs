@@ -26,9 +26,11 @@ use super::queue::{self, Backlog};
 pub const BIND_AT_ONCE: usize = 16;
 
 /// Of those, the most that may be bindings of pods whose binding failed before, and the most
-/// that may be first tries: however many pods a policy keeps refusing, slowly, ahead of the
-/// others, pods tried for the first time keep 8 places, and however many new pods it refuses,
-/// pods tried again (a pod of high priority refused once) keep 4.
+/// that may be first tries while pods tried again wait in the plan: however many pods a policy
+/// keeps refusing, slowly, ahead of the others, pods tried for the first time keep 8 places, and
+/// however many new pods it refuses, pods tried again (a pod of high priority refused once) keep
+/// 4. A plan with no pod tried again sends first tries into all 16 (BENCHMARKS.md: kept to 12,
+/// a backlog behind a slow webhook was bound a quarter slower).
 pub const RETRIES_AT_ONCE: usize = BIND_AT_ONCE / 2;
 pub const FIRST_TRIES_AT_ONCE: usize = BIND_AT_ONCE * 3 / 4;
 
@@ -227,8 +229,8 @@ pub struct Sent {
 /// Sends the bindings of `planned` (a plan's, in its order) and waits for them until `grace`
 /// (none: until each is answered), taking in through `take_in` what they and older bindings come
 /// to. Pods tried for the first time are sent first, then those whose binding failed before,
-/// each by priority; each kind keeps places of its own ([`FIRST_TRIES_AT_ONCE`],
-/// [`RETRIES_AT_ONCE`]), a pod waiting (until `grace`) for one of its kind. A pod planned beside
+/// each by priority; each kind keeps places of its own ([`FIRST_TRIES_AT_ONCE`] where retries
+/// are planned, [`RETRIES_AT_ONCE`]), a pod waiting (until `grace`) for one of its kind. A pod planned beside
 /// pods whose bindings are in flight (of `planned` or sent before) is sent once they are made
 /// (until `grace`), and not where one is refused or not sent: its record names them and its
 /// predicted speed assumes them.
@@ -283,6 +285,7 @@ pub async fn send_plan(
     let (mut first_tries, mut retries): (Vec<&Bound>, Vec<&Bound>) = planned
         .iter()
         .partition(|b| failed_before[b.pod.as_str()] == 0);
+    let retries_planned = !retries.is_empty();
     first_tries.sort_by(by_priority);
     retries.sort_by(by_priority);
     // The pods (UIDs) a binding's pod was planned beside: of the plan, or assumed on its node.
@@ -334,7 +337,7 @@ pub async fn send_plan(
                     || if retry {
                         f.retries() >= RETRIES_AT_ONCE
                     } else {
-                        f.first_tries() >= FIRST_TRIES_AT_ONCE
+                        retries_planned && f.first_tries() >= FIRST_TRIES_AT_ONCE
                     }
             };
             while full(in_flight) {
