@@ -764,6 +764,23 @@ async fn step(
         failed,
     } = binds::send_plan(&plan.bound, in_flight, kube, &mut take_in, grace).await;
     failures.extend(failed);
+    // A pod planned and not sent is told so (its last Event may say it found no place).
+    let unsent: Vec<(PodInfo, String)> = {
+        let c = view.read();
+        not_sent
+            .iter()
+            .filter_map(|(b, why)| {
+                let pod = c.pod(&b.pod).filter(|p| p.node.is_none())?;
+                let why = why.why();
+                let message = format!(
+                    "duet: planned on {}, but {why}; planned again at the next step",
+                    b.node
+                );
+                Some((pod.clone(), message))
+            })
+            .collect()
+    };
+    let not_sent = not_sent.len();
     let still_sent = in_flight.len();
     for uid in &not_bound {
         after.remove_pod(uid);
@@ -776,7 +793,7 @@ async fn step(
         metrics.held_back.set(held_back as i64);
         metrics.in_flight.set(still_sent as i64);
     }
-    teller.tell(told, failures.iter().chain(&reasons));
+    teller.tell(told, failures.iter().chain(&reasons).chain(&unsent));
     tracing::info!(
         "step: {} pending, {sent} bindings sent, {not_sent} planned and not sent ({BIND_AT_ONCE} in flight at most), {bound} bound, {} failed, {still_sent} unanswered yet, {waiting} left, {} told why, {held_back} held back after a failed binding ({} rounds, {} pairs predicted, planned in {:.1} ms)",
         sent + not_sent + waiting + held_back,

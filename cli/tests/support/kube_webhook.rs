@@ -252,8 +252,9 @@ async fn arrives_and_is_bound(
 /// leaving room for a pod that arrives (bound within 3 s); and an Event the API server holds 15 s
 /// holds back no binding (bound within 5 s; a step waited for it) nor another pod's Event
 /// (written within 6 s; behind it, 15 s) and is written once; `--once` with a binding refused
-/// exits non-zero, saying so, and sends first tries by priority; a pod planned beside a pod whose
-/// binding is refused is bound without naming it.
+/// exits non-zero, saying so, and sends first tries by priority (a running scheduler tells the
+/// pods left out of the places so); a pod planned beside a pod whose binding is refused is bound
+/// without naming it.
 pub(crate) fn failing_bindings_hold_back_no_other(
     rt: &tokio::runtime::Runtime,
     admin: &kube::Client,
@@ -500,6 +501,43 @@ pub(crate) fn failing_bindings_hold_back_no_other(
     let mut highest: Vec<&String> = ranked[2..].iter().collect();
     highest.sort();
     assert_eq!(first, highest, "asked in the order {order:?}");
+    // The same under a running scheduler: the two left out of the sixteen places at the step
+    // are told so (their last Event would otherwise stand), and bound at a later step.
+    rt.block_on(async {
+        delete_all(pods).await;
+        for k in 1..=18 {
+            let priority = k.to_string();
+            let waiting_job = [
+                ("duet.io/workload", workload),
+                ("duet.io/priority", priority.as_str()),
+            ];
+            let name = format!("waiting-{k}");
+            create(
+                pods,
+                pod_spec(&name, "duet", None, 1, "policed", &waiting_job),
+            )
+            .await;
+        }
+    });
+    allow_after.store(2000, Ordering::Relaxed);
+    let mut scheduler = spawn_scheduler("schedule-waiting.log", &["--interval", "0.3"]);
+    rt.block_on(async {
+        let why = event_saying(
+            admin,
+            "waiting-1",
+            &["duet: planned on policed", "not sent", "places"],
+            Duration::from_secs(20),
+        )
+        .await;
+        eprintln!("waiting-1 told: {why}");
+        for k in [1, 2, 18] {
+            let name = format!("waiting-{k}");
+            let node = bound_node(pods, &name, Duration::from_secs(20)).await;
+            assert_eq!(node.as_deref(), Some("policed"), "{}", scheduler.tail(20));
+        }
+    });
+    scheduler.kill();
+    allow_after.store(0, Ordering::Relaxed);
     // A pod planned beside one whose binding is then refused, on a GPU for two: it is bound
     // once the refusal is known, with no record of the refused pod (it was bound naming it,
     // with a predicted speed that assumed it).

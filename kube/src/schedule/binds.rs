@@ -214,13 +214,42 @@ impl<'a> TakeIn<'a> {
     }
 }
 
-/// What a step's bindings came to: sent, planned and not sent (their places taken), made, and
+/// Why a binding planned was not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unsent {
+    /// Every place for a binding of its kind stayed taken until the step's grace ran out.
+    NoPlace,
+    /// A pod it was planned beside was not bound (refused, unreachable, or not sent).
+    BesideFailed,
+    /// The bindings of pods it was planned beside were not answered within the step.
+    BesideUnbound,
+}
+
+impl Unsent {
+    /// What the pod's Event says, after where it was planned.
+    pub fn why(self) -> String {
+        match self {
+            Unsent::NoPlace => format!(
+                "its binding was not sent: the places for bindings in flight ({BIND_AT_ONCE} at \
+                 most) stayed taken"
+            ),
+            Unsent::BesideFailed => {
+                "its binding was not sent: a pod it was to join was not bound".to_string()
+            }
+            Unsent::BesideUnbound => "its binding was not sent: the bindings of the pods it was \
+                                      to join were not answered yet"
+                .to_string(),
+        }
+    }
+}
+
+/// What a step's bindings came to: sent, planned and not sent (and why), made, and
 /// the pods not bound (refused, unreachable or not sent: the room they were to take stays free,
 /// and is not taken for room freed at the next step); the failures with what to tell their pods.
 #[derive(Debug, Default)]
 pub struct Sent {
     pub sent: usize,
-    pub not_sent: usize,
+    pub not_sent: Vec<(Bound, Unsent)>,
     pub bound: usize,
     pub not_bound: Vec<String>,
     pub failed: Vec<(PodInfo, String)>,
@@ -309,7 +338,7 @@ pub async fn send_plan(
     };
     let in_plan: HashSet<&str> = planned.iter().map(|b| b.pod.as_str()).collect();
     let mut sent_now: HashSet<&str> = HashSet::new();
-    let mut not_sent = 0;
+    let mut not_sent: Vec<(Bound, Unsent)> = Vec::new();
     let mut to_send: Vec<&Bound> = first_tries.into_iter().chain(retries).collect();
     'send: loop {
         let mut later = Vec::new();
@@ -321,7 +350,7 @@ pub async fn send_plan(
             let after_them = residents(b);
             if after_them.iter().any(|u| not_bound.contains(u)) {
                 not_bound.push(b.pod.clone());
-                not_sent += 1;
+                not_sent.push((b.clone(), Unsent::BesideFailed));
                 continue;
             }
             if after_them.iter().any(|u| {
@@ -344,9 +373,13 @@ pub async fn send_plan(
                 match in_flight.next(grace).await {
                     Some(outcome) => failed.extend(outcome_of(outcome, &mut not_bound)),
                     None => {
-                        for b in std::iter::once(b).chain(queue).chain(later) {
+                        for b in std::iter::once(b).chain(queue) {
                             not_bound.push(b.pod.clone());
-                            not_sent += 1;
+                            not_sent.push((b.clone(), Unsent::NoPlace));
+                        }
+                        for b in later {
+                            not_bound.push(b.pod.clone());
+                            not_sent.push((b.clone(), Unsent::BesideUnbound));
                         }
                         break 'send;
                     }
@@ -378,7 +411,7 @@ pub async fn send_plan(
                 None => {
                     for b in later {
                         not_bound.push(b.pod.clone());
-                        not_sent += 1;
+                        not_sent.push((b.clone(), Unsent::BesideUnbound));
                     }
                     break;
                 }
