@@ -242,6 +242,23 @@ async fn arrives_and_is_bound(
     );
 }
 
+/// Creates eighteen one-GPU pods of `workload` on the node `policed`, `{prefix}-1` to
+/// `{prefix}-18`, each of the priority its number says; returns their names in that order.
+async fn create_ranked(pods: &Api<Pod>, prefix: &str, workload: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for k in 1..=18 {
+        let priority = k.to_string();
+        let job = [
+            ("duet.io/workload", workload),
+            ("duet.io/priority", priority.as_str()),
+        ];
+        let name = format!("{prefix}-{k}");
+        create(pods, pod_spec(&name, "duet", None, 1, "policed", &job)).await;
+        names.push(name);
+    }
+    names
+}
+
 /// Bindings the API server refuses, through the webhook: a pod refused at once is held back for
 /// longer each time (asked about 3 to 5 times in 9 s from its first refusal: 1, 2, 4 s apart; tried
 /// at every step of 0.3 s, it was asked about some 30 times) and its Event says so; three pods
@@ -465,21 +482,9 @@ pub(crate) fn failing_bindings_hold_back_no_other(
     );
     // Eighteen pods of as many priorities, each binding allowed after 2 s: the sixteen places go
     // to the sixteen of highest priority, the other two wait for theirs.
-    let ranked: Vec<String> = (1..=18).map(|k| format!("ranked-{k}")).collect();
-    rt.block_on(async {
+    let ranked = rt.block_on(async {
         delete_all(pods).await;
-        for (k, name) in ranked.iter().enumerate() {
-            let priority = (k + 1).to_string();
-            let ranked_job = [
-                ("duet.io/workload", workload),
-                ("duet.io/priority", priority.as_str()),
-            ];
-            create(
-                pods,
-                pod_spec(name, "duet", None, 1, "policed", &ranked_job),
-            )
-            .await;
-        }
+        create_ranked(pods, "ranked", workload).await
     });
     allow_after.store(2000, Ordering::Relaxed);
     let out = schedule_once();
@@ -505,19 +510,7 @@ pub(crate) fn failing_bindings_hold_back_no_other(
     // are told so (their last Event would otherwise stand), and bound at a later step.
     rt.block_on(async {
         delete_all(pods).await;
-        for k in 1..=18 {
-            let priority = k.to_string();
-            let waiting_job = [
-                ("duet.io/workload", workload),
-                ("duet.io/priority", priority.as_str()),
-            ];
-            let name = format!("waiting-{k}");
-            create(
-                pods,
-                pod_spec(&name, "duet", None, 1, "policed", &waiting_job),
-            )
-            .await;
-        }
+        create_ranked(pods, "waiting", workload).await;
     });
     allow_after.store(2000, Ordering::Relaxed);
     let mut scheduler = spawn_scheduler("schedule-waiting.log", &["--interval", "0.3"]);
