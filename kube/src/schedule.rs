@@ -771,12 +771,7 @@ async fn step(
             .iter()
             .filter_map(|(b, why)| {
                 let pod = c.pod(&b.pod).filter(|p| p.node.is_none())?;
-                let why = why.why();
-                let message = format!(
-                    "duet: planned on {}, but {why}; planned again at the next step",
-                    b.node
-                );
-                Some((pod.clone(), message))
+                Some((pod.clone(), why.message(&b.node)))
             })
             .collect()
     };

@@ -226,20 +226,21 @@ pub enum Unsent {
 }
 
 impl Unsent {
-    /// What the pod's Event says, after where it was planned.
-    pub fn why(self) -> String {
-        match self {
-            Unsent::NoPlace => format!(
-                "its binding was not sent: the places for bindings in flight ({BIND_AT_ONCE} at \
-                 most) stayed taken"
-            ),
-            Unsent::BesideFailed => {
-                "its binding was not sent: a pod it was to join was not bound".to_string()
+    /// What the Event of a pod planned on `node` and not sent says.
+    pub fn message(self, node: &str) -> String {
+        let why = match self {
+            Unsent::NoPlace => {
+                &format!("the places for bindings in flight ({BIND_AT_ONCE} at most) stayed taken")
             }
-            Unsent::BesideUnbound => "its binding was not sent: the bindings of the pods it was \
-                                      to join were not answered yet"
-                .to_string(),
-        }
+            Unsent::BesideFailed => "a pod it was to join was not bound",
+            Unsent::BesideUnbound => {
+                "the bindings of the pods it was to join were not answered yet"
+            }
+        };
+        format!(
+            "duet: planned on {node}, but its binding was not sent: {why}; planned again at the next \
+             step"
+        )
     }
 }
 
@@ -259,10 +260,10 @@ pub struct Sent {
 /// (none: until each is answered), taking in through `take_in` what they and older bindings come
 /// to. Pods tried for the first time are sent first, then those whose binding failed before,
 /// each by priority; each kind keeps places of its own ([`FIRST_TRIES_AT_ONCE`] where retries
-/// are planned, [`RETRIES_AT_ONCE`]), a pod waiting (until `grace`) for one of its kind. A pod planned beside
-/// pods whose bindings are in flight (of `planned` or sent before) is sent once they are made
-/// (until `grace`), and not where one is refused or not sent: its record names them and its
-/// predicted speed assumes them.
+/// are planned, [`RETRIES_AT_ONCE`]), a pod waiting (until `grace`) for one of its kind. A pod
+/// planned beside pods whose bindings are in flight (of `planned` or sent before) is sent once
+/// they are made (until `grace`), and not where one is refused or not sent: its record names them
+/// and its predicted speed assumes them.
 pub async fn send_plan(
     planned: &[Bound],
     in_flight: &mut InFlight,
