@@ -303,7 +303,8 @@ impl Writer {
                     }
                 }
             }
-            // A write cannot fail but by a panic; the pod is told at a later step.
+            // A write cannot fail but by a panic; its pod is told again once what it is told
+            // changes.
             Err(e) => tracing::warn!("an Event's task: {e}"),
         }
         if let Some(next) = next {
@@ -373,20 +374,25 @@ impl Teller {
                 action: "Scheduling".into(),
                 secondary: None,
             };
-            // Noted before it is queued, so that the writer never takes it for replaced.
+            // Noted before it is queued, so that the writer never takes it for replaced, and
+            // under the lock until it is queued or put back: the writer, taking a message of the
+            // pod queued before, waits for the note it compares with to be settled.
             let note = event.note.clone().unwrap_or_default();
-            let before = self
-                .latest
-                .lock()
-                .ok()
-                .and_then(|mut latest| latest.insert(pod.uid.clone(), note));
-            if self.queue.try_send((reference, event)).is_err() {
-                if let Ok(mut latest) = self.latest.lock() {
-                    match before {
-                        Some(note) => latest.insert(pod.uid.clone(), note),
-                        None => latest.remove(&pod.uid),
-                    };
+            let queued = match self.latest.lock() {
+                Ok(mut latest) => {
+                    let before = latest.insert(pod.uid.clone(), note);
+                    let queued = self.queue.try_send((reference, event)).is_ok();
+                    if !queued {
+                        match before {
+                            Some(note) => latest.insert(pod.uid.clone(), note),
+                            None => latest.remove(&pod.uid),
+                        };
+                    }
+                    queued
                 }
+                Err(_) => self.queue.try_send((reference, event)).is_ok(),
+            };
+            if !queued {
                 tracing::warn!(
                     "events: {EVENTS_QUEUED} queued and not yet written; the rest wait for a later \
                      step"
