@@ -771,7 +771,7 @@ async fn step(
             .iter()
             .filter_map(|(b, why)| {
                 let pod = c.pod(&b.pod).filter(|p| p.node.is_none())?;
-                Some((pod.clone(), why.message(&b.node)))
+                Some((pod.clone(), why.message(&b.node, config.once)))
             })
             .collect()
     };

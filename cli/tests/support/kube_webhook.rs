@@ -1,7 +1,8 @@
 //! An admission webhook for the Kubernetes end-to-end test, as a cluster's policy engine is one:
 //! the API server asks it about every pod binding (`pods/binding`), over TLS with the control
 //! plane's own serving certificate, and it answers by the pod's name: `slow-*` refused after
-//! [`SLOW`], `refused-*` refused at once, any other allowed (after `Webhook::allow_after`). It
+//! [`SLOW`], `refused-*` refused at once, `again-*` refused at once the first time it is asked,
+//! any other allowed (after `Webhook::allow_after`). It
 //! notes which pods it was asked about, and when. It also holds each Event about a `mute-*` pod
 //! [`MUTE`] before it lets it be written. Then the case it serves: `duet schedule`
 //! against bindings that fail.
@@ -165,7 +166,8 @@ where
                 .lock()
                 .expect("noted")
                 .push((pod.clone(), Instant::now()));
-            binding(&pod, allow_after).await
+            let first = asked_about(noted, &pod).len() == 1;
+            binding(&pod, first, allow_after).await
         };
         let pod = request["name"].as_str().unwrap_or_default();
         let mut response = json!({"uid": request["uid"], "allowed": !refused});
@@ -189,12 +191,13 @@ where
     }
 }
 
-/// Whether the binding of `pod` is refused, after the time it takes.
-async fn binding(pod: &str, allow_after: &AtomicU64) -> bool {
+/// Whether the binding of `pod` (`first`: the first time it is asked) is refused, after the time
+/// it takes.
+async fn binding(pod: &str, first: bool, allow_after: &AtomicU64) -> bool {
     if pod.starts_with("slow-") {
         tokio::time::sleep(SLOW).await;
         true
-    } else if pod.starts_with("refused-") {
+    } else if pod.starts_with("refused-") || (first && pod.starts_with("again-")) {
         true
     } else {
         let wait = allow_after.load(Ordering::Relaxed);
@@ -270,8 +273,10 @@ async fn create_ranked(pods: &Api<Pod>, prefix: &str, workload: &str) -> Vec<Str
 /// holds back no binding (bound within 5 s; a step waited for it) nor another pod's Event
 /// (written within 6 s; behind it, 15 s) and is written once; `--once` with a binding refused
 /// exits non-zero, saying so, and sends first tries by priority (a running scheduler tells the
-/// pods left out of the places so); a pod planned beside a pod whose binding is refused is bound
-/// without naming it.
+/// pods left out of the places so); a pod refused once is tried again beside first tries that
+/// fill their places (within 2.5 s; behind them, 3 s); a pod planned beside a pod whose binding
+/// is refused, of its step or sent at an earlier one, is bound without naming it, and under
+/// `--once` is told it is not tried again.
 pub(crate) fn failing_bindings_hold_back_no_other(
     rt: &tokio::runtime::Runtime,
     admin: &kube::Client,
@@ -530,6 +535,53 @@ pub(crate) fn failing_bindings_hold_back_no_other(
         }
     });
     scheduler.kill();
+    // A pod tried again keeps its places while first tries wait for theirs: refused once, it is
+    // sent again at the first step after its backoff (1 s), beside fourteen first tries in flight
+    // (the twelve places of first tries taken) and four waiting. (Sent after the first tries, it
+    // waited for them: 3 s at the least.)
+    rt.block_on(async {
+        delete_all(pods).await;
+        create(
+            pods,
+            pod_spec("again-1", "duet", None, 1, "policed", &job("50")),
+        )
+        .await;
+        for k in 1..=14 {
+            let name = format!("queued-{k}");
+            create(pods, pod_spec(&name, "duet", None, 1, "policed", &job("1"))).await;
+        }
+    });
+    allow_after.store(3000, Ordering::Relaxed);
+    let mut scheduler = spawn_scheduler("schedule-again.log", &["--interval", "0.3"]);
+    rt.block_on(async {
+        let started = Instant::now();
+        while asked_about(&asked, "again-1").is_empty() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{}",
+                scheduler.tail(20)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for k in 1..=4 {
+            let name = format!("late-{k}");
+            create(pods, pod_spec(&name, "duet", None, 1, "policed", &job("1"))).await;
+        }
+        let node = bound_node(pods, "again-1", Duration::from_secs(30)).await;
+        assert_eq!(node.as_deref(), Some("policed"), "{}", scheduler.tail(20));
+        let tries = asked_about(&asked, "again-1");
+        let apart = tries[1] - tries[0];
+        eprintln!(
+            "again-1 tried again {:.1} s after its refusal",
+            apart.as_secs_f64()
+        );
+        assert!(
+            apart < Duration::from_millis(2500),
+            "{}",
+            scheduler.tail(20)
+        );
+    });
+    scheduler.kill();
     allow_after.store(0, Ordering::Relaxed);
     // A pod planned beside one whose binding is then refused, on a GPU for two: it is bound
     // once the refusal is known, with no record of the refused pod (it was bound naming it,
@@ -570,8 +622,68 @@ pub(crate) fn failing_bindings_hold_back_no_other(
             scheduler.tail(20)
         );
         assert!(!asked_about(&asked, "refused-3").is_empty());
+        // The same where the refused pod's binding was sent at an earlier step: found beside it
+        // by its node, it was no longer found there once refused, and was named.
+        delete_all(pods).await;
+        create(pods, pod_spec("slow-4", "duet", None, 1, "duo", &job("1"))).await;
+        let sent = Instant::now();
+        while asked_about(&asked, "slow-4").is_empty() {
+            assert!(
+                sent.elapsed() < Duration::from_secs(20),
+                "{}",
+                scheduler.tail(20)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        create(
+            pods,
+            pod_spec("beside-2", "duet", None, 1, "duo", &job("5")),
+        )
+        .await;
+        let node = bound_node(pods, "beside-2", Duration::from_secs(30)).await;
+        assert_eq!(node.as_deref(), Some("duo"), "{}", scheduler.tail(20));
+        let placed = pods.get("beside-2").await.expect("beside-2");
+        let annotations = placed.metadata.annotations.unwrap_or_default();
+        assert!(
+            !annotations
+                .get("duet.io/beside")
+                .is_some_and(|b| b.contains("slow-4")),
+            "{annotations:?}; {}",
+            scheduler.tail(20)
+        );
     });
     scheduler.kill();
+    // Under `--once`, a pod planned beside one whose binding is refused is told it is not tried
+    // again (there is no next step).
+    rt.block_on(async {
+        delete_all(pods).await;
+        create(
+            pods,
+            pod_spec("refused-5", "duet", None, 1, "duo", &job("5")),
+        )
+        .await;
+        create(
+            pods,
+            pod_spec("beside-3", "duet", None, 1, "duo", &job("1")),
+        )
+        .await;
+    });
+    let out = schedule_once();
+    assert!(!out.status.success());
+    rt.block_on(async {
+        let why = event_saying(
+            admin,
+            "beside-3",
+            &["not sent", "a pod it was to join was not bound"],
+            Duration::from_secs(10),
+        )
+        .await;
+        assert!(
+            why.contains("not tried again (duet schedule --once)"),
+            "{why}; {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
     rt.block_on(async {
         stop(admin).await;
         delete_all(pods).await;

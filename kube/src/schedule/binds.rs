@@ -217,30 +217,68 @@ impl<'a> TakeIn<'a> {
 /// Why a binding planned was not sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unsent {
-    /// Every place for a binding of its kind stayed taken until the step's grace ran out.
-    NoPlace,
+    /// The places for a binding of its kind stayed taken until the step's grace ran out.
+    NoPlace(Places),
     /// A pod it was planned beside was not bound (refused, unreachable, or not sent).
     BesideFailed,
     /// The bindings of pods it was planned beside were not answered within the step.
     BesideUnbound,
 }
 
+/// Which of the places for bindings in flight were all taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Places {
+    /// All of them ([`BIND_AT_ONCE`]).
+    All,
+    /// Those of first tries while pods tried again wait ([`FIRST_TRIES_AT_ONCE`]).
+    FirstTries,
+    /// Those of pods tried again ([`RETRIES_AT_ONCE`]).
+    Retries,
+}
+
+impl Places {
+    /// Which places a binding (`retry`: of a pod whose binding failed before) waits for while
+    /// `in_flight` holds what it does, `retries_planned` where pods tried again wait in the plan;
+    /// `None` where it has one.
+    fn taken(in_flight: &InFlight, retry: bool, retries_planned: bool) -> Option<Places> {
+        if in_flight.len() >= BIND_AT_ONCE {
+            Some(Places::All)
+        } else if retry {
+            (in_flight.retries() >= RETRIES_AT_ONCE).then_some(Places::Retries)
+        } else {
+            (retries_planned && in_flight.first_tries() >= FIRST_TRIES_AT_ONCE)
+                .then_some(Places::FirstTries)
+        }
+    }
+}
+
 impl Unsent {
-    /// What the Event of a pod planned on `node` and not sent says.
-    pub fn message(self, node: &str) -> String {
+    /// What the Event of a pod planned on `node` and not sent says (`once`: under `duet
+    /// schedule --once`, which has no next step).
+    pub fn message(self, node: &str, once: bool) -> String {
         let why = match self {
-            Unsent::NoPlace => {
-                &format!("the places for bindings in flight ({BIND_AT_ONCE} at most) stayed taken")
+            Unsent::NoPlace(Places::All) => {
+                format!("all {BIND_AT_ONCE} places for bindings in flight stayed taken")
             }
-            Unsent::BesideFailed => "a pod it was to join was not bound",
+            Unsent::NoPlace(Places::FirstTries) => format!(
+                "the {FIRST_TRIES_AT_ONCE} places for first tries stayed taken (the other {} of \
+                 the {BIND_AT_ONCE} are kept for pods tried again)",
+                BIND_AT_ONCE - FIRST_TRIES_AT_ONCE
+            ),
+            Unsent::NoPlace(Places::Retries) => {
+                format!("the {RETRIES_AT_ONCE} places for pods tried again stayed taken")
+            }
+            Unsent::BesideFailed => "a pod it was to join was not bound".to_string(),
             Unsent::BesideUnbound => {
-                "the bindings of the pods it was to join were not answered yet"
+                "the bindings of the pods it was to join were not answered yet".to_string()
             }
         };
-        format!(
-            "duet: planned on {node}, but its binding was not sent: {why}; planned again at the next \
-             step"
-        )
+        let then = if once {
+            "not tried again (duet schedule --once)"
+        } else {
+            "planned again at the next step"
+        };
+        format!("duet: planned on {node}, but its binding was not sent: {why}; {then}")
     }
 }
 
@@ -260,10 +298,10 @@ pub struct Sent {
 /// (none: until each is answered), taking in through `take_in` what they and older bindings come
 /// to. Pods tried for the first time are sent first, then those whose binding failed before,
 /// each by priority; each kind keeps places of its own ([`FIRST_TRIES_AT_ONCE`] where retries
-/// are planned, [`RETRIES_AT_ONCE`]), a pod waiting (until `grace`) for one of its kind. A pod
-/// planned beside pods whose bindings are in flight (of `planned` or sent before) is sent once
-/// they are made (until `grace`), and not where one is refused or not sent: its record names them
-/// and its predicted speed assumes them.
+/// are planned, [`RETRIES_AT_ONCE`]), a pod waiting (until `grace`) for one of its kind while the
+/// other kind goes on. A pod planned beside pods whose bindings are in flight (of `planned` or
+/// sent before) is sent once they are made (until `grace`), and not where one is refused or not
+/// sent: its record names them and its predicted speed assumes them.
 pub async fn send_plan(
     planned: &[Bound],
     in_flight: &mut InFlight,
@@ -318,37 +356,47 @@ pub async fn send_plan(
     let retries_planned = !retries.is_empty();
     first_tries.sort_by(by_priority);
     retries.sort_by(by_priority);
-    // The pods (UIDs) a binding's pod was planned beside: of the plan, or assumed on its node.
-    let residents = |b: &Bound| -> Vec<String> {
-        let (beside, _) = b.shape.beside();
-        let Some(names) = beside else {
-            return Vec::new();
-        };
+    // The pods (UIDs) each binding's pod was planned beside: of the plan, or assumed on its
+    // node. Worked out once, before any outcome is taken in: a refused pod's assumption is
+    // dropped as its outcome is, and it would then no longer be found on its node.
+    let residents: HashMap<&str, Vec<String>> = {
         let c = view.read();
-        let on_node = c.on_node(&b.node);
-        names
-            .split(',')
-            .filter_map(|name| match uid_of.get(name) {
-                Some(uid) => Some(uid.to_string()),
-                None => on_node
+        planned
+            .iter()
+            .map(|b| {
+                let (beside, _) = b.shape.beside();
+                let on_node = c.on_node(&b.node);
+                let uids = beside
                     .iter()
-                    .find(|p| p.key() == name)
-                    .map(|p| p.uid.clone()),
+                    .flat_map(|names| names.split(','))
+                    .filter_map(|name| match uid_of.get(name) {
+                        Some(uid) => Some(uid.to_string()),
+                        None => on_node
+                            .iter()
+                            .find(|p| p.key() == name)
+                            .map(|p| p.uid.clone()),
+                    })
+                    .collect();
+                (b.pod.as_str(), uids)
             })
             .collect()
     };
     let in_plan: HashSet<&str> = planned.iter().map(|b| b.pod.as_str()).collect();
     let mut sent_now: HashSet<&str> = HashSet::new();
     let mut not_sent: Vec<(Bound, Unsent)> = Vec::new();
+    // What a binding not sent in a pass waits for: a place of its kind, or its residents.
+    enum Wait {
+        Place,
+        Residents,
+    }
     let mut to_send: Vec<&Bound> = first_tries.into_iter().chain(retries).collect();
-    'send: loop {
-        let mut later = Vec::new();
+    loop {
+        let mut later: Vec<(&Bound, Wait)> = Vec::new();
         let before = sent_now.len();
-        let mut queue = to_send.into_iter();
-        for b in queue.by_ref() {
+        for b in to_send {
             // A pod planned beside others goes once their bindings are made (its record names
             // them and its predicted speed assumes them), and not where one is refused.
-            let after_them = residents(b);
+            let after_them = &residents[b.pod.as_str()];
             if after_them.iter().any(|u| not_bound.contains(u)) {
                 not_bound.push(b.pod.clone());
                 not_sent.push((b.clone(), Unsent::BesideFailed));
@@ -358,33 +406,14 @@ pub async fn send_plan(
                 in_flight.holds(u)
                     || (in_plan.contains(u.as_str()) && !sent_now.contains(u.as_str()))
             }) {
-                later.push(b);
+                later.push((b, Wait::Residents));
                 continue;
             }
+            // A kind whose places are taken waits; the other kind goes on.
             let retry = failed_before[b.pod.as_str()] > 0;
-            let full = |f: &InFlight| {
-                f.len() >= BIND_AT_ONCE
-                    || if retry {
-                        f.retries() >= RETRIES_AT_ONCE
-                    } else {
-                        retries_planned && f.first_tries() >= FIRST_TRIES_AT_ONCE
-                    }
-            };
-            while full(in_flight) {
-                match in_flight.next(grace).await {
-                    Some(outcome) => failed.extend(outcome_of(outcome, &mut not_bound)),
-                    None => {
-                        for b in std::iter::once(b).chain(queue) {
-                            not_bound.push(b.pod.clone());
-                            not_sent.push((b.clone(), Unsent::NoPlace));
-                        }
-                        for b in later {
-                            not_bound.push(b.pod.clone());
-                            not_sent.push((b.clone(), Unsent::BesideUnbound));
-                        }
-                        break 'send;
-                    }
-                }
+            if Places::taken(in_flight, retry, retries_planned).is_some() {
+                later.push((b, Wait::Place));
+                continue;
             }
             let Some(pod) = view.read().pod(&b.pod).cloned() else {
                 not_bound.push(b.pod.clone());
@@ -396,29 +425,60 @@ pub async fn send_plan(
         if later.is_empty() {
             break;
         }
-        // Nothing sent this pass: the pods left wait for their residents' bindings, until
-        // `grace`; those whose residents are neither in flight nor of the plan wait for a step.
+        // Nothing sent this pass: the pods left wait for a binding in flight to finish (a place
+        // freed, a resident answered), until `grace`; where none waits on one, for a step.
         if sent_now.len() == before {
-            let waits_on_flight = later
-                .iter()
-                .any(|b| residents(b).iter().any(|u| in_flight.holds(u)));
+            let waits_on_flight = later.iter().any(|(b, wait)| match wait {
+                Wait::Place => true,
+                Wait::Residents => residents[b.pod.as_str()].iter().any(|u| in_flight.holds(u)),
+            });
             let outcome = if waits_on_flight {
                 in_flight.next(grace).await
             } else {
                 None
             };
-            match outcome {
-                Some(outcome) => failed.extend(outcome_of(outcome, &mut not_bound)),
-                None => {
-                    for b in later {
-                        not_bound.push(b.pod.clone());
-                        not_sent.push((b.clone(), Unsent::BesideUnbound));
-                    }
-                    break;
+            let place_freed = || {
+                later.iter().any(|(b, wait)| {
+                    matches!(wait, Wait::Place)
+                        && Places::taken(
+                            in_flight,
+                            failed_before[b.pod.as_str()] > 0,
+                            retries_planned,
+                        )
+                        .is_none()
+                })
+            };
+            if let Some(outcome) = outcome {
+                failed.extend(outcome_of(outcome, &mut not_bound));
+            } else if !place_freed() {
+                // Those waiting for a place first, so that a pod waiting for one of them is
+                // told that it was not bound.
+                let (places, beside): (Vec<_>, Vec<_>) = later
+                    .into_iter()
+                    .partition(|(_, w)| matches!(w, Wait::Place));
+                for (b, _) in places {
+                    let retry = failed_before[b.pod.as_str()] > 0;
+                    let taken =
+                        Places::taken(in_flight, retry, retries_planned).unwrap_or(Places::All);
+                    not_bound.push(b.pod.clone());
+                    not_sent.push((b.clone(), Unsent::NoPlace(taken)));
                 }
+                for (b, _) in beside {
+                    let why = if residents[b.pod.as_str()]
+                        .iter()
+                        .any(|u| not_bound.contains(u))
+                    {
+                        Unsent::BesideFailed
+                    } else {
+                        Unsent::BesideUnbound
+                    };
+                    not_bound.push(b.pod.clone());
+                    not_sent.push((b.clone(), why));
+                }
+                break;
             }
         }
-        to_send = later;
+        to_send = later.into_iter().map(|(b, _)| b).collect();
     }
     let sent = sent_now.len();
     // The step waits for its own bindings (older ones are taken in as they finish meanwhile).
