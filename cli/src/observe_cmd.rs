@@ -68,6 +68,7 @@ pub fn run(args: &ObserveArgs) -> Result<()> {
     )
     .with_retries(4, Duration::from_millis(200));
     let (mut stored, mut duplicates, mut refused) = (0, 0, Vec::new());
+    let mut refused_count = 0;
     for (k, chunk) in observations.chunks(args.batch).enumerate() {
         let offset = k * args.batch;
         let answer = client
@@ -86,6 +87,26 @@ pub fn run(args: &ObserveArgs) -> Result<()> {
         }
         stored += answer.stored.len();
         duplicates += answer.duplicates.len();
+        // A batch the server could not read (a field over its limits): refused whole, with no
+        // observation's own refusal; its error names the field by its index in the batch.
+        if answer.rejected.is_empty()
+            && let Some(error) = &answer.error
+        {
+            let field = answer.field.as_deref().unwrap_or("");
+            let line = batch_index(field)
+                .and_then(|i| lines.get(offset + i))
+                .map_or_else(String::new, |l| format!(" line {l}"));
+            refused_count += chunk.len();
+            refused.push(format!(
+                "{}{line}: {field}: {error} (the whole batch of lines {} to {} was refused; none \
+                 of it was stored)",
+                path.display(),
+                lines[offset],
+                lines[offset + chunk.len() - 1]
+            ));
+            continue;
+        }
+        refused_count += answer.rejected.len();
         for r in answer.rejected {
             let line = lines.get(offset + r.index).copied().unwrap_or(0);
             refused.push(format!(
@@ -98,17 +119,25 @@ pub fn run(args: &ObserveArgs) -> Result<()> {
     }
     if !args.json {
         println!(
-            "{stored} stored, {duplicates} stored before (unchanged), {} refused",
-            refused.len()
+            "{stored} stored, {duplicates} stored before (unchanged), {refused_count} refused"
         );
     }
     if refused.is_empty() {
         Ok(())
     } else {
         bail!(
-            "{} observations refused, nothing of them stored (the others were):\n  {}",
-            refused.len(),
+            "{refused_count} observations refused, nothing of them stored (the others were):\n  {}",
             refused.join("\n  ")
         )
     }
+}
+
+/// The index `K` of a field `observations[K]...`, as the server names a field of a batch.
+fn batch_index(field: &str) -> Option<usize> {
+    field
+        .strip_prefix("observations[")?
+        .split_once(']')?
+        .0
+        .parse()
+        .ok()
 }

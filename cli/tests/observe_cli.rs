@@ -200,6 +200,35 @@ fn observations_become_a_dataset_the_trainer_takes() {
             && err.contains("not-registered"),
         "{err}"
     );
+    // A batch the server cannot read (an id over its 65,536 bytes) is refused whole: counted and
+    // named by its line, never reported as stored. (It was: `0 refused`, exit 0.)
+    let solo = |id: &str| {
+        json!({"id": id, "gpu": "v100", "a": {"workload": "a3c"}, "throughput_a": 9.0,
+               "window_s": 10.0, "observed_at": "2026-11-30T12:00:00Z"})
+    };
+    let long = tmp.path().join("long-id.jsonl");
+    std::fs::write(
+        &long,
+        format!(
+            "{}\n{}\n{}\n{}\n",
+            solo("batch-1"),
+            solo("batch-2"),
+            solo("batch-3"),
+            solo(&"x".repeat(70_000))
+        ),
+    )
+    .expect("long-id file");
+    let (ok, out, err) = observe(&long, &["--batch", "2"]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.starts_with("2 stored, 0 stored before (unchanged), 2 refused"),
+        "{out}"
+    );
+    assert!(
+        err.contains("long-id.jsonl line 4: observations[1].id")
+            && err.contains("the whole batch of lines 3 to 4 was refused"),
+        "{err}"
+    );
 
     let (status, drift) = get_json(&server.url("/v1/drift"));
     assert_eq!(status, 200);
@@ -244,7 +273,8 @@ fn observations_become_a_dataset_the_trainer_takes() {
         Some(settings as u64 + 2),
         "{summary}"
     );
-    assert_eq!(summary["solo_runs"], 2, "{summary}");
+    // inline-solo, late-solo, and batch-1 and batch-2 (stored before the batch refused whole).
+    assert_eq!(summary["solo_runs"], 4, "{summary}");
     let dataset = Dataset::read(&exported).expect("a valid dataset");
     assert_eq!(dataset.pairs.len(), settings + 1);
     assert_eq!(dataset.meta.provenance.gpu, "v100");
