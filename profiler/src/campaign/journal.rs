@@ -190,13 +190,22 @@ impl Campaign {
 }
 
 pub(super) fn read_journal(path: &Path) -> Result<BTreeMap<String, Record>, CampaignError> {
-    let Ok(text) = fs::read_to_string(path) else {
-        return Ok(BTreeMap::new());
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) => return Err(fail(format!("{}: {e}", path.display()))),
     };
     let mut done = BTreeMap::new();
-    let lines: Vec<&str> = text.lines().collect();
+    let mut lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+    if lines.last().is_some_and(|l| l.is_empty()) {
+        lines.pop();
+    }
     for (i, line) in lines.iter().enumerate() {
-        match serde_json::from_str::<Record>(line) {
+        let record = std::str::from_utf8(line)
+            .map_err(|e| format!("not UTF-8 ({e})"))
+            .and_then(|l| serde_json::from_str::<Record>(l).map_err(|e| e.to_string()))
+            .and_then(|r| checked(r).map_err(|e| e.to_string()));
+        match record {
             Ok(r) => {
                 done.insert(r.key.clone(), r);
             }
@@ -208,4 +217,20 @@ pub(super) fn read_journal(path: &Path) -> Result<BTreeMap<String, Record>, Camp
         }
     }
     Ok(done)
+}
+
+/// A journal record whose numbers fit its task: one throughput per process, each finite and not
+/// negative (a line edited by hand, or written by something else, is named where it is read).
+fn checked(r: Record) -> Result<Record, String> {
+    let processes = r.task.workloads().len();
+    if r.throughputs.len() != processes {
+        return Err(format!(
+            "{} throughputs for a run of {processes} processes",
+            r.throughputs.len()
+        ));
+    }
+    if let Some(t) = r.throughputs.iter().find(|t| !t.is_finite() || **t < 0.0) {
+        return Err(format!("throughput {t} is not a rate (finite, at least 0)"));
+    }
+    Ok(r)
 }

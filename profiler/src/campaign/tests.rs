@@ -525,3 +525,42 @@ fn per_process_gpu_counters_become_workload_features_and_pair_counters() {
         "{both:?}"
     );
 }
+
+#[test]
+fn a_journal_line_that_cannot_be_read_is_named_unless_it_is_the_last() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("journal.jsonl");
+    let solo = |w: &str| {
+        let r = record(
+            Task::Solo {
+                workload: w.into(),
+                repetition: 0,
+            },
+            vec![util(50.0)],
+        );
+        serde_json::to_string(&r).expect("a record")
+    };
+    let read = |lines: &[&[u8]]| {
+        fs::write(&path, lines.join(&b'\n')).expect("journal");
+        read_journal(&path).map_err(|e| e.to_string())
+    };
+    let (x, y) = (solo("x"), solo("y"));
+    // A torn last line runs again; the others are kept.
+    let done = read(&[x.as_bytes(), y.as_bytes(), b"{\"key\":\"z", b""]).expect("read");
+    assert_eq!(done.len(), 2);
+    // A byte that is not UTF-8 before the last line: named (it was read as no journal at all,
+    // and every measurement ran again).
+    let err = read(&[x.as_bytes(), b"{\"key\":\"\xff\"}", y.as_bytes(), b""]).expect_err("refused");
+    assert!(err.contains("journal.jsonl line 2: not UTF-8"), "{err}");
+    // A record without its throughputs: named (it panicked when the dataset was assembled).
+    let empty = x.replace("\"throughputs\":[10.0]", "\"throughputs\":[]");
+    assert_ne!(empty, x);
+    let err = read(&[empty.as_bytes(), y.as_bytes(), b""]).expect_err("refused");
+    assert!(
+        err.contains("line 1: 0 throughputs for a run of 1 processes"),
+        "{err}"
+    );
+    let negative = x.replace("\"throughputs\":[10.0]", "\"throughputs\":[-1.0]");
+    let err = read(&[negative.as_bytes(), y.as_bytes(), b""]).expect_err("refused");
+    assert!(err.contains("line 1: throughput -1 is not a rate"), "{err}");
+}
