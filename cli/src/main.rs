@@ -22,6 +22,19 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = args::Cli::parse();
+    if matches!(
+        cli.command,
+        args::Command::Dataset { .. }
+            | args::Command::Evaluate { .. }
+            | args::Command::Model { .. }
+            | args::Command::Train(_)
+            | args::Command::Simulate(_)
+            | args::Command::Predict(_)
+            | args::Command::Observe(_)
+            | args::Command::Campaign { .. }
+    ) {
+        stop_when_the_reader_does();
+    }
     let result = match cli.command {
         args::Command::Profile(args) => profile_cmd::profile(args),
         args::Command::Workload { command } => profile_cmd::workload(command),
@@ -45,3 +58,21 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// A command whose output is read through a pipe (`duet evaluate ... | head`) ends when its
+/// reader does, quietly, as Unix tools do, rather than panicking on a closed stdout: SIGPIPE is
+/// given back its default action. The commands that serve or run processes keep Rust's (the
+/// signal ignored, a write to a closed pipe an error), and sockets never raise it (Linux
+/// sends with `MSG_NOSIGNAL`).
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn stop_when_the_reader_does() {
+    // SAFETY: `signal` sets this process's action for SIGPIPE before any thread starts; no
+    // handler of ours runs, the default action only.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn stop_when_the_reader_does() {}

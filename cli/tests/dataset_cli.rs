@@ -785,3 +785,37 @@ fn a_damaged_table_is_one_line_naming_it() {
         );
     }
 }
+
+/// Read through a pipe whose reader has gone (`duet dataset inspect ... | head -1`), the command
+/// ends quietly by SIGPIPE, as Unix tools do (it panicked: "failed printing to stdout: Broken
+/// pipe", exit 101).
+#[cfg(unix)]
+#[test]
+fn a_reader_that_stops_ends_the_command_quietly() {
+    use std::io::Read as _;
+    use std::os::unix::process::ExitStatusExt as _;
+    use std::process::Stdio;
+    let data = repo().join("datasets/gavel-k80");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_duet"))
+        .args(["dataset", "inspect"])
+        .arg(&data)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run duet");
+    drop(child.stdout.take());
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
+    let status = child.wait().expect("duet ends");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        // 13: SIGPIPE.
+        status.success() || status.signal() == Some(13),
+        "{status:?}: {stderr}"
+    );
+}
