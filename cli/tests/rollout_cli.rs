@@ -89,6 +89,23 @@ fn model_check_loads_probes_and_compares_with_the_serving_model() {
         text(&out.stderr)
     );
 
+    // A member whose layers do not fit model.json (a numeric feature taken out of it; the same
+    // as a member copied from another model): named, with both shapes (it panicked in the
+    // first forward pass, exit 101).
+    let narrower = dir.path().join("narrower");
+    edited_model(&narrower, |meta| {
+        let numeric = meta["spec"]["numeric"].as_array_mut().expect("numeric");
+        numeric.pop();
+    });
+    let out = check(&[path(&narrower)]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("member-0.mpk: its layers are")
+            && text(&out.stderr).contains("a member of another model?"),
+        "{}",
+        text(&out.stderr)
+    );
+
     // A loadable model that lost a device and reads another feature than clients send.
     let other = dir.path().join("other");
     edited_model(&other, |meta| {

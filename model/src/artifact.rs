@@ -183,6 +183,13 @@ pub fn load(dir: &Path) -> Result<(ModelMeta, Vec<Mlp<Flex>>), ArtifactError> {
             &mut Rng::new(0),
             &device,
         );
+        let shapes = |net: &Mlp<Flex>| -> Vec<([usize; 2], [usize; 1])> {
+            net.layers
+                .iter()
+                .map(|l| (l.weight.val().dims(), l.bias.val().dims()))
+                .collect()
+        };
+        let expected = shapes(&skeleton);
         let net = skeleton
             .load_file(dir.join(record_stem(k)), &recorder(), &device)
             .map_err(|e| {
@@ -191,6 +198,26 @@ pub fn load(dir: &Path) -> Result<(ModelMeta, Vec<Mlp<Flex>>), ArtifactError> {
                     format!("cannot load the Burn record: {e}"),
                 )
             })?;
+        // The record's tensors replace the skeleton's whatever their shapes: a member of another
+        // model (or a model.json edited) is refused here, not by a panic at the first answer.
+        let found = shapes(&net);
+        if found != expected {
+            let widths = |s: &[([usize; 2], [usize; 1])]| {
+                s.iter()
+                    .map(|(w, _)| format!("{}x{}", w[0], w[1]))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(err(
+                &dir.join(record_file(k)),
+                format!(
+                    "its layers are {}, where model.json's features and hidden sizes make {}: \
+                     a member of another model?",
+                    widths(&found),
+                    widths(&expected)
+                ),
+            ));
+        }
         nets.push(net);
     }
     Ok((meta, nets))
