@@ -159,6 +159,56 @@ pub struct Size {
     pub precision: Precision,
 }
 
+/// The most tensor elements a built-in's sizes may make (16 GiB in fp32): sizes past it fail
+/// to allocate, or overflow counting, where the workload runs, long after the catalog was read.
+pub const MAX_ELEMENTS: u128 = 1 << 32;
+
+impl Size {
+    /// About how many tensor elements `builtin` holds at these sizes: its parameters and the
+    /// activations a training step keeps (an estimate within a small factor, to refuse sizes
+    /// no device holds, not to budget memory).
+    pub fn elements(&self, builtin: Builtin) -> u128 {
+        let [batch, width, depth, seq] =
+            [self.batch, self.width, self.depth, self.seq].map(|v| v as u128);
+        let depth = depth.max(1);
+        let terms: &[u128] = match builtin {
+            Builtin::Mlp => &[
+                batch.saturating_mul(width).saturating_mul(depth),
+                depth.saturating_mul(width).saturating_mul(width),
+            ],
+            Builtin::Conv => &[
+                batch
+                    .saturating_mul(width)
+                    .saturating_mul(1024)
+                    .saturating_mul(depth),
+                depth
+                    .saturating_mul(width)
+                    .saturating_mul(width)
+                    .saturating_mul(9),
+            ],
+            Builtin::Matmul => &[width.saturating_mul(width).saturating_mul(3)],
+            Builtin::Stream => &[width.saturating_mul(1024).saturating_mul(3)],
+            Builtin::Encoder | Builtin::Decoder => &[
+                depth
+                    .saturating_mul(batch)
+                    .saturating_mul(seq)
+                    .saturating_mul(width)
+                    .saturating_mul(8),
+                depth
+                    .saturating_mul(batch)
+                    .saturating_mul(4)
+                    .saturating_mul(seq)
+                    .saturating_mul(seq),
+                depth
+                    .saturating_mul(width)
+                    .saturating_mul(width)
+                    .saturating_mul(12),
+            ],
+        };
+        terms.iter().fold(0u128, |a, t| a.saturating_add(*t))
+    }
+}
+
 /// How a workload runs.
 #[derive(Debug, Clone)]
 pub enum Source {
@@ -262,14 +312,18 @@ impl Catalog {
         let mut workloads = Vec::new();
         for w in raw.workload {
             let at = |m: String| err(format!("workload `{}`: {m}", w.name));
-            if w.name.trim().is_empty()
+            // A name starting with `-` would be read as a flag where it is passed to `duet
+            // workload run`, and `.` or `..` name folders.
+            if !w.name.starts_with(|c: char| c.is_ascii_alphanumeric())
                 || !w
                     .name
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
             {
                 return Err(at(
-                    "a name is letters, digits and - _ . (it becomes the workload id)".into(),
+                    "a name is letters, digits and - _ . starting with a letter or digit (it \
+                     becomes the workload id)"
+                        .into(),
                 ));
             }
             if !names.insert(w.name.clone()) {
@@ -298,20 +352,26 @@ impl Catalog {
                         }
                         Some(v) => Err(at(format!("`{field}` must be positive, got {v}"))),
                     };
-                    Source::Builtin {
-                        builtin,
-                        size: Size {
-                            batch: size("batch", w.batch, 32)?,
-                            width: size("width", w.width, 128)?,
-                            depth: size("depth", w.depth, 2)?,
-                            seq: size("seq", w.seq, 32)?,
-                            precision: w
-                                .precision
-                                .as_deref()
-                                .map_or(Ok(Precision::Fp32), str::parse)
-                                .map_err(|e| at(format!("`precision`: {e}")))?,
-                        },
+                    let size = Size {
+                        batch: size("batch", w.batch, 32)?,
+                        width: size("width", w.width, 128)?,
+                        depth: size("depth", w.depth, 2)?,
+                        seq: size("seq", w.seq, 32)?,
+                        precision: w
+                            .precision
+                            .as_deref()
+                            .map_or(Ok(Precision::Fp32), str::parse)
+                            .map_err(|e| at(format!("`precision`: {e}")))?,
+                    };
+                    let elements = size.elements(builtin);
+                    if elements > MAX_ELEMENTS {
+                        return Err(at(format!(
+                            "`batch`, `width`, `depth` and `seq` make about {elements} tensor \
+                             elements, more than the {MAX_ELEMENTS} (16 GiB in fp32) a built-in \
+                             may hold"
+                        )));
                     }
+                    Source::Builtin { builtin, size }
                 }
                 (None, Some(argv)) => {
                     if argv.is_empty() || argv[0].trim().is_empty() {
@@ -450,6 +510,25 @@ mod tests {
                 "unknown variant `fly`",
             ),
             ("", "no [[workload]] table"),
+            // Read as a flag by the process that runs it (`duet workload run --help`).
+            (
+                "[[workload]]\nname = \"--help\"\nkind = \"train\"\nbuiltin = \"mlp\"\n",
+                "starting with a letter or digit",
+            ),
+            (
+                "[[workload]]\nname = \"..\"\nkind = \"train\"\nbuiltin = \"mlp\"\n",
+                "starting with a letter or digit",
+            ),
+            // Sizes no device holds: refused here, not by an overflow or a failed allocation
+            // in the run (`width = 4294967296` panicked counting the matrix's elements).
+            (
+                "[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"matmul\"\nwidth = 4294967296\n",
+                "more than the 4294967296 (16 GiB in fp32)",
+            ),
+            (
+                "[[workload]]\nname = \"a\"\nkind = \"train\"\nbuiltin = \"mlp\"\ndepth = 100000000\n",
+                "workload `a`: `batch`, `width`, `depth` and `seq` make about",
+            ),
         ];
         for (text, says) in cases {
             let e = parse(text).expect_err(text);
