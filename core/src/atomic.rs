@@ -17,9 +17,14 @@ pub fn staging_path(out: &Path) -> io::Result<PathBuf> {
         _ => PathBuf::from("."),
     };
     if !parent.is_dir() {
+        let why = if parent.exists() {
+            "is not a folder"
+        } else {
+            "does not exist"
+        };
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
-            format!("parent folder {} does not exist", parent.display()),
+            format!("parent folder {} {why}", parent.display()),
         ));
     }
     Ok(parent.join(format!(
@@ -29,14 +34,36 @@ pub fn staging_path(out: &Path) -> io::Result<PathBuf> {
     )))
 }
 
-/// Refuses an `out` that already exists, with `error(out, why)`. [`write_folder`] checks it;
-/// commands also call it before any long work, so that a run does not end in this error.
+/// Refuses an `out` that already exists (a link to a missing path included), or whose folder
+/// cannot be made: its parent missing or not a folder, or not writable (a temporary folder is
+/// made beside it and removed), with `error(out, why)`. [`write_folder`] checks it; commands also
+/// call it before any long work, so that a run does not end in this error.
 pub fn refuse_existing<E>(out: &Path, error: impl Fn(&Path, String) -> E) -> Result<(), E> {
-    if out.exists() {
-        return Err(error(
-            out,
-            "output folder already exists; choose a new one or remove it first".into(),
-        ));
+    if let Ok(meta) = out.symlink_metadata() {
+        let why = if meta.file_type().is_symlink() && !out.exists() {
+            "output path is a link to a path that does not exist; choose a new one or remove it \
+             first"
+        } else {
+            "output folder already exists; choose a new one or remove it first"
+        };
+        return Err(error(out, why.into()));
+    }
+    let staging = staging_path(out).map_err(|e| error(out, e.to_string()))?;
+    match fs::create_dir(&staging) {
+        Ok(()) => {
+            let _ = fs::remove_dir(&staging);
+        }
+        // Left by an earlier run of this process id: `write_folder` removes it.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(error(
+                out,
+                format!(
+                    "cannot write beside it ({}: {e}); choose a writable folder",
+                    staging.display()
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -66,4 +93,46 @@ pub fn write_folder<E>(
         let _ = fs::remove_dir_all(&staging);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(out: &Path) -> Option<String> {
+        refuse_existing(out, |p, m| format!("{}: {m}", p.display())).err()
+    }
+
+    #[test]
+    fn an_output_that_cannot_be_made_is_refused_before_any_work() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let fresh = dir.path().join("fresh");
+        assert_eq!(refused(&fresh), None);
+        // The probe leaves nothing behind.
+        assert_eq!(fs::read_dir(dir.path()).expect("dir").count(), 0);
+        fs::create_dir(&fresh).expect("mkdir");
+        assert!(refused(&fresh).expect("refused").contains("already exists"));
+        let file = dir.path().join("file");
+        fs::write(&file, b"x").expect("file");
+        let under_file = refused(&file.join("out")).expect("refused");
+        assert!(under_file.contains("is not a folder"), "{under_file}");
+        let missing = refused(&dir.path().join("nowhere/out")).expect("refused");
+        assert!(missing.contains("does not exist"), "{missing}");
+        #[cfg(unix)]
+        {
+            let link = dir.path().join("link");
+            std::os::unix::fs::symlink(dir.path().join("gone"), &link).expect("symlink");
+            let dangling = refused(&link).expect("refused");
+            assert!(
+                dangling.contains("a link to a path that does not exist"),
+                "{dangling}"
+            );
+        }
+        // A folder where nothing can be made (even by root).
+        #[cfg(target_os = "linux")]
+        {
+            let proc_out = refused(Path::new("/proc/duet-out")).expect("refused");
+            assert!(proc_out.contains("cannot write beside it"), "{proc_out}");
+        }
+    }
 }
