@@ -37,6 +37,7 @@ pub fn options(args: &ReplayArgs, command: Option<String>) -> Result<ReplayOptio
     if args.ensemble < 2 {
         bail!("--ensemble: at least 2 (the members' disagreement is the score)");
     }
+    crate::flags::network_size(&args.hidden, args.ensemble)?;
     if args.max_epochs == 0 {
         bail!("--max-epochs: must be at least 1");
     }

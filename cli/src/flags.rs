@@ -46,6 +46,43 @@ pub fn positive(flag: &str, value: usize) -> Result<usize> {
     Ok(value)
 }
 
+/// The widest hidden layer a fit takes: a layer of 16,384 x 16,384 weights is 1 GiB in fp32.
+pub const MAX_HIDDEN_WIDTH: usize = 16_384;
+
+/// The most weights of one member: 2^30, 4 GiB in fp32.
+pub const MAX_MEMBER_WEIGHTS: usize = 1 << 30;
+
+/// The most ensemble members: every member answers every pair served.
+pub const MAX_ENSEMBLE: usize = 256;
+
+/// `--hidden` and `--ensemble` of a fit, refused past the sizes above, where they would only fail
+/// to allocate (or be killed for memory) after the data was read.
+pub fn network_size(hidden: &[usize], ensemble: usize) -> Result<()> {
+    if let Some(w) = hidden.iter().find(|w| **w > MAX_HIDDEN_WIDTH) {
+        bail!(
+            "--hidden {w}: a layer may be {MAX_HIDDEN_WIDTH} wide at most (a layer of \
+             {MAX_HIDDEN_WIDTH} x {MAX_HIDDEN_WIDTH} weights is 1 GiB in fp32)"
+        );
+    }
+    let weights = hidden
+        .windows(2)
+        .map(|w| w[0] * w[1])
+        .fold(0usize, usize::saturating_add);
+    if weights > MAX_MEMBER_WEIGHTS {
+        bail!(
+            "--hidden: {weights} weights between the hidden layers, more than the \
+             {MAX_MEMBER_WEIGHTS} (4 GiB in fp32) a member may have"
+        );
+    }
+    if ensemble > MAX_ENSEMBLE {
+        bail!(
+            "--ensemble {ensemble}: at most {MAX_ENSEMBLE} members (every member answers every \
+             pair served)"
+        );
+    }
+    Ok(())
+}
+
 /// `value` of `flag`, refused when empty (or only spaces).
 pub fn not_empty<'v>(flag: &str, value: &'v str) -> Result<&'v str> {
     if value.trim().is_empty() {
@@ -80,6 +117,21 @@ pub fn date(value: Option<String>) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_network_no_device_holds_is_refused_naming_its_flag() {
+        assert!(network_size(&[32, 32], 5).is_ok());
+        assert!(network_size(&[MAX_HIDDEN_WIDTH, 4], MAX_ENSEMBLE).is_ok());
+        let refused = |hidden: &[usize], ensemble| {
+            network_size(hidden, ensemble)
+                .expect_err("refused")
+                .to_string()
+        };
+        // `--hidden 100000000` was killed for memory; `--ensemble 4000000000` aborted.
+        assert!(refused(&[100_000_000], 5).starts_with("--hidden 100000000: a layer may be"));
+        assert!(refused(&[16_384; 8], 5).contains("more than the 1073741824"));
+        assert!(refused(&[32], 4_000_000_000).starts_with("--ensemble 4000000000: at most 256"));
+    }
 
     #[test]
     fn seconds_are_finite_positive_and_bounded() {

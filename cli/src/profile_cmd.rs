@@ -361,6 +361,7 @@ fn fit_config(args: &ProfileArgs) -> Result<TrainConfig> {
     if args.ensemble == 0 || args.max_epochs == 0 {
         bail!("--ensemble and --max-epochs: at least 1");
     }
+    flags::network_size(&TrainConfig::default().hidden, args.ensemble)?;
     Ok(TrainConfig {
         ensemble: args.ensemble,
         max_epochs: args.max_epochs,

@@ -58,6 +58,7 @@ pub fn options(args: TrainArgs, command: Option<String>) -> Result<TrainOptions>
     if args.ensemble == 0 {
         bail!("--ensemble: must be at least 1");
     }
+    crate::flags::network_size(&args.hidden, args.ensemble)?;
     if !(args.learning_rate.is_finite() && args.learning_rate > 0.0) {
         bail!("--learning-rate: must be a positive number");
     }
