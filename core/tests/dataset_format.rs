@@ -256,6 +256,10 @@ fn non_finite_and_negative_throughputs_are_rejected() {
         (f64::NAN, "NaN"),
         (f64::INFINITY, "infinite"),
         (-1.0, "negative"),
+        // A subnormal rate made an infinite speed; one past 1e15 a second, ratios past the
+        // model's range.
+        (1e-320, "too small to be a measurement"),
+        (1e300, "more than the 1e15"),
     ] {
         let mut d = sample();
         d.pairs[0].throughput_b = value;
@@ -270,6 +274,27 @@ fn non_finite_and_negative_throughputs_are_rejected() {
             "{msg}"
         );
     }
+}
+
+/// A measurement repeated 0 times (merging it divided by its count: a NaN solo throughput
+/// blamed on the merge's own output).
+#[test]
+fn repetitions_are_at_least_one_where_given() {
+    let mut d = sample();
+    d.workloads[0].repetitions = Some(0);
+    let msg = rejected(&d);
+    assert!(
+        msg.contains("column `repetitions`, row 1 (workload `x`)")
+            && msg.contains("repetitions is 0"),
+        "{msg}"
+    );
+    let mut d = sample();
+    d.pairs[0].repetitions = Some(0);
+    let msg = rejected(&d);
+    assert!(
+        msg.contains("pairs.parquet: column `repetitions`, row 1"),
+        "{msg}"
+    );
 }
 
 #[test]

@@ -39,9 +39,10 @@ fn fold_workload(kept: &mut Workload, next: &Workload, file: &Path) -> Result<()
         (Some(a), Some(b)) => Some((wk * wk * a * a + wn * wn * b * b).sqrt() / (wk + wn)),
         _ => None,
     };
+    // Unknown counts as 1, as in the weights above.
     kept.repetitions = match (kept.repetitions, next.repetitions) {
-        (Some(a), Some(b)) => Some(a + b),
-        (a, b) => a.or(b),
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(1).saturating_add(b.unwrap_or(1))),
     };
     for (name, value) in &next.features {
         let Some(current) = kept.features.get_mut(name) else {

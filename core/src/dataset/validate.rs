@@ -28,6 +28,33 @@ fn check_non_negative(value: f64, what: &str) -> std::result::Result<(), String>
     if value < 0.0 {
         return Err(format!("{what} is negative ({value})"));
     }
+    // A subnormal rate divides into an infinite speed; one past 1e15 per second is no device's
+    // (its ratios to ordinary rates leave the range the model answers in).
+    if value > 0.0 && !value.is_normal() {
+        return Err(format!(
+            "{what} {value:e} is too small to be a measurement (below {:e})",
+            f64::MIN_POSITIVE
+        ));
+    }
+    if value > MAX_RATE {
+        return Err(format!(
+            "{what} {value:e} is more than the {MAX_RATE:e} a second any measurement gives"
+        ));
+    }
+    Ok(())
+}
+
+/// The largest rate (and its spread) a dataset may hold, per second.
+const MAX_RATE: f64 = 1e15;
+
+/// A count of repetitions: at least 1 where given (null where unknown).
+fn check_repetitions(repetitions: Option<u32>) -> std::result::Result<(), String> {
+    if repetitions == Some(0) {
+        return Err(
+            "repetitions is 0; a measurement is made at least once (write null where unknown)"
+                .into(),
+        );
+    }
     Ok(())
 }
 
@@ -116,6 +143,7 @@ pub fn workloads(file: &Path, meta: &DatasetMeta, rows: &[Workload]) -> Result<(
         }
         check_non_negative(w.solo_throughput, "solo throughput")
             .map_err(|m| at("solo_throughput", m))?;
+        check_repetitions(w.repetitions).map_err(|m| at("repetitions", m))?;
         if w.solo_throughput == 0.0 {
             return Err(at(
                 "solo_throughput",
@@ -217,6 +245,7 @@ pub fn pairs(file: &Path, meta: &DatasetMeta, workloads: &[Workload], rows: &[Pa
                 check_share(s).map_err(|m| at(column, m))?;
             }
         }
+        check_repetitions(p.repetitions).map_err(|m| at("repetitions", m))?;
         for (column, value) in [
             ("throughput_a", Some(p.throughput_a)),
             ("throughput_b", Some(p.throughput_b)),
@@ -284,6 +313,7 @@ pub fn groups(
                 .row_index(first_row + job)
                 .id(format!("group {number} ({})", g.label()))
         };
+        check_repetitions(g.repetitions).map_err(|m| at(0, "repetitions", m))?;
         if g.jobs.len() < 3 || g.jobs.len() > MAX_GROUP_SIZE {
             return Err(at(
                 0,
