@@ -15,7 +15,7 @@
 
 use std::path::PathBuf;
 
-use duet_core::dataset::{CAMPAIGN_FILE, Dataset, Mode};
+use duet_core::dataset::{CAMPAIGN_FILE, Dataset, FeatureValue, Mode};
 use duet_core::progress::{Event, Progress};
 use duet_model::network::TrainConfig;
 use duet_profiler::campaign::Campaign;
@@ -137,6 +137,52 @@ pub fn prepare(campaign: &Campaign, options: &ProbeOptions) -> Result<Campaign, 
                 .collect::<Vec<_>>()
                 .join(", ")
         )));
+    }
+    // A co-runner is the workload `onto` measured: a catalog that defines it otherwise (another
+    // built-in, other sizes or kind) would pair the new workloads with something else under its
+    // name, and its rows copied from `onto` would describe what did not run.
+    for spec in campaign
+        .catalog
+        .workloads
+        .iter()
+        .filter(|w| known.contains(&w.name))
+    {
+        let Some(row) = onto.workload(&spec.name) else {
+            continue;
+        };
+        let differs = |what: String, catalog: String, there: String| {
+            invalid(format!(
+                "--catalog {}: workload `{}` is defined with {what} {catalog}, but --onto {dir} \
+                 measured it with {there}; a co-runner must be the workload measured there (give \
+                 the new definition another name)",
+                campaign.catalog.path.display(),
+                spec.name
+            ))
+        };
+        if spec.kind != row.kind {
+            return Err(differs(
+                "kind".into(),
+                spec.kind.to_string(),
+                row.kind.to_string(),
+            ));
+        }
+        // A command's features are not the catalog's to define (`onto` may describe it
+        // otherwise, as an imported dataset does); a built-in's are.
+        if matches!(spec.source, duet_profiler::catalog::Source::Command { .. }) {
+            continue;
+        }
+        let shown = |v: &FeatureValue| match v {
+            FeatureValue::Number(Some(x)) => x.to_string(),
+            FeatureValue::Category(Some(c)) => c.clone(),
+            FeatureValue::Number(None) | FeatureValue::Category(None) => "none".into(),
+        };
+        for (name, value) in spec.defined_features() {
+            if let Some(there) = row.features.get(&name)
+                && *there != value
+            {
+                return Err(differs(format!("`{name}`"), shown(&value), shown(there)));
+            }
+        }
     }
     let mut measured = campaign.clone();
     if !options.remeasure_solo {

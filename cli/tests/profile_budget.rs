@@ -540,4 +540,28 @@ fn new_workloads_are_probed_onto_an_earlier_dataset_and_merge_with_it() {
     let run = profile(&catalog, &again, &["--onto", &old_arg, "--budget", "3"]);
     assert!(!run.status.success());
     assert!(String::from_utf8_lossy(&run.stderr).contains("--budget"));
+    // A co-runner defined otherwise than `--onto` measured it (`stream` 128 wide, measured 64
+    // wide): refused naming it. It ran, and the copied solo row described what did not run.
+    let changed_dir = dir.path().join("changed");
+    std::fs::create_dir(&changed_dir).expect("dir");
+    let changed = catalog::write_catalog(
+        &changed_dir,
+        "\n[[workload]]\nname = \"fresh\"\nkind = \"infer\"\nbuiltin = \"matmul\"\nwidth = 32\n",
+    );
+    let text = std::fs::read_to_string(&changed).expect("catalog");
+    let text = text.replacen(
+        "builtin = \"stream\"\nwidth = 64",
+        "builtin = \"stream\"\nwidth = 128",
+        1,
+    );
+    std::fs::write(&changed, text).expect("catalog");
+    let run = profile(&changed, &again, &flags);
+    let log = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success());
+    assert!(
+        log.contains("workload `stream` is defined with `width` 128")
+            && log.contains("measured it with 64"),
+        "{log}"
+    );
+    assert!(!again.exists());
 }

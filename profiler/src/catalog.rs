@@ -16,12 +16,12 @@
 //! progress = "^step \\d+"  # a line of its output that matches = one finished iteration
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use duet_core::dataset::JobKind;
+use duet_core::dataset::{FeatureValue, JobKind};
 use serde::Deserialize;
 
 /// A built-in workload, written with Burn.
@@ -271,6 +271,32 @@ impl WorkloadSpec {
             Source::Builtin { builtin, size } => (builtin.to_string(), Some(*size)),
             Source::Command { .. } => ("command".to_string(), None),
         }
+    }
+
+    /// The features its definition gives a dataset's row: `model` (the built-in, or
+    /// `command`), `batch_size`, `width`, `depth`, `seq` (transformers) and `precision`; the
+    /// measured ones (counters, usage) are the campaign's.
+    pub fn defined_features(&self) -> BTreeMap<String, FeatureValue> {
+        let (model, size) = self.describe();
+        let mut features = BTreeMap::new();
+        features.insert("model".into(), FeatureValue::Category(Some(model)));
+        #[allow(clippy::cast_precision_loss)]
+        for (name, value) in [
+            ("batch_size", size.map(|s| s.batch as f64)),
+            ("width", size.map(|s| s.width as f64)),
+            ("depth", size.map(|s| s.depth as f64)),
+            (
+                "seq",
+                size.filter(|_| self.is_transformer()).map(|s| s.seq as f64),
+            ),
+        ] {
+            features.insert(name.into(), FeatureValue::Number(value));
+        }
+        features.insert(
+            "precision".into(),
+            FeatureValue::Category(size.map(|s| s.precision.to_string())),
+        );
+        features
     }
 }
 

@@ -57,25 +57,7 @@ impl Campaign {
                 .collect();
             let throughputs: Vec<f64> = ok.iter().map(|r| r.throughputs[0]).collect();
             let usages: Vec<Usage> = ok.iter().filter_map(|r| r.usage[0]).collect();
-            let mut features = BTreeMap::new();
-            let (model, size) = spec.describe();
-            features.insert("model".into(), FeatureValue::Category(Some(model)));
-            #[allow(clippy::cast_precision_loss)]
-            for (name, value) in [
-                ("batch_size", size.map(|s| s.batch as f64)),
-                ("width", size.map(|s| s.width as f64)),
-                ("depth", size.map(|s| s.depth as f64)),
-                (
-                    "seq",
-                    size.filter(|_| spec.is_transformer()).map(|s| s.seq as f64),
-                ),
-            ] {
-                features.insert(name.into(), FeatureValue::Number(value));
-            }
-            features.insert(
-                "precision".into(),
-                FeatureValue::Category(size.map(|s| s.precision.to_string())),
-            );
+            let mut features = spec.defined_features();
             for (name, value) in usage_features(&usages) {
                 features.insert(name.into(), FeatureValue::Number(value));
             }
