@@ -520,6 +520,25 @@ fn non_parquet_file_names_the_file() {
     );
 }
 
+/// A dictionary column, as pandas writes a `category` and polars a `Categorical` (the
+/// fixture: `cpu-dev2c`'s pairs with `mode` cast to Categorical by polars 1.x), is named with
+/// its column; polars' reader, built without categoricals, panicked on a reader thread and the
+/// report reached stderr.
+#[test]
+fn a_categorical_column_is_named_not_read() {
+    let tmp = scratch();
+    let dir = written(&sample(), tmp.path());
+    unlist(&dir, "pairs.parquet");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pairs-categorical-mode.parquet");
+    fs::copy(fixture, dir.join("pairs.parquet")).expect("copy");
+    let msg = Dataset::read(&dir).expect_err("must fail").to_string();
+    assert!(
+        msg.contains("pairs.parquet: column `mode`: a dictionary (categorical) column"),
+        "{msg}"
+    );
+}
+
 /// Rewrites one table of a written dataset through polars, to plant a fault a well-behaved
 /// writer never makes, and deletes its digest from `dataset.json`, as a user changing a table
 /// on purpose does.

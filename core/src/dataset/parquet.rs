@@ -276,16 +276,25 @@ pub fn read_parquet(path: &Path, digest: Option<&TableDigest>) -> Result<DataFra
             digest
                 .check(&bytes)
                 .map_err(|m| DatasetError::new(path, m))?;
-            crate::panic::caught_quietly(|| ParquetReader::new(Cursor::new(bytes)).finish())
+            crate::panic::caught_quietly(|| decode(ParquetReader::new(Cursor::new(bytes))))
         }
         None => {
             let file = File::open(path)
                 .map_err(|e| DatasetError::new(path, format!("cannot open: {e}")))?;
-            crate::panic::caught_quietly(|| ParquetReader::new(file).finish())
+            crate::panic::caught_quietly(|| decode(ParquetReader::new(file)))
         }
     };
     match read {
-        Ok(frame) => frame.map_err(|e| polars_error(path, "not a readable Parquet file", &e)),
+        Ok(Ok(Err((column, kind)))) => Err(DatasetError::new(
+            path,
+            format!(
+                "a {kind} column, which duet does not read; write it as plain text or numbers \
+                 (pandas: `.astype(str)` or `.astype(float)`)"
+            ),
+        )
+        .column(&column)),
+        Ok(Ok(Ok(frame))) => Ok(frame),
+        Ok(Err(e)) => Err(polars_error(path, "not a readable Parquet file", &e)),
         Err(payload) => Err(DatasetError::new(
             path,
             format!(
@@ -294,6 +303,27 @@ pub fn read_parquet(path: &Path, digest: Option<&TableDigest>) -> Result<DataFra
             ),
         )),
     }
+}
+
+/// A Parquet file's table, or the first column of a type polars' reader is built without
+/// (a dictionary, as pandas' `category` writes; a decimal), named with its type: reading one
+/// panicked on a reader thread, whose report no catching can keep off stderr.
+fn decode<R: polars_io::mmap::MmapBytesReader>(
+    mut reader: ParquetReader<R>,
+) -> PolarsResult<std::result::Result<DataFrame, (String, &'static str)>> {
+    let schema = reader.schema()?;
+    for field in schema.iter_values() {
+        let kind = match field.dtype() {
+            ArrowDataType::Dictionary(..) => "dictionary (categorical)",
+            ArrowDataType::Decimal(..)
+            | ArrowDataType::Decimal32(..)
+            | ArrowDataType::Decimal64(..)
+            | ArrowDataType::Decimal256(..) => "decimal",
+            _ => continue,
+        };
+        return Ok(Err((field.name.to_string(), kind)));
+    }
+    reader.finish().map(Ok)
 }
 
 /// A read Parquet table with its file name, for errors that say where.
