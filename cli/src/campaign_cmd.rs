@@ -76,6 +76,23 @@ fn replay_cmd(args: ReplayArgs) -> Result<()> {
     };
     let data = read("--data", &args.data)?;
     options.priors = read("--prior", &args.prior)?;
+    // A dataset given twice (the same folder or a copy of its files) would count its settings
+    // twice: refused, as `duet train` refuses it (a prior holding replayed settings is refused
+    // by the replay, naming them).
+    let mut seen: Vec<(String, &PathBuf)> = Vec::new();
+    for dir in &args.data {
+        let print = duet_model::artifact::fingerprint(dir)
+            .with_context(|| format!("--data {}", dir.display()))?;
+        if let Some((_, first)) = seen.iter().find(|(p, _)| *p == print) {
+            bail!(
+                "--data {}: the same dataset as --data {}, given twice (its settings would count \
+                 twice)",
+                dir.display(),
+                first.display()
+            );
+        }
+        seen.push((print, dir));
+    }
     let result = replay::replay(&data, &options, &mut crate::progress::Shown::stderr())?;
     duet_campaign::report::write(&result, &args.out)?;
     summary(&result);

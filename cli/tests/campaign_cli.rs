@@ -338,6 +338,13 @@ fn bad_replays_are_refused_by_name() {
         assert!(err.contains(expected), "{extra:?}: {err}");
         assert!(!out.exists(), "{extra:?} left a report");
     }
+    // The same dataset twice (it was replayed as one of twice the settings).
+    let result = replay(&[&data, &data.join(".")], &out, &["--budget", "25%"]);
+    let err = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        !result.status.success() && err.contains("the same dataset as --data"),
+        "{err}"
+    );
     let missing = tmp.path().join("nowhere");
     let result = replay(&[&missing], &out, &["--budget", "25%"]);
     let err = String::from_utf8_lossy(&result.stderr);

@@ -386,6 +386,22 @@ fn a_missing_out_parent_or_a_repeated_dataset_is_refused_before_training() {
         !log.contains("directed rows"),
         "refused before reading: {log}"
     );
+    // Its files copied to another folder count twice as surely (they were trained on twice).
+    let copy = tmp.path().join("six-copy");
+    fs::create_dir(&copy).expect("mkdir");
+    for f in fs::read_dir(&data).expect("dataset") {
+        let f = f.expect("entry").path();
+        fs::copy(&f, copy.join(f.file_name().expect("name"))).expect("copy");
+    }
+    let err = refused(&train(&[&data, &copy], &out, &[]));
+    assert!(
+        err.contains(&format!(
+            "--data {}: the same dataset as --data {} (the same files, copied)",
+            copy.display(),
+            data.display()
+        )),
+        "{err}"
+    );
     assert!(!out.exists(), "no model folder after a refusal");
 }
 

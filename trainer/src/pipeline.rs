@@ -85,8 +85,8 @@ fn check_usable(dir: &Path, d: &Dataset) -> Result<(), PipelineError> {
     }
 }
 
-/// Reads and checks the datasets of `paths`; one named twice (the same folder, by any path)
-/// is refused, as its rows would count twice.
+/// Reads and checks the datasets of `paths`; one named twice (the same folder, by any path, or
+/// a copy of its files) is refused, as its rows would count twice.
 pub fn load(paths: &[PathBuf]) -> Result<(Vec<Dataset>, Vec<TrainingData>), PipelineError> {
     if paths.is_empty() {
         return Err(PipelineError::Data(
@@ -123,6 +123,19 @@ pub fn load(paths: &[PathBuf]) -> Result<(Vec<Dataset>, Vec<TrainingData>), Pipe
             workloads: d.workloads.len(),
             pairs: d.pairs.len(),
         });
+        // The same files in another folder (a copy) count twice as surely as the same folder:
+        // a row on both sides of a fold made the `random` split's error a third of the truth.
+        let last = data.last().expect("pushed above");
+        if let Some(first) = data[..data.len() - 1]
+            .iter()
+            .find(|t| t.fingerprint == last.fingerprint)
+        {
+            return Err(PipelineError::Data(format!(
+                "--data {}: the same dataset as --data {} (the same files, copied), given twice \
+                 (its rows would count twice)",
+                last.path, first.path
+            )));
+        }
         datasets.push(d);
     }
     Ok((datasets, data))
@@ -147,12 +160,9 @@ second fit (a full run calibrates on the evaluation's out-of-fold scores instead
 rows); score the model with `duet evaluate` on data it did not train on, or judge the procedure \
 by a full `duet train` on the same data";
 
-/// Refuses an `--out` the model could not be written to once trained: one that exists, or whose
-/// parent folder does not exist (or is not a folder).
+/// Refuses an `--out` the model could not be written to once trained: one whose parent folder
+/// does not exist (or is not a folder), one that exists, or one nothing can be written beside.
 fn check_out(out: &Path) -> Result<(), PipelineError> {
-    duet_core::atomic::refuse_existing(out, |p, m| {
-        PipelineError::Data(format!("{}: {m}", p.display()))
-    })?;
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -169,7 +179,9 @@ fn check_out(out: &Path) -> Result<(), PipelineError> {
             parent.display()
         )));
     }
-    Ok(())
+    duet_core::atomic::refuse_existing(out, |p, m| {
+        PipelineError::Data(format!("{}: {m}", p.display()))
+    })
 }
 
 /// Trains, evaluates and writes the artifact. `progress` hears one line per step.
