@@ -245,6 +245,18 @@ async fn arrives_and_is_bound(
     );
 }
 
+/// Creates, on the node `duo` (one GPU for two), a pod `refused` of priority 5 and a pod `beside`
+/// of priority 1, planned beside it.
+async fn refused_and_beside(pods: &Api<Pod>, refused: &str, beside: &str, workload: &str) {
+    for (name, priority) in [(refused, "5"), (beside, "1")] {
+        let job = [
+            ("duet.io/workload", workload),
+            ("duet.io/priority", priority),
+        ];
+        create(pods, pod_spec(name, "duet", None, 1, "duo", &job)).await;
+    }
+}
+
 /// Creates eighteen one-GPU pods of `workload` on the node `policed`, `{prefix}-1` to
 /// `{prefix}-18`, each of the priority its number says; returns their names in that order.
 async fn create_ranked(pods: &Api<Pod>, prefix: &str, workload: &str) -> Vec<String> {
@@ -598,16 +610,7 @@ pub(crate) fn failing_bindings_hold_back_no_other(
             &[("duet-e2e/pool", "duo")],
         )
         .await;
-        create(
-            pods,
-            pod_spec("refused-3", "duet", None, 1, "duo", &job("5")),
-        )
-        .await;
-        create(
-            pods,
-            pod_spec("beside-1", "duet", None, 1, "duo", &job("1")),
-        )
-        .await;
+        refused_and_beside(pods, "refused-3", "beside-1", workload).await;
     });
     let mut scheduler = spawn_scheduler("schedule-beside.log", &["--interval", "0.3"]);
     rt.block_on(async {
@@ -657,16 +660,7 @@ pub(crate) fn failing_bindings_hold_back_no_other(
     // again (there is no next step).
     rt.block_on(async {
         delete_all(pods).await;
-        create(
-            pods,
-            pod_spec("refused-5", "duet", None, 1, "duo", &job("5")),
-        )
-        .await;
-        create(
-            pods,
-            pod_spec("beside-3", "duet", None, 1, "duo", &job("1")),
-        )
-        .await;
+        refused_and_beside(pods, "refused-5", "beside-3", workload).await;
     });
     let out = schedule_once();
     assert!(!out.status.success());
