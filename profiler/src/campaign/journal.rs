@@ -204,7 +204,7 @@ pub(super) fn read_journal(path: &Path) -> Result<BTreeMap<String, Record>, Camp
         let record = std::str::from_utf8(line)
             .map_err(|e| format!("not UTF-8 ({e})"))
             .and_then(|l| serde_json::from_str::<Record>(l).map_err(|e| e.to_string()))
-            .and_then(|r| checked(r).map_err(|e| e.to_string()));
+            .and_then(checked);
         match record {
             Ok(r) => {
                 done.insert(r.key.clone(), r);
