@@ -89,6 +89,46 @@ fn model_check_loads_probes_and_compares_with_the_serving_model() {
         text(&out.stderr)
     );
 
+    // A network file damaged after training (64 bytes of model.onnx overwritten: it loaded,
+    // passed the probe batch, and served p90 slowdowns of 5e34): named by the digest
+    // model.json lists, before anything decodes it, whichever engine is asked for.
+    let damaged = dir.path().join("damaged");
+    copy_model(&damaged);
+    let onnx = damaged.join("model.onnx");
+    let mut bytes = std::fs::read(&onnx).expect("onnx");
+    let middle = bytes.len() / 2;
+    bytes[middle..middle + 64].fill(0x41);
+    std::fs::write(&onnx, &bytes).expect("damage");
+    let out = check(&[path(&damaged)]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("model.onnx: damaged or changed since it was written")
+            && text(&out.stderr).contains("model.json `files` lists 78822 bytes"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A change made on purpose: its entry deleted from `files`, the file is read as it is.
+    let meant = dir.path().join("meant");
+    edited_model(&meant, |meta| {
+        let files = meta["files"].as_object_mut().expect("files");
+        assert!(files.remove("model.onnx").is_some());
+    });
+    std::fs::write(meant.join("model.onnx"), &bytes).expect("damage");
+    let out = check(&[path(&meant)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // A listing of a file that is not one of the model's networks.
+    let stray = dir.path().join("stray");
+    edited_model(&stray, |meta| {
+        meta["files"]["report.md"] = json!({"bytes": 1, "fnv1a": "0000000000000000"});
+    });
+    let out = check(&[path(&stray)]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("`files` lists `report.md`, which is not a network file"),
+        "{}",
+        text(&out.stderr)
+    );
+
     // A member whose layers do not fit model.json (a numeric feature taken out of it; the same
     // as a member copied from another model): named, with both shapes (it panicked in the
     // first forward pass, exit 101).

@@ -1,6 +1,7 @@
 //! The model artifact, a folder: `model.json` (everything needed to encode inputs and judge the
 //! model), `member-<k>.mpk` (the Burn record of each ensemble member), `model.onnx` (the same
-//! ensemble as an ONNX graph) and `report.md` with its figures.
+//! ensemble as an ONNX graph) and `report.md` with its figures. `model.json` lists the length
+//! and digest of each network file, checked before the file is read.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,7 @@ use crate::accuracy::MetricsRow;
 use crate::calibration::Calibration;
 use crate::encoding::FeatureSpec;
 use crate::network::{Mlp, Rng, TrainConfig, TrainOutcome, init};
+use duet_core::dataset::TableDigest;
 
 pub const MODEL_JSON: &str = "model.json";
 /// The Burn record of ensemble member `k`, without the extension Burn's recorder adds.
@@ -80,6 +82,14 @@ pub struct ModelMeta {
     /// Absent in older files and where a library call, not the command, trained it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
+    /// Each network file (`member-<k>.mpk`, `model.onnx`) as [`write`] wrote it, by file name:
+    /// checked by [`load`] before the file is decoded, so a damaged or changed network is
+    /// named instead of served. Absent from models written before it (their files are read
+    /// unchecked). Only writing and reading fill it: `write` lists the files it wrote whatever
+    /// this holds, `load` checks them and leaves it empty, so a model's meta is the same
+    /// whichever folder it came from.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub files: std::collections::BTreeMap<String, TableDigest>,
 }
 
 /// What `model.json`'s metrics are.
@@ -138,19 +148,27 @@ pub fn write(
     files: &[(String, String)],
 ) -> Result<(), ArtifactError> {
     duet_core::atomic::write_folder(out, err, |dir| {
-        let mut json = serde_json::to_string_pretty(meta).map_err(|e| err(dir, e.to_string()))?;
-        json.push('\n');
-        fs::write(dir.join(MODEL_JSON), json)
-            .map_err(|e| err(&dir.join(MODEL_JSON), e.to_string()))?;
+        let mut meta = meta.clone();
+        meta.files.clear();
         for (k, net) in nets.iter().enumerate() {
+            let path = dir.join(record_file(k));
             net.clone()
                 .save_file(dir.join(record_stem(k)), &recorder())
-                .map_err(|e| err(&dir.join(record_file(k)), e.to_string()))?;
+                .map_err(|e| err(&path, e.to_string()))?;
+            // The digest of the bytes Burn's recorder put on disk, read back.
+            let written = fs::read(&path).map_err(|e| err(&path, e.to_string()))?;
+            meta.files.insert(record_file(k), TableDigest::of(&written));
         }
         let onnx = crate::onnx::export(nets, meta.spec.pair_width(), &meta.version)
             .map_err(|e| err(&dir.join(ONNX_FILE), e))?;
+        meta.files
+            .insert(ONNX_FILE.to_string(), TableDigest::of(&onnx));
         fs::write(dir.join(ONNX_FILE), onnx)
             .map_err(|e| err(&dir.join(ONNX_FILE), e.to_string()))?;
+        let mut json = serde_json::to_string_pretty(&meta).map_err(|e| err(dir, e.to_string()))?;
+        json.push('\n');
+        fs::write(dir.join(MODEL_JSON), json)
+            .map_err(|e| err(&dir.join(MODEL_JSON), e.to_string()))?;
         for (name, contents) in files {
             let path = dir.join(name);
             fs::write(&path, contents).map_err(|e| err(&path, e.to_string()))?;
@@ -174,6 +192,9 @@ pub fn load(dir: &Path) -> Result<(ModelMeta, Vec<Mlp<Flex>>), ArtifactError> {
     if meta.training.is_empty() {
         return Err(err(&path, "`training` lists no ensemble member"));
     }
+    check_files(dir, &meta)?;
+    let mut meta = meta;
+    meta.files.clear();
     let device = Default::default();
     let mut nets = Vec::with_capacity(meta.training.len());
     for k in 0..meta.training.len() {
@@ -221,4 +242,45 @@ pub fn load(dir: &Path) -> Result<(ModelMeta, Vec<Mlp<Flex>>), ArtifactError> {
         nets.push(net);
     }
     Ok((meta, nets))
+}
+
+/// Checks each file `meta.files` lists against its digest before anything decodes it: a
+/// listed name must be a member of this model or `model.onnx`.
+fn check_files(dir: &Path, meta: &ModelMeta) -> Result<(), ArtifactError> {
+    let path = dir.join(MODEL_JSON);
+    let members = meta.training.len();
+    for (name, digest) in &meta.files {
+        let known = name == ONNX_FILE || (0..members).any(|k| *name == record_file(k));
+        if !known {
+            return Err(err(
+                &path,
+                format!(
+                    "`files` lists `{name}`, which is not a network file of this model \
+                     ({ONNX_FILE}, {} to {})",
+                    record_file(0),
+                    record_file(members - 1)
+                ),
+            ));
+        }
+        if !digest.is_well_formed() {
+            return Err(err(
+                &path,
+                format!("`files`: `{name}`: fnv1a must be 16 lowercase hexadecimal digits"),
+            ));
+        }
+        let file = dir.join(name);
+        let bytes = fs::read(&file).map_err(|e| {
+            err(
+                &file,
+                format!(
+                    "cannot read: {e} (model.json `files` lists it: restore it, or delete its \
+                     entry where it is left out on purpose)"
+                ),
+            )
+        })?;
+        digest
+            .check_listed(&bytes, MODEL_JSON, "files")
+            .map_err(|message| err(&file, message))?;
+    }
+    Ok(())
 }

@@ -613,6 +613,7 @@ pub fn run_with(
             Vec::new()
         },
         command: options.command.clone(),
+        files: BTreeMap::new(),
     };
     let files = report::render(
         &meta,

@@ -127,6 +127,7 @@ fn burn_record_and_onnx_graph_agree_with_the_trained_ensemble() {
         calibration: trained.calibration.clone(),
         evaluation: None,
         metrics_sd: vec![],
+        files: Default::default(),
     };
     artifact::write(&out, &meta, &trained.nets, &[]).expect("write artifact");
     let (back, nets) = artifact::load(&out).expect("load artifact");

@@ -62,16 +62,31 @@ impl TableDigest {
         }
     }
 
+    /// Whether `fnv1a` is 16 lowercase hexadecimal digits, as written.
+    pub fn is_well_formed(&self) -> bool {
+        self.fnv1a.len() == 16
+            && self
+                .fnv1a
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    }
+
     /// Whether `contents` are the bytes this digest was taken of; what differs where not.
     pub fn check(&self, contents: &[u8]) -> Result<(), String> {
+        self.check_listed(contents, "dataset.json", "tables")
+    }
+
+    /// [`check`](Self::check) for a digest that `file`'s `field` lists (its message names
+    /// them).
+    pub fn check_listed(&self, contents: &[u8], file: &str, field: &str) -> Result<(), String> {
         let found = TableDigest::of(contents);
         if found == *self {
             return Ok(());
         }
         Err(format!(
             "damaged or changed since it was written: {} bytes with FNV-1a {}, where \
-             dataset.json `tables` lists {} bytes with FNV-1a {} (if the change was meant, \
-             delete the file's entry from `tables`)",
+             {file} `{field}` lists {} bytes with FNV-1a {} (if the change was meant, \
+             delete the file's entry from `{field}`)",
             found.bytes, found.fnv1a, self.bytes, self.fnv1a
         ))
     }

@@ -98,12 +98,7 @@ fn read_meta(dir: &Path) -> Result<DatasetMeta> {
                 "`{name}` is not a table of a dataset ({})",
                 tables.join(", ")
             ))
-        } else if digest.fnv1a.len() != 16
-            || !digest
-                .fnv1a
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
+        } else if !digest.is_well_formed() {
             Some(format!(
                 "`{name}`: fnv1a must be 16 lowercase hexadecimal digits"
             ))
