@@ -56,7 +56,8 @@ fn check(args: &ModelCheckArgs) -> Result<()> {
         against: args.against.clone(),
         against_version: None,
         registered_checked: 0,
-        problems: Vec::new(),
+        // A model that did not fit its own data replaces nothing, whatever it is compared with.
+        problems: duet_model::accuracy::fit_problems(&model.meta.metrics),
         warnings,
     };
     if let Some(against) = &args.against {
@@ -76,7 +77,12 @@ fn check(args: &ModelCheckArgs) -> Result<()> {
                 (other.meta, Vec::new())
             };
         report.against_version = Some(serving.version.clone());
-        report.problems = duet_model::compat::replacement_problems(&model.meta, &serving);
+        report
+            .problems
+            .extend(duet_model::compat::replacement_problems(
+                &model.meta,
+                &serving,
+            ));
         for w in registered.iter().filter(|w| w.source == "client") {
             report.registered_checked += 1;
             if let Err(e) = Registry::check(&model, &w.workload, &w.body) {
@@ -116,10 +122,14 @@ fn check(args: &ModelCheckArgs) -> Result<()> {
     }
     if !report.problems.is_empty() {
         bail!(
-            "{}: {} problem(s) against {}",
+            "{}: {} problem(s){}",
             report.model,
             report.problems.len(),
-            report.against.as_deref().unwrap_or("the serving model")
+            report
+                .against
+                .as_deref()
+                .map(|a| format!(" against {a}"))
+                .unwrap_or_default()
         );
     }
     Ok(())

@@ -146,6 +146,31 @@ fn model_check_loads_probes_and_compares_with_the_serving_model() {
         text(&out.stderr)
     );
 
+    // A model whose own evaluation says it did not fit (as `--learning-rate 1e6` trains one:
+    // MAPE 100% on the random split where the mean scores 16%): refused alone and against the
+    // serving model, which it was approved to replace before.
+    let diverged = dir.path().join("diverged");
+    edited_model(&diverged, |meta| {
+        for row in meta["metrics"].as_array_mut().expect("metrics") {
+            if row["split"] == "random" && row["predictor"] == "mlp" && row["gpu"] == "all" {
+                row["metrics"]["mape_speed"] = json!(1.0);
+            }
+        }
+    });
+    for against in [&[][..], &["--against", shipped][..]] {
+        let out = check(&[&[path(&diverged)][..], against].concat());
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).contains(
+                "problem: split random (gpu all, mode all): the network's MAPE of speed is 100.0%"
+            ) && text(&out.stdout).contains("training did not fit")
+                && text(&out.stderr).contains("1 problem(s)"),
+            "{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+
     // A loadable model that lost a device and reads another feature than clients send.
     let other = dir.path().join("other");
     edited_model(&other, |meta| {

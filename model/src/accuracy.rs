@@ -337,6 +337,52 @@ pub struct MetricsRow {
     pub metrics: Metrics,
 }
 
+/// How much worse than the constant predictor (the training data's mean speed) the network
+/// may be on the `random` split before its fit is called broken. Where held-out rows resemble
+/// the training rows, a network that learned anything is below the mean's MAPE; twice it (or
+/// an undefined MAPE) is what a diverged or collapsed training leaves (100% against 16% for a
+/// learning rate of 1e6), not noise.
+pub const BROKEN_FIT_RATIO: f64 = 2.0;
+
+/// Why the metrics table says the network did not learn: on the `random` split over every
+/// device and mode, a MAPE of speed that is undefined or above [`BROKEN_FIT_RATIO`] times the
+/// constant predictor's. A device's or a mode's row alone is not judged: a slice of a few rows
+/// (6 pairs of one mode) crossed the ratio on some seeds where the network ranked its speeds
+/// best. Empty for a table without that row (`--final-only`).
+pub fn fit_problems(metrics: &[MetricsRow]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for mlp in metrics.iter().filter(|r| {
+        r.split == Split::Random && r.predictor == "mlp" && r.gpu == "all" && r.mode == "all"
+    }) {
+        let Some(constant) = metrics.iter().find(|r| {
+            (r.split, r.predictor.as_str(), &r.gpu, &r.mode)
+                == (Split::Random, "constant", &mlp.gpu, &mlp.mode)
+        }) else {
+            continue;
+        };
+        let (got, mean) = (mlp.metrics.mape_speed, constant.metrics.mape_speed);
+        if !mean.is_finite() || mlp.metrics.rows == 0 {
+            continue;
+        }
+        if !got.is_finite() || got > BROKEN_FIT_RATIO * mean {
+            let got = if got.is_finite() {
+                format!("{:.1}%", 100.0 * got)
+            } else {
+                "undefined".to_string()
+            };
+            problems.push(format!(
+                "split random (gpu {}, mode {}): the network's MAPE of speed is {got}, where \
+                 predicting the mean speed scores {:.1}%: training did not fit (diverged? a \
+                 learning rate too large?)",
+                mlp.gpu,
+                mlp.mode,
+                100.0 * mean
+            ));
+        }
+    }
+    problems
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,6 +431,45 @@ mod tests {
         let mut other = table([0.5, 0.5]);
         other[0].gpu = "k80".into();
         assert!(mean_and_sd(&[table([0.5, 0.5]), other]).is_none());
+    }
+
+    #[test]
+    fn a_network_far_worse_than_the_mean_is_a_broken_fit() {
+        let line = |split: Split, predictor: &str, gpu: &str, mape: f64| {
+            let mut metrics = Metrics::of(&[row(0.5, 0.5)]);
+            metrics.mape_speed = mape;
+            MetricsRow {
+                split,
+                predictor: predictor.into(),
+                gpu: gpu.into(),
+                mode: "all".into(),
+                metrics,
+            }
+        };
+        let table = |mlp: f64| {
+            vec![
+                line(Split::Random, "mlp", "all", mlp),
+                line(Split::Random, "constant", "all", 0.16),
+                // A device's slice alone is not judged, however far off.
+                line(Split::Random, "mlp", "k80", 0.50),
+                line(Split::Random, "constant", "k80", 0.16),
+                // Other splits may be worse than the mean (a new family): not judged.
+                line(Split::UnseenWorkloads, "mlp", "all", 0.9),
+                line(Split::UnseenWorkloads, "constant", "all", 0.16),
+            ]
+        };
+        assert!(fit_problems(&table(0.05)).is_empty());
+        assert!(fit_problems(&table(0.30)).is_empty(), "worse, not broken");
+        let broken = fit_problems(&table(1.0));
+        assert_eq!(broken.len(), 1, "{broken:?}");
+        assert!(
+            broken[0].contains("(gpu all, mode all)")
+                && broken[0].contains("100.0%")
+                && broken[0].contains("16.0%"),
+            "{broken:?}"
+        );
+        assert!(fit_problems(&table(f64::NAN))[0].contains("undefined"));
+        assert!(fit_problems(&[]).is_empty());
     }
 
     #[test]

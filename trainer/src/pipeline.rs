@@ -549,6 +549,7 @@ pub fn run_with(
              size (`duet evaluate` on other groups scores how well)"
         ));
     }
+    warnings.extend(duet_model::accuracy::fit_problems(&metrics));
     if trained.spec.numeric.len() + trained.spec.categorical.len() <= 1 {
         warnings.push(
             "only solo throughput describes the jobs; expect weak unseen-workload accuracy".into(),
