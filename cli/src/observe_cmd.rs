@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use duet_core::api::{Observation, ObservationBatch};
 use duet_scheduler::client::PredictClient;
 
@@ -17,7 +17,7 @@ pub fn run(args: &ObserveArgs) -> Result<()> {
     }
     let timeout = flags::seconds("--timeout", args.timeout, flags::WAIT)?;
     let path = &args.file;
-    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    let text = duet_core::input::read_text(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let mut lines = Vec::new();
     let mut observations = Vec::new();
     let mut bad = Vec::new();

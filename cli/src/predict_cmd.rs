@@ -6,7 +6,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use duet_core::api::{GroupQuery, JobRef, PairQuery, PredictRequest};
 use duet_core::dataset::Mode;
 use duet_core::import::csv::record_line;
-use duet_scheduler::client::PredictClient;
+use duet_scheduler::client::{PredictClient, Refused};
 
 use crate::args::PredictArgs;
 use crate::flags;
@@ -40,6 +40,10 @@ enum Asked {
     Pair(PairQuery),
     Group(GroupQuery),
 }
+
+/// Where an asked pair or group came from (`argument `a,b``, `FILE line N`), to name it by when
+/// the server refuses it by its place in the request (`pairs[K]`).
+type Origin = String;
 
 /// `a,b` (or `a:b`) is a pair; three ids or more, `a,b,c`, a group (no shares: a group under
 /// MPS is asked for in a JSON lines file).
@@ -96,8 +100,8 @@ fn optional_number(
 /// The columns of a pairs CSV file.
 const CSV_COLUMNS: [&str; 6] = ["a", "b", "mode", "share_a", "share_b", "gpu"];
 
-fn read_csv(path: &Path, defaults: &Defaults) -> Result<Vec<PairQuery>> {
-    let text = std::fs::read(path).with_context(|| path.display().to_string())?;
+fn read_csv(path: &Path, defaults: &Defaults) -> Result<Vec<(PairQuery, Origin)>> {
+    let text = duet_core::input::read(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let mut reader = csv::Reader::from_reader(text.as_slice());
     let headers = reader
         .headers()
@@ -169,25 +173,27 @@ fn read_csv(path: &Path, defaults: &Defaults) -> Result<Vec<PairQuery>> {
             .map(str::trim)
             .filter(|g| !g.is_empty())
             .map(str::to_string);
-        pairs.push(pair);
+        pairs.push((pair, format!("{} line {line}", path.display())));
     }
     Ok(pairs)
 }
 
 /// One `/v1/predict` pair object per line, or a group object (one with `jobs`).
-fn read_jsonl(path: &Path) -> Result<Vec<Asked>> {
-    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+fn read_jsonl(path: &Path) -> Result<Vec<(Asked, Origin)>> {
+    let text = duet_core::input::read_text(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(n, l)| {
-            let at = |e: serde_json::Error| anyhow!("{} line {}: {e}", path.display(), n + 1);
+            let origin = format!("{} line {}", path.display(), n + 1);
+            let at = |e: serde_json::Error| anyhow!("{origin}: {e}");
             let value: serde_json::Value = serde_json::from_str(l).map_err(at)?;
-            if value.get("jobs").is_some() {
+            let asked = if value.get("jobs").is_some() {
                 serde_json::from_value(value).map(Asked::Group).map_err(at)
             } else {
                 serde_json::from_value(value).map(Asked::Pair).map_err(at)
-            }
+            }?;
+            Ok((asked, origin))
         })
         .collect()
 }
@@ -205,10 +211,10 @@ pub fn run(args: PredictArgs) -> Result<()> {
         share_b: finite_share("--share-b", args.share_b)?,
     };
     let timeout = flags::seconds("--timeout", args.timeout, flags::WAIT)?;
-    let mut asked: Vec<Asked> = args
+    let mut asked: Vec<(Asked, Origin)> = args
         .pairs
         .iter()
-        .map(|p| parse_arg(p, &defaults))
+        .map(|p| Ok((parse_arg(p, &defaults)?, format!("argument `{p}`"))))
         .collect::<Result<_>>()?;
     if let Some(file) = &args.file {
         let is_jsonl = file
@@ -217,17 +223,28 @@ pub fn run(args: PredictArgs) -> Result<()> {
         if is_jsonl {
             asked.extend(read_jsonl(file)?);
         } else {
-            asked.extend(read_csv(file, &defaults)?.into_iter().map(Asked::Pair));
+            asked.extend(
+                read_csv(file, &defaults)?
+                    .into_iter()
+                    .map(|(p, origin)| (Asked::Pair(p), origin)),
+            );
         }
     }
     if asked.is_empty() {
         bail!("nothing to predict: give `a,b` (or `a,b,c`) arguments or --file");
     }
     let (mut pairs, mut groups) = (Vec::new(), Vec::new());
-    for a in asked {
+    let (mut pair_origins, mut group_origins) = (Vec::new(), Vec::new());
+    for (a, origin) in asked {
         match a {
-            Asked::Pair(p) => pairs.push(p),
-            Asked::Group(g) => groups.push(g),
+            Asked::Pair(p) => {
+                pairs.push(p);
+                pair_origins.push(origin);
+            }
+            Asked::Group(g) => {
+                groups.push(g);
+                group_origins.push(origin);
+            }
         }
     }
     let request = PredictRequest {
@@ -240,7 +257,9 @@ pub fn run(args: PredictArgs) -> Result<()> {
         read_token(args.token_file.as_deref())?,
         timeout,
     );
-    let answer = client.predict(&request)?;
+    let answer = client
+        .predict(&request)
+        .map_err(|e| origin_of_refusal(e, &pair_origins, &group_origins))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&answer)?);
         return Ok(());
@@ -279,6 +298,29 @@ pub fn run(args: PredictArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A refusal that blames `pairs[K]` or `groups[K]` of the request, with where that pair or
+/// group came from; any other error as it is.
+fn origin_of_refusal(
+    error: anyhow::Error,
+    pair_origins: &[Origin],
+    group_origins: &[Origin],
+) -> anyhow::Error {
+    let Some(field) = error.downcast_ref::<Refused>().and_then(Refused::field) else {
+        return error;
+    };
+    let origin = [("pairs[", pair_origins), ("groups[", group_origins)]
+        .into_iter()
+        .find_map(|(prefix, origins)| {
+            let rest = field.strip_prefix(prefix)?;
+            let k: usize = rest[..rest.find(']')?].parse().ok()?;
+            Some((&prefix[..prefix.len() - 1], k, origins.get(k)?))
+        });
+    match origin {
+        Some((list, k, origin)) => anyhow!("{error} ({list}[{k}] is {origin})"),
+        None => error,
+    }
 }
 
 /// The pair settings a job was measured in for the model's training, or `-` where the model

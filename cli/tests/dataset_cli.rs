@@ -308,6 +308,40 @@ fn csv_import_keeps_declared_columns_and_values() {
     ok(&["dataset", "validate", s(&out)]);
 }
 
+/// A table may come from a pipe (`--pairs <(...)`, here stdin), and a `dataset.json` saved by
+/// an editor that puts a byte-order mark first reads as it did before.
+#[test]
+fn csv_from_a_pipe_and_a_marked_dataset_json_are_read() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (w, _) = write_csvs(tmp.path(), WORKLOADS_CSV, PAIRS_CSV);
+    let out = tmp.path().join("piped");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_duet"))
+        .args(["dataset", "import", "csv", "--workloads", s(&w)])
+        .args(["--pairs", "/dev/stdin", "--gpu", "a100", "--out", s(&out)])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("duet");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(PAIRS_CSV.as_bytes()).expect("pipe");
+    drop(stdin);
+    let result = child.wait_with_output().expect("wait");
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let piped = Dataset::read(&out).expect("read");
+    assert_eq!(piped.pairs.len(), PAIRS_CSV.lines().count() - 1);
+
+    let meta_path = out.join("dataset.json");
+    let text = fs::read_to_string(&meta_path).expect("read");
+    fs::write(&meta_path, format!("\u{feff}{text}")).expect("write");
+    ok(&["dataset", "validate", s(&out)]);
+    assert_eq!(Dataset::read(&out).expect("marked"), piped);
+}
+
 /// Each bad CSV gets one line naming the file, the column and the line, and leaves nothing.
 #[test]
 fn bad_csv_input_is_named_and_leaves_nothing() {

@@ -74,7 +74,10 @@ fn serve_register_predict_reload_restart_and_stop() {
     assert!(!unknown.status.success());
     let err = String::from_utf8_lossy(&unknown.stderr);
     assert!(
-        err.contains("404") && err.contains("pairs[0].b.workload") && err.contains("nobody"),
+        err.contains("404")
+            && err.contains("pairs[0].b.workload")
+            && err.contains("nobody")
+            && err.contains("(pairs[0] is argument `a3c,nobody`)"),
         "{err}"
     );
 
@@ -147,6 +150,30 @@ fn serve_register_predict_reload_restart_and_stop() {
         Some(4)
     );
     assert_eq!(answer["predictions"], json!([]));
+    // A pair or group the server refuses is named by where it came from, not only by its place
+    // in the request (a file of thousands of pairs has a line per pair, a blank one skipped).
+    let typo = dir.path().join("typo.csv");
+    std::fs::write(&typo, "a,b,mode\na3c,a3c,space\n\na3c,nobdy,space\n").expect("csv");
+    let out = predict(&server, &["a3c,a3c", "--file", path(&typo)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("pairs[2].b.workload")
+            && err.contains("(pairs[2] is ")
+            && err.contains("typo.csv line 4)"),
+        "{err}"
+    );
+    let typo = dir.path().join("typo.jsonl");
+    std::fs::write(
+        &typo,
+        "{\"jobs\": [{\"workload\": \"a3c\"}, {\"workload\": \"a3c\"}, {\"workload\": \"nobdy\"}], \"mode\": \"space\"}\n",
+    )
+    .expect("jsonl");
+    let out = predict(&server, &["--file", path(&typo)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("groups[0].jobs[2]") && err.contains("typo.jsonl line 1)"),
+        "{err}"
+    );
     let bad = dir.path().join("bad.csv");
     std::fs::write(&bad, "a,b,share_a\na3c,a3c,lots\n").expect("csv");
     let out = predict(&server, &["--file", path(&bad)]);

@@ -10,6 +10,7 @@ pub mod dataset;
 pub mod features;
 pub mod hash;
 pub mod import;
+pub mod input;
 pub mod panic;
 pub mod parallel;
 pub mod progress;

@@ -12,6 +12,26 @@ use duet_core::api::{
 };
 use serde::Serialize;
 
+/// A 4xx answer to a post: the server refused the request, naming the field to blame where it
+/// says one (`pairs[3].a.workload`), so that a caller can say where that part came from.
+#[derive(Debug, thiserror::Error)]
+#[error("{url} answered {code}: {}", ApiError::describe(body))]
+pub struct Refused {
+    pub url: String,
+    pub code: u16,
+    /// The answer's body as it came.
+    pub body: String,
+}
+
+impl Refused {
+    /// The field the server blamed, if its answer is an [`ApiError`] that names one.
+    pub fn field(&self) -> Option<String> {
+        serde_json::from_str::<ApiError>(&self.body)
+            .ok()
+            .and_then(|e| e.field)
+    }
+}
+
 /// A client of one server's `/v1/predict`.
 #[derive(Debug, Clone)]
 pub struct PredictClient {
@@ -130,8 +150,12 @@ impl PredictClient {
                         .with_context(|| format!("{url}: cannot read the answer"));
                 }
                 Err(ureq::Error::Status(code, response)) if code < 500 => {
-                    let message = ApiError::describe(&response.into_string().unwrap_or_default());
-                    bail!("{url} answered {code}: {message}");
+                    return Err(Refused {
+                        url: url.to_string(),
+                        code,
+                        body: response.into_string().unwrap_or_default(),
+                    }
+                    .into());
                 }
                 Err(ureq::Error::Status(code, response)) => {
                     last = format!(

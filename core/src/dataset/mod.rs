@@ -88,7 +88,7 @@ fn read_meta(dir: &Path) -> Result<DatasetMeta> {
     let path = dir.join(META_FILE);
     let text = fs::read_to_string(&path)
         .map_err(|e| DatasetError::new(&path, format!("cannot read: {e}")))?;
-    let meta: DatasetMeta = serde_json::from_str(&text)
+    let meta: DatasetMeta = serde_json::from_str(crate::input::without_bom(&text))
         .map_err(|e| DatasetError::new(&path, format!("invalid: {e}")))?;
     validate::meta(&path, &meta)?;
     let tables = [WORKLOADS_FILE, PAIRS_FILE, GROUPS_FILE, SAMPLES_FILE];

@@ -52,8 +52,7 @@ struct Sheet<'a> {
 
 impl<'a> Sheet<'a> {
     fn read(file: &'a Path) -> Result<Sheet<'a>> {
-        let text = std::fs::read(file)
-            .map_err(|e| DatasetError::new(file, format!("cannot open: {e}")))?;
+        let text = crate::input::read(file).map_err(|e| DatasetError::new(file, e))?;
         let mut reader = ::csv::ReaderBuilder::new()
             .trim(::csv::Trim::All)
             .from_reader(text.as_slice());
