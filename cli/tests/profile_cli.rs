@@ -442,9 +442,26 @@ progress = "^tick$"
         "{err}"
     );
     assert!(!out.exists());
+    // Its advice taken: fixed in the catalog and resumed (refused before: the catalog's digest
+    // had changed), its failed run goes and the rest of the journal is kept.
+    let fixed = write_catalog(
+        dir.path(),
+        "\n[[workload]]\nname = \"quits\"\nkind = \"train\"\ncommand = [\"sh\", \"-c\", \"while true; do echo tick; sleep 0.005; done\"]\nprogress = \"tick\"\n",
+    );
+    let run = profile(&fixed, &out, &["--repetitions", "1", "--resume"]);
+    let log = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{log}");
+    assert!(
+        log.contains(
+            "--resume: `quits` redefined in the catalog; its 1 failed measurements run again"
+        ),
+        "{log}"
+    );
+    let d = Dataset::read(&out).expect("dataset");
+    assert_eq!(d.workloads.len(), 4);
 
     // Bad flags and catalogs, each named.
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["--shard", "3/2"], "impossible shard"),
         (
             &["--timeout", "0"],
@@ -613,10 +630,19 @@ fn mps_without_a_gpu_is_skipped_with_one_line() {
     let d = Dataset::read(&out).expect("dataset");
     assert!(d.pairs.iter().all(|p| p.mode == duet_core::Mode::Cpu));
     assert_eq!(d.pairs.len(), 6);
-    // MPS alone, on a machine without it: said, and nothing to measure.
+    // MPS alone, on a machine without it: said, and nothing to measure (a catalog of commands,
+    // which run on a GPU whatever this duet was built with).
+    let commands = dir.path().join("commands.toml");
+    std::fs::write(
+        &commands,
+        "[[workload]]\nname = \"tick\"\nkind = \"infer\"\ncommand = [\"sh\", \"-c\", \"while true; do echo tick; sleep 0.005; done\"]\nprogress = \"^tick$\"\n\n\
+         [[workload]]\nname = \"tock\"\nkind = \"train\"\ncommand = [\"sh\", \"-c\", \"while true; do echo tock; sleep 0.01; done\"]\nprogress = \"^tock$\"\n",
+    )
+    .expect("catalog");
+    let mps_only = dir.path().join("mps-only");
     let only = profile(
-        &catalog,
-        &dir.path().join("mps-only"),
+        &commands,
+        &mps_only,
         &["--modes", "mps", "--device", "cuda:0"],
     );
     let err = String::from_utf8_lossy(&only.stderr);
@@ -625,6 +651,39 @@ fn mps_without_a_gpu_is_skipped_with_one_line() {
         err.contains("the mps mode is skipped") && err.contains("no mode left"),
         "{err}"
     );
+    // What it left measured nothing and binds nothing: the same output in another mode runs
+    // (it was refused, "--resume: the `modes` setting differs", without --resume).
+    let run = profile(&commands, &mps_only, &["--repetitions", "1"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(Dataset::read(&mps_only).expect("dataset").pairs.len(), 3);
+    // A device or CPU set the workloads cannot run on: refused before any run (every run
+    // crashed, and the campaign stopped on the first workload's solos).
+    let mut refusals = vec![(
+        vec!["--cpu-set", "99999"],
+        "--cpu-set 99999: taskset refused it",
+    )];
+    if !cfg!(feature = "cuda") {
+        refusals.push((
+            vec!["--device", "cuda"],
+            "the built-in workload `mlp` runs on the GPU through burn-cuda, and this duet was \
+             built without CUDA",
+        ));
+    }
+    for (flags, says) in refusals {
+        let never = dir.path().join("never");
+        let run = profile(&catalog, &never, &flags);
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(
+            !run.status.success() && err.contains(says),
+            "{flags:?}: {err}"
+        );
+        assert!(!err.contains("ran alone"), "{err}");
+        assert!(!never.exists());
+    }
 }
 
 #[test]
@@ -799,73 +858,4 @@ fn mps_is_tried_with_one_client_and_quit_before_its_folder_goes() {
     let d = Dataset::read(&out).expect("dataset");
     assert_eq!(d.meta.modes, [duet_core::Mode::Timeslice]);
     assert_eq!(record.lines().last(), Some("quit with-pipe"), "{record}");
-}
-
-/// `duet workload run` measures after a warm-up (the first iterations compile kernels on a GPU:
-/// a window that opened at the start would count one iteration over no time), and refuses a
-/// workload that never warms up or finishes too few iterations for a rate.
-#[test]
-fn workload_run_measures_a_window_after_the_warm_up_and_refuses_what_it_cannot_time() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let catalog = write_catalog(
-        dir.path(),
-        r#"
-[[workload]]
-name = "mute"
-kind = "infer"
-command = ["sh", "-c", "while true; do echo other; sleep 0.01; done"]
-progress = "^tick$"
-
-[[workload]]
-name = "slow"
-kind = "infer"
-command = ["sh", "-c", "while true; do echo tick; sleep 0.4; done"]
-progress = "^tick$"
-"#,
-    );
-    let run = |name: &str, extra: &[&str]| {
-        let out = duet()
-            .args(["workload", "run", name, "--catalog"])
-            .arg(&catalog)
-            .args(extra)
-            .output()
-            .expect("duet workload run");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
-    // A rate (iterations over the window's own length) on a line naming the window.
-    let rate = |line: &str| -> f64 {
-        line.split(": ")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|r| r.parse().ok())
-            .unwrap_or_else(|| panic!("no rate in {line}"))
-    };
-    for name in ["mlp", "ticker"] {
-        let (ok, stdout, stderr) = run(name, &["--seconds", "0.5"]);
-        assert!(ok, "{name}: {stderr}");
-        assert!(stdout.contains("window after a 1."), "{stdout}");
-        assert!(rate(&stdout) > 10.0, "{stdout}");
-    }
-    // The ticker's lines come every ~5 ms (its shell's own overhead on top): well under 200/s.
-    let (_, stdout, _) = run("ticker", &["--seconds", "0.5"]);
-    assert!(rate(&stdout) < 200.0, "{stdout}");
-    let (ok, _, stderr) = run("mute", &["--seconds", "0.5", "--timeout", "1.5"]);
-    assert!(!ok);
-    assert!(
-        stderr.contains("`mute` was not warm within its 1.5 s limit (--timeout)")
-            && stderr.contains("`progress` pattern"),
-        "{stderr}"
-    );
-    // Warm after 3 lines (1.2 s), then one more line at most in a 0.3 s window.
-    let (ok, _, stderr) = run("slow", &["--seconds", "0.3"]);
-    assert!(!ok);
-    assert!(
-        stderr.contains("fewer than 2 iterations in the 0.3 s window")
-            && stderr.contains("--seconds"),
-        "{stderr}"
-    );
 }

@@ -30,6 +30,38 @@ pub struct Launcher {
 }
 
 impl Launcher {
+    /// Whether the launcher can start what `workloads` need, asked once before anything runs
+    /// (each run would fail the same way, found only as every one of them crashed): the CPU set
+    /// `taskset` must take, and CUDA in this build where a built-in runs on a GPU.
+    pub fn check(&self, workloads: &[WorkloadSpec]) -> Result<(), String> {
+        if let Some(cpus) = &self.cpu_set {
+            let tried = Command::new("taskset")
+                .args(["-c", cpus, "true"])
+                .stdout(Stdio::null())
+                .output()
+                .map_err(|e| format!("--cpu-set {cpus}: cannot run taskset: {e}"))?;
+            if !tried.status.success() {
+                return Err(format!(
+                    "--cpu-set {cpus}: taskset refused it: {}",
+                    String::from_utf8_lossy(&tried.stderr).trim()
+                ));
+            }
+        }
+        if let (Device::Cuda(_), false) = (self.device, cfg!(feature = "cuda"))
+            && let Some(builtin) = workloads
+                .iter()
+                .find(|w| matches!(w.source, Source::Builtin { .. }))
+        {
+            return Err(format!(
+                "--device {}: the built-in workload `{}` runs on the GPU through burn-cuda, and \
+                 this duet was built without CUDA (build it with --features cuda; a catalog of \
+                 commands alone runs on the GPU without it)",
+                self.device, builtin.name
+            ));
+        }
+        Ok(())
+    }
+
     fn command(&self, spec: &WorkloadSpec) -> Command {
         let mut c = self.unpinned(spec);
         if let Some(cpus) = &self.cpu_set {

@@ -58,6 +58,7 @@ impl Campaign {
             ("cpu-set", format!("{:?}", self.launcher.cpu_set)),
             ("seed", self.seed.to_string()),
             ("shard", format!("{:?}", self.shard)),
+            ("workloads", self.workload_digests()),
         ])
         .into_iter()
         // Recorded only where groups are measured: journals of pairs stay resumable.
@@ -74,37 +75,154 @@ impl Campaign {
         .collect()
     }
 
-    /// Records the settings and the `plan` (the full grid, or a budgeted campaign's budget and
-    /// selection) at the first start; refuses a resume whose settings or plan differ.
-    pub(super) fn check_settings(&self, plan: &str) -> Result<(), CampaignError> {
-        let path = self.journal_dir().join("settings.json");
+    /// Each workload's definition as the catalog gives it, in the catalog's order: a JSON list
+    /// of [name, digest] (the `workloads` setting), so that a resume can tell which definitions
+    /// changed. The order counts: it decides each pair's way round, the shards and the shuffle.
+    fn workload_digests(&self) -> String {
+        let digests: Vec<(&str, String)> = self
+            .catalog
+            .workloads
+            .iter()
+            .map(|w| {
+                let hash = fnv1a(format!("{w:?}").as_bytes(), FNV_OFFSET);
+                (w.name.as_str(), format!("{hash:016x}"))
+            })
+            .collect();
+        serde_json::to_string(&digests).unwrap_or_default()
+    }
+
+    fn settings_path(&self) -> PathBuf {
+        self.journal_dir().join("settings.json")
+    }
+
+    /// Writes the settings and `plan` for later resumes to compare with, atomically.
+    fn write_settings(&self, plan: &str) -> Result<(), CampaignError> {
+        let path = self.settings_path();
         let mut now = self.settings();
         now.insert("plan", plan.to_string());
-        match fs::read_to_string(&path) {
-            Ok(text) => {
-                let then: BTreeMap<String, String> = serde_json::from_str(&text)
-                    .map_err(|e| fail(format!("{}: {e}", path.display())))?;
-                for (name, value) in &now {
-                    // Journals from before plans were recorded are full-grid campaigns.
-                    let was = then
-                        .get(*name)
-                        .map(String::as_str)
-                        .or((*name == "plan").then_some(FULL_GRID));
-                    if was != Some(value.as_str()) {
-                        return Err(fail(format!(
-                            "--resume: the `{name}` setting differs from the interrupted campaign's \
-                             ({} then, {value} now); rerun it with the same settings",
-                            was.unwrap_or("unset")
-                        )));
-                    }
-                }
-                Ok(())
+        let text = serde_json::to_string_pretty(&now).map_err(|e| fail(e.to_string()))?;
+        replace_synced(&self.journal_dir(), &path, text.as_bytes())
+    }
+
+    /// Records the settings and the `plan` (the full grid, or a budgeted campaign's budget and
+    /// selection) at the first start; refuses a resume whose settings or plan differ. A catalog
+    /// that changed is no difference where its workloads are the same; where only some
+    /// definitions changed, their names come back for [`resume_changed`](Self::resume_changed)
+    /// to judge against the journal.
+    pub(super) fn check_settings(&self, plan: &str) -> Result<BTreeSet<String>, CampaignError> {
+        let path = self.settings_path();
+        let mut now = self.settings();
+        now.insert("plan", plan.to_string());
+        let journal = self.journal_path();
+        let measured = fs::metadata(&journal).is_ok_and(|m| m.len() > 0);
+        let text = match fs::read_to_string(&path) {
+            // Settings of a campaign that measured nothing (it stopped before its first run:
+            // no mode left, say) bind nothing: this campaign's are written over them.
+            Ok(_) if !measured => {
+                self.write_settings(plan)?;
+                return Ok(BTreeSet::new());
             }
-            Err(_) => {
-                let text = serde_json::to_string_pretty(&now).map_err(|e| fail(e.to_string()))?;
-                fs::write(&path, text).map_err(|e| fail(format!("{}: {e}", path.display())))
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if measured {
+                    return Err(fail(format!(
+                        "--resume: {} holds measurements, and {} is missing: which settings made \
+                         them cannot be told; delete {} to start again",
+                        journal.display(),
+                        path.display(),
+                        self.journal_dir().display()
+                    )));
+                }
+                self.write_settings(plan)?;
+                return Ok(BTreeSet::new());
+            }
+            Err(e) => return Err(fail(format!("{}: {e}", path.display()))),
+        };
+        let then: BTreeMap<String, String> =
+            serde_json::from_str(&text).map_err(|e| fail(format!("{}: {e}", path.display())))?;
+        let mut changed = BTreeSet::new();
+        for (name, value) in &now {
+            if *name == "workloads" {
+                continue;
+            }
+            // Journals from before plans were recorded are full-grid campaigns.
+            let was = then
+                .get(*name)
+                .map(String::as_str)
+                .or((*name == "plan").then_some(FULL_GRID));
+            if was == Some(value.as_str()) {
+                continue;
+            }
+            if *name == "catalog"
+                && let Some(was) = then.get("workloads")
+            {
+                changed = changed_workloads(was, &now["workloads"], &path)?;
+                continue;
+            }
+            return Err(fail(format!(
+                "--resume: the `{name}` setting differs from the interrupted campaign's \
+                 ({} then, {value} now); rerun it with the same settings",
+                was.unwrap_or("unset")
+            )));
+        }
+        Ok(changed)
+    }
+
+    /// Where the catalog changed the definitions of `changed` since the journal began: their
+    /// measurements go (they measured other programs under the same names) where none of them
+    /// succeeded, so that a workload that failed every run can be fixed in the catalog and the
+    /// campaign resumed; else the resume is refused, naming them. The journal and the settings
+    /// are rewritten for the new catalog.
+    pub(super) fn resume_changed(
+        &self,
+        changed: &BTreeSet<String>,
+        plan: &str,
+        done: BTreeMap<String, Record>,
+        progress: &mut dyn Progress,
+    ) -> Result<BTreeMap<String, Record>, CampaignError> {
+        if changed.is_empty() {
+            return Ok(done);
+        }
+        let touches = |r: &Record| r.task.workloads().iter().any(|w| changed.contains(*w));
+        for name in changed {
+            let ok = done
+                .values()
+                .filter(|r| r.status == Status::Ok && r.task.workloads().contains(&name.as_str()))
+                .count();
+            if ok > 0 {
+                return Err(fail(format!(
+                    "--resume: workload `{name}` is defined differently in {} than when the \
+                     campaign began, and {ok} of the journal's measurements of it succeeded: \
+                     they would mix two programs under one name; put its definition back to \
+                     resume (measure the new one in a campaign of its own and `duet dataset \
+                     merge` the two)",
+                    self.catalog.path.display()
+                )));
             }
         }
+        let (gone, kept): (Vec<Record>, Vec<Record>) = done.into_values().partition(touches);
+        let path = self.journal_path();
+        let mut text = String::new();
+        for r in &kept {
+            text.push_str(&serde_json::to_string(r).map_err(|e| fail(e.to_string()))?);
+            text.push('\n');
+        }
+        replace_synced(&self.journal_dir(), &path, text.as_bytes())?;
+        self.write_settings(plan)?;
+        let names = changed
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        progress.line(&if gone.is_empty() {
+            format!("--resume: {names} redefined in the catalog, before any measurement of it")
+        } else {
+            format!(
+                "--resume: {names} redefined in the catalog; its {} failed measurements run again",
+                gone.len()
+            )
+        });
+        Ok(kept.into_iter().map(|r| (r.key.clone(), r)).collect())
     }
 
     /// The campaign's error for a stop before the end, after writing what the journal holds as
@@ -187,6 +305,71 @@ impl Campaign {
             .collect();
         (partial, kept)
     }
+}
+
+/// Replaces `path` (in `dir`) with `bytes` whole: written beside it, synced, renamed over it,
+/// and the folder synced, as the journal's appends are synced before the next measurement.
+fn replace_synced(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), CampaignError> {
+    use std::io::Write;
+    let name = path
+        .file_name()
+        .map_or_else(|| "file".into(), |n| n.to_string_lossy().into_owned());
+    let staged = dir.join(format!(".{name}.new"));
+    let write = || -> std::io::Result<()> {
+        let mut file = fs::File::create(&staged)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&staged, path)?;
+        fs::File::open(dir)?.sync_all()
+    };
+    write().map_err(|e| fail(format!("{}: {e}", path.display())))
+}
+
+/// The workloads whose definitions differ between two `workloads` settings; refused where the
+/// catalog's names or their order changed (the grid, its ways round and its shards would not be
+/// the journal's).
+fn changed_workloads(
+    then: &str,
+    now: &str,
+    path: &Path,
+) -> Result<BTreeSet<String>, CampaignError> {
+    let read = |text: &str| {
+        serde_json::from_str::<Vec<(String, String)>>(text)
+            .map_err(|e| fail(format!("{}: `workloads`: {e}", path.display())))
+    };
+    let (then, now) = (read(then)?, read(now)?);
+    let names = |m: &[(String, String)]| m.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    if names(&then) != names(&now) {
+        let set = |m: &[(String, String)]| names(m).into_iter().collect::<BTreeSet<_>>();
+        let list = |s: BTreeSet<String>| {
+            if s.is_empty() {
+                return "none".to_string();
+            }
+            s.into_iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (added, gone) = (&set(&now) - &set(&then), &set(&then) - &set(&now));
+        let what = if added.is_empty() && gone.is_empty() {
+            "their order differs (it decides each pair's way round and each shard's pairs)"
+                .to_string()
+        } else {
+            format!("added: {}; gone: {}", list(added), list(gone))
+        };
+        return Err(fail(format!(
+            "--resume: the catalog's workloads differ from the interrupted campaign's ({what}); \
+             a resumed campaign measures the grid it began: rerun it with that catalog's \
+             workloads, in its order (measure others in a campaign of their own and `duet \
+             dataset merge` the two)"
+        )));
+    }
+    Ok(now
+        .into_iter()
+        .zip(then)
+        .filter(|((_, is), (_, was))| is != was)
+        .map(|((name, _), _)| name)
+        .collect())
 }
 
 pub(super) fn read_journal(path: &Path) -> Result<BTreeMap<String, Record>, CampaignError> {

@@ -355,6 +355,7 @@ impl Campaign {
                 self.journal_dir().display()
             )));
         }
+        self.launcher.check(&self.catalog.workloads).map_err(fail)?;
         Ok(())
     }
 

@@ -44,8 +44,9 @@ impl Campaign {
         self.check()?;
         fs::create_dir_all(self.journal_dir())
             .map_err(|e| fail(format!("{}: {e}", self.journal_dir().display())))?;
-        self.check_settings(plan)?;
+        let changed = self.check_settings(plan)?;
         let done = read_journal(&self.journal_path())?;
+        let done = self.resume_changed(&changed, plan, done, progress)?;
         // Ctrl-C or SIGTERM: stop after stopping the running workloads (a second one exits at
         // once); the journal keeps what finished.
         let interrupted = Arc::new(AtomicBool::new(false));

@@ -1,5 +1,6 @@
 //! The campaign's tasks, its windows and the dataset it assembles, on records made by hand.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use duet_core::dataset::FeatureValue;
@@ -563,4 +564,99 @@ fn a_journal_line_that_cannot_be_read_is_named_unless_it_is_the_last() {
     let negative = x.replace("\"throughputs\":[10.0]", "\"throughputs\":[-1.0]");
     let err = read(&[negative.as_bytes(), y.as_bytes(), b""]).expect_err("refused");
     assert!(err.contains("line 1: throughput -1 is not a rate"), "{err}");
+}
+
+#[test]
+fn a_resume_takes_a_redefined_workload_that_never_succeeded_and_refuses_one_that_did() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The settings digest the catalog's file: each catalog is written where it is read from.
+    let file = dir.path().join("catalog.toml");
+    fs::write(&file, "the first catalog").expect("catalog");
+    let first = campaign(dir.path());
+    fs::create_dir_all(first.journal_dir()).expect("journal folder");
+    assert!(
+        first
+            .check_settings(FULL_GRID)
+            .expect("first start")
+            .is_empty()
+    );
+    // The same catalog with `x` wider, as a user fixes a workload the campaign stopped on.
+    let redefined = |text: &str| {
+        fs::write(&file, text).expect("catalog");
+        Campaign {
+            catalog: Catalog::parse(text, &file).expect("catalog"),
+            ..campaign(dir.path())
+        }
+    };
+    let y = "[[workload]]\nname = \"y\"\nkind = \"infer\"\nbuiltin = \"matmul\"\nbatch = 1\nwidth = 32\ndepth = 1\n";
+    let wider = redefined(&format!(
+        "[[workload]]\nname = \"x\"\nkind = \"train\"\nbuiltin = \"mlp\"\nbatch = 8\nwidth = 32\ndepth = 1\n\n{y}"
+    ));
+    let solo = |w: &str, status: Status| {
+        let mut r = record(
+            Task::Solo {
+                workload: w.into(),
+                repetition: 0,
+            },
+            vec![util(50.0)],
+        );
+        r.status = status;
+        (r.key.clone(), r)
+    };
+    // The journal holds a measurement (settings of a campaign that measured nothing bind
+    // nothing).
+    let line = serde_json::to_string(&solo("y", Status::Ok).1).expect("record");
+    fs::write(wider.journal_path(), format!("{line}\n")).expect("journal");
+    let changed = wider.check_settings(FULL_GRID).expect("a redefinition");
+    assert_eq!(changed, BTreeSet::from(["x".to_string()]));
+
+    // `x` succeeded once: its measurements would mix two programs.
+    let done = BTreeMap::from([solo("x", Status::Ok), solo("y", Status::Ok)]);
+    let err = wider
+        .resume_changed(&changed, FULL_GRID, done, &mut Lines(|_: &str| {}))
+        .expect_err("refused");
+    assert!(
+        err.0.contains("workload `x` is defined differently")
+            && err
+                .0
+                .contains("1 of the journal's measurements of it succeeded"),
+        "{}",
+        err.0
+    );
+    // `x` only failed: its runs go, the journal and the settings follow the new catalog.
+    let done = BTreeMap::from([solo("x", Status::Crash), solo("y", Status::Ok)]);
+    let kept = wider
+        .resume_changed(&changed, FULL_GRID, done, &mut Lines(|_: &str| {}))
+        .expect("resumed");
+    assert_eq!(kept.keys().collect::<Vec<_>>(), [&solo("y", Status::Ok).0]);
+    assert_eq!(read_journal(&wider.journal_path()).expect("journal"), kept);
+    assert!(wider.check_settings(FULL_GRID).expect("same").is_empty());
+
+    // A workload added (or gone) changes the grid: refused, naming it.
+    let more = redefined(&format!(
+        "{y}\n[[workload]]\nname = \"x\"\nkind = \"train\"\nbuiltin = \"mlp\"\nbatch = 8\nwidth = 32\ndepth = 1\n\n[[workload]]\nname = \"z\"\nkind = \"train\"\nbuiltin = \"mlp\"\n"
+    ));
+    let err = more.check_settings(FULL_GRID).expect_err("refused");
+    assert!(err.0.contains("(added: `z`; gone: none)"), "{}", err.0);
+    // The same workloads in another order measure other ways round: refused.
+    let swapped = redefined(&format!(
+        "{y}\n[[workload]]\nname = \"x\"\nkind = \"train\"\nbuiltin = \"mlp\"\nbatch = 8\nwidth = 32\ndepth = 1\n"
+    ));
+    let err = swapped.check_settings(FULL_GRID).expect_err("refused");
+    assert!(err.0.contains("their order differs"), "{}", err.0);
+    // Another setting still counts beside a changed catalog.
+    let err = Campaign {
+        seed: 2,
+        ..redefined(&format!(
+            "[[workload]]\nname = \"x\"\nkind = \"train\"\nbuiltin = \"mlp\"\nbatch = 8\nwidth = 64\ndepth = 1\n\n{y}"
+        ))
+    }
+    .check_settings(FULL_GRID)
+    .expect_err("refused");
+    assert!(err.0.contains("the `seed` setting differs"), "{}", err.0);
+
+    // A journal without its settings cannot be judged.
+    fs::remove_file(wider.journal_dir().join("settings.json")).expect("remove");
+    let err = wider.check_settings(FULL_GRID).expect_err("refused");
+    assert!(err.0.contains("settings.json is missing"), "{}", err.0);
 }
