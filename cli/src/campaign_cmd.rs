@@ -79,19 +79,18 @@ fn replay_cmd(args: ReplayArgs) -> Result<()> {
     // A dataset given twice (the same folder or a copy of its files) would count its settings
     // twice: refused, as `duet train` refuses it (a prior holding replayed settings is refused
     // by the replay, naming them).
-    let mut seen: Vec<(String, &PathBuf)> = Vec::new();
-    for dir in &args.data {
-        let print = duet_model::artifact::fingerprint(dir)
-            .with_context(|| format!("--data {}", dir.display()))?;
-        if let Some((_, first)) = seen.iter().find(|(p, _)| *p == print) {
-            bail!(
-                "--data {}: the same dataset as --data {}, given twice (its settings would count \
-                 twice)",
-                dir.display(),
-                first.display()
-            );
-        }
-        seen.push((print, dir));
+    if let Some((later, first, copied)) = duet_model::artifact::given_twice(&args.data) {
+        bail!(
+            "--data {}: the same dataset as --data {}{}, given twice (its settings would count \
+             twice)",
+            args.data[later].display(),
+            args.data[first].display(),
+            if copied {
+                " (the same files, copied)"
+            } else {
+                ""
+            }
+        );
     }
     let result = replay::replay(&data, &options, &mut crate::progress::Shown::stderr())?;
     duet_campaign::report::write(&result, &args.out)?;

@@ -120,6 +120,27 @@ pub fn fingerprint(dir: &Path) -> std::io::Result<String> {
     Ok(format!("{hash:016x}"))
 }
 
+/// Two of `dirs` that are one dataset, as (later, first, copied): the same folder by two paths,
+/// or (`copied`) the same files in two folders, whose rows would count twice. A folder that
+/// cannot be resolved or read is passed over (reading it says why).
+pub fn given_twice(dirs: &[PathBuf]) -> Option<(usize, usize, bool)> {
+    let mut seen: Vec<(Option<PathBuf>, Option<String>)> = Vec::new();
+    for (k, dir) in dirs.iter().enumerate() {
+        let folder = dir.canonicalize().ok();
+        let print = fingerprint(dir).ok();
+        for (first, (f, p)) in seen.iter().enumerate() {
+            if folder.is_some() && *f == folder {
+                return Some((k, first, false));
+            }
+            if print.is_some() && *p == print {
+                return Some((k, first, true));
+            }
+        }
+        seen.push((folder, print));
+    }
+    None
+}
+
 fn recorder() -> NamedMpkFileRecorder<FullPrecisionSettings> {
     NamedMpkFileRecorder::<FullPrecisionSettings>::new()
 }

@@ -93,21 +93,20 @@ pub fn load(paths: &[PathBuf]) -> Result<(Vec<Dataset>, Vec<TrainingData>), Pipe
             "--data: name at least one dataset".into(),
         ));
     }
-    // A path that cannot be resolved is left to `Dataset::read` to name.
-    let mut seen: Vec<(PathBuf, &PathBuf)> = Vec::new();
-    for dir in paths {
-        let Ok(folder) = dir.canonicalize() else {
-            continue;
-        };
-        if let Some((_, first)) = seen.iter().find(|(f, _)| *f == folder) {
-            return Err(PipelineError::Data(format!(
-                "--data {}: the same dataset as --data {}, given twice (its rows would count \
-                 twice)",
-                dir.display(),
-                first.display()
-            )));
-        }
-        seen.push((folder, dir));
+    // The same files in another folder (a copy) count twice as surely as the same folder: a
+    // row on both sides of a fold made the `random` split's error a third of the truth.
+    if let Some((later, first, copied)) = artifact::given_twice(paths) {
+        return Err(PipelineError::Data(format!(
+            "--data {}: the same dataset as --data {}{}, given twice (its rows would count \
+             twice)",
+            paths[later].display(),
+            paths[first].display(),
+            if copied {
+                " (the same files, copied)"
+            } else {
+                ""
+            }
+        )));
     }
     let mut datasets = Vec::new();
     let mut data = Vec::new();
@@ -123,19 +122,6 @@ pub fn load(paths: &[PathBuf]) -> Result<(Vec<Dataset>, Vec<TrainingData>), Pipe
             workloads: d.workloads.len(),
             pairs: d.pairs.len(),
         });
-        // The same files in another folder (a copy) count twice as surely as the same folder:
-        // a row on both sides of a fold made the `random` split's error a third of the truth.
-        let last = data.last().expect("pushed above");
-        if let Some(first) = data[..data.len() - 1]
-            .iter()
-            .find(|t| t.fingerprint == last.fingerprint)
-        {
-            return Err(PipelineError::Data(format!(
-                "--data {}: the same dataset as --data {} (the same files, copied), given twice \
-                 (its rows would count twice)",
-                last.path, first.path
-            )));
-        }
         datasets.push(d);
     }
     Ok((datasets, data))
