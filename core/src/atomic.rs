@@ -85,6 +85,7 @@ pub fn write_folder<E>(
             )
         })?;
     }
+    remove_abandoned(&staging);
     fs::create_dir_all(&staging).map_err(|e| io_error(&staging, format!("cannot create: {e}")))?;
     let result = fill(&staging).and_then(|()| {
         fs::rename(&staging, out).map_err(|e| io_error(out, format!("cannot move into place: {e}")))
@@ -93,6 +94,38 @@ pub fn write_folder<E>(
         let _ = fs::remove_dir_all(&staging);
     }
     result
+}
+
+/// Removes the temporary folders beside `staging` that processes no longer running left for the
+/// same output (a `kill -9` mid-write leaves one for good otherwise). Where `/proc` does not list
+/// processes, and for a process id that is running, whatever it is, nothing is removed.
+fn remove_abandoned(staging: &Path) {
+    let (Some(parent), Some(name)) = (staging.parent(), staging.file_name()) else {
+        return;
+    };
+    let name = name.to_string_lossy();
+    let Some(prefix) = name.rfind('-').map(|k| &name[..=k]) else {
+        return;
+    };
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        let Some(pid) = file
+            .strip_prefix(prefix)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() && entry.path().is_dir() {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -134,5 +167,30 @@ mod tests {
             let proc_out = refused(Path::new("/proc/duet-out")).expect("refused");
             assert!(proc_out.contains("cannot write beside it"), "{proc_out}");
         }
+    }
+
+    #[test]
+    fn a_folder_left_by_a_process_that_is_gone_is_removed_by_the_next_write() {
+        if !Path::new("/proc/self").exists() {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tmp");
+        let out = dir.path().join("model");
+        // A process id above Linux's largest is never running; process 1 always is.
+        let gone = dir.path().join(".model.tmp-4194305");
+        let running = dir.path().join(".model.tmp-1");
+        let other = dir.path().join(".other.tmp-4194305");
+        for d in [&gone, &running, &other] {
+            fs::create_dir(d).expect("mkdir");
+        }
+        write_folder(
+            &out,
+            |p, m| format!("{}: {m}", p.display()),
+            |d| fs::write(d.join("f"), "x").map_err(|e| e.to_string()),
+        )
+        .expect("written");
+        assert!(out.join("f").is_file());
+        assert!(!gone.exists(), "left by a process that is gone");
+        assert!(running.exists() && other.exists());
     }
 }
