@@ -185,9 +185,20 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
                 .map_err(|e| anyhow!("--modes: {e}"))
         })
         .collect::<Result<Vec<_>>>()?;
-    for s in &args.shares {
+    // A mode or share named twice would measure every pair of it twice.
+    if let Some((k, m)) = modes
+        .iter()
+        .enumerate()
+        .find(|(k, m)| modes[..*k].contains(m))
+    {
+        bail!("--modes: `{m}` is given twice (as mode {})", k + 1);
+    }
+    for (k, s) in args.shares.iter().enumerate() {
         if !(*s > 0.0 && *s <= 100.0) {
             bail!("--shares: {s} is outside (0, 100]");
+        }
+        if args.shares[..k].contains(s) {
+            bail!("--shares: {s} is given twice");
         }
     }
     let device: Device = args
@@ -360,6 +371,14 @@ fn select(args: &ProfileArgs) -> Result<Select> {
 fn fit_config(args: &ProfileArgs) -> Result<TrainConfig> {
     if args.ensemble == 0 || args.max_epochs == 0 {
         bail!("--ensemble and --max-epochs: at least 1");
+    }
+    if args.ensemble < 2 && select(args)? == Select::Uncertainty {
+        bail!(
+            "--ensemble {}: --select uncertainty scores a candidate by the members' \
+             disagreement, which one member cannot have (every score was 0): at least 2, or \
+             --select random",
+            args.ensemble
+        );
     }
     flags::network_size(&TrainConfig::default().hidden, args.ensemble)?;
     Ok(TrainConfig {

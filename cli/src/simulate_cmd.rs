@@ -7,7 +7,9 @@ use duet_core::dataset::Dataset;
 use duet_model::EngineKind;
 use duet_scheduler::predictor::{HttpPredictor, ModelPredictor, Oracle, Predictor, Query};
 use duet_scheduler::report::{REPORT_FILE, Report};
-use duet_scheduler::sim::{self, Cluster, DatasetWorkload, Policy, Settings};
+use duet_scheduler::sim::{
+    self, Cluster, DatasetWorkload, MAX_COMPRESSION, MIN_COMPRESSION, Policy, Settings,
+};
 use duet_scheduler::trace::Trace;
 
 use crate::args::SimulateArgs;
@@ -34,9 +36,11 @@ pub fn run(args: &SimulateArgs) -> Result<()> {
         bail!("--load {}: must be above 0", args.load);
     }
     if let Some(c) = args.compression
-        && !(c.is_finite() && c > 0.0)
+        && !(MIN_COMPRESSION..=MAX_COMPRESSION).contains(&c)
     {
-        bail!("--compression {c}: must be above 0");
+        bail!(
+            "--compression {c:?}: arrivals are compressed {MIN_COMPRESSION} to {MAX_COMPRESSION} times"
+        );
     }
     if !(args.aging.is_finite() && args.aging > 0.0) {
         bail!("--aging {}: must be above 0 seconds", args.aging);

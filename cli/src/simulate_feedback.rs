@@ -58,8 +58,12 @@ impl FeedbackRun<'_> {
         if !(args.held_out > 0.0 && args.held_out < 1.0) {
             bail!("--held-out {}: a share in (0, 1)", args.held_out);
         }
-        if !(args.retrain_hours.is_finite() && args.retrain_hours > 0.0) {
-            bail!("--retrain-hours {}: must be above 0", args.retrain_hours);
+        // Below a simulated second (a subnormal value made the next retraining infinitely far).
+        if !(args.retrain_hours.is_finite() && args.retrain_hours * 3600.0 >= 1.0) {
+            bail!(
+                "--retrain-hours {}: must be at least a simulated second (1/3600)",
+                args.retrain_hours
+            );
         }
         if !(args.feedback_noise.is_finite() && args.feedback_noise >= 0.0) {
             bail!(

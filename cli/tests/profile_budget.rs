@@ -355,7 +355,7 @@ fn a_budgeted_campaign_measures_its_chosen_groups_after_the_pairs() {
         "--audit",
         "1",
         "--ensemble",
-        "1",
+        "2",
         "--max-epochs",
         "10",
         "--group-size",
@@ -413,6 +413,11 @@ fn budgeted_flags_are_checked_before_anything_runs() {
             "--shard 0/2 with --budget",
         ),
         (vec!["--select", "random"], "--budget"),
+        // One member has no disagreement to score by: every candidate scored 0.
+        (
+            vec!["--budget", "4", "--ensemble", "1"],
+            "--ensemble 1: --select uncertainty scores a candidate by the members' disagreement",
+        ),
     ] {
         let run = profile(&catalog, &out, &flags);
         let err = String::from_utf8_lossy(&run.stderr);

@@ -476,6 +476,12 @@ progress = "^tick$"
         (&["--gpu", " "], "--gpu: empty"),
         (&["--modes", "cpu,warp"], "unknown mode `warp`"),
         (&["--shares", "0"], "--shares: 0 is outside (0, 100]"),
+        // Named twice, every pair of it was measured twice.
+        (
+            &["--modes", "cpu,cpu"],
+            "--modes: `cpu` is given twice (as mode 2)",
+        ),
+        (&["--shares", "50,30,50"], "--shares: 50 is given twice"),
     ];
     for (flags, says) in cases {
         let run = profile(&catalog, &dir.path().join("never"), flags);

@@ -309,6 +309,19 @@ fn bad_inputs_are_named() {
         "{e}"
     );
 
+    // A compression whose arrivals are infinite (1e-308: the report's JCTs were -inf).
+    let o = simulate_on(
+        &repo("traces/alibaba-gpu-v2023"),
+        &repo("datasets/gavel-v100"),
+        &out,
+        &["--compression", "1e-308"],
+    );
+    assert!(
+        stderr(&o).contains("--compression 1e-308: arrivals are compressed 0.001 to 1000000 times"),
+        "{}",
+        stderr(&o)
+    );
+
     // A dataset without a successful pair.
     let mut dataset = Dataset::read(&repo("datasets/gavel-v100")).expect("gavel");
     dataset.pairs.retain(|p| p.status != Status::Ok);
@@ -442,12 +455,23 @@ fn feedback_retrains_on_what_the_cluster_observed_and_the_report_says_so() {
     assert!(result.status.success(), "{}", stderr(&result));
     assert_eq!(report(&triples)["gpu_jobs"], 3);
     // Bad feedback settings are named.
-    for (flag, value) in [("--held-out", "1.0"), ("--retrain-hours", "0")] {
+    for (flag, value, says) in [
+        ("--held-out", "1", "a share in (0, 1)"),
+        (
+            "--retrain-hours",
+            "0",
+            "must be at least a simulated second",
+        ),
+    ] {
         let result = simulate(
-            &tmp.path().join(format!("bad{flag}")),
+            &tmp.path().join(format!("bad{flag}{value}")),
             &["--feedback", flag, value],
         );
         assert!(!result.status.success());
-        assert!(stderr(&result).contains(flag), "{}", stderr(&result));
+        assert!(
+            stderr(&result).contains(&format!("{flag} {value}: {says}")),
+            "{}",
+            stderr(&result)
+        );
     }
 }

@@ -96,6 +96,11 @@ fn offered_load(pods: &[&Pod], first: f64, c: f64, gpus: u32) -> f64 {
     held / (span * f64::from(gpus))
 }
 
+/// The range of the arrivals' compression: the `--load` search's, and `--compression`'s (a
+/// trace's seconds divided by 1e-308 are infinite).
+pub const MIN_COMPRESSION: f64 = 1e-3;
+pub const MAX_COMPRESSION: f64 = 1e6;
+
 /// Turns the trace's pods into jobs: GPU pods that ran, arrivals compressed so that the offered
 /// load on `gpus` GPUs is `load` (or by `compression` when given), each job given a workload of
 /// the dataset (inference workloads for LS pods where the dataset has any), seeded; `limit` keeps
@@ -136,7 +141,7 @@ pub fn jobs(
         (Some(c), _) => c,
         (None, Some(target)) => {
             // The load grows with the compression: bisect on its logarithm.
-            let (mut lo, mut hi) = (1e-3f64, 1e6f64);
+            let (mut lo, mut hi) = (MIN_COMPRESSION, MAX_COMPRESSION);
             if load_at(hi) < target {
                 bail!(
                     "--load {target}: the trace cannot offer that much to {gpus} GPUs (at most \

@@ -10,7 +10,7 @@ mod world;
 
 pub use cluster::Cluster;
 use duet_core::progress::{self, Progress};
-pub use jobs::{DatasetWorkload, Job, Workload, jobs};
+pub use jobs::{DatasetWorkload, Job, MAX_COMPRESSION, MIN_COMPRESSION, Workload, jobs};
 pub use outcome::Outcome;
 use outcome::{class_mean, quantile};
 use world::{Event, RoundLog, World};
