@@ -184,6 +184,17 @@ impl Campaign {
             return Ok(done);
         }
         let touches = |r: &Record| r.task.workloads().iter().any(|w| changed.contains(*w));
+        // Every shard measures every workload alone, the others with the old definition: a
+        // merge would pool two programs' solo runs under one name, whatever this journal holds.
+        if let Some((i, n)) = self.shard {
+            return Err(fail(format!(
+                "--resume: {} defined differently in {} than when shard {i}/{n} began; the other \
+                 shards measure the definition it began with, and merging them would pool two \
+                 programs under one name: put it back to resume",
+                list_names(changed),
+                self.catalog.path.display()
+            )));
+        }
         for name in changed {
             let ok = done
                 .values()
@@ -194,8 +205,8 @@ impl Campaign {
                     "--resume: workload `{name}` is defined differently in {} than when the \
                      campaign began, and {ok} of the journal's measurements of it succeeded: \
                      they would mix two programs under one name; put its definition back to \
-                     resume (measure the new one in a campaign of its own and `duet dataset \
-                     merge` the two)",
+                     resume (and measure the new one under a new name with `duet profile \
+                     --onto` the finished dataset)",
                     self.catalog.path.display()
                 )));
             }
@@ -209,11 +220,7 @@ impl Campaign {
         }
         replace_synced(&self.journal_dir(), &path, text.as_bytes())?;
         self.write_settings(plan)?;
-        let names = changed
-            .iter()
-            .map(|n| format!("`{n}`"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let names = list_names(changed);
         progress.line(&if gone.is_empty() {
             format!("--resume: {names} redefined in the catalog, before any measurement of it")
         } else {
@@ -307,6 +314,15 @@ impl Campaign {
     }
 }
 
+/// `a`, `b`: names as messages list them.
+fn list_names(names: &BTreeSet<String>) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Replaces `path` (in `dir`) with `bytes` whole: written beside it, synced, renamed over it,
 /// and the folder synced, as the journal's appends are synced before the next measurement.
 fn replace_synced(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), CampaignError> {
@@ -343,12 +359,10 @@ fn changed_workloads(
         let set = |m: &[(String, String)]| names(m).into_iter().collect::<BTreeSet<_>>();
         let list = |s: BTreeSet<String>| {
             if s.is_empty() {
-                return "none".to_string();
+                "none".to_string()
+            } else {
+                list_names(&s)
             }
-            s.into_iter()
-                .map(|n| format!("`{n}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
         };
         let (added, gone) = (&set(&now) - &set(&then), &set(&then) - &set(&now));
         let what = if added.is_empty() && gone.is_empty() {
@@ -360,8 +374,8 @@ fn changed_workloads(
         return Err(fail(format!(
             "--resume: the catalog's workloads differ from the interrupted campaign's ({what}); \
              a resumed campaign measures the grid it began: rerun it with that catalog's \
-             workloads, in its order (measure others in a campaign of their own and `duet \
-             dataset merge` the two)"
+             workloads, in its order (and measure new ones with `duet profile --onto` the \
+             finished dataset)"
         )));
     }
     Ok(now

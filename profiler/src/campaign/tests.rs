@@ -623,6 +623,21 @@ fn a_resume_takes_a_redefined_workload_that_never_succeeded_and_refuses_one_that
         "{}",
         err.0
     );
+    // In a shard, whatever this journal holds: the other shards measure the old `x`.
+    let done = BTreeMap::from([solo("x", Status::Crash), solo("y", Status::Ok)]);
+    let shard = Campaign {
+        shard: Some((0, 2)),
+        catalog: wider.catalog.clone(),
+        ..campaign(dir.path())
+    };
+    let err = shard
+        .resume_changed(&changed, FULL_GRID, done, &mut Lines(|_: &str| {}))
+        .expect_err("refused");
+    assert!(
+        err.0.contains("`x` defined differently") && err.0.contains("shard 0/2 began"),
+        "{}",
+        err.0
+    );
     // `x` only failed: its runs go, the journal and the settings follow the new catalog.
     let done = BTreeMap::from([solo("x", Status::Crash), solo("y", Status::Ok)]);
     let kept = wider
