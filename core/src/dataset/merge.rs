@@ -13,6 +13,11 @@ fn pooled(x: f64, wx: f64, y: f64, wy: f64) -> f64 {
     (x * wx + y * wy) / (wx + wy)
 }
 
+/// Numeric features that say what a workload is (the sizes `duet profile`'s built-ins are run
+/// at), not what was measured of it: shards must agree on them, as on kinds and labels (a mean
+/// of two batch sizes describes neither program).
+const DEFINING: [&str; 4] = ["batch_size", "width", "depth", "seq"];
+
 /// Folds `next` (a second solo profile of the same workload, from another shard) into `kept`.
 /// Numbers are pooled weighted by repetitions (1 where unknown); kinds and labels must agree.
 fn fold_workload(kept: &mut Workload, next: &Workload, file: &Path) -> Result<()> {
@@ -49,6 +54,17 @@ fn fold_workload(kept: &mut Workload, next: &Workload, file: &Path) -> Result<()
             continue;
         };
         match (current, value) {
+            (FeatureValue::Number(Some(a)), FeatureValue::Number(Some(b)))
+                if DEFINING.contains(&name.as_str()) && a != b =>
+            {
+                return Err(at(
+                    name,
+                    &format!(
+                        "{b} here, {a} in an earlier shard: a setting of the workload, not a \
+                         measurement (the shards ran two definitions under one name)"
+                    ),
+                ));
+            }
             (FeatureValue::Number(Some(a)), FeatureValue::Number(Some(b))) => {
                 *a = pooled(*a, wk, *b, wn);
             }
@@ -163,4 +179,44 @@ pub fn merge(name: &str, shards: &[(PathBuf, Dataset)]) -> Result<Dataset> {
         pairs,
         groups,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::dataset::JobKind;
+
+    fn solo(throughput: f64, batch: f64, util: f64) -> Workload {
+        Workload {
+            workload: "mlp".into(),
+            kind: JobKind::Train,
+            solo_throughput: throughput,
+            solo_throughput_std: None,
+            solo_throughput_se: None,
+            repetitions: Some(1),
+            features: BTreeMap::from([
+                ("batch_size".into(), FeatureValue::Number(Some(batch))),
+                ("gpu_util".into(), FeatureValue::Number(Some(util))),
+            ]),
+        }
+    }
+
+    #[test]
+    fn measurements_are_pooled_and_a_size_that_differs_is_refused() {
+        let file = Path::new("s1/workloads.parquet");
+        let mut kept = solo(10.0, 32.0, 40.0);
+        fold_workload(&mut kept, &solo(12.0, 32.0, 60.0), file).expect("pooled");
+        assert_eq!(kept.solo_throughput, 11.0);
+        assert_eq!(kept.features["gpu_util"], FeatureValue::Number(Some(50.0)));
+        // Two batch sizes under one name were averaged: two programs, not two measurements.
+        let err = fold_workload(&mut kept, &solo(12.0, 64.0, 60.0), file)
+            .expect_err("two definitions")
+            .to_string();
+        assert!(
+            err.contains("column `batch_size`") && err.contains("64 here, 32 in an earlier shard"),
+            "{err}"
+        );
+    }
 }
