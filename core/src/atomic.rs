@@ -96,8 +96,14 @@ pub fn write_folder<E>(
     result
 }
 
+/// How long a temporary folder of a process `/proc` does not list must have been left alone
+/// before it is taken for abandoned: a writer in another PID namespace (another container on a
+/// shared volume) is not listed, and fills its folder within moments of making it.
+const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Removes the temporary folders beside `staging` that processes no longer running left for the
-/// same output (a `kill -9` mid-write leaves one for good otherwise). Where `/proc` does not list
+/// same output (a `kill -9` mid-write leaves one for good otherwise): unchanged for
+/// [`ABANDONED_AFTER`], of a process id `/proc` does not list. Where `/proc` does not list
 /// processes, and for a process id that is running, whatever it is, nothing is removed.
 fn remove_abandoned(staging: &Path) {
     let (Some(parent), Some(name)) = (staging.parent(), staging.file_name()) else {
@@ -122,7 +128,13 @@ fn remove_abandoned(staging: &Path) {
         else {
             continue;
         };
-        if !Path::new(&format!("/proc/{pid}")).exists() && entry.path().is_dir() {
+        let left_alone = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= ABANDONED_AFTER);
+        if left_alone && !Path::new(&format!("/proc/{pid}")).exists() && entry.path().is_dir() {
             let _ = fs::remove_dir_all(entry.path());
         }
     }
@@ -180,8 +192,16 @@ mod tests {
         let gone = dir.path().join(".model.tmp-4194305");
         let running = dir.path().join(".model.tmp-1");
         let other = dir.path().join(".other.tmp-4194305");
-        for d in [&gone, &running, &other] {
+        // Made moments ago: perhaps a writer in another PID namespace.
+        let recent = dir.path().join(".model.tmp-4194306");
+        let two_hours_ago = std::time::SystemTime::now() - 2 * ABANDONED_AFTER;
+        for d in [&gone, &running, &other, &recent] {
             fs::create_dir(d).expect("mkdir");
+            if d != &recent {
+                fs::File::open(d)
+                    .and_then(|f| f.set_modified(two_hours_ago))
+                    .expect("age the folder");
+            }
         }
         write_folder(
             &out,
@@ -191,6 +211,6 @@ mod tests {
         .expect("written");
         assert!(out.join("f").is_file());
         assert!(!gone.exists(), "left by a process that is gone");
-        assert!(running.exists() && other.exists());
+        assert!(running.exists() && other.exists() && recent.exists());
     }
 }
