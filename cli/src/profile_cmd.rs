@@ -206,6 +206,11 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
         .parse()
         .map_err(|e: String| anyhow!("--device: {e}"))?;
     let shard = match (&args.shard, std::env::var("JOB_COMPLETION_INDEX")) {
+        (Some(s), _) if args.shards.is_some() => {
+            bail!(
+                "--shard {s} with --shards: give the shard as i/n, or its count alone with JOB_COMPLETION_INDEX"
+            )
+        }
         (Some(s), _) => Some(parse_shard(s).map_err(|e| anyhow!(e))?),
         (None, Ok(index)) => {
             let count = args.shards.ok_or_else(|| {
@@ -216,6 +221,12 @@ pub fn profile(args: ProfileArgs) -> Result<()> {
                     .map_err(|e| anyhow!("JOB_COMPLETION_INDEX: {e}"))?,
             )
         }
+        // Ignored, the whole grid ran where one shard of it was meant.
+        (None, Err(_)) if args.shards.is_some() => bail!(
+            "--shards {}: the shard's index comes from JOB_COMPLETION_INDEX, which is not set (a \
+             Kubernetes Indexed Job sets it); give --shard i/n to run one shard here",
+            args.shards.unwrap_or_default()
+        ),
         (None, Err(_)) => None,
     };
     let name = flags::dataset_name(args.name.clone(), &args.out, "campaign")?;

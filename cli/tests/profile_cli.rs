@@ -18,6 +18,7 @@ use catalog::write_catalog;
 
 fn profile(catalog: &Path, out: &Path, extra: &[&str]) -> Output {
     duet()
+        .env_remove("JOB_COMPLETION_INDEX")
         .arg("profile")
         .arg("--catalog")
         .arg(catalog)
@@ -461,7 +462,7 @@ progress = "^tick$"
     assert_eq!(d.workloads.len(), 4);
 
     // Bad flags and catalogs, each named.
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 11] = [
         (&["--shard", "3/2"], "impossible shard"),
         (
             &["--timeout", "0"],
@@ -482,6 +483,15 @@ progress = "^tick$"
             "--modes: `cpu` is given twice (as mode 2)",
         ),
         (&["--shares", "50,30,50"], "--shares: 50 is given twice"),
+        // A shard count without its index ran the whole grid.
+        (
+            &["--shards", "4"],
+            "--shards 4: the shard's index comes from JOB_COMPLETION_INDEX, which is not set",
+        ),
+        (
+            &["--shard", "0/2", "--shards", "2"],
+            "--shard 0/2 with --shards",
+        ),
     ];
     for (flags, says) in cases {
         let run = profile(&catalog, &dir.path().join("never"), flags);
