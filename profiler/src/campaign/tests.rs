@@ -70,6 +70,19 @@ fn util(sm: f64) -> BTreeMap<String, f64> {
     crate::gpu::summarise_process(&[(1, sm, sm / 2.0), (1, sm, sm / 2.0)])
 }
 
+/// Workload `w`'s first solo run, ended with `status`.
+fn solo_record(w: &str, status: Status) -> Record {
+    let mut r = record(
+        Task::Solo {
+            workload: w.into(),
+            repetition: 0,
+        },
+        vec![util(50.0)],
+    );
+    r.status = status;
+    r
+}
+
 #[test]
 fn pairs_are_measured_mode_by_mode_in_the_order_given() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -389,17 +402,7 @@ fn groups_are_assembled_one_per_setting_and_a_failed_repetition_fails_it() {
 fn a_stopped_campaign_assembles_what_its_journal_holds() {
     let dir = tempfile::tempdir().expect("tempdir");
     let c = campaign(dir.path());
-    let solo = |w: &str, status: Status| {
-        let mut r = record(
-            Task::Solo {
-                workload: w.into(),
-                repetition: 0,
-            },
-            vec![util(50.0)],
-        );
-        r.status = status;
-        r
-    };
+    let solo = solo_record;
     let pair = |a: &str, b: &str| {
         record(
             Task::Pair {
@@ -531,16 +534,7 @@ fn per_process_gpu_counters_become_workload_features_and_pair_counters() {
 fn a_journal_line_that_cannot_be_read_is_named_unless_it_is_the_last() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("journal.jsonl");
-    let solo = |w: &str| {
-        let r = record(
-            Task::Solo {
-                workload: w.into(),
-                repetition: 0,
-            },
-            vec![util(50.0)],
-        );
-        serde_json::to_string(&r).expect("a record")
-    };
+    let solo = |w: &str| serde_json::to_string(&solo_record(w, Status::Ok)).expect("a record");
     let read = |lines: &[&[u8]]| {
         fs::write(&path, lines.join(&b'\n')).expect("journal");
         read_journal(&path).map_err(|e| e.to_string())
@@ -593,14 +587,7 @@ fn a_resume_takes_a_redefined_workload_that_never_succeeded_and_refuses_one_that
         "[[workload]]\nname = \"x\"\nkind = \"train\"\nbuiltin = \"mlp\"\nbatch = 8\nwidth = 32\ndepth = 1\n\n{y}"
     ));
     let solo = |w: &str, status: Status| {
-        let mut r = record(
-            Task::Solo {
-                workload: w.into(),
-                repetition: 0,
-            },
-            vec![util(50.0)],
-        );
-        r.status = status;
+        let r = solo_record(w, status);
         (r.key.clone(), r)
     };
     // The journal holds a measurement (settings of a campaign that measured nothing bind
