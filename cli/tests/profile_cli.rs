@@ -339,6 +339,13 @@ fn a_killed_campaign_resumes_without_repeating_or_losing_anything() {
         assert!(Instant::now() < deadline, "the campaign made no progress");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // A resume while the campaign runs would append beside it: refused.
+    let twice = profile(&catalog, &out, &["--repetitions", "1", "--resume"]);
+    let err = String::from_utf8_lossy(&twice.stderr);
+    assert!(
+        !twice.status.success() && err.contains("another campaign is measuring"),
+        "{err}"
+    );
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
     let finished = lines();

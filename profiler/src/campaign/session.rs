@@ -20,6 +20,9 @@ pub struct Session<'c> {
     campaign: &'c Campaign,
     done: BTreeMap<String, Record>,
     journal: File,
+    /// The journal folder's lock, held while this session lives: a second campaign on the
+    /// same output (a resume started twice) is refused instead of appending beside it.
+    _lock: File,
     gpu: Option<GpuCounters>,
     mps: Option<MpsDaemon>,
     interrupted: Arc<AtomicBool>,
@@ -32,8 +35,9 @@ pub struct Session<'c> {
 }
 
 impl Campaign {
-    /// Opens the campaign for measuring: checks it, creates or resumes its journal (refusing a
-    /// resume whose measurement settings or `plan` differ), watches SIGINT and SIGTERM, starts
+    /// Opens the campaign for measuring: checks it, locks its journal folder (refusing a
+    /// campaign on the same output that is running now), creates or resumes its journal
+    /// (refusing a resume whose measurement settings or `plan` differ), watches SIGINT and SIGTERM, starts
     /// the MPS daemon where the mps mode is asked for (dropping the mode, with a line, where it
     /// cannot run) and the device counters.
     pub fn open(
@@ -44,6 +48,7 @@ impl Campaign {
         self.check()?;
         fs::create_dir_all(self.journal_dir())
             .map_err(|e| fail(format!("{}: {e}", self.journal_dir().display())))?;
+        let lock = self.lock_journal()?;
         let changed = self.check_settings(plan)?;
         let done = read_journal(&self.journal_path())?;
         let done = self.resume_changed(&changed, plan, done, progress)?;
@@ -119,6 +124,7 @@ impl Campaign {
             campaign: self,
             done,
             journal,
+            _lock: lock,
             gpu,
             mps,
             interrupted,
@@ -127,6 +133,35 @@ impl Campaign {
             measured: 0,
             planned: None,
         })
+    }
+}
+
+impl Campaign {
+    /// Locks the journal folder (an advisory `flock` on its `lock` file, let go when the
+    /// process ends however it ends), or refuses: two campaigns appending to one journal
+    /// would interleave their records, and a resume's rewrite of the journal would drop the
+    /// other's.
+    fn lock_journal(&self) -> Result<File, CampaignError> {
+        let path = self.journal_dir().join("lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| fail(format!("{}: {e}", path.display())))?;
+        match file.try_lock() {
+            Ok(()) => Ok(file),
+            Err(fs::TryLockError::WouldBlock) => Err(fail(format!(
+                "{}: another campaign is measuring into {} now (it holds {}); wait for it to \
+                 end, or stop it, before resuming",
+                self.journal_dir().display(),
+                self.out.display(),
+                path.display()
+            ))),
+            Err(fs::TryLockError::Error(e)) => {
+                Err(fail(format!("{}: cannot be locked: {e}", path.display())))
+            }
+        }
     }
 }
 

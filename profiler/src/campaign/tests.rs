@@ -662,3 +662,36 @@ fn a_resume_takes_a_redefined_workload_that_never_succeeded_and_refuses_one_that
     let err = wider.check_settings(FULL_GRID).expect_err("refused");
     assert!(err.0.contains("settings.json is missing"), "{}", err.0);
 }
+
+#[test]
+fn a_second_campaign_on_the_same_output_is_refused_while_the_first_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fs::write(dir.path().join("catalog.toml"), "a catalog").expect("catalog");
+    let on_cpu = |resume| Campaign {
+        launcher: Launcher {
+            device: Device::Cpu,
+            ..campaign(dir.path()).launcher
+        },
+        modes: vec![Mode::Cpu],
+        resume,
+        ..campaign(dir.path())
+    };
+    let first = on_cpu(false);
+    let session = first
+        .open(FULL_GRID, &mut Lines(|_: &str| {}))
+        .expect("the first opens");
+    let second = on_cpu(true);
+    let err = second
+        .open(FULL_GRID, &mut Lines(|_: &str| {}))
+        .expect_err("refused while the first runs");
+    assert!(
+        err.0.contains("another campaign is measuring into") && err.0.contains("lock"),
+        "{}",
+        err.0
+    );
+    // The first one's end lets go of the lock: the resume opens.
+    drop(session);
+    second
+        .open(FULL_GRID, &mut Lines(|_: &str| {}))
+        .expect("resumed once the first ended");
+}
