@@ -4,7 +4,6 @@
 //! file, and `duet dataset merge` does not carry it into a merged dataset (each shard's audit
 //! speaks for that shard's unmeasured settings only).
 
-use std::fs;
 use std::path::Path;
 
 use duet_core::dataset::{CAMPAIGN_FILE, Dataset, Sample};
@@ -129,7 +128,7 @@ impl CampaignRecord {
             path: path.clone(),
             message,
         };
-        let text = fs::read_to_string(&path).map_err(|e| io(format!("cannot read: {e}")))?;
+        let text = duet_core::input::read_text(&path).map_err(io)?;
         let record: CampaignRecord =
             serde_json::from_str(&text).map_err(|e| io(format!("invalid: {e}")))?;
         if record.format != FORMAT {
@@ -161,6 +160,7 @@ pub fn write_dataset(
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
     use std::path::PathBuf;
 
     use duet_core::dataset::merge;

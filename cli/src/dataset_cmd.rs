@@ -238,16 +238,16 @@ fn import(source: ImportSource) -> Result<()> {
             date,
         } => {
             refuse_existing(&out)?;
-            let text = fs::read_to_string(&json)
-                .with_context(|| format!("{}: cannot read", json.display()))?;
+            let text = duet_core::input::read_text(&json)
+                .map_err(|e| anyhow!("{}: {e}", json.display()))?;
             let licence_path = licence_file.or_else(|| {
                 let beside = json.with_file_name("LICENSE");
                 beside.is_file().then_some(beside)
             });
             let licence_text = match licence_path {
                 Some(path) => Some(
-                    fs::read_to_string(&path)
-                        .with_context(|| format!("{}: cannot read", path.display()))?,
+                    duet_core::input::read_text(&path)
+                        .map_err(|e| anyhow!("{}: {e}", path.display()))?,
                 ),
                 None => None,
             };

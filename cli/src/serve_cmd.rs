@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use duet_server::store::StateLocation;
 use duet_server::{Config, EngineKind};
 
@@ -17,7 +17,8 @@ pub const TOKEN_ENV: &str = "DUET_TOKEN";
 pub fn read_token(file: Option<&Path>) -> Result<Option<String>> {
     let (token, origin) = match file {
         Some(f) => (
-            std::fs::read_to_string(f).with_context(|| format!("--token-file {}", f.display()))?,
+            duet_core::input::read_text(f)
+                .map_err(|e| anyhow!("--token-file {}: {e}", f.display()))?,
             format!("--token-file {}", f.display()),
         ),
         None => match std::env::var(TOKEN_ENV) {
@@ -40,7 +41,8 @@ pub fn read_state(state: Option<&str>, file: Option<&Path>) -> Result<Option<Sta
     let (value, origin) = match (state, file) {
         (Some(v), _) => (v.to_string(), "--state".to_string()),
         (None, Some(f)) => (
-            std::fs::read_to_string(f).with_context(|| format!("--state-file {}", f.display()))?,
+            duet_core::input::read_text(f)
+                .map_err(|e| anyhow!("--state-file {}: {e}", f.display()))?,
             format!("--state-file {}", f.display()),
         ),
         (None, None) => match std::env::var(STATE_ENV) {

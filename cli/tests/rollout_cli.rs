@@ -114,6 +114,9 @@ fn model_check_loads_probes_and_compares_with_the_serving_model() {
         assert!(files.remove("model.onnx").is_some());
     });
     std::fs::write(meant.join("model.onnx"), &bytes).expect("damage");
+    // Saved by an editor that puts a byte-order mark first.
+    let edited = std::fs::read_to_string(meant.join("model.json")).expect("model.json");
+    std::fs::write(meant.join("model.json"), format!("\u{feff}{edited}")).expect("bom");
     let out = check(&[path(&meant)]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     // A listing of a file that is not one of the model's networks.

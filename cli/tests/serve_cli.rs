@@ -31,7 +31,8 @@ fn predict(server: &Server, args: &[&str]) -> std::process::Output {
 #[test]
 fn serve_register_predict_reload_restart_and_stop() {
     let dir = tempfile::tempdir().expect("tmp");
-    std::fs::write(dir.path().join("token"), format!("{TOKEN}\n")).expect("token");
+    // Written by an editor that puts a byte-order mark first: the token is what follows it.
+    std::fs::write(dir.path().join("token"), format!("\u{feff}{TOKEN}\n")).expect("token");
     let server = Server::start(dir.path());
 
     // Register a workload (writes need the token).

@@ -15,19 +15,14 @@ pub fn read(path: &Path) -> Result<Vec<u8>, String> {
 
 fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
     let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    // A regular file's length is known: it is read whole, however large.
     let regular = file.metadata().is_ok_and(|m| m.is_file());
-    if regular {
-        let mut bytes = Vec::new();
-        (&file)
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("cannot read: {e}"))?;
-        return Ok(bytes);
-    }
+    let most = if regular { u64::MAX } else { limit };
     let mut bytes = Vec::new();
-    file.take(limit + 1)
+    file.take(most.saturating_add(1))
         .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read: {e}"))?;
-    if bytes.len() as u64 > limit {
+    if bytes.len() as u64 > most {
         return Err(format!(
             "not a regular file, and it gives more than {limit} bytes (a device such as \
              /dev/zero, or a pipe that does not end?)"

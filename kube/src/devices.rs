@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use duet_core::dataset::Mode;
 use duet_scheduler::predictor::Sharing;
 use k8s_openapi::api::core::v1::Node;
@@ -122,8 +122,8 @@ pub struct DeviceMap {
 impl DeviceMap {
     /// Reads and checks `path`; errors name the file and the entry.
     pub fn read(path: &Path) -> Result<DeviceMap> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("--devices {}", path.display()))?;
+        let text = duet_core::input::read_text(path)
+            .map_err(|e| anyhow!("--devices {}: {e}", path.display()))?;
         DeviceMap::parse(&text).with_context(|| format!("--devices {}", path.display()))
     }
 

@@ -201,7 +201,7 @@ pub fn write(
 /// Reads `model.json` and the networks it describes.
 pub fn load(dir: &Path) -> Result<(ModelMeta, Vec<Mlp<Flex>>), ArtifactError> {
     let path = dir.join(MODEL_JSON);
-    let text = fs::read_to_string(&path).map_err(|e| err(&path, format!("cannot read: {e}")))?;
+    let text = duet_core::input::read_text(&path).map_err(|e| err(&path, e))?;
     let meta: ModelMeta =
         serde_json::from_str(&text).map_err(|e| err(&path, format!("invalid: {e}")))?;
     if meta.format != FORMAT {

@@ -321,7 +321,7 @@ impl Catalog {
             path: path.to_path_buf(),
             message,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let text = duet_core::input::read_text(path).map_err(err)?;
         Catalog::parse(&text, path)
     }
 

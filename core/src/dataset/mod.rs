@@ -86,9 +86,8 @@ pub struct DirectedSpeed<'a> {
 /// table's name and a well-formed digest).
 fn read_meta(dir: &Path) -> Result<DatasetMeta> {
     let path = dir.join(META_FILE);
-    let text = fs::read_to_string(&path)
-        .map_err(|e| DatasetError::new(&path, format!("cannot read: {e}")))?;
-    let meta: DatasetMeta = serde_json::from_str(crate::input::without_bom(&text))
+    let text = crate::input::read_text(&path).map_err(|e| DatasetError::new(&path, e))?;
+    let meta: DatasetMeta = serde_json::from_str(&text)
         .map_err(|e| DatasetError::new(&path, format!("invalid: {e}")))?;
     validate::meta(&path, &meta)?;
     let tables = [WORKLOADS_FILE, PAIRS_FILE, GROUPS_FILE, SAMPLES_FILE];
