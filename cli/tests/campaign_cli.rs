@@ -345,6 +345,14 @@ fn bad_replays_are_refused_by_name() {
         !result.status.success() && err.contains("the same dataset as --data"),
         "{err}"
     );
+    // A budgeted campaign's dataset holds what its budget chose, not the grid.
+    let budgeted = root().join("datasets/h200-2026-12-04");
+    let result = replay(&[&budgeted], &out, &["--budget", "25%"]);
+    let err = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        !result.status.success() && err.contains("a budgeted campaign's dataset (campaign.json)"),
+        "{err}"
+    );
     let missing = tmp.path().join("nowhere");
     let result = replay(&[&missing], &out, &["--budget", "25%"]);
     let err = String::from_utf8_lossy(&result.stderr);

@@ -3,9 +3,9 @@
 //! streams of the replay's draws.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use duet_core::dataset::{Dataset, Status, speed};
+use duet_core::dataset::{CAMPAIGN_FILE, Dataset, PARTIAL_MARK, Status, speed};
 use duet_core::rng::Rng;
 use duet_model::accuracy::{Metrics, Scored};
 
@@ -23,6 +23,34 @@ pub(super) struct Oracle {
     pub(super) index: HashMap<(usize, SettingKey), usize>,
 }
 
+/// Refuses a dataset that says it holds only part of its grid: a budgeted campaign's (its
+/// `campaign.json` lists the settings its budget chose) or a stopped campaign's partial one. A
+/// replay of it would report a budget's figures as a share of a grid it never saw whole.
+fn check_whole(path: &Path, dataset: &Dataset) -> Result<(), CampaignError> {
+    let why = if path.join(CAMPAIGN_FILE).is_file() {
+        format!(
+            "a budgeted campaign's dataset ({CAMPAIGN_FILE}): it holds the settings its budget chose"
+        )
+    } else if dataset.meta.description.starts_with(PARTIAL_MARK) {
+        format!(
+            "a stopped campaign's partial dataset (\"{}\")",
+            dataset
+                .meta
+                .description
+                .split(':')
+                .next()
+                .unwrap_or(PARTIAL_MARK)
+        )
+    } else {
+        return Ok(());
+    };
+    Err(CampaignError::Invalid(format!(
+        "--data {}: {why}, not its whole grid; a replay measures from a whole grid (a full \
+         campaign's or an import's dataset); give this one as --prior instead",
+        path.display()
+    )))
+}
+
 impl Oracle {
     pub(super) fn new(data: &[(PathBuf, Dataset)]) -> Result<Oracle, CampaignError> {
         let mut owner: BTreeMap<String, &PathBuf> = BTreeMap::new();
@@ -30,6 +58,7 @@ impl Oracle {
         let mut rows = Vec::new();
         let mut index = HashMap::new();
         for (d, (path, dataset)) in data.iter().enumerate() {
+            check_whole(path, dataset)?;
             for gpu in dataset
                 .pairs
                 .iter()

@@ -213,6 +213,24 @@ fn bad_replays_are_refused_by_name() {
     )
     .expect_err("refused");
     assert!(e.to_string().contains("--seeds"), "{e}");
+    // A stopped campaign's partial dataset holds part of its grid.
+    let mut partial = one[0].1.clone();
+    partial.meta.description = format!(
+        "PARTIAL (3 of 10 measurements): {}",
+        partial.meta.description
+    );
+    let e = replay(
+        &[(PathBuf::from("p"), partial)],
+        &ReplayOptions::new(vec![Budget::Settings(2)], vec![7]),
+        &mut Lines(|_: &str| {}),
+    )
+    .expect_err("refused");
+    assert!(
+        e.to_string().contains(
+            "--data p: a stopped campaign's partial dataset (\"PARTIAL (3 of 10 measurements)\")"
+        ),
+        "{e}"
+    );
     assert_eq!("25%".parse::<Budget>(), Ok(Budget::Fraction(0.25)));
     assert_eq!("60".parse::<Budget>(), Ok(Budget::Settings(60)));
     for bad in ["0%", "120%", "0", "x", "-3"] {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self};
 use std::path::{Path, PathBuf};
 
-use duet_core::dataset::Status;
+use duet_core::dataset::{PARTIAL_MARK, Status};
 use duet_core::hash::{FNV_OFFSET, fnv1a};
 
 use crate::gpu::GpuCounters;
@@ -270,7 +270,7 @@ impl Campaign {
         }
         let mut dataset = partial.build(&kept, gpu).map_err(|e| e.0)?;
         dataset.meta.description = format!(
-            "PARTIAL ({} of {} measurements): {}",
+            "{PARTIAL_MARK} ({} of {} measurements): {}",
             kept.len(),
             planned.unwrap_or_else(|| self.tasks().len()),
             dataset.meta.description
