@@ -13,6 +13,10 @@ use crate::gpu::GpuCounters;
 use super::assemble::samples_of;
 use super::*;
 
+/// How a `workloads` setting's digest of a [`WorkloadSpec::definition`](crate::catalog::WorkloadSpec::definition) begins (settings
+/// written before it digested this duet's `Debug` text of the workload, a bare hex digest).
+const DEFINITION: &str = "definition:";
+
 impl Campaign {
     pub fn journal_dir(&self) -> PathBuf {
         let name = self
@@ -75,20 +79,31 @@ impl Campaign {
         .collect()
     }
 
-    /// Each workload's definition as the catalog gives it, in the catalog's order: a JSON list
-    /// of [name, digest] (the `workloads` setting), so that a resume can tell which definitions
-    /// changed. The order counts: it decides each pair's way round, the shards and the shuffle.
+    /// Each workload's definition ([`WorkloadSpec::definition`](crate::catalog::WorkloadSpec::definition)), in the catalog's order: a
+    /// JSON list of [name, `definition:` digest] (the `workloads` setting), so that a resume
+    /// can tell which definitions changed. The order counts: it decides each pair's way round,
+    /// the shards and the shuffle.
     fn workload_digests(&self) -> String {
         let digests: Vec<(&str, String)> = self
             .catalog
             .workloads
             .iter()
             .map(|w| {
-                let hash = fnv1a(format!("{w:?}").as_bytes(), FNV_OFFSET);
-                (w.name.as_str(), format!("{hash:016x}"))
+                let hash = fnv1a(w.definition().as_bytes(), FNV_OFFSET);
+                (w.name.as_str(), format!("{DEFINITION}{hash:016x}"))
             })
             .collect();
         serde_json::to_string(&digests).unwrap_or_default()
+    }
+
+    /// The digest settings written before 2026-12-08 recorded for `w`: of this duet's own
+    /// `Debug` text of it, which a later duet may change; compared only with those settings.
+    fn debug_digest(&self, name: &str) -> Option<String> {
+        let w = self.catalog.get(name)?;
+        Some(format!(
+            "{:016x}",
+            fnv1a(format!("{w:?}").as_bytes(), FNV_OFFSET)
+        ))
     }
 
     fn settings_path(&self) -> PathBuf {
@@ -156,7 +171,9 @@ impl Campaign {
             if *name == "catalog"
                 && let Some(was) = then.get("workloads")
             {
-                changed = changed_workloads(was, &now["workloads"], &path)?;
+                changed = changed_workloads(was, &now["workloads"], &path, &|name| {
+                    self.debug_digest(name)
+                })?;
                 continue;
             }
             return Err(fail(format!(
@@ -348,6 +365,7 @@ fn changed_workloads(
     then: &str,
     now: &str,
     path: &Path,
+    debug_digest: &dyn Fn(&str) -> Option<String>,
 ) -> Result<BTreeSet<String>, CampaignError> {
     let read = |text: &str| {
         serde_json::from_str::<Vec<(String, String)>>(text)
@@ -381,7 +399,13 @@ fn changed_workloads(
     Ok(now
         .into_iter()
         .zip(then)
-        .filter(|((_, is), (_, was))| is != was)
+        .filter(|((name, is), (_, was))| {
+            if was.starts_with(DEFINITION) {
+                is != was
+            } else {
+                debug_digest(name).as_ref() != Some(was)
+            }
+        })
         .map(|((name, _), _)| name)
         .collect())
 }

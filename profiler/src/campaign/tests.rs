@@ -695,3 +695,53 @@ fn a_second_campaign_on_the_same_output_is_refused_while_the_first_runs() {
         .open(FULL_GRID, &mut Lines(|_: &str| {}))
         .expect("resumed once the first ended");
 }
+
+#[test]
+fn a_definition_is_compared_by_what_runs_and_older_settings_by_their_own_digest() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("catalog.toml");
+    let with = |text: &str| {
+        fs::write(&file, text).expect("catalog");
+        Campaign {
+            catalog: Catalog::parse(text, &file).expect("catalog"),
+            ..campaign(dir.path())
+        }
+    };
+    let x = "[[workload]]\nname = \"x\"\nkind = \"train\"\nbuiltin = \"mlp\"\nbatch = 8\n";
+    let first = with(x);
+    fs::create_dir_all(first.journal_dir()).expect("journal folder");
+    first.check_settings(FULL_GRID).expect("first start");
+    let line = serde_json::to_string(&solo_record("x", Status::Ok)).expect("record");
+    fs::write(first.journal_path(), format!("{line}\n")).expect("journal");
+    // A default written out, a comment, the keys in another order: the same program.
+    let same = with(
+        "# fixed\n[[workload]]\nbatch = 8\nwidth = 128\nname = \"x\"\nbuiltin = \"mlp\"\nkind = \"train\"\n",
+    );
+    assert!(same.check_settings(FULL_GRID).expect("same").is_empty());
+    let wider = with(&format!("{x}width = 256\n"));
+    assert_eq!(
+        wider.check_settings(FULL_GRID).expect("redefined"),
+        BTreeSet::from(["x".to_string()])
+    );
+
+    // Settings written before definitions were spelled out digest the `Debug` text: compared
+    // as they were, so a resume begun then still tells the same program from another.
+    let settings = first.journal_dir().join("settings.json");
+    let mut then: BTreeMap<String, String> =
+        serde_json::from_str(&fs::read_to_string(&settings).expect("settings")).expect("json");
+    let w = first.catalog.get("x").expect("x");
+    let debug = format!(
+        "{:016x}",
+        duet_core::hash::fnv1a(format!("{w:?}").as_bytes(), duet_core::hash::FNV_OFFSET)
+    );
+    then.insert(
+        "workloads".into(),
+        serde_json::to_string(&[("x", debug)]).expect("json"),
+    );
+    fs::write(&settings, serde_json::to_string(&then).expect("json")).expect("settings");
+    assert!(same.check_settings(FULL_GRID).expect("same").is_empty());
+    assert_eq!(
+        wider.check_settings(FULL_GRID).expect("redefined"),
+        BTreeSet::from(["x".to_string()])
+    );
+}
