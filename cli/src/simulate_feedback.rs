@@ -85,7 +85,8 @@ impl FeedbackRun<'_> {
         )]
         let n = ((ids.len() as f64 * args.held_out).round() as usize).clamp(1, ids.len() - 1);
         let held_out: BTreeSet<String> = ids[..n].iter().cloned().collect();
-        let work = tempfile::tempdir().context("a working folder for the feedback models")?;
+        let work = duet_core::atomic::working_folder("duet-feedback-")
+            .context("a working folder for the feedback models")?;
         // The campaign data the first model sees: every pair and group without a held-out
         // workload.
         let mut known = truth.clone();

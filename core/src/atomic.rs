@@ -113,6 +113,28 @@ fn remove_abandoned(staging: &Path) {
     let Some(prefix) = name.rfind('-').map(|k| &name[..=k]) else {
         return;
     };
+    remove_abandoned_in(parent, prefix, |rest| rest.parse().ok());
+}
+
+/// The working folders of a duet command that are not its output (`simulate --feedback`'s
+/// models): `<temp>/<prefix><pid>-<random>`, removed when the command ends, and those a killed
+/// one left removed by the next as [`write_folder`]'s are.
+pub fn working_folder(prefix: &str) -> io::Result<tempfile::TempDir> {
+    working_folder_in(&std::env::temp_dir(), prefix)
+}
+
+fn working_folder_in(parent: &Path, prefix: &str) -> io::Result<tempfile::TempDir> {
+    remove_abandoned_in(parent, prefix, |rest| {
+        rest.split_once('-').and_then(|(pid, _)| pid.parse().ok())
+    });
+    tempfile::Builder::new()
+        .prefix(&format!("{prefix}{}-", std::process::id()))
+        .tempdir_in(parent)
+}
+
+/// Removes the folders in `parent` named `prefix` then what `pid_of` reads a process id from,
+/// where that process is not running and the folder was left alone for [`ABANDONED_AFTER`].
+fn remove_abandoned_in(parent: &Path, prefix: &str, pid_of: impl Fn(&str) -> Option<u32>) {
     if !Path::new("/proc/self").exists() {
         return;
     }
@@ -122,10 +144,7 @@ fn remove_abandoned(staging: &Path) {
     for entry in entries.flatten() {
         let file = entry.file_name();
         let file = file.to_string_lossy();
-        let Some(pid) = file
-            .strip_prefix(prefix)
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
+        let Some(pid) = file.strip_prefix(prefix).and_then(&pid_of) else {
             continue;
         };
         let left_alone = entry
@@ -134,7 +153,10 @@ fn remove_abandoned(staging: &Path) {
             .ok()
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age >= ABANDONED_AFTER);
-        if left_alone && !Path::new(&format!("/proc/{pid}")).exists() && entry.path().is_dir() {
+        if left_alone
+            && !Path::new(&format!("/proc/{pid}")).exists()
+            && entry.file_type().is_ok_and(|t| t.is_dir())
+        {
             let _ = fs::remove_dir_all(entry.path());
         }
     }
@@ -212,5 +234,38 @@ mod tests {
         assert!(out.join("f").is_file());
         assert!(!gone.exists(), "left by a process that is gone");
         assert!(running.exists() && other.exists() && recent.exists());
+    }
+
+    #[test]
+    fn a_working_folder_goes_when_dropped_and_one_a_killed_run_left_with_the_next() {
+        if !Path::new("/proc/self").exists() {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tmp");
+        let gone = dir.path().join("duet-feedback-4194305-abc123");
+        let running = dir.path().join("duet-feedback-1-abc123");
+        let two_hours_ago = std::time::SystemTime::now() - 2 * ABANDONED_AFTER;
+        for d in [&gone, &running] {
+            fs::create_dir(d).expect("mkdir");
+            fs::File::open(d)
+                .and_then(|f| f.set_modified(two_hours_ago))
+                .expect("age the folder");
+        }
+        let work = working_folder_in(dir.path(), "duet-feedback-").expect("made");
+        let name = work
+            .path()
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            name.starts_with(&format!("duet-feedback-{}-", std::process::id())),
+            "{name}"
+        );
+        assert!(!gone.exists(), "left by a process that is gone");
+        assert!(running.exists());
+        let path = work.path().to_path_buf();
+        drop(work);
+        assert!(!path.exists());
     }
 }
