@@ -175,6 +175,15 @@ fn too_few(name: &str, run_for: Duration) -> anyhow::Error {
 }
 
 pub fn profile(args: ProfileArgs) -> Result<()> {
+    // Each workload's own process reads the catalog again (and a resume compares its bytes):
+    // a pipe would give them nothing.
+    if !std::fs::metadata(&args.catalog).map_or(true, |m| m.is_file()) {
+        bail!(
+            "--catalog {}: not a regular file (a pipe or a device?); each workload's process reads \
+             the catalog again: save it to a file",
+            args.catalog.display()
+        );
+    }
     let catalog = Catalog::read(&args.catalog)?;
     let modes = args
         .modes

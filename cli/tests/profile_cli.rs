@@ -306,6 +306,13 @@ fn a_group_budget_measures_a_balanced_share_of_the_triples() {
         );
         assert!(!dir.path().join("refused").exists());
     }
+    // Each workload's process reads the catalog again: a pipe or a device is refused.
+    let bad = profile(Path::new("/dev/null"), &dir.path().join("refused"), &[]);
+    let log = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && log.contains("--catalog /dev/null: not a regular file"),
+        "{log}"
+    );
 }
 
 #[test]

@@ -20,9 +20,6 @@ pub struct Session<'c> {
     campaign: &'c Campaign,
     done: BTreeMap<String, Record>,
     journal: File,
-    /// The journal folder's lock, held while this session lives: a second campaign on the
-    /// same output (a resume started twice) is refused instead of appending beside it.
-    _lock: File,
     gpu: Option<GpuCounters>,
     mps: Option<MpsDaemon>,
     interrupted: Arc<AtomicBool>,
@@ -32,6 +29,10 @@ pub struct Session<'c> {
     /// The planned measurements as the last [`Session::measure`] counted them (a budgeted
     /// campaign plans fewer than the grid): a partial dataset says how many of them it holds.
     planned: Option<usize>,
+    /// The journal folder's lock, held while this session lives: a second campaign on the
+    /// same output (a resume started twice) is refused instead of appending beside it. Last,
+    /// so that it is let go after the MPS daemon (whose folders are the journal's) stops.
+    _lock: File,
 }
 
 impl Campaign {
@@ -141,7 +142,7 @@ impl Campaign {
     /// process ends however it ends), or refuses: two campaigns appending to one journal
     /// would interleave their records, and a resume's rewrite of the journal would drop the
     /// other's.
-    fn lock_journal(&self) -> Result<File, CampaignError> {
+    pub(super) fn lock_journal(&self) -> Result<File, CampaignError> {
         let path = self.journal_dir().join("lock");
         let file = OpenOptions::new()
             .create(true)
@@ -150,7 +151,22 @@ impl Campaign {
             .open(&path)
             .map_err(|e| fail(format!("{}: {e}", path.display())))?;
         match file.try_lock() {
-            Ok(()) => Ok(file),
+            Ok(()) => {
+                // A campaign that ended between this one's checks and its lock wrote the output
+                // and removed the folder (the lock file with it): nothing is left to resume.
+                use std::os::unix::fs::MetadataExt;
+                let still_there = match (file.metadata(), fs::metadata(&path)) {
+                    (Ok(held), Ok(now)) => held.ino() == now.ino() && held.dev() == now.dev(),
+                    _ => false,
+                };
+                if !still_there || self.out.exists() {
+                    return Err(fail(format!(
+                        "{}: the campaign that was measuring into it has just ended",
+                        self.out.display()
+                    )));
+                }
+                Ok(file)
+            }
             Err(fs::TryLockError::WouldBlock) => Err(fail(format!(
                 "{}: another campaign is measuring into {} now (it holds {}); wait for it to \
                  end, or stop it, before resuming",

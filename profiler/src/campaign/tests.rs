@@ -691,9 +691,17 @@ fn a_second_campaign_on_the_same_output_is_refused_while_the_first_runs() {
     );
     // The first one's end lets go of the lock: the resume opens.
     drop(session);
-    second
+    let session = second
         .open(FULL_GRID, &mut Lines(|_: &str| {}))
         .expect("resumed once the first ended");
+    // A resume that passed its checks just before the campaign finished (the output written,
+    // the journal's folder and its lock removed) takes a new lock, and finds the output there.
+    fs::create_dir(&second.out).expect("the output");
+    fs::remove_dir_all(second.journal_dir()).expect("the folder removed");
+    drop(session);
+    fs::create_dir_all(second.journal_dir()).expect("made again");
+    let err = second.lock_journal().expect_err("ended");
+    assert!(err.0.contains("has just ended"), "{}", err.0);
 }
 
 #[test]
