@@ -255,23 +255,29 @@ pub struct WorkloadSpec {
 
 impl WorkloadSpec {
     /// What this workload runs, spelled out field by field with every default applied (JSON
-    /// with sorted keys): the same text for the same program under any duet that reads the
-    /// same catalog, and another text where a default or a field changed what runs. A resumed
-    /// campaign compares its digest to tell a redefined workload.
+    /// with sorted keys; `seq` for the transformers alone, which use it): the same text for the
+    /// same program under any duet that reads the same catalog, and another text where a
+    /// default or a field changed what runs. A resumed campaign compares its digest to tell a
+    /// redefined workload.
     pub fn definition(&self) -> String {
         let mut fields = BTreeMap::from([
             ("name", serde_json::json!(self.name)),
             ("kind", serde_json::json!(self.kind.as_str())),
         ]);
         match &self.source {
-            Source::Builtin { builtin, size } => fields.extend([
-                ("builtin", builtin.as_str().into()),
-                ("batch", size.batch.into()),
-                ("width", size.width.into()),
-                ("depth", size.depth.into()),
-                ("seq", size.seq.into()),
-                ("precision", size.precision.as_str().into()),
-            ]),
+            Source::Builtin { builtin, size } => {
+                fields.extend([
+                    ("builtin", builtin.as_str().into()),
+                    ("batch", size.batch.into()),
+                    ("width", size.width.into()),
+                    ("depth", size.depth.into()),
+                    ("precision", size.precision.as_str().into()),
+                ]);
+                // Only a transformer's program depends on its sequence length.
+                if self.is_transformer() {
+                    fields.insert("seq", size.seq.into());
+                }
+            }
             Source::Command { argv, progress } => fields.extend([
                 ("command", argv.clone().into()),
                 ("progress", progress.as_str().into()),

@@ -155,7 +155,14 @@ impl Campaign {
         };
         let then: BTreeMap<String, String> =
             serde_json::from_str(&text).map_err(|e| fail(format!("{}: {e}", path.display())))?;
-        let mut changed = BTreeSet::new();
+        // Each workload's definition is compared whether or not the catalog's bytes changed: a
+        // duet whose defaults differ runs other programs from the same catalog.
+        let changed = match then.get("workloads") {
+            Some(was) => changed_workloads(was, &now["workloads"], &path, &|name| {
+                self.debug_digest(name)
+            })?,
+            None => BTreeSet::new(),
+        };
         for (name, value) in &now {
             if *name == "workloads" {
                 continue;
@@ -168,12 +175,7 @@ impl Campaign {
             if was == Some(value.as_str()) {
                 continue;
             }
-            if *name == "catalog"
-                && let Some(was) = then.get("workloads")
-            {
-                changed = changed_workloads(was, &now["workloads"], &path, &|name| {
-                    self.debug_digest(name)
-                })?;
+            if *name == "catalog" && then.contains_key("workloads") {
                 continue;
             }
             return Err(fail(format!(

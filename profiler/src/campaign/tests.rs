@@ -726,15 +726,32 @@ fn a_definition_is_compared_by_what_runs_and_older_settings_by_their_own_digest(
         "# fixed\n[[workload]]\nbatch = 8\nwidth = 128\nname = \"x\"\nbuiltin = \"mlp\"\nkind = \"train\"\n",
     );
     assert!(same.check_settings(FULL_GRID).expect("same").is_empty());
+    // A sequence length, which an mlp does not use, changes nothing it runs.
+    let seq = with(&format!("{x}seq = 64\n"));
+    assert!(seq.check_settings(FULL_GRID).expect("same").is_empty());
     let wider = with(&format!("{x}width = 256\n"));
     assert_eq!(
         wider.check_settings(FULL_GRID).expect("redefined"),
         BTreeSet::from(["x".to_string()])
     );
+    // The same catalog's bytes under a duet whose defaults differ run another program: the
+    // definitions are compared whatever the catalog's bytes.
+    let settings = first.journal_dir().join("settings.json");
+    let text = fs::read_to_string(&settings).expect("settings");
+    let mut then: BTreeMap<String, String> = serde_json::from_str(&text).expect("json");
+    then.insert(
+        "workloads".into(),
+        serde_json::to_string(&[("x", "definition:0000000000000000")]).expect("json"),
+    );
+    fs::write(&settings, serde_json::to_string(&then).expect("json")).expect("settings");
+    assert_eq!(
+        with(x).check_settings(FULL_GRID).expect("redefined"),
+        BTreeSet::from(["x".to_string()])
+    );
+    fs::write(&settings, text).expect("settings");
 
     // Settings written before definitions were spelled out digest the `Debug` text: compared
     // as they were, so a resume begun then still tells the same program from another.
-    let settings = first.journal_dir().join("settings.json");
     let mut then: BTreeMap<String, String> =
         serde_json::from_str(&fs::read_to_string(&settings).expect("settings")).expect("json");
     let w = first.catalog.get("x").expect("x");
