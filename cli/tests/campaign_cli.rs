@@ -350,7 +350,10 @@ fn bad_replays_are_refused_by_name() {
     let result = replay(&[&budgeted], &out, &["--budget", "25%"]);
     let err = String::from_utf8_lossy(&result.stderr);
     assert!(
-        !result.status.success() && err.contains("a budgeted campaign's dataset (campaign.json)"),
+        !result.status.success()
+            && err.contains(
+                "a budgeted campaign's dataset (campaign.json: 10 of its 56 pair settings"
+            ),
         "{err}"
     );
     let missing = tmp.path().join("nowhere");

@@ -542,6 +542,11 @@ fn merging_two_shards_gives_the_unsharded_pairs() {
             .map(|(_, p)| p.clone())
             .collect();
         shard.meta.modes = modes_present(&shard.pairs);
+        // The second shard was stopped early: the merge says so, though it is not first.
+        if i == 1 {
+            shard.meta.description =
+                format!("PARTIAL (2 of 9 measurements): {}", shard.meta.description);
+        }
         let dir = tmp.path().join(format!("shard-{i}"));
         // The first shard keeps raw counter series of a run.
         let samples = [duet_core::dataset::Sample {
@@ -575,6 +580,14 @@ fn merging_two_shards_gives_the_unsharded_pairs() {
     );
     assert!(!said.contains("shard-1"), "{said}");
     let merged = Dataset::read(&out).expect("read merged");
+    assert!(
+        merged.meta.description.starts_with(&format!(
+            "PARTIAL ({} is a stopped campaign's): ",
+            shards[1].display()
+        )),
+        "{}",
+        merged.meta.description
+    );
     assert_eq!(merged.workloads, whole.workloads);
     let key = |p: &duet_core::Pair| (p.a.clone(), p.b.clone());
     let mut got: Vec<_> = merged.pairs.clone();

@@ -53,6 +53,11 @@ pub fn replay(
     let started = Instant::now();
     check(data, options)?;
     let oracle = Oracle::new(data)?;
+    for (path, dataset) in data {
+        if let Some(line) = oracle::coverage_line(path, dataset) {
+            progress.line(&line);
+        }
+    }
     let n = oracle.settings.len();
     #[allow(
         clippy::cast_possible_truncation,

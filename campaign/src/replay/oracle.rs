@@ -10,6 +10,7 @@ use duet_core::rng::Rng;
 use duet_model::accuracy::{Metrics, Scored};
 
 use crate::CampaignError;
+use crate::record::CampaignRecord;
 use crate::scoring::{Prediction, Scorer};
 use crate::settings::{Candidate, Setting, SettingKey};
 
@@ -23,32 +24,67 @@ pub(super) struct Oracle {
     pub(super) index: HashMap<(usize, SettingKey), usize>,
 }
 
-/// Refuses a dataset that says it holds only part of its grid: a budgeted campaign's (its
-/// `campaign.json` lists the settings its budget chose) or a stopped campaign's partial one. A
+/// Refuses a dataset that says it holds only part of its grid: a budgeted campaign's whose
+/// `campaign.json` says its budget was below the grid, or a stopped campaign's partial one. A
 /// replay of it would report a budget's figures as a share of a grid it never saw whole.
 fn check_whole(path: &Path, dataset: &Dataset) -> Result<(), CampaignError> {
-    let why = if path.join(CAMPAIGN_FILE).is_file() {
-        format!(
-            "a budgeted campaign's dataset ({CAMPAIGN_FILE}): it holds the settings its budget chose"
-        )
-    } else if dataset.meta.description.starts_with(PARTIAL_MARK) {
-        format!(
-            "a stopped campaign's partial dataset (\"{}\")",
-            dataset
-                .meta
-                .description
-                .split(':')
-                .next()
-                .unwrap_or(PARTIAL_MARK)
-        )
-    } else {
-        return Ok(());
+    let why = match CampaignRecord::read(path)? {
+        Some(r) if r.budget < r.settings => format!(
+            "a budgeted campaign's dataset ({CAMPAIGN_FILE}: {} of its {} pair settings measured)",
+            r.budget, r.settings
+        ),
+        _ if dataset
+            .meta
+            .description
+            .starts_with(&format!("{PARTIAL_MARK} (")) =>
+        {
+            format!(
+                "a stopped campaign's partial dataset (\"{}\")",
+                dataset
+                    .meta
+                    .description
+                    .split(':')
+                    .next()
+                    .unwrap_or(PARTIAL_MARK)
+            )
+        }
+        _ => return Ok(()),
     };
     Err(CampaignError::Invalid(format!(
         "--data {}: {why}, not its whole grid; a replay measures from a whole grid (a full \
-         campaign's or an import's dataset); give this one as --prior instead",
+         campaign's or an import's dataset)",
         path.display()
     )))
+}
+
+/// Where `dataset`'s pairs leave out some of its workloads' pairs in a mode (self-pairs
+/// included; a merged budgeted campaign's, an import of some pairs): a line saying so, since the
+/// replay's shares are then shares of what it holds.
+pub(super) fn coverage_line(path: &Path, dataset: &Dataset) -> Option<String> {
+    let n = dataset.workloads.len();
+    let grid = n * (n + 1) / 2;
+    let mut by_mode: BTreeMap<String, BTreeSet<(&str, &str)>> = BTreeMap::new();
+    for p in &dataset.pairs {
+        let key = if p.a <= p.b {
+            (p.a.as_str(), p.b.as_str())
+        } else {
+            (p.b.as_str(), p.a.as_str())
+        };
+        by_mode.entry(p.mode.to_string()).or_default().insert(key);
+    }
+    let short: Vec<String> = by_mode
+        .iter()
+        .filter(|(_, pairs)| pairs.len() < grid)
+        .map(|(mode, pairs)| format!("{} of {grid} in {mode}", pairs.len()))
+        .collect();
+    (!short.is_empty()).then(|| {
+        format!(
+            "--data {}: of the {grid} pairs its {n} workloads make in a mode (self-pairs \
+             included), its rows hold {}; the budgets are shares of what it holds",
+            path.display(),
+            short.join(", ")
+        )
+    })
 }
 
 impl Oracle {

@@ -213,6 +213,16 @@ fn bad_replays_are_refused_by_name() {
     )
     .expect_err("refused");
     assert!(e.to_string().contains("--seeds"), "{e}");
+    // A dataset that leaves out some of its grid is said to, mode by mode.
+    let p = std::path::Path::new("p");
+    assert_eq!(oracle::coverage_line(p, &one[0].1), None);
+    let mut some = one[0].1.clone();
+    some.pairs.pop();
+    let line = oracle::coverage_line(p, &some).expect("said");
+    assert!(
+        line.contains("of the 10 pairs its 4 workloads make in a mode (self-pairs included), its rows hold 9 of 10 in space"),
+        "{line}"
+    );
     // A stopped campaign's partial dataset holds part of its grid.
     let mut partial = one[0].1.clone();
     partial.meta.description = format!(

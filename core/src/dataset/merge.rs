@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use super::error::{DatasetError, Result};
 use super::types::{FeatureValue, Workload};
 use super::validate::setting_key;
-use super::{Dataset, GROUPS_FILE, META_FILE, PAIRS_FILE, WORKLOADS_FILE, modes_of};
+use super::{Dataset, GROUPS_FILE, META_FILE, PAIRS_FILE, PARTIAL_MARK, WORKLOADS_FILE, modes_of};
 
 /// Weighted mean of two measurements of one quantity, weighted by their repetitions.
 fn pooled(x: f64, wx: f64, y: f64, wy: f64) -> f64 {
@@ -171,6 +171,19 @@ pub fn merge(name: &str, shards: &[(PathBuf, Dataset)]) -> Result<Dataset> {
             shards.len(),
             sources.join(", ")
         );
+        // A stopped shard makes the merge partial, whichever shard came first.
+        let partial = format!("{PARTIAL_MARK} (");
+        if !meta.description.starts_with(&partial)
+            && let Some((dir, _)) = shards
+                .iter()
+                .find(|(_, d)| d.meta.description.starts_with(&partial))
+        {
+            meta.description = format!(
+                "{partial}{} is a stopped campaign's): {}",
+                dir.display(),
+                meta.description
+            );
+        }
     }
     meta.modes = modes_of(&pairs, &groups);
     Ok(Dataset {
