@@ -13,8 +13,9 @@ use crate::gpu::GpuCounters;
 use super::assemble::samples_of;
 use super::*;
 
-/// How a `workloads` setting's digest of a [`WorkloadSpec::definition`](crate::catalog::WorkloadSpec::definition) begins (settings
-/// written before it digested this duet's `Debug` text of the workload, a bare hex digest).
+/// How a `workloads` setting's digest of a workload's
+/// [`definition`](crate::catalog::WorkloadSpec::definition) begins (settings written before
+/// it digested this duet's `Debug` text of the workload, a bare hex digest).
 const DEFINITION: &str = "definition:";
 
 impl Campaign {
@@ -79,10 +80,10 @@ impl Campaign {
         .collect()
     }
 
-    /// Each workload's definition ([`WorkloadSpec::definition`](crate::catalog::WorkloadSpec::definition)), in the catalog's order: a
-    /// JSON list of [name, `definition:` digest] (the `workloads` setting), so that a resume
-    /// can tell which definitions changed. The order counts: it decides each pair's way round,
-    /// the shards and the shuffle.
+    /// Each workload's [`definition`](crate::catalog::WorkloadSpec::definition), in the
+    /// catalog's order: a JSON list of [name, `definition:` digest] (the `workloads` setting),
+    /// so that a resume can tell which definitions changed. The order counts: it decides each
+    /// pair's way round, the shards and the shuffle.
     fn workload_digests(&self) -> String {
         let digests: Vec<(&str, String)> = self
             .catalog

@@ -38,9 +38,9 @@ pub struct Session<'c> {
 impl Campaign {
     /// Opens the campaign for measuring: checks it, locks its journal folder (refusing a
     /// campaign on the same output that is running now), creates or resumes its journal
-    /// (refusing a resume whose measurement settings or `plan` differ), watches SIGINT and SIGTERM, starts
-    /// the MPS daemon where the mps mode is asked for (dropping the mode, with a line, where it
-    /// cannot run) and the device counters.
+    /// (refusing a resume whose measurement settings or `plan` differ), watches SIGINT and
+    /// SIGTERM, starts the MPS daemon where the mps mode is asked for (dropping the mode, with a
+    /// line, where it cannot run) and the device counters.
     pub fn open(
         &self,
         plan: &str,
