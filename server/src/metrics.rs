@@ -605,7 +605,7 @@ impl Now {
             ),
             (
                 "duet_header_timeouts",
-                "Connections closed for not sending a request's header within --header-timeout.",
+                "Connections closed for not sending a request's header (gRPC: the HTTP/2 preface) within --header-timeout.",
                 header_timeouts,
             ),
             (

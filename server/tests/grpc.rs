@@ -620,3 +620,39 @@ async fn connections_over_the_limit_are_closed_at_once() {
         refused + 1
     );
 }
+
+#[tokio::test]
+async fn a_connection_that_sends_no_preface_gives_its_place_back() {
+    let (_, state, _channel, addr) = served_at(Config {
+        max_connections: 2,
+        header_timeout: Duration::from_millis(300),
+        ..Config::new(model_dir())
+    })
+    .await;
+    // The channel holds one place; a silent socket holds the other until its time is up.
+    let mut silent = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut buf))
+        .await
+        .expect("closed within 5 s");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert_eq!(
+        state.metrics.guards.header_timeouts.load(Ordering::Relaxed),
+        1
+    );
+    // Its place is free again: a new channel is served.
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connected");
+    let answer = PredictorClient::new(channel)
+        .predict(authorized(duet::PredictRequest {
+            gpu: Some("v100".into()),
+            pairs: vec![pair(job("resnet-50-bs64"), job("transformer-bs32"))],
+            ..Default::default()
+        }))
+        .await
+        .expect("served");
+    assert_eq!(answer.into_inner().predictions.len(), 1);
+}

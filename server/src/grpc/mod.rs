@@ -80,9 +80,14 @@ pub async fn serve(
         .map_err(|e| format!("gRPC: {e}"))
 }
 
+/// The bytes every HTTP/2 connection opens with (RFC 9113, 3.4).
+const PREFACE_LEN: usize = 24;
+
 /// The connections accepted on `listener`, each holding one of `--max-connections` places
-/// until it closes; one over the limit is closed at once. Accepting stops when the server
-/// stops reading them.
+/// until it closes; one over the limit is closed at once, and one that has not sent HTTP/2's
+/// connection preface within `--header-timeout` is closed (hyper would wait for it forever,
+/// and a few silent sockets would hold every place). Accepting stops when the server stops
+/// reading them.
 fn limited(
     state: &Arc<AppState>,
     listener: tokio::net::TcpListener,
@@ -105,25 +110,48 @@ fn limited(
                 tracing::debug!("gRPC connection over --max-connections closed");
                 continue;
             };
-            if tx
-                .send(Ok(Held {
-                    io: stream,
-                    _place: place,
-                }))
-                .await
-                .is_err()
-            {
-                return;
-            }
+            let (tx, state) = (tx.clone(), state.clone());
+            tokio::spawn(async move {
+                let mut stream = stream;
+                let mut preface = [0u8; PREFACE_LEN];
+                let read = tokio::time::timeout(
+                    state.config.header_timeout,
+                    tokio::io::AsyncReadExt::read_exact(&mut stream, &mut preface),
+                )
+                .await;
+                if !matches!(read, Ok(Ok(_))) {
+                    state
+                        .metrics
+                        .guards
+                        .header_timeouts
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(
+                        "gRPC connection closed: no HTTP/2 preface in --header-timeout"
+                    );
+                    return;
+                }
+                let _ = tx
+                    .send(Ok(Held {
+                        io: stream,
+                        preface,
+                        given: 0,
+                        _place: place,
+                    }))
+                    .await;
+            });
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
-/// A gRPC connection and its place under `--max-connections`.
+/// A gRPC connection and its place under `--max-connections`, with the preface read from it
+/// before it was served, given back first.
 #[derive(Debug)]
 struct Held {
     io: tokio::net::TcpStream,
+    preface: [u8; PREFACE_LEN],
+    /// How much of `preface` has been read back.
+    given: usize,
     _place: OwnedSemaphorePermit,
 }
 
@@ -133,6 +161,13 @@ impl tokio::io::AsyncRead for Held {
         cx: &mut Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if self.given < PREFACE_LEN {
+            let n = buf.remaining().min(PREFACE_LEN - self.given);
+            let from = self.given;
+            buf.put_slice(&self.preface[from..from + n]);
+            self.given += n;
+            return Poll::Ready(Ok(()));
+        }
         Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
