@@ -9,6 +9,7 @@ use crate::engine::{BurnEngine, Engine, EngineKind, OnnxEngine};
 use crate::error::ModelError;
 use crate::network::OUTPUTS;
 use duet_core::api::{FeatureInput, Features};
+use duet_core::dataset::validate::MAX_RATE;
 use duet_core::dataset::{FeatureValue, Mode};
 
 /// How far the ONNX engine may stray from Burn on the probe batch before a model is refused.
@@ -169,10 +170,41 @@ impl LoadedModel {
                         format!("`{name}` is categorical: send a string or null"),
                     ));
                 }
+                // A log-scaled feature has no encoding at 0 or below: it would be read as
+                // missing without a word (the solo throughput has its own rule below).
+                (FeatureInput::Number(v), true)
+                    if *v <= 0.0
+                        && name != SOLO_THROUGHPUT
+                        && self
+                            .meta
+                            .spec
+                            .numeric
+                            .iter()
+                            .any(|f| f.log && f.name == name) =>
+                {
+                    return Err(ModelError::field(
+                        format!("{}.{name}", field()),
+                        format!(
+                            "`{name}` is on a log scale in this model: give a value above 0 (or \
+                             null where it is not known), got {v}"
+                        ),
+                    ));
+                }
                 _ => {}
             }
         }
         match features.get(SOLO_THROUGHPUT) {
+            // Past it, its ratios to ordinary rates leave the range the model answers in (a
+            // p90 below its slowdown by f32 rounding).
+            Some(FeatureInput::Number(v)) if *v > MAX_RATE => {
+                return Err(ModelError::field(
+                    format!("{}.{SOLO_THROUGHPUT}", field()),
+                    format!(
+                        "{SOLO_THROUGHPUT} {v:e} is more than the {MAX_RATE:e} a second any \
+                         measurement gives"
+                    ),
+                ));
+            }
             Some(FeatureInput::Number(v)) if *v > 0.0 => {}
             Some(FeatureInput::Number(v)) => {
                 return Err(ModelError::field(

@@ -167,13 +167,15 @@ pub fn client_entry(id: &str, body: WorkloadBody) -> RegisteredWorkload {
 }
 
 /// Whether `id` may name a workload (or an observation): 1 to `MAX_ID` letters, digits and
-/// `- _ . : +`.
+/// `- _ . : +`, not dots alone (`.` and `..` are path steps a URL's `/v1/workloads/{id}` loses
+/// to normalisation).
 pub fn is_valid_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= MAX_ID
         && id
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '+'))
+        && !id.chars().all(|c| c == '.')
 }
 
 fn check_id(id: &str) -> Result<(), ModelError> {
@@ -183,7 +185,7 @@ fn check_id(id: &str) -> Result<(), ModelError> {
         Err(ModelError::field(
             "id",
             format!(
-                "workload id `{id}` must be 1 to {MAX_ID} characters of letters, digits and - _ . : +"
+                "workload id `{id}` must be 1 to {MAX_ID} characters of letters, digits and - _ . : +, not dots alone"
             ),
         ))
     }
@@ -303,4 +305,22 @@ fn locate(model_dir: &Path, recorded: &str) -> Option<PathBuf> {
     candidates
         .into_iter()
         .find(|p| p.join(duet_core::dataset::META_FILE).is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_is_refused_where_a_url_could_not_address_it() {
+        for good in ["a", "resnet-50:bs64", "v1.2", ".hidden", "a..b", "x+y_z"] {
+            assert!(is_valid_id(good), "{good}");
+        }
+        // `.` and `..` are path steps clients normalise away; spaces and slashes need escapes.
+        let long = "a".repeat(MAX_ID + 1);
+        for bad in ["", ".", "..", "...", "a b", "a/b", long.as_str()] {
+            assert!(!is_valid_id(bad), "{bad}");
+        }
+        assert!(check_id("..").is_err_and(|e| e.message.contains("not dots alone")));
+    }
 }

@@ -40,7 +40,7 @@ fn a_request_map_encodes_as_the_model_job_features_do() {
         ]),
         features(&[
             ("solo_throughput", n(0.5)),
-            ("batch_size", n(-1.0)),
+            ("batch_size", n(1e-300)),
             ("model", FeatureInput::Null),
         ]),
         features(&[
@@ -104,6 +104,23 @@ fn a_request_map_encodes_as_the_model_job_features_do() {
                 ("flops", n(1.0)),
             ]),
             "x.flops",
+        ),
+        // Past any measured rate, and a log-scaled feature at 0 (read as missing before).
+        (
+            features(&[
+                ("solo_throughput", n(1.7e308)),
+                ("batch_size", n(64.0)),
+                ("model", t("LM")),
+            ]),
+            "x.solo_throughput",
+        ),
+        (
+            features(&[
+                ("solo_throughput", n(2.0)),
+                ("batch_size", n(0.0)),
+                ("model", t("LM")),
+            ]),
+            "x.batch_size",
         ),
         // Unknown names sorting before and after every known one (the check walks the sorted
         // names once), and one longer than a name stored in place.

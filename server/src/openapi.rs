@@ -93,10 +93,15 @@ fn features_schema(model: &LoadedModel) -> Value {
     let mut properties = serde_json::Map::new();
     let mut required = Vec::new();
     for name in model.feature_names() {
+        let numeric = spec.numeric.iter().find(|f| f.name == name);
         let schema = if name == SOLO_THROUGHPUT {
             json!({"type": "number", "exclusiveMinimum": 0,
+                   "maximum": duet_core::dataset::validate::MAX_RATE,
                    "description": "iterations per second alone on the pair's device"})
-        } else if spec.numeric.iter().any(|f| f.name == name) {
+        } else if numeric.is_some_and(|f| f.log) {
+            json!({"type": ["number", "null"], "exclusiveMinimum": 0,
+                   "description": "numeric on a log scale, above 0; null if not measured"})
+        } else if numeric.is_some() {
             json!({"type": ["number", "null"], "description": "numeric; null if not measured"})
         } else {
             json!({"type": ["string", "null"], "description": "categorical; null if not measured"})
@@ -361,7 +366,8 @@ fn observation_schema(schemas: &mut Value, share: Value, max_items: usize) {
     let optional_positive = json!({"type": ["number", "null"], "exclusiveMinimum": 0});
     let properties = &mut schemas["Observation"]["properties"];
     properties["id"] = json!({
-        "type": "string", "pattern": r"^[A-Za-z0-9._:+\-]{1,200}$",
+        "type": "string", "minLength": 1, "maxLength": 200,
+        "pattern": r"^[A-Za-z0-9._:+\-]*[A-Za-z0-9_:+\-][A-Za-z0-9._:+\-]*$",
         "description": "the client's id of this observation: a retry stores nothing twice"});
     properties["gpu"] = json!({"type": "string", "minLength": 1, "maxLength": 200,
                                "pattern": r"\S", "description": "the device model"});

@@ -44,8 +44,9 @@ fn check_non_negative(value: f64, what: &str) -> std::result::Result<(), String>
     Ok(())
 }
 
-/// The largest rate (and its spread) a dataset may hold, per second.
-const MAX_RATE: f64 = 1e15;
+/// The largest rate (and its spread) a dataset may hold, per second (and a job sent to the
+/// server may have).
+pub const MAX_RATE: f64 = 1e15;
 
 /// A count of repetitions: at least 1 where given (null where unknown).
 fn check_repetitions(repetitions: Option<u32>) -> std::result::Result<(), String> {

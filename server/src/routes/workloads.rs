@@ -18,8 +18,12 @@ use crate::state::{AppState, not_ready};
 #[derive(Debug, utoipa::IntoParams)]
 #[into_params(parameter_in = Path)]
 pub struct WorkloadId {
-    /// The workload's id: 1 to 200 letters, digits and `- _ . : +`.
-    #[param(min_length = 1, max_length = 200, pattern = r"^[A-Za-z0-9._:+\-]+$")]
+    /// The workload's id: 1 to 200 letters, digits and `- _ . : +`, not dots alone.
+    #[param(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[A-Za-z0-9._:+\-]*[A-Za-z0-9_:+\-][A-Za-z0-9._:+\-]*$"
+    )]
     pub id: String,
 }
 

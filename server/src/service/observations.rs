@@ -269,7 +269,7 @@ fn fields(o: &Observation, now_s: f64) -> Result<f64, Refusal> {
             "id".into(),
             format!(
                 "observation id `{}` must be 1 to {MAX_ID} characters of letters, digits and \
-                 - _ . : +",
+                 - _ . : +, not dots alone",
                 o.id
             ),
         ));
