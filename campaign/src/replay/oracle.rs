@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-use duet_core::dataset::{CAMPAIGN_FILE, Dataset, PARTIAL_MARK, Status, speed};
+use duet_core::dataset::{CAMPAIGN_FILE, Dataset, Status, speed};
 use duet_core::rng::Rng;
 use duet_model::accuracy::{Metrics, Scored};
 
@@ -33,21 +33,15 @@ fn check_whole(path: &Path, dataset: &Dataset) -> Result<(), CampaignError> {
             "a budgeted campaign's dataset ({CAMPAIGN_FILE}: {} of its {} pair settings measured)",
             r.budget, r.settings
         ),
-        _ if dataset
-            .meta
-            .description
-            .starts_with(&format!("{PARTIAL_MARK} (")) =>
-        {
-            format!(
-                "a stopped campaign's partial dataset (\"{}\")",
-                dataset
-                    .meta
-                    .description
-                    .split(':')
-                    .next()
-                    .unwrap_or(PARTIAL_MARK)
-            )
-        }
+        _ if dataset.meta.is_partial() => format!(
+            "a stopped campaign's partial dataset (\"{}\")",
+            dataset
+                .meta
+                .description
+                .split(':')
+                .next()
+                .unwrap_or_default()
+        ),
         _ => return Ok(()),
     };
     Err(CampaignError::Invalid(format!(

@@ -172,14 +172,11 @@ pub fn merge(name: &str, shards: &[(PathBuf, Dataset)]) -> Result<Dataset> {
             sources.join(", ")
         );
         // A stopped shard makes the merge partial, whichever shard came first.
-        let partial = format!("{PARTIAL_MARK} (");
-        if !meta.description.starts_with(&partial)
-            && let Some((dir, _)) = shards
-                .iter()
-                .find(|(_, d)| d.meta.description.starts_with(&partial))
+        if !meta.is_partial()
+            && let Some((dir, _)) = shards.iter().find(|(_, d)| d.meta.is_partial())
         {
             meta.description = format!(
-                "{partial}{} is a stopped campaign's): {}",
+                "{PARTIAL_MARK}{} is a stopped campaign's): {}",
                 dir.display(),
                 meta.description
             );

@@ -45,6 +45,14 @@ pub struct TableDigest {
     pub fnv1a: String,
 }
 
+impl DatasetMeta {
+    /// Whether the description carries [`PARTIAL_MARK`](super::PARTIAL_MARK): a stopped
+    /// campaign's dataset, or a merge with one.
+    pub fn is_partial(&self) -> bool {
+        self.description.starts_with(super::PARTIAL_MARK)
+    }
+}
+
 impl TableDigest {
     /// The digest of a file's contents.
     pub fn of(contents: &[u8]) -> TableDigest {

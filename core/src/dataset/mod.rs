@@ -46,8 +46,9 @@ pub const SAMPLES_FILE: &str = "samples.parquet";
 /// for one campaign's unmeasured settings only).
 pub const CAMPAIGN_FILE: &str = "campaign.json";
 /// How the description of a stopped campaign's partial dataset begins (`PARTIAL (n of m
-/// measurements): ...`): it holds some of its grid, which a replay must not take for all.
-pub const PARTIAL_MARK: &str = "PARTIAL";
+/// measurements): ...`): it holds some of its grid, which a replay must not take for all
+/// ([`DatasetMeta::is_partial`]).
+pub const PARTIAL_MARK: &str = "PARTIAL (";
 
 /// A whole dataset in memory.
 #[derive(Debug, Clone, PartialEq)]

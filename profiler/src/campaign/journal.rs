@@ -290,7 +290,7 @@ impl Campaign {
         }
         let mut dataset = partial.build(&kept, gpu).map_err(|e| e.0)?;
         dataset.meta.description = format!(
-            "{PARTIAL_MARK} ({} of {} measurements): {}",
+            "{PARTIAL_MARK}{} of {} measurements): {}",
             kept.len(),
             planned.unwrap_or_else(|| self.tasks().len()),
             dataset.meta.description

@@ -119,16 +119,21 @@ fn limited(
                     tokio::io::AsyncReadExt::read_exact(&mut stream, &mut preface),
                 )
                 .await;
-                if !matches!(read, Ok(Ok(_))) {
-                    state
-                        .metrics
-                        .guards
-                        .header_timeouts
-                        .fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(
-                        "gRPC connection closed: no HTTP/2 preface in --header-timeout"
-                    );
-                    return;
+                match read {
+                    Ok(Ok(_)) => {}
+                    // The client closed it first (a TCP probe, say): no timeout to count.
+                    Ok(Err(_)) => return,
+                    Err(_) => {
+                        state
+                            .metrics
+                            .guards
+                            .header_timeouts
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(
+                            "gRPC connection closed: no HTTP/2 preface in --header-timeout"
+                        );
+                        return;
+                    }
                 }
                 let _ = tx
                     .send(Ok(Held {
